@@ -1,0 +1,199 @@
+"""WriteRejects, RejectGate and Finalize: the end of ``convert``.
+
+Order of appearance in the output directory: shards and ``rejects/`` first,
+then ``schema.pbtxt`` and ``labels.txt``, and ``dataset_info.json`` last. Its
+presence means the dataset is complete; a run that fails or is killed leaves
+none, and readers refuse such a directory.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+
+import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+import schemas
+from beam_jobs.options import ConvertOptions
+from beam_jobs.write import INCOMPLETE_DIR
+
+FORMAT_VERSION = 1
+INFO_FILE = "dataset_info.json"
+REJECTS_FILE = "rejects/rejects.jsonl"
+
+
+class RejectLimitExceeded(RuntimeError):
+    """More inputs were rejected than --max_reject_fraction allows."""
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    """Writes to a unique temp name beside ``path`` and renames it into place."""
+    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+    with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        f.write(data)
+    FileSystems.rename([tmp], [path])
+
+
+class WriteRejects(beam.PTransform):
+    """Reject -> one summary {reason: count}; writes rejects/rejects.jsonl sorted by key.
+
+    All rejects go to one file in one worker. Rejects are few by construction
+    (the job fails above --max_reject_fraction, default 1%), so this is the
+    metadata of about one shard at worst.
+    """
+
+    def __init__(self, output_dir: str):
+        super().__init__()
+        self._path = f"{output_dir.rstrip('/')}/{REJECTS_FILE}"
+
+    def expand(self, rejects):
+        path = self._path
+
+        def write(all_rejects):
+            lines = [r.to_json() for r in sorted(all_rejects, key=lambda r: (r.key, r.source))]
+            write_atomically(path, "".join(line + "\n" for line in lines).encode("utf-8"))
+            summary: dict[str, int] = {}
+            for r in all_rejects:
+                summary[r.reason] = summary.get(r.reason, 0) + 1
+            return dict(sorted(summary.items()))
+
+        return rejects | "AllRejects" >> beam.combiners.ToList() | "WriteFile" >> beam.Map(write)
+
+
+class RejectGate(beam.PTransform):
+    """PBegin -> {"ok", "inputs", "rejects", "max_fraction"}: may shards be written?"""
+
+    def __init__(self, max_fraction: float, inputs, reject_summary):
+        super().__init__()
+        self._max = max_fraction
+        self._inputs, self._summary = inputs, reject_summary
+
+    def expand(self, pbegin):
+        max_fraction = self._max
+
+        def gate(_, inputs, summary):
+            rejected = sum(summary.values())
+            ok = rejected <= max_fraction * inputs
+            return {"ok": ok, "inputs": inputs, "rejects": rejected, "max_fraction": max_fraction}
+
+        return (
+            pbegin
+            | "Once" >> beam.Create([None])
+            | "Decide" >> beam.Map(
+                gate,
+                beam.pvalue.AsSingleton(self._inputs),
+                beam.pvalue.AsSingleton(self._summary),
+            )
+        )
+
+
+def dataset_info(options: ConvertOptions, shards: list[dict], plan: dict, vocab: dict,
+                 gate: dict, reject_summary: dict, path_root: str | None) -> dict:
+    """The content of dataset_info.json. Deterministic: no timestamps, sorted keys."""
+    splits = {}
+    for split, p in plan.items():
+        listed = sorted((s for s in shards if s["split"] == split), key=lambda s: s["index"])
+        splits[split] = {
+            "num_examples": sum(s["num_examples"] for s in listed),
+            "num_bytes": sum(s["num_bytes"] for s in listed),
+            "num_shards": len(listed),
+            "label_counts": p["label_counts"],
+            "shards": [{k: v for k, v in s.items() if k not in ("split", "index")}
+                       for s in listed],
+        }
+    info = {
+        "format_version": FORMAT_VERSION,
+        "record_kind": options.record_kind,
+        "seed": options.seed,
+        "balance": options.balance,
+        "compression": options.compression,
+        "verify": options.verify,
+        "input": options.input,
+        "split_options": {
+            "splits": dict(options.splits),
+            "split_mode": options.split_mode,
+            "split_seed": options.split_seed,
+            "group_by": options.group_by,
+        },
+        "shard_options": {
+            "target_shard_mb": options.target_shard_mb,
+            "num_shards": options.num_shards,
+            "shard_multiple": options.shard_multiple,
+        },
+        "labels": vocab["labels"],
+        "formats": vocab["formats"],
+        "splits": splits,
+        "inputs": gate["inputs"],
+        "rejects": {"total": gate["rejects"], "by_reason": reject_summary,
+                    "file": REJECTS_FILE},
+    }
+    if options.record_kind == "path":
+        info["path_root"] = path_root
+    return info
+
+
+class _Finalize(beam.DoFn):
+    def __init__(self, options: ConvertOptions, path_root: str | None):
+        self._options = options
+        self._path_root = path_root
+
+    def process(self, _, shards, plan, vocab, gate, reject_summary):
+        o = self._options
+        out = o.output_dir.rstrip("/")
+        if not gate["ok"]:
+            raise RejectLimitExceeded(
+                f"{gate['rejects']} of {gate['inputs']} inputs were rejected, above "
+                f"--max_reject_fraction={o.max_reject_fraction}; no dataset was written. "
+                f"See {out}/{REJECTS_FILE} for each input and its reason, then fix the "
+                "inputs or raise the limit"
+            )
+        info = dataset_info(o, shards, plan, vocab, gate, reject_summary, self._path_root)
+        written = sum(s["num_examples"] for s in info["splits"].values())
+        if written + gate["rejects"] != gate["inputs"]:
+            raise RuntimeError(  # a bug, never a user error: say so loudly
+                f"counts do not reconcile: {gate['inputs']} inputs, {written} written, "
+                f"{gate['rejects']} rejected"
+            )
+        for split, s in info["splits"].items():
+            if s["num_examples"] != plan[split]["num_examples"]:
+                raise RuntimeError(f"split {split}: planned {plan[split]['num_examples']} "
+                                   f"examples, wrote {s['num_examples']}")
+        schema = schemas.dataset_schema(o.record_kind, vocab["labels"], vocab["formats"])
+        write_atomically(f"{out}/schema.pbtxt", schemas.to_text(schema).encode("utf-8"))
+        write_atomically(f"{out}/labels.txt",
+                         "".join(label + "\n" for label in vocab["labels"]).encode("utf-8"))
+        incomplete = f"{out}/{INCOMPLETE_DIR}"
+        if FileSystems.exists(incomplete):
+            FileSystems.delete([incomplete])
+        text = json.dumps(info, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+        write_atomically(f"{out}/{INFO_FILE}", text.encode("utf-8"))  # LAST
+        logging.info("evenshard: wrote %s examples to %s", written, out)
+        yield info
+
+
+class Finalize(beam.PTransform):
+    """PBegin -> the dataset_info dict, once every shard and the rejects are written."""
+
+    def __init__(self, options: ConvertOptions, path_root: str | None, shards, plan, vocab,
+                 gate, reject_summary):
+        super().__init__()
+        self._fn = _Finalize(options, path_root)
+        self._side = (shards, plan, vocab, gate, reject_summary)
+
+    def expand(self, pbegin):
+        shards, plan, vocab, gate, summary = self._side
+        return (
+            pbegin
+            | "Once" >> beam.Create([None])
+            | "WriteInfo" >> beam.ParDo(
+                self._fn,
+                beam.pvalue.AsList(shards),
+                beam.pvalue.AsSingleton(plan),
+                beam.pvalue.AsSingleton(vocab),
+                beam.pvalue.AsSingleton(gate),
+                beam.pvalue.AsSingleton(summary),
+            )
+        )

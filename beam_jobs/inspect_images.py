@@ -1,0 +1,176 @@
+"""InspectImages: open every input with Pillow and record what it is.
+
+``verify="full"`` decodes every image, so truncated and corrupt files are
+caught here rather than in the middle of a training run. ``verify="header"``
+only parses the header for format and size, and takes the byte size from the
+file system: much faster, and still catches most broken files.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import warnings
+
+import apache_beam as beam
+from apache_beam import pvalue
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
+
+from beam_jobs.records import Candidate, Image, Reject, safe_text
+
+REJECTS = "rejects"
+
+# Pillow format name -> the value of image/format. MPO is the multi-picture
+# JPEG that many cameras write; its first picture is a plain JPEG.
+SUPPORTED_FORMATS = {"JPEG": "jpeg", "MPO": "jpeg", "PNG": "png", "GIF": "gif",
+                     "BMP": "bmp", "WEBP": "webp"}
+_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM", b"RIFF")
+
+# Channels a decoder yields with channels=0, by Pillow mode. Palette images
+# decode to RGB, or RGBA when they carry transparency (handled below).
+_CHANNELS = {"1": 1, "L": 1, "I": 1, "I;16": 1, "I;16B": 1, "F": 1, "LA": 2, "La": 2,
+             "P": 3, "RGB": 3, "YCbCr": 3, "LAB": 3, "HSV": 3, "RGBA": 4, "RGBa": 4,
+             "CMYK": 4, "PA": 4}
+
+
+class _Rejected(Exception):
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+def _open_error(e: Exception) -> _Rejected:
+    """Maps a failure to open or read a file to missing / unreadable."""
+    cause = e
+    # BeamIOError wraps the real OSError in exception_details.
+    details = getattr(e, "exception_details", None)
+    if isinstance(details, dict) and details:
+        cause = next(iter(details.values()))
+    if isinstance(cause, FileNotFoundError) or getattr(cause, "errno", None) == errno.ENOENT:
+        return _Rejected("missing", "file not found")
+    if getattr(cause, "errno", None) == errno.ELOOP:
+        return _Rejected("unreadable", "symlink loop")
+    return _Rejected("unreadable", f"{type(cause).__name__}: {cause}")
+
+
+def inspect_stream(f, size: int, *, full: bool, max_pixels: int):
+    """Returns (format, height, width, channels) of the image in ``f``, or raises _Rejected.
+
+    Args:
+        f: a seekable binary stream positioned at 0.
+        size: the file's size in bytes.
+        full: decode all pixels (catches truncation), not just the header.
+        max_pixels: larger images are rejected as too_large before decoding.
+    """
+    from PIL import Image as PILImage
+
+    if size == 0:
+        raise _Rejected("empty", "file has zero bytes")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            im = PILImage.open(f)
+    except PILImage.UnidentifiedImageError:
+        f.seek(0)
+        if f.read(8).startswith(_MAGIC):
+            raise _Rejected("corrupt", "image header found, but Pillow cannot parse it")
+        raise _Rejected("unsupported_format", "not an image Pillow can identify")
+    except Exception as e:  # noqa: BLE001 - Pillow plugins raise many types on bad input
+        raise _classify_decode_error(e)
+    fmt = SUPPORTED_FORMATS.get(im.format or "")
+    if fmt is None:
+        raise _Rejected("unsupported_format", f"format {im.format} is not supported")
+    width, height = im.size
+    if width * height > max_pixels:
+        raise _Rejected(
+            "too_large", f"{width}x{height} = {width * height} pixels > {max_pixels}"
+        )
+    if width < 1 or height < 1:
+        raise _Rejected("corrupt", f"image has size {width}x{height}")
+    if full:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                im.load()
+        except Exception as e:  # noqa: BLE001 - as above; the reason is recorded
+            raise _classify_decode_error(e)
+    channels = _CHANNELS.get(im.mode, 3)
+    if im.mode == "P" and "transparency" in im.info:
+        channels = 4
+    return fmt, height, width, channels
+
+
+def _classify_decode_error(e: Exception) -> _Rejected:
+    message = str(e)
+    if "truncated" in message.lower():
+        return _Rejected("truncated", message)
+    if "DecompressionBomb" in type(e).__name__:
+        return _Rejected("too_large", message)
+    return _Rejected("corrupt", f"{type(e).__name__}: {message}")
+
+
+class _InspectImage(beam.DoFn):
+    """Candidate -> Image, or a Reject on the ``rejects`` output."""
+
+    def __init__(self, verify: str, max_image_pixels: int):
+        self._full = verify == "full"
+        self._max_pixels = max_image_pixels
+        self._read = Metrics.counter("evenshard", "images_read")
+        self._bytes = Metrics.counter("evenshard", "bytes_read")
+
+    def setup(self):
+        from PIL import Image as PILImage
+
+        # Our own pixel limit applies (too_large); Pillow's global guard would
+        # raise before we can say why.
+        PILImage.MAX_IMAGE_PIXELS = None
+
+    def process(self, c: Candidate):
+        try:
+            fmt, height, width, channels, size = self._inspect(c.source)
+        except _Rejected as r:
+            Metrics.counter("evenshard", f"rejected_{r.reason}").inc()
+            yield pvalue.TaggedOutput(
+                REJECTS, Reject(safe_text(c.key), safe_text(c.source), r.reason, r.detail)
+            )
+            return
+        self._read.inc()
+        self._bytes.inc(size)
+        yield Image(c.key, c.source, c.rel_path, c.label, c.split, c.group,
+                    fmt, height, width, channels, size)
+
+    def _inspect(self, source: str):
+        """Full: read the whole file and decode it. Header: let Pillow read what it needs."""
+        try:
+            with FileSystems.open(source, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+                if self._full:
+                    data = f.read()
+                    size = len(data)
+                    stream = io.BytesIO(data)
+                else:
+                    size = FileSystems.match([source])[0].metadata_list[0].size_in_bytes
+                    stream = f
+                return (*inspect_stream(stream, size, full=self._full,
+                                        max_pixels=self._max_pixels), size)
+        except _Rejected:
+            raise
+        except (OSError, ValueError) as e:  # BeamIOError is an OSError
+            raise _open_error(e) from e
+
+
+class InspectImages(beam.PTransform):
+    """Candidate -> {main: Image, rejects: Reject}."""
+
+    def __init__(self, verify: str = "full", max_image_pixels: int = 178_956_970):
+        super().__init__()
+        self._verify = verify
+        self._max_pixels = max_image_pixels
+
+    def expand(self, candidates):
+        out = candidates | "Inspect" >> beam.ParDo(
+            _InspectImage(self._verify, self._max_pixels)
+        ).with_outputs(REJECTS, main="main")
+        return {"main": out.main, "rejects": out[REJECTS]}

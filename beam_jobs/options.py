@@ -1,0 +1,192 @@
+"""Options of ``evenshard convert``: parsing, and checks that fail fast.
+
+Every check here runs in the driver before any pipeline work starts, so a
+user mistake (wrong flag value, missing input, fractions that do not sum to
+one, a finished dataset in the way) stops the job at once with one line that
+says what to fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import re
+
+RECORD_KINDS = ("image", "path")
+SPLIT_MODES = ("hash", "exact")
+BALANCES = ("none", "label")
+COMPRESSIONS = ("none", "gzip")
+VERIFY_MODES = ("full", "header")
+SPLIT_NAME_RE = re.compile(r"^[A-Za-z0-9_]+$")
+MANIFEST_SUFFIXES = (".csv", ".jsonl", ".csv.gz", ".jsonl.gz")
+
+
+class UserError(ValueError):
+    """A mistake in the command line or the inputs, reported as one line."""
+
+
+def parse_splits(text: str) -> tuple[tuple[str, float], ...]:
+    """Parses ``train=0.8,val=0.1,test=0.1`` into ordered (name, fraction) pairs.
+
+    Raises:
+        UserError: names that cannot be file names, repeated names, fractions
+            outside (0, 1] or fractions that do not sum to 1.
+    """
+    pairs: list[tuple[str, float]] = []
+    for part in text.split(","):
+        name, sep, frac_text = part.strip().partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise UserError(
+                f"--splits: expected NAME=FRACTION pairs like train=0.8,val=0.2, got {part!r}"
+            )
+        if not SPLIT_NAME_RE.match(name):
+            raise UserError(
+                f"--splits: split name {name!r} may only use letters, digits and '_' "
+                "(it becomes part of the shard file names)"
+            )
+        try:
+            frac = float(frac_text)
+        except ValueError:
+            raise UserError(f"--splits: fraction of {name!r} is not a number: {frac_text!r}")
+        if not (0.0 < frac <= 1.0) or math.isnan(frac):
+            raise UserError(f"--splits: fraction of {name!r} must be in (0, 1], got {frac_text}")
+        if name in dict(pairs):
+            raise UserError(f"--splits: split {name!r} is given twice")
+        pairs.append((name, frac))
+    total = sum(f for _, f in pairs)
+    if abs(total - 1.0) > 1e-6:
+        raise UserError(
+            f"--splits: fractions must sum to 1, they sum to {total:g} ({text}); "
+            "adjust them, e.g. train=0.8,val=0.1,test=0.1"
+        )
+    return tuple(pairs)
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvertOptions:
+    """Validated options of one conversion. See ``evenshard convert --help``."""
+
+    input: str
+    output_dir: str
+    record_kind: str = "image"
+    splits: tuple[tuple[str, float], ...] = (("train", 0.8), ("val", 0.1), ("test", 0.1))
+    split_mode: str = "hash"
+    split_seed: int = 0
+    group_by: str | None = None
+    balance: str = "none"
+    seed: int = 0
+    target_shard_mb: float = 128.0
+    num_shards: int | None = None
+    shard_multiple: int = 1
+    compression: str = "none"
+    max_reject_fraction: float = 0.01
+    path_root: str | None = None
+    max_image_pixels: int = 178_956_970  # Pillow's own bomb limit, 2x its warning level
+    verify: str = "full"
+    overwrite: bool = False
+    labels_file: str | None = None
+
+    def __post_init__(self) -> None:
+        def choice(flag: str, value: str, allowed: tuple[str, ...]) -> None:
+            if value not in allowed:
+                raise UserError(f"--{flag}: expected one of {', '.join(allowed)}, got {value!r}")
+
+        choice("record_kind", self.record_kind, RECORD_KINDS)
+        choice("split_mode", self.split_mode, SPLIT_MODES)
+        choice("balance", self.balance, BALANCES)
+        choice("compression", self.compression, COMPRESSIONS)
+        choice("verify", self.verify, VERIFY_MODES)
+        if not self.input:
+            raise UserError("--input is required: an image folder or a .csv/.jsonl manifest")
+        if not self.output_dir:
+            raise UserError("--output_dir is required")
+        if not (self.target_shard_mb > 0):
+            raise UserError(f"--target_shard_mb must be > 0, got {self.target_shard_mb}")
+        if self.num_shards is not None and self.num_shards < 1:
+            raise UserError(f"--num_shards must be >= 1, got {self.num_shards}")
+        if self.shard_multiple < 1:
+            raise UserError(f"--shard_multiple must be >= 1, got {self.shard_multiple}")
+        if not (0.0 <= self.max_reject_fraction <= 1.0):
+            raise UserError(
+                f"--max_reject_fraction must be in [0, 1], got {self.max_reject_fraction}"
+            )
+        if self.max_image_pixels < 1:
+            raise UserError(f"--max_image_pixels must be >= 1, got {self.max_image_pixels}")
+        if self.path_root is not None and self.record_kind != "path":
+            raise UserError("--path_root only applies to --record_kind=path")
+        if self.group_by is not None:
+            if not self.is_manifest:
+                raise UserError("--group_by needs a .csv/.jsonl manifest as --input")
+            if self.split_mode != "hash":
+                raise UserError(
+                    "--group_by works with --split_mode=hash only (exact stratified "
+                    "counts cannot also keep groups whole)"
+                )
+        if self.num_shards is not None and self.num_shards % self.shard_multiple:
+            raise UserError(
+                f"--num_shards={self.num_shards} is not a multiple of "
+                f"--shard_multiple={self.shard_multiple}"
+            )
+
+    @property
+    def is_manifest(self) -> bool:
+        return self.input.lower().endswith(MANIFEST_SUFFIXES)
+
+    @property
+    def split_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.splits)
+
+    @property
+    def shard_suffix(self) -> str:
+        return ".tfrecord.gz" if self.compression == "gzip" else ".tfrecord"
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are UserErrors (one line, no usage dump)."""
+
+    def error(self, message: str):  # noqa: D102 - argparse API
+        raise UserError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="evenshard convert",
+        description=(
+            "Convert an image folder or a CSV/JSONL manifest into globally shuffled, "
+            "split, balanced TFRecord shards. Flags not listed here (--runner, "
+            "--direct_num_workers, Dataflow flags, ...) go to Beam's PipelineOptions."
+        ),
+    )
+    a = p.add_argument
+    a("--input", required=True, help="image-folder root, or a .csv/.jsonl manifest (local, gs://)")
+    a("--output_dir", required=True, help="where shards and dataset_info.json go")
+    a("--record_kind", default="image", help="image (bytes in the record) or path (path only)")
+    a("--splits", default="train=0.8,val=0.1,test=0.1", help="NAME=FRACTION,... summing to 1")
+    a("--split_mode", default="hash", help="hash (stable as data grows) or exact (stratified)")
+    a("--split_seed", type=int, default=0, help="salt of the split assignment (not --seed)")
+    a("--group_by", default=None, help="manifest column: a group never spans two splits")
+    a("--balance", default="none", help="none, or label: the same label mix in every shard")
+    a("--seed", type=int, default=0, help="seed of the global shuffle")
+    a("--target_shard_mb", type=float, default=128.0, help="target shard size in MB")
+    a("--num_shards", type=int, default=None, help="shards per split (overrides the size target)")
+    a("--shard_multiple", type=int, default=1, help="round shard counts up to a multiple of K")
+    a("--compression", default="none", help="none or gzip (.tfrecord.gz)")
+    a("--max_reject_fraction", type=float, default=0.01, help="fail above this reject fraction")
+    a("--path_root", default=None, help="path kind: paths are stored relative to this root")
+    a("--max_image_pixels", type=int, default=ConvertOptions.max_image_pixels,
+      help="reject images with more pixels (decompression-bomb guard)")
+    a("--verify", default="full", help="full (decode every image) or header (size only)")
+    a("--overwrite", action="store_true", help="replace a finished dataset in --output_dir")
+    a("--labels", dest="labels_file", default=None,
+      help="file with one label a line: a fixed vocabulary; other labels are rejects")
+    return p
+
+
+def parse_args(argv: list[str] | None) -> tuple[ConvertOptions, list[str]]:
+    """Splits argv into validated job options and the rest (for PipelineOptions)."""
+    known, rest = build_parser().parse_known_args(argv)
+    values = vars(known)
+    values["splits"] = parse_splits(values["splits"])
+    return ConvertOptions(**values), rest

@@ -1,0 +1,59 @@
+"""Path arithmetic that works for local paths and Beam URLs (gs://...)."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+
+
+def is_url(path: str) -> bool:
+    return "://" in path
+
+
+def normalize_root(path: str) -> str:
+    """An absolute, normalized root without a trailing slash."""
+    if is_url(path):
+        scheme, rest = path.split("://", 1)
+        bucket, _, inner = rest.partition("/")
+        inner = posixpath.normpath("/" + inner).lstrip("/")
+        return f"{scheme}://{bucket}/{inner}".rstrip("/")
+    return os.path.abspath(path)
+
+
+class BadPath(ValueError):
+    """A path that cannot be used (escapes its root, NUL, not UTF-8)."""
+
+
+def check_text(path: str) -> None:
+    if "\x00" in path:
+        raise BadPath("path holds a NUL character")
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadPath("path is not valid UTF-8") from None
+
+
+def resolve(root: str, path: str) -> str:
+    """Resolves a manifest path: relative ones against ``root``, which they may not leave."""
+    check_text(path)
+    if not path:
+        raise BadPath("path is empty")
+    if is_url(path):
+        return normalize_root(path)
+    if path.startswith("/"):
+        return os.path.normpath(path)
+    if is_url(root):
+        joined = normalize_root(root + "/" + path)
+    else:
+        joined = os.path.normpath(os.path.join(root, path))
+    if relative_to(root, joined) is None:
+        raise BadPath(f"path {path!r} escapes the root {root}")
+    return joined
+
+
+def relative_to(root: str, path: str) -> str | None:
+    """``path`` relative to ``root`` (both normalized), or None if it is not under it."""
+    prefix = root.rstrip("/") + "/"
+    if path.startswith(prefix) and len(path) > len(prefix):
+        return path[len(prefix) :]
+    return None

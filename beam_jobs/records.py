@@ -1,0 +1,91 @@
+"""The small values that travel through the pipeline, and reject reasons.
+
+Only metadata moves through the shuffle; image bytes are read once more by
+the shard writer and move once, from source to shard.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+# Reject reasons, each with the rule that produces it (also in docs/convert.md).
+REJECT_REASONS = {
+    "missing": "the file does not exist (or a symlink points nowhere)",
+    "empty": "the file has zero bytes",
+    "unreadable": "the file exists but cannot be read (permissions, symlink loop, a folder)",
+    "unsupported_format": "not an image in a supported format (jpeg, png, gif, bmp, webp)",
+    "corrupt": "an image header was found but the image does not decode",
+    "truncated": "the image data ends early",
+    "too_large": "more pixels than --max_image_pixels (decompression-bomb guard)",
+    "duplicate_key": "a second input with a key already used; the first (lowest row) is kept",
+    "bad_label": "no label, an unusable label, or one outside the --labels vocabulary",
+    "bad_path": "a path that escapes its root, holds NUL or is not valid UTF-8",
+    "bad_split": "a manifest split value that is not a valid split name",
+    "malformed_row": "a manifest row that cannot be parsed or lacks the path column",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """One input as listed, before it is opened.
+
+    Attributes:
+        key: stable unique key (path relative to the input root, or the
+            manifest's key column).
+        source: full path or URL of the image file.
+        rel_path: path relative to ``path_root`` (path kind), else "".
+        label: label text.
+        split: split given by the manifest, or None.
+        group: group value of ``--group_by``, or None.
+        row: 1-based manifest row (line for JSONL), 0 for image folders.
+    """
+
+    key: str
+    source: str
+    rel_path: str
+    label: str
+    split: str | None = None
+    group: str | None = None
+    row: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Image:
+    """An input that passed inspection: what the shard writer needs."""
+
+    key: str
+    source: str
+    rel_path: str
+    label: str
+    split: str | None
+    group: str | None
+    format: str
+    height: int
+    width: int
+    channels: int
+    num_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Reject:
+    """An input that is not written, with the reason and a human detail."""
+
+    key: str
+    source: str
+    reason: str
+    detail: str
+
+    def __post_init__(self) -> None:
+        if self.reason not in REJECT_REASONS:
+            raise ValueError(f"unknown reject reason {self.reason!r}")
+
+    def to_json(self) -> str:
+        return json.dumps(
+            dataclasses.asdict(self), sort_keys=True, ensure_ascii=True, allow_nan=False
+        )
+
+
+def safe_text(text: str) -> str:
+    """Makes text with undecodable file-name bytes printable (for reject lines)."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

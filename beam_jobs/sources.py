@@ -1,0 +1,311 @@
+"""Reads the inputs: an image folder or a CSV/JSONL manifest.
+
+``ReadInputs`` yields one :class:`Candidate` per input plus a ``rejects``
+output for inputs that fail before any file is opened (bad label, bad path,
+unsupported extension, malformed manifest row, duplicate key). Every input is
+in exactly one of the two; that is what makes ``inputs = written + rejects``
+reconcile.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+
+import apache_beam as beam
+from apache_beam import pvalue
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
+
+from beam_jobs import paths
+from beam_jobs.options import SPLIT_NAME_RE, ConvertOptions, UserError
+from beam_jobs.records import Candidate, Reject, safe_text
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
+REJECTS = "rejects"
+
+
+def input_root(options: ConvertOptions) -> str:
+    """The folder keys and relative paths are measured from."""
+    if options.is_manifest:
+        return paths.normalize_root(posix_dirname(options.input))
+    return paths.normalize_root(options.input)
+
+
+def posix_dirname(path: str) -> str:
+    return path.rsplit("/", 1)[0] if "/" in path else "."
+
+
+def check_input(options: ConvertOptions) -> list[str]:
+    """Checks the input exists (and a manifest's header) in the driver.
+
+    Returns:
+        The manifest's column names ([] for an image folder).
+
+    Raises:
+        UserError: missing folder or manifest, or a manifest without the
+            required columns.
+    """
+    if not options.is_manifest:
+        root = input_root(options)
+        if paths.is_url(root):
+            if not FileSystems.match([root + "/**"], limits=[1])[0].metadata_list:
+                raise UserError(f"--input: no files under {root}")
+        elif not os.path.isdir(root):
+            raise UserError(f"--input: folder {options.input!r} does not exist")
+        return []
+    if not FileSystems.exists(options.input):
+        raise UserError(f"--input: manifest {options.input!r} does not exist")
+    with _open_text(options.input) as f:
+        columns = _manifest_columns(options.input, f)
+    missing = [c for c in ("path", "label") if c not in columns]
+    if options.group_by:
+        missing += [] if options.group_by in columns else [options.group_by]
+    if missing:
+        raise UserError(
+            f"--input: manifest {options.input} lacks column(s) {', '.join(missing)}; "
+            f"it has {', '.join(columns) or 'none'}"
+        )
+    return columns
+
+
+def _open_text(path: str) -> io.TextIOBase:
+    # utf-8-sig drops a BOM; newline="" lets csv handle CRLF line ends.
+    return io.TextIOWrapper(FileSystems.open(path), encoding="utf-8-sig", newline="")
+
+
+def _manifest_columns(path: str, f: io.TextIOBase) -> list[str]:
+    if ".csv" in path.lower():
+        header = next(csv.reader(f), [])
+        return [c.strip() for c in header]
+    for line in f:  # JSONL: the keys of the first parseable object
+        if line.strip():
+            try:
+                return sorted(json.loads(line))
+            except (ValueError, TypeError, AttributeError):
+                return []
+    return []
+
+
+def load_vocabulary(path: str) -> list[str]:
+    """Reads a ``--labels`` file: one label a line; blank lines ignored."""
+    if not FileSystems.exists(path):
+        raise UserError(f"--labels: file {path!r} does not exist")
+    with _open_text(path) as f:
+        labels = [line.strip() for line in f if line.strip()]
+    if not labels:
+        raise UserError(f"--labels: file {path!r} holds no labels")
+    if len(set(labels)) != len(labels):
+        raise UserError(f"--labels: file {path!r} lists a label twice")
+    return labels
+
+
+def _bad_label(label: str, vocabulary: frozenset[str] | None) -> str | None:
+    if not label:
+        return "label is empty"
+    if "\n" in label or "\r" in label or "\x00" in label:
+        return "label holds a line break or NUL"
+    if label != label.strip():
+        return "label has leading or trailing spaces"
+    if vocabulary is not None and label not in vocabulary:
+        return f"label {label!r} is not in the --labels vocabulary"
+    return None
+
+
+class _ListImageFolder(beam.DoFn):
+    """root -> Candidate, and rejects for files that cannot be inputs.
+
+    Label = first-level sub-folder. Hidden files and folders are ignored (not
+    inputs). Local folders are walked here rather than with FileSystems.match,
+    whose local listing silently drops files it cannot stat (broken symlinks,
+    symlink loops): those must become rejects, not vanish.
+    """
+
+    def __init__(self, options: ConvertOptions, vocabulary: list[str] | None):
+        self._kind = options.record_kind
+        self._path_root = options.path_root
+        self._vocabulary = frozenset(vocabulary) if vocabulary else None
+        self._listed = Metrics.counter("evenshard", "files_listed")
+
+    def process(self, root: str):
+        path_root = paths.normalize_root(self._path_root) if self._path_root else root
+        for source in self._walk(root):
+            self._listed.inc()
+            yield self._candidate(root, path_root, source)
+
+    @staticmethod
+    def _walk(root: str):
+        if paths.is_url(root):
+            for meta in FileSystems.match([root + "/**"])[0].metadata_list:
+                rel = paths.relative_to(root, meta.path)
+                if rel and not any(p.startswith(".") for p in rel.split("/")):
+                    yield meta.path
+            return
+        seen: set[tuple[int, int]] = set()
+        for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+            st = os.stat(dirpath)
+            if (st.st_dev, st.st_ino) in seen:  # a symlinked folder seen before: a loop
+                dirnames[:] = []
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            for name in sorted(filenames):
+                if not name.startswith("."):
+                    yield os.path.join(dirpath, name)
+
+    def _candidate(self, root: str, path_root: str, source: str):
+        rel = paths.relative_to(root, source) or source
+        parts = rel.split("/")
+        try:
+            paths.check_text(rel)
+        except paths.BadPath as e:
+            return _reject(safe_text(rel), source, "bad_path", str(e))
+        if not rel.lower().endswith(IMAGE_EXTENSIONS):
+            ext = os.path.splitext(rel)[1] or "(none)"
+            return _reject(rel, source, "unsupported_format", f"file extension {ext}")
+        if len(parts) < 2:
+            return _reject(rel, source, "bad_label", "file is not inside a label sub-folder")
+        problem = _bad_label(parts[0], self._vocabulary)
+        if problem:
+            return _reject(rel, source, "bad_label", problem)
+        rel_path = ""
+        if self._kind == "path":
+            rel_path = paths.relative_to(path_root, source)
+            if rel_path is None:
+                return _reject(rel, source, "bad_path", f"not under --path_root {path_root}")
+        return Candidate(key=rel, source=source, rel_path=rel_path, label=parts[0])
+
+
+def _reject(key: str, source: str, reason: str, detail: str) -> pvalue.TaggedOutput:
+    Metrics.counter("evenshard", f"rejected_{reason}").inc()
+    return pvalue.TaggedOutput(REJECTS, Reject(key, safe_text(source), reason, detail))
+
+
+class _ReadManifest(beam.DoFn):
+    """manifest path -> Candidate per row, and rejects for unusable rows.
+
+    Relative paths resolve against the manifest's folder and may not leave it;
+    absolute paths and URLs are used as given. Blank lines are not inputs.
+    """
+
+    def __init__(self, options: ConvertOptions, vocabulary: list[str] | None):
+        self._kind = options.record_kind
+        self._path_root = options.path_root
+        self._group_by = options.group_by
+        self._vocabulary = frozenset(vocabulary) if vocabulary else None
+        self._rows = Metrics.counter("evenshard", "manifest_rows")
+
+    def process(self, manifest: str):
+        root = paths.normalize_root(posix_dirname(manifest))
+        path_root = paths.normalize_root(self._path_root) if self._path_root else root
+        with _open_text(manifest) as f:
+            for row_number, row in self._rows_of(manifest, f):
+                self._rows.inc()
+                yield self._candidate(root, path_root, row_number, row)
+
+    @staticmethod
+    def _rows_of(manifest: str, f):
+        """Yields (row number, dict or error text); blank lines are skipped."""
+        if ".csv" in manifest.lower():
+            reader = csv.reader(f)
+            header = [c.strip() for c in next(reader, [])]
+            for values in reader:
+                if not any(v.strip() for v in values):
+                    continue
+                if len(values) != len(header):
+                    yield reader.line_num, (
+                        f"row has {len(values)} fields, the header has {len(header)}"
+                    )
+                else:
+                    yield reader.line_num, dict(zip(header, values))
+            return
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as e:
+                yield number, f"not valid JSON: {e}"
+                continue
+            if not isinstance(row, dict):
+                yield number, "line is not a JSON object"
+            else:
+                yield number, {k: "" if v is None else str(v) for k, v in row.items()}
+
+    def _candidate(self, root: str, path_root: str, number: int, row):
+        row_key = f"row:{number}"
+        if isinstance(row, str):
+            return _reject(row_key, f"row {number}", "malformed_row", row)
+        path = row.get("path", "").strip()
+        if not path:
+            return _reject(row_key, f"row {number}", "malformed_row", "path is empty or missing")
+        key = row.get("key", "").strip() or path
+        try:
+            source = paths.resolve(root, path)
+        except paths.BadPath as e:
+            return _reject(key, path, "bad_path", str(e))
+        label = row.get("label", "")
+        problem = _bad_label(label, self._vocabulary)
+        if problem:
+            return _reject(key, source, "bad_label", problem)
+        split = row.get("split", "").strip() or None
+        if split is not None and not SPLIT_NAME_RE.match(split):
+            return _reject(key, source, "bad_split", f"split {split!r} is not a valid name")
+        rel_path = ""
+        if self._kind == "path":
+            rel_path = paths.relative_to(path_root, source)
+            if rel_path is None:
+                return _reject(key, source, "bad_path", f"not under --path_root {path_root}")
+        group = row.get(self._group_by, "").strip() or None if self._group_by else None
+        return Candidate(key, source, rel_path, label, split, group, number)
+
+
+class _KeepFirstOfKey(beam.DoFn):
+    """(key, [Candidate]) -> the lowest-row Candidate; the others are rejects."""
+
+    def process(self, element):
+        key, candidates = element
+        first, *others = sorted(candidates, key=lambda c: (c.row, c.source))
+        yield first
+        for c in others:
+            yield _reject(key, c.source, "duplicate_key", f"row {c.row}: key also at row {first.row}")
+
+
+class ReadInputs(beam.PTransform):
+    """PBegin -> {main: Candidate, rejects: Reject, inputs: count of all inputs}."""
+
+    def __init__(self, options: ConvertOptions, vocabulary: list[str] | None = None):
+        super().__init__()
+        self._options = options
+        self._vocabulary = vocabulary
+
+    def expand(self, pbegin):
+        o = self._options
+        if o.is_manifest:
+            reader = _ReadManifest(o, self._vocabulary)
+            start = o.input
+        else:
+            reader = _ListImageFolder(o, self._vocabulary)
+            start = input_root(o)
+        listed = (
+            pbegin
+            | "Start" >> beam.Create([start])
+            | "List" >> beam.ParDo(reader).with_outputs(REJECTS, main="candidates")
+        )
+        # key -> [Candidate]; Reshuffle comes for free: the listing's single
+        # bundle is spread over workers by this GroupByKey.
+        unique = (
+            listed.candidates
+            | "KeyByKey" >> beam.Map(lambda c: (c.key, c))
+            | "GroupByKey" >> beam.GroupByKey()
+            | "KeepFirstOfKey" >> beam.ParDo(_KeepFirstOfKey()).with_outputs(REJECTS, main="main")
+        )
+        inputs = (
+            (listed.candidates, listed[REJECTS])
+            | "AllInputs" >> beam.Flatten()
+            | "CountInputs" >> beam.combiners.Count.Globally()
+        )
+        rejects = (listed[REJECTS], unique[REJECTS]) | "ListingRejects" >> beam.Flatten()
+        return {"main": unique.main, "rejects": rejects, "inputs": inputs}

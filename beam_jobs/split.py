@@ -1,0 +1,100 @@
+"""AssignSplits: each image to exactly one split.
+
+- A manifest ``split`` value wins when present.
+- ``hash``: bucket = fp(split_seed, "split", group or key) mod 10000, cut at
+  the cumulative fractions. A key's split never changes as the dataset grows,
+  and with ``--group_by`` a whole group shares one bucket, so one split.
+- ``exact``: within each label, order by fingerprint and cut at exact
+  fractions (stratified; per-label counts are exact roundings).
+
+The split salt is ``--split_seed``, separate from the shuffle ``--seed``, so
+reshuffling never moves examples between train and test.
+"""
+
+from __future__ import annotations
+
+import apache_beam as beam
+
+from beam_jobs.fingerprint import fp
+from beam_jobs.rank import ExactRank, top_bucket
+from beam_jobs.records import Image
+
+HASH_BUCKETS = 10_000
+
+
+def cut_points(fractions: list[float], n: int) -> list[int]:
+    """Cumulative cut points of ``n`` items, e.g. [0.8, 0.1, 0.1], 10 -> [8, 9, 10]."""
+    cuts, acc = [], 0.0
+    for f in fractions:
+        acc += f
+        cuts.append(min(n, int(round(acc * n))))
+    cuts[-1] = n
+    return cuts
+
+
+def pick(cuts: list[int], value: int) -> int:
+    """Index of the first cut above ``value``."""
+    for i, cut in enumerate(cuts):
+        if value < cut:
+            return i
+    raise ValueError(f"value {value} beyond the last cut {cuts[-1]}")
+
+
+def hash_split(image: Image, names: tuple[str, ...], cuts: list[int], split_seed: int) -> str:
+    unit = image.group if image.group is not None else image.key
+    return names[pick(cuts, fp(split_seed, "split", unit) % HASH_BUCKETS)]
+
+
+class AssignSplits(beam.PTransform):
+    """Image -> (split, Image)."""
+
+    def __init__(self, splits: tuple[tuple[str, float], ...], mode: str = "hash",
+                 split_seed: int = 0):
+        super().__init__()
+        self._names = tuple(name for name, _ in splits)
+        self._fractions = [f for _, f in splits]
+        self._mode = mode
+        self._seed = split_seed
+
+    def expand(self, images):
+        given = images | "HasGivenSplit" >> beam.Partition(
+            lambda im, _: 0 if im.split is not None else 1, 2
+        )
+        honoured = given[0] | "GivenSplit" >> beam.Map(lambda im: (im.split, im))
+        rest = given[1]
+        if self._mode == "hash":
+            cuts = cut_points(self._fractions, HASH_BUCKETS)
+            names, seed = self._names, self._seed
+            assigned = rest | "HashSplit" >> beam.Map(
+                lambda im: (hash_split(im, names, cuts, seed), im)
+            )
+        else:
+            assigned = rest | "ExactSplit" >> _ExactSplit(self._names, self._fractions, self._seed)
+        return (honoured, assigned) | "AllSplits" >> beam.Flatten()
+
+
+class _ExactSplit(beam.PTransform):
+    """Image -> (split, Image), stratified by label with exact per-label counts."""
+
+    def __init__(self, names, fractions, seed):
+        super().__init__()
+        self._names, self._fractions, self._seed = names, fractions, seed
+
+    def expand(self, images):
+        seed, names, fractions = self._seed, self._names, self._fractions
+
+        def to_rank(im):
+            r = fp(seed, "split", im.key)
+            return im.label, (r, im.key), top_bucket(r), im
+
+        def to_split(ranked):
+            _, rank, total, im = ranked
+            return names[pick(cut_points(fractions, total), rank)], im
+
+        return (
+            images
+            | "ByLabel" >> beam.Map(to_rank)
+            # (label, rank within label, label count, Image)
+            | "RankInLabel" >> ExactRank()
+            | "CutAtFractions" >> beam.Map(to_split)
+        )

@@ -1,0 +1,176 @@
+"""WriteShards: one TFRecord file per (split, shard), written to a temp name and renamed.
+
+The writer reads each image's bytes again (only metadata went through the
+shuffle), builds a ``tf.train.Example``, serializes it deterministically and
+frames it as TFRecord. Framing is done here rather than with
+``tf.io.TFRecordWriter`` so that all IO goes through Beam's FileSystems (gs://
+and friends) and the bytes are ours to pin: gzip output uses zlib's gzip
+wrapper, whose header carries no timestamp.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import uuid
+import zlib
+
+import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
+
+from beam_jobs.records import Image
+
+INCOMPLETE_DIR = ".incomplete"
+
+
+def shard_name(split: str, index: int, count: int, suffix: str) -> str:
+    return f"{split}-{index:05d}-of-{count:05d}{suffix}"
+
+
+def _masked_crc(data: bytes) -> int:
+    import google_crc32c
+
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def tfrecord_frame(record: bytes) -> bytes:
+    """One TFRecord: length, masked CRC of the length, data, masked CRC of the data."""
+    length = struct.pack("<Q", len(record))
+    return b"".join([length, struct.pack("<I", _masked_crc(length)), record,
+                     struct.pack("<I", _masked_crc(record))])
+
+
+class _Sink:
+    """Writes to a stream, optionally gzip-compressed, counting bytes and hashing them."""
+
+    def __init__(self, stream, gzip: bool):
+        self._stream = stream
+        self._zip = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS) if gzip else None
+        self.sha256 = hashlib.sha256()
+        self.num_bytes = 0
+
+    def _out(self, data: bytes) -> None:
+        if data:
+            self._stream.write(data)
+            self.sha256.update(data)
+            self.num_bytes += len(data)
+
+    def write(self, data: bytes) -> None:
+        self._out(self._zip.compress(data) if self._zip else data)
+
+    def finish(self) -> None:
+        if self._zip:
+            self._out(self._zip.flush())
+
+
+def example_bytes(tf, im: Image, label_id: int, record_kind: str, data: bytes | None) -> bytes:
+    """The serialized tf.train.Example of one image (keys as in docs/format.md)."""
+
+    def b(value: bytes | str):
+        v = value.encode("utf-8") if isinstance(value, str) else value
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[v]))
+
+    def i(value: int):
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+
+    feature = {
+        "image/format": b(im.format),
+        "image/height": i(im.height),
+        "image/width": i(im.width),
+        "image/channels": i(im.channels),
+        "image/class/label": i(label_id),
+        "image/class/text": b(im.label),
+        "image/key": b(im.key),
+    }
+    if record_kind == "image":
+        feature["image/encoded"] = b(data)
+    else:
+        feature["image/path"] = b(im.rel_path)
+    example = tf.train.Example(features=tf.train.Features(feature=feature))
+    return example.SerializeToString(deterministic=True)
+
+
+class _WriteShard(beam.DoFn):
+    """((split, shard), [(sort_key, Image)]) -> shard info dict."""
+
+    def __init__(self, output_dir: str, record_kind: str, suffix: str):
+        self._out = output_dir.rstrip("/")
+        self._kind = record_kind
+        self._suffix = suffix
+        self._records = Metrics.counter("evenshard", "records_written")
+        self._bytes = Metrics.counter("evenshard", "bytes_written")
+        self._shards = Metrics.counter("evenshard", "shards_written")
+
+    def setup(self):
+        import tensorflow as tf
+
+        self._tf = tf
+
+    def process(self, element, plan, vocab, gate):
+        (split, index), items = element
+        if not gate["ok"]:  # too many rejects: finalize fails the job, write nothing
+            return
+        label_ids = {label: i for i, label in enumerate(vocab["labels"])}
+        name = shard_name(split, index, plan[split]["num_shards"], self._suffix)
+        # A unique temp name per attempt: retries and backup attempts never
+        # share a half-written file; the rename makes the shard appear whole.
+        tmp = f"{self._out}/{INCOMPLETE_DIR}/{name}.{uuid.uuid4().hex}"
+        label_counts: dict[str, int] = {}
+        count = 0
+        with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            sink = _Sink(f, gzip=self._suffix.endswith(".gz"))
+            for _, im in sorted(items, key=lambda item: item[0]):
+                data = _read_source(im) if self._kind == "image" else None
+                record = example_bytes(self._tf, im, label_ids[im.label], self._kind, data)
+                sink.write(tfrecord_frame(record))
+                label_counts[im.label] = label_counts.get(im.label, 0) + 1
+                count += 1
+            sink.finish()
+        FileSystems.rename([tmp], [f"{self._out}/{name}"])
+        self._records.inc(count)
+        self._bytes.inc(sink.num_bytes)
+        self._shards.inc()
+        yield {
+            "split": split,
+            "index": index,
+            "file": name,
+            "num_examples": count,
+            "num_bytes": sink.num_bytes,
+            "sha256": sink.sha256.hexdigest(),
+            "label_counts": dict(sorted(label_counts.items())),
+        }
+
+
+def _read_source(im: Image) -> bytes:
+    with FileSystems.open(im.source, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        data = f.read()
+    if len(data) != im.num_bytes:
+        raise RuntimeError(
+            f"{im.source} changed during the conversion: {im.num_bytes} bytes when inspected, "
+            f"{len(data)} now; rerun when the input is stable"
+        )
+    return data
+
+
+class WriteShards(beam.PTransform):
+    """((split, shard), (sort_key, Image)) -> shard info dicts."""
+
+    def __init__(self, output_dir: str, record_kind: str, suffix: str, plan, vocab, gate):
+        super().__init__()
+        self._args = (output_dir, record_kind, suffix)
+        self._plan, self._vocab, self._gate = plan, vocab, gate
+
+    def expand(self, sharded):
+        return (
+            sharded
+            | "GroupByShard" >> beam.GroupByKey()
+            | "WriteShard" >> beam.ParDo(
+                _WriteShard(*self._args),
+                beam.pvalue.AsSingleton(self._plan),
+                beam.pvalue.AsSingleton(self._vocab),
+                beam.pvalue.AsSingleton(self._gate),
+            )
+        )

@@ -1,0 +1,54 @@
+"""Record formats of evenshard datasets as TFMD schemas.
+
+``base_schema(kind)`` is the schema of a record kind (``image`` or ``path``);
+``dataset_schema`` specialises it to one dataset (label domain, formats seen,
+label texts), which ``evenshard convert`` writes as ``schema.pbtxt``.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+
+RECORD_KINDS = ("image", "path")
+
+
+def base_schema(kind: str):
+    """The TFMD ``Schema`` proto of a record kind."""
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    if kind not in RECORD_KINDS:
+        raise ValueError(f"record kind must be one of {RECORD_KINDS}, got {kind!r}")
+    text = importlib.resources.files(__name__).joinpath(f"{kind}.pbtxt").read_text("utf-8")
+    return text_format.Parse(text, schema_pb2.Schema())
+
+
+def dataset_schema(kind: str, labels: list[str], formats: list[str]):
+    """The schema of one dataset: label ids in [0, len(labels)), the formats it holds."""
+    schema = base_schema(kind)
+    for feature in schema.feature:
+        if feature.name == "image/class/label":
+            feature.int_domain.min = 0
+            feature.int_domain.max = max(len(labels) - 1, 0)
+        elif feature.name == "image/format" and formats:
+            del feature.string_domain.value[:]
+            feature.string_domain.value.extend(sorted(formats))
+        elif feature.name == "image/class/text":
+            feature.string_domain.value.extend(labels)
+    return schema
+
+
+def to_text(schema) -> str:
+    from google.protobuf import text_format
+
+    return text_format.MessageToString(schema)
+
+
+def load(path: str):
+    """Reads a schema.pbtxt (any Beam file system)."""
+    from apache_beam.io.filesystems import FileSystems
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    with FileSystems.open(path) as f:
+        return text_format.Parse(f.read().decode("utf-8"), schema_pb2.Schema())

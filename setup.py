@@ -1,0 +1,35 @@
+"""evenshard: globally shuffled, split, balanced TFRecord shards with Apache Beam.
+
+One distribution installs the three packages (``beam_jobs``, ``reader``,
+``schemas``) and the ``evenshard`` command. Dataflow workers install the same
+distribution from ``--setup_file ./setup.py``.
+"""
+
+from setuptools import setup
+
+setup(
+    name="evenshard",
+    version="0.1.0",
+    description=(
+        "Image folders and manifests to globally shuffled, split, balanced "
+        "TFRecord shards (Apache Beam), with tf.data readers and TFMD schemas."
+    ),
+    python_requires=">=3.10,<3.13",
+    packages=["beam_jobs", "reader", "schemas"],
+    package_data={"schemas": ["*.pbtxt"]},
+    install_requires=[
+        # tfx-bsl 1.21 pins tensorflow 2.21 and tensorflow-metadata 1.21.
+        "apache-beam[gcp]>=2.60,<3",
+        "tensorflow>=2.21,<2.22",
+        "tfx-bsl>=1.21,<1.22",
+        "tensorflow-metadata>=1.21,<1.22",
+        "pillow>=10",
+        "numpy>=1.26",
+        "google-crc32c>=1.5",
+    ],
+    extras_require={
+        "dev": ["pytest>=8", "ruff>=0.6", "scipy>=1.11"],
+        "dask": ["apache-beam[dask]>=2.60,<3", "dask[distributed]"],
+    },
+    entry_points={"console_scripts": ["evenshard=beam_jobs.cli:main"]},
+)
