@@ -1,0 +1,42 @@
+# Two commands do everything from a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: venv demo test lint format bench clean
+
+venv: $(STAMP)
+
+# Re-installs when setup.py changes; the package is installed editable, so
+# code changes need no reinstall.
+$(STAMP): setup.py pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+demo: venv
+	rm -rf demo_data
+	$(BIN)/evenshard make-images demo_data/images --num_labels 6 --per_label 50 \
+	    --formats jpeg,png,gif,webp --broken
+	$(BIN)/evenshard convert --input demo_data/images --output_dir demo_data/out \
+	    --max_reject_fraction 0.05 --shard_multiple 2
+	$(BIN)/python -m beam_jobs.demo_read demo_data/out
+
+test: venv
+	$(BIN)/python -m pytest -q
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: venv
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: venv
+	$(BIN)/python benchmarks/convert_bench.py
+
+clean:
+	rm -rf demo_data benchmarks/_work .pytest_cache

@@ -1,0 +1,28 @@
+"""Reads one batch back from a converted dataset (the last step of ``make demo``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    data_dir = argv[0] if argv else "demo_data/out"
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import reader
+
+    info = reader.load_info(data_dir)
+    ds = reader.make_dataset(data_dir, split="train", batch_size=8, image_size=(32, 32),
+                             seed=0, epochs=1)
+    batch = next(iter(ds))
+    labels = [info["labels"][i] for i in batch["label"].numpy()]
+    print(f"read one batch from {data_dir}/train: image {tuple(batch['image'].shape)} "
+          f"{batch['image'].dtype.name}, labels {labels}")
+    print("keys:", json.dumps([k.decode() for k in batch["key"].numpy()]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""Shared fixtures: generated image folders and helpers to convert and read back."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from beam_jobs import convert, synthetic  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def folder_500(tmp_path_factory):
+    """500 images over 5 labels (jpeg, png, gif, webp) plus broken files; and their rejects."""
+    root = str(tmp_path_factory.mktemp("folder_500") / "images")
+    broken = synthetic.make_image_folder(
+        root, num_labels=5, per_label=100, formats=("jpeg", "png", "gif", "webp"), broken=True
+    )
+    return root, broken
+
+
+def run_convert(input_path: str, output_dir: str, *flags: str) -> dict:
+    """Runs convert in-process on the DirectRunner; returns dataset_info."""
+    argv = [f"--input={input_path}", f"--output_dir={output_dir}", *flags]
+    if not any(f.startswith("--max_reject_fraction") for f in flags):
+        argv.append("--max_reject_fraction=0.05")
+    return convert.run(argv)
+
+
+def read_split(output_dir: str, split: str) -> list[list[dict]]:
+    """Per shard, the records of a split in file order, as {feature: value} dicts."""
+    import tensorflow as tf
+
+    info = load_info(output_dir)
+    compression = "GZIP" if info["compression"] == "gzip" else None
+    shards = []
+    for shard in info["splits"][split]["shards"]:
+        records = []
+        path = os.path.join(output_dir, shard["file"])
+        for raw in tf.data.TFRecordDataset(path, compression_type=compression):
+            ex = tf.train.Example.FromString(raw.numpy())
+            records.append({
+                name: (list(f.int64_list.value)[0] if f.int64_list.value
+                       else f.bytes_list.value[0])
+                for name, f in ex.features.feature.items()
+            })
+        shards.append(records)
+    return shards
+
+
+def keys_of(records) -> list[str]:
+    return [r["image/key"].decode() for r in records]
+
+
+def load_info(output_dir: str) -> dict:
+    with open(os.path.join(output_dir, "dataset_info.json")) as f:
+        return json.load(f)
+
+
+def read_rejects(output_dir: str) -> list[dict]:
+    with open(os.path.join(output_dir, "rejects", "rejects.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def write_manifest(path: str, rows: list[dict], columns: list[str]) -> str:
+    import csv
+
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+        w.writeheader()
+        for row in rows:
+            w.writerow(row)
+    return path

@@ -1,0 +1,242 @@
+"""End-to-end: convert real generated folders and manifests on the DirectRunner."""
+
+from __future__ import annotations
+
+import collections
+import os
+import shutil
+
+import pytest
+from conftest import keys_of, load_info, read_rejects, read_split, run_convert, write_manifest
+
+from beam_jobs import synthetic
+from beam_jobs.split import cut_points
+
+SEEDED = ("--seed=7", "--num_shards=4")
+
+
+@pytest.fixture(scope="module")
+def converted(folder_500, tmp_path_factory):
+    root, broken = folder_500
+    out = str(tmp_path_factory.mktemp("converted"))
+    return run_convert(root, out, *SEEDED), out, broken
+
+
+def shas(info: dict) -> list[str]:
+    return [s["sha256"] for split in sorted(info["splits"]) for s in info["splits"][split]["shards"]]
+
+
+def test_counts_reconcile_and_rejects_are_listed(converted):
+    info, out, broken = converted
+    written = sum(s["num_examples"] for s in info["splits"].values())
+    assert info["inputs"] == 506
+    assert written == 500
+    assert info["inputs"] == written + info["rejects"]["total"]
+    rejects = {r["key"]: r["reason"] for r in read_rejects(out)}
+    assert rejects == broken
+    assert info["rejects"]["by_reason"] == dict(collections.Counter(broken.values()))
+
+
+def test_shards_are_balanced_and_splits_disjoint(converted):
+    info, out, _ = converted
+    seen: dict[str, str] = {}
+    for split, s in info["splits"].items():
+        sizes = [sh["num_examples"] for sh in s["shards"]]
+        assert len(sizes) == 4
+        assert max(sizes) - min(sizes) <= 1, (split, sizes)
+        shards = read_split(out, split)
+        assert [len(records) for records in shards] == sizes
+        for records in shards:
+            for key in keys_of(records):
+                assert key not in seen, f"{key} in {split} and {seen[key]}"
+                seen[key] = split
+    assert len(seen) == 500
+    assert sorted(os.listdir(out)) == sorted(
+        ["dataset_info.json", "labels.txt", "schema.pbtxt", "rejects"]
+        + [sh["file"] for s in info["splits"].values() for sh in s["shards"]]
+    )
+
+
+def test_records_carry_label_ids_and_image_metadata(converted, folder_500):
+    info, out, _ = converted
+    root, _ = folder_500
+    from PIL import Image
+
+    for r in read_split(out, "val")[0][:20]:
+        key = r["image/key"].decode()
+        label = key.split("/")[0]
+        assert info["labels"][r["image/class/label"]] == label
+        assert r["image/class/text"].decode() == label
+        with open(os.path.join(root, key), "rb") as f:
+            assert r["image/encoded"] == f.read()
+        with Image.open(os.path.join(root, key)) as im:
+            assert (r["image/width"], r["image/height"]) == im.size
+            assert r["image/format"].decode() == {"JPEG": "jpeg", "PNG": "png", "GIF": "gif",
+                                                  "WEBP": "webp"}[im.format]
+
+
+def test_same_inputs_and_seed_give_identical_bytes(converted, folder_500, tmp_path):
+    info, _, _ = converted
+    again = run_convert(folder_500[0], str(tmp_path / "again"), *SEEDED)
+    assert shas(again) == shas(info)
+    other_seed = run_convert(folder_500[0], str(tmp_path / "seed8"), "--seed=8", "--num_shards=4")
+    assert shas(other_seed) != shas(info)
+
+
+@pytest.mark.slow
+def test_multiprocessing_runner_gives_identical_bytes(converted, folder_500, tmp_path):
+    info, _, _ = converted
+    multi = run_convert(folder_500[0], str(tmp_path / "multi"), *SEEDED,
+                        "--direct_num_workers=2", "--direct_running_mode=multi_processing")
+    assert shas(multi) == shas(info)
+
+
+def test_order_is_pinned_for_a_fixed_seed(converted):
+    # Pins the permutation itself (split hash + order fingerprints over fixed
+    # key names), independent of image encoder versions.
+    _, out, _ = converted
+    assert keys_of(read_split(out, "train")[0])[:5] == PINNED_TRAIN_HEAD
+
+
+PINNED_TRAIN_HEAD = ["label_2/img_00088.gif", "label_0/img_00047.webp", "label_4/img_00015.webp",
+                     "label_3/img_00025.jpg", "label_3/img_00009.jpg"]
+
+
+def test_label_sorted_input_is_mixed_in_every_shard(converted):
+    from scipy.stats import chi2_contingency
+
+    info, out, _ = converted  # folder listing is sorted by label: a label-sorted input
+    train = info["splits"]["train"]
+    table = [[sh["label_counts"].get(label, 0) for label in info["labels"]]
+             for sh in train["shards"]]
+    # Shards are random subsets: a label-by-shard table shows no dependence.
+    assert chi2_contingency(table).pvalue > 0.001
+    for records in read_split(out, "train"):
+        labels = [r["image/class/label"] for r in records]
+        runs = sum(1 for a, b in zip(labels, labels[1:]) if a != b)
+        assert runs > len(labels) * 0.6  # a label-sorted file has 4 label changes
+
+
+def test_balance_label_gives_every_shard_the_label_mix(folder_500, tmp_path):
+    info = run_convert(folder_500[0], str(tmp_path / "bal"), "--balance=label",
+                       "--num_shards=6", "--seed=3")
+    for split, s in info["splits"].items():
+        sizes = [sh["num_examples"] for sh in s["shards"]]
+        assert max(sizes) - min(sizes) <= 1
+        for label, n in s["label_counts"].items():
+            for sh in s["shards"]:
+                expected = n / len(s["shards"])
+                assert abs(sh["label_counts"].get(label, 0) - expected) < 1, (split, label)
+    # every window of 25 consecutive records holds every label (5 labels)
+    for records in read_split(str(tmp_path / "bal"), "train"):
+        labels = [r["image/class/label"] for r in records]
+        for i in range(len(labels) - 25):
+            assert len(set(labels[i : i + 25])) == 5
+
+
+def test_hash_split_is_stable_when_the_dataset_grows(folder_500, tmp_path):
+    root = str(tmp_path / "images")
+    shutil.copytree(folder_500[0], root)
+    before = run_convert(root, str(tmp_path / "before"), "--max_reject_fraction=0.05")
+    synthetic.make_image_folder(root + "_new", num_labels=5, per_label=10, seed=9)
+    for label in os.listdir(root + "_new"):
+        for name in os.listdir(os.path.join(root + "_new", label)):
+            shutil.copy(os.path.join(root + "_new", label, name),
+                        os.path.join(root, label, "new_" + name))
+    after = run_convert(root, str(tmp_path / "after"), "--max_reject_fraction=0.05")
+    split_of = {}
+    for split in before["splits"]:
+        for records in read_split(str(tmp_path / "before"), split):
+            split_of.update({k: split for k in keys_of(records)})
+    moved = 0
+    for split in after["splits"]:
+        for records in read_split(str(tmp_path / "after"), split):
+            moved += sum(1 for k in keys_of(records) if split_of.get(k, split) != split)
+    assert moved == 0
+    assert sum(s["num_examples"] for s in after["splits"].values()) == 550
+
+
+def _manifest_rows(root: str) -> list[dict]:
+    rows = []
+    for label in sorted(os.listdir(root)):
+        if not os.path.isdir(os.path.join(root, label)):
+            continue
+        for name in sorted(os.listdir(os.path.join(root, label))):
+            if name.startswith("img_"):
+                rows.append({"path": f"{label}/{name}", "label": label,
+                             "subject": f"{label}-s{int(name[4:9]) // 7}"})
+    return rows
+
+
+def test_group_by_keeps_each_group_in_one_split(folder_500, tmp_path):
+    root = folder_500[0]
+    manifest = write_manifest(os.path.join(os.path.dirname(root), "groups.csv"),
+                              [dict(r, path="images/" + r["path"]) for r in _manifest_rows(root)],
+                              ["path", "label", "subject"])
+    out = str(tmp_path / "grouped")
+    run_convert(manifest, out, "--group_by=subject")
+    group_split: dict[str, set] = collections.defaultdict(set)
+    for split in ("train", "val", "test"):
+        for records in read_split(out, split):
+            for key in keys_of(records):
+                label, name = key.split("/")[1:]
+                group_split[f"{label}-s{int(name[4:9]) // 7}"].add(split)
+    assert len(group_split) > 50
+    assert all(len(splits) == 1 for splits in group_split.values())
+
+
+def test_exact_split_gives_exact_per_label_counts(folder_500, tmp_path):
+    info = run_convert(folder_500[0], str(tmp_path / "exact"), "--split_mode=exact",
+                       "--splits=train=0.7,val=0.2,test=0.1")
+    for label in info["labels"]:
+        cuts = cut_points([0.7, 0.2, 0.1], 100)  # the broken files are rejected
+        expected = dict(zip(["train", "val", "test"], [cuts[0], cuts[1] - cuts[0],
+                                                        cuts[2] - cuts[1]]))
+        got = {s: info["splits"][s]["label_counts"].get(label, 0) for s in expected}
+        assert got == expected == {"train": 70, "val": 20, "test": 10}
+
+
+def test_manifest_split_column_is_honoured(folder_500, tmp_path):
+    root = folder_500[0]
+    rows = [dict(r, path="images/" + r["path"], split="holdout" if i % 10 == 0 else "")
+            for i, r in enumerate(_manifest_rows(root))]
+    manifest = write_manifest(str(tmp_path / "m.csv"), rows, ["path", "label", "split"])
+    shutil.copytree(root, str(tmp_path / "images"))
+    out = str(tmp_path / "given")
+    info = run_convert(manifest, out)
+    assert info["splits"]["holdout"]["num_examples"] == 50
+    holdout = {k for records in read_split(out, "holdout") for k in keys_of(records)}
+    assert holdout == {"images/" + r["path"] for i, r in enumerate(_manifest_rows(root))
+                       if i % 10 == 0}
+
+
+def test_path_kind_records_resolve_to_the_sources(folder_500, tmp_path):
+    root = folder_500[0]
+    out = str(tmp_path / "paths")
+    info = run_convert(root, out, "--record_kind=path", "--compression=gzip")
+    assert info["path_root"] == os.path.abspath(root)
+    assert all(sh["file"].endswith(".tfrecord.gz")
+               for s in info["splits"].values() for sh in s["shards"])
+    n = 0
+    for split in info["splits"]:
+        for records in read_split(out, split):
+            for r in records:
+                assert "image/encoded" not in r
+                path = os.path.join(info["path_root"], r["image/path"].decode())
+                assert os.path.isfile(path)
+                assert r["image/path"] == r["image/key"]
+                n += 1
+    assert n == 500
+
+
+def test_schema_and_labels_describe_the_dataset(converted):
+    import schemas
+
+    info, out, _ = converted
+    with open(os.path.join(out, "labels.txt")) as f:
+        assert f.read().splitlines() == info["labels"]
+    schema = schemas.load(os.path.join(out, "schema.pbtxt"))
+    features = {f.name: f for f in schema.feature}
+    assert features["image/class/label"].int_domain.max == len(info["labels"]) - 1
+    assert sorted(features["image/format"].string_domain.value) == info["formats"]
+    assert "image/encoded" in features and "image/path" not in features
