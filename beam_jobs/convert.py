@@ -57,6 +57,30 @@ def prepare_output(options: ConvertOptions) -> None:
         os.makedirs(out, exist_ok=True)
 
 
+def pipeline_options(pipeline_args: list[str]):
+    """Beam's PipelineOptions of the flags convert does not own; unknown flags are errors.
+
+    Beam only logs and drops flags it cannot parse, so a typo such as
+    ``--seeed=3`` would silently run with the default seed.
+    """
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    if any("dask" in a.lower() for a in pipeline_args if a.startswith("--runner")):
+        try:  # registers DaskOptions (--dask_client_address, ...)
+            import apache_beam.runners.dask.dask_runner  # noqa: F401
+        except ImportError as e:
+            raise UserError(f"--runner: the Dask runner needs `pip install evenshard[dask]` ({e})")
+    # All DoFns live in installed modules, nothing in __main__, so the main
+    # session need not be pickled (pickling it breaks under pytest).
+    options = PipelineOptions(pipeline_args, save_main_session=False)
+    known = options.get_all_options()
+    unknown = sorted(set(options.get_all_options(retain_unknown_options=True)) - set(known))
+    if unknown:
+        raise UserError(f"unknown flag(s): {', '.join('--' + u for u in unknown)}; "
+                        "see `evenshard convert --help` and Beam's pipeline options")
+    return options
+
+
 def build(pipeline, options: ConvertOptions, vocabulary: list[str] | None,
           path_root: str | None):
     """Wires the conversion onto ``pipeline``; returns the PCollection of the dataset info."""
@@ -121,6 +145,7 @@ def run(argv: list[str] | None = None, pipeline=None) -> dict:
         UserError: a mistake in the flags or inputs, found before any work.
     """
     options, pipeline_args = parse_args(argv)
+    beam_options = pipeline_options(pipeline_args)
     from apache_beam.io.filesystems import FileSystems
 
     from beam_jobs import paths, sources
@@ -135,11 +160,8 @@ def run(argv: list[str] | None = None, pipeline=None) -> dict:
 
     if pipeline is None:
         import apache_beam as beam
-        from apache_beam.options.pipeline_options import PipelineOptions
 
-        # All DoFns live in installed modules, nothing in __main__, so the
-        # main session need not be pickled (it breaks under pytest).
-        pipeline = beam.Pipeline(options=PipelineOptions(pipeline_args, save_main_session=False))
+        pipeline = beam.Pipeline(options=beam_options)
     build(pipeline, options, vocabulary, path_root)
     pipeline.run().wait_until_finish()
     with FileSystems.open(f"{options.output_dir.rstrip('/')}/{INFO_FILE}") as f:

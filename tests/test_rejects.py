@@ -1,0 +1,198 @@
+"""Every reject reason from a crafted input; user mistakes stop the job before any work."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import zlib
+
+import numpy as np
+import pytest
+from conftest import load_info, read_rejects, run_convert
+
+from beam_jobs import convert, synthetic
+
+
+def bomb_png(width: int, height: int) -> bytes:
+    """A small valid PNG whose header claims width x height pixels."""
+    png = synthetic.image_bytes("png", 8, 8, np.random.default_rng(0))
+    ihdr = bytearray(png[8 : 8 + 25])  # length, "IHDR", 13 data bytes, crc
+    ihdr[8:16] = struct.pack(">II", width, height)
+    ihdr[21:25] = struct.pack(">I", zlib.crc32(bytes(ihdr[4:21])))
+    return png[:8] + bytes(ihdr) + png[33:]
+
+
+@pytest.fixture(scope="module")
+def crafted(tmp_path_factory):
+    """A folder with one good image per label and one crafted file per reason."""
+    rng = np.random.default_rng(5)
+    root = tmp_path_factory.mktemp("crafted") / "images"
+    for label in ("a", "b"):
+        (root / label).mkdir(parents=True)
+        for i in range(4):
+            (root / label / f"good_{i}.png").write_bytes(synthetic.image_bytes("png", 16, 16, rng))
+    jpeg = synthetic.image_bytes("jpeg", 64, 64, rng)
+    png = synthetic.image_bytes("png", 64, 64, rng)
+    files = {
+        "a/empty.jpg": (b"", "empty"),
+        "a/text.jpg": (b"hello, not an image", "unsupported_format"),
+        "a/drawing.svg": (b"<svg xmlns='http://www.w3.org/2000/svg'/>", "unsupported_format"),
+        "a/icon.png": (b"II*\x00" + jpeg[4:200], "unsupported_format"),  # TIFF magic
+        "a/garbled.jpg": (jpeg[:120] + bytes(len(jpeg) - 120), "corrupt"),
+        "a/garbled.png": (png[:60] + bytes(len(png) - 60), "corrupt"),
+        "a/cut.jpg": (jpeg[: len(jpeg) // 2], "truncated"),
+        "a/cut.png": (png[: len(png) // 2], "truncated"),
+        "a/bomb.png": (bomb_png(100_000, 100_000), "too_large"),
+        "loose.png": (png, "bad_label"),
+    }
+    for rel, (data, _) in files.items():
+        (root / rel).write_bytes(data)
+    os.symlink("loop.jpg", root / "b" / "loop.jpg")  # a symlink loop
+    os.symlink("nowhere.jpg", root / "b" / "dangling.jpg")
+    (root / "a" / ".hidden.jpg").write_bytes(b"ignored: hidden files are not inputs")
+    expected = {rel: reason for rel, (_, reason) in files.items()}
+    expected.update({"b/loop.jpg": "unreadable", "b/dangling.jpg": "missing"})
+    return str(root), expected
+
+
+def test_each_crafted_file_is_rejected_with_its_reason(crafted, tmp_path):
+    root, expected = crafted
+    out = str(tmp_path / "out")
+    info = run_convert(root, out, "--max_reject_fraction=1")
+    got = {r["key"]: r["reason"] for r in read_rejects(out)}
+    assert got == expected
+    assert info["inputs"] == 8 + len(expected)
+    assert info["inputs"] == 8 + info["rejects"]["total"]
+    for r in read_rejects(out):
+        assert r["detail"] and r["source"].startswith(root)
+
+
+def test_header_verify_still_rejects_what_it_can_see(crafted, tmp_path):
+    root, expected = crafted
+    expected = dict(expected)
+    out = str(tmp_path / "out")
+    run_convert(root, out, "--max_reject_fraction=1", "--verify=header")
+    got = {r["key"]: r["reason"] for r in read_rejects(out)}
+    # header-only checks cannot see a truncated or garbled body: those pass
+    for key in ("a/cut.jpg", "a/cut.png", "a/garbled.png"):
+        expected.pop(key)
+    assert {k: v for k, v in got.items() if k in expected} == expected
+
+
+def test_max_image_pixels_rejects_as_too_large(crafted, tmp_path):
+    root, _ = crafted
+    out = str(tmp_path / "out")
+    run_convert(root, out, "--max_reject_fraction=1", "--max_image_pixels=255")
+    reasons = {r["key"]: r["reason"] for r in read_rejects(out)}
+    assert reasons["a/good_0.png"] == "too_large"  # 16x16 = 256 pixels
+
+
+def test_manifest_rejects(crafted, tmp_path):
+    root, _ = crafted
+    rows = [
+        "path,label,split",
+        "images/a/good_0.png,a,",
+        "images/a/good_1.png,a,",
+        "images/a/good_1.png,a,",  # duplicate key (the path): the first row is kept
+        "images/a/missing.png,a,",
+        "../outside.png,a,",
+        "images/a/good_2.png,,",  # no label
+        "images/a/good_3.png,zebra,",  # not in --labels
+        "images/b/good_0.png,b,bad split!",
+        "images/b/good_1.png,b,val,extra",  # malformed: too many fields
+        "",  # blank lines are not inputs
+        "images/b/good_2.png,b,",
+    ]
+    # Manifests sit beside the image folder, never in it (they would be inputs there).
+    manifest = os.path.join(os.path.dirname(root), "m.csv")
+    with open(manifest, "w", encoding="utf-8-sig", newline="") as f:
+        f.write("\r\n".join(rows) + "\r\n")  # a BOM and CRLF line ends
+    vocab = tmp_path / "labels.txt"
+    vocab.write_text("a\nb\n")
+    out = str(tmp_path / "out")
+    info = run_convert(manifest, out, "--max_reject_fraction=1", f"--labels={vocab}")
+    got = sorted((r["key"], r["reason"]) for r in read_rejects(out))
+    assert got == sorted([
+        ("images/a/good_1.png", "duplicate_key"),
+        ("images/a/missing.png", "missing"),
+        ("../outside.png", "bad_path"),
+        ("images/a/good_2.png", "bad_label"),
+        ("images/a/good_3.png", "bad_label"),
+        ("images/b/good_0.png", "bad_split"),
+        ("row:10", "malformed_row"),
+    ])
+    assert info["inputs"] == 10
+    assert sum(s["num_examples"] for s in info["splits"].values()) == 3
+    assert info["labels"] == ["a", "b"]
+
+
+def test_jsonl_manifest_with_malformed_lines(crafted, tmp_path):
+    root, _ = crafted
+    manifest = os.path.join(os.path.dirname(root), "m.jsonl")
+    with open(manifest, "w") as f:
+        f.write(json.dumps({"path": "images/a/good_0.png", "label": "a", "key": "k0"}) + "\n")
+        f.write("{not json\n\n")
+        f.write(json.dumps(["a", "list"]) + "\n")
+        f.write(json.dumps({"label": "a"}) + "\n")
+        f.write(json.dumps({"path": "images/b/good_0.png", "label": "b", "key": "k1"}) + "\n")
+    out = str(tmp_path / "out")
+    info = run_convert(manifest, out, "--max_reject_fraction=1")
+    got = sorted((r["key"], r["reason"]) for r in read_rejects(out))
+    assert got == [("row:2", "malformed_row"), ("row:4", "malformed_row"),
+                   ("row:5", "malformed_row")]
+    assert info["inputs"] == 5
+
+
+def test_too_many_rejects_fail_after_writing_rejects_and_no_info(crafted, tmp_path, capsys):
+    root, expected = crafted
+    out = str(tmp_path / "out")
+    code = convert.main([f"--input={root}", f"--output_dir={out}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1
+    assert "inputs were rejected, above --max_reject_fraction=0.01" in err[-1]
+    assert len(read_rejects(out)) == len(expected)
+    assert not os.path.exists(os.path.join(out, "dataset_info.json"))
+    assert not [f for f in os.listdir(out) if ".tfrecord" in f]
+
+
+USER_ERRORS = [
+    (["--input={missing}", "--output_dir={out}"], "does not exist"),
+    (["--input={root}", "--output_dir={out}", "--splits=train=0.8,val=0.1"], "sum to 1"),
+    (["--input={root}", "--output_dir={out}", "--splits=train=1.5"], "(0, 1]"),
+    (["--input={root}", "--output_dir={out}", "--record_kind=jpeg"], "--record_kind"),
+    (["--input={root}", "--output_dir={out}", "--balance=class"], "--balance"),
+    (["--input={root}", "--output_dir={out}", "--seeed=3"], "unknown flag(s): --seeed"),
+    (["--input={root}", "--output_dir={out}", "--num_shards=0"], "--num_shards"),
+    (["--input={root}", "--output_dir={out}", "--group_by=subject"], "manifest"),
+    (["--output_dir={out}"], "--input"),
+    (["--input={root}", "--output_dir={root}/sub"], "inside the input folder"),
+]
+
+
+@pytest.mark.parametrize("argv,message", USER_ERRORS)
+def test_user_errors_exit_with_one_line_before_any_work(argv, message, crafted, tmp_path,
+                                                          capsys):
+    root, _ = crafted
+    out = tmp_path / "out"
+    argv = [a.format(root=root, out=out, missing=tmp_path / "nope") for a in argv]
+    assert convert.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert not out.exists()
+
+
+def test_finished_dataset_needs_overwrite(crafted, tmp_path, capsys):
+    root, _ = crafted
+    out = str(tmp_path / "out")
+    run_convert(root, out, "--max_reject_fraction=1")
+    before = load_info(out)
+    assert convert.main([f"--input={root}", f"--output_dir={out}",
+                         "--max_reject_fraction=1"]) == 2
+    assert "holds a finished dataset; pass --overwrite" in capsys.readouterr().err
+    stray = os.path.join(out, "train-00009-of-00010.tfrecord")  # left by another run
+    open(stray, "wb").close()
+    assert convert.main([f"--input={root}", f"--output_dir={out}", "--max_reject_fraction=1",
+                         "--overwrite", "--num_shards=1"]) == 0
+    assert not os.path.exists(stray)
+    assert load_info(out)["inputs"] == before["inputs"]
