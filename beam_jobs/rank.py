@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import apache_beam as beam
 
+from beam_jobs.fingerprint import BITS
+
 BUCKET_BITS = 12  # 4096 buckets a partition: ~250 entries a bucket at 1M examples
 
 
 def top_bucket(value: int) -> int:
-    """Bucket of a uniform uint64: its top BUCKET_BITS bits (order preserving)."""
-    return value >> (64 - BUCKET_BITS)
+    """Bucket of a uniform fingerprint: its top BUCKET_BITS bits (order preserving)."""
+    return value >> (BITS - BUCKET_BITS)
 
 
 def _prefix_sums(counts: list) -> dict:

@@ -1,0 +1,136 @@
+"""Transform-level tests: TestPipeline, a tiny beam.Create, assert_that."""
+
+from __future__ import annotations
+
+import collections
+import itertools
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from beam_jobs import synthetic
+from beam_jobs.fingerprint import fp
+from beam_jobs.inspect_images import InspectImages
+from beam_jobs.order import OrderAndShard, shard_count
+from beam_jobs.rank import ExactRank, top_bucket
+from beam_jobs.records import Candidate, Image
+from beam_jobs.split import HASH_BUCKETS, AssignSplits, cut_points, hash_split
+
+
+def image(key: str, label: str = "a", split: str | None = None, group: str | None = None):
+    return Image(key, "/src/" + key, "", label, split, group, "png", 4, 4, 3, 100)
+
+
+def test_inspect_images_reads_metadata_and_routes_rejects(tmp_path):
+    rng = np.random.default_rng(0)
+    good = tmp_path / "good.webp"
+    good.write_bytes(synthetic.image_bytes("webp", 20, 30, rng))
+    gray = tmp_path / "gray.png"
+    gray.write_bytes(synthetic.image_bytes("png", 5, 7, rng, mode="L"))
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(synthetic.image_bytes("png", 20, 30, rng)[:70])
+    candidates = [Candidate(p.name, str(p), "", "x") for p in (good, gray, bad)]
+    candidates.append(Candidate("gone.png", str(tmp_path / "gone.png"), "", "x"))
+    with TestPipeline() as p:
+        out = p | beam.Create(candidates) | InspectImages("full")
+        assert_that(
+            out["main"] | "Meta" >> beam.Map(lambda im: (im.key, im.format, im.height, im.width,
+                                                       im.channels)),
+            equal_to([("good.webp", "webp", 20, 30, 3), ("gray.png", "png", 5, 7, 1)]),
+            label="Images",
+        )
+        assert_that(
+            out["rejects"] | "Reason" >> beam.Map(lambda r: (r.key, r.reason)),
+            equal_to([("bad.png", "truncated"), ("gone.png", "missing")]),
+            label="Rejects",
+        )
+
+
+def test_exact_rank_equals_a_full_sort():
+    values = [(part, fp(1, "t", f"{part}{i}")) for part in "xyz" for i in range(300)]
+    elements = [(part, (r, str(i)), top_bucket(r), f"{part}{i}")
+                for i, (part, r) in enumerate(values)]
+    expected = []
+    for part in "xyz":
+        mine = sorted(e for e in elements if e[0] == part)
+        expected += [(part, rank, len(mine), e[3]) for rank, e in enumerate(mine)]
+    with TestPipeline() as p:
+        assert_that(p | beam.Create(elements) | ExactRank(), equal_to(expected))
+
+
+def test_assign_splits_hash_exact_and_given():
+    images = [image(f"k{i}", label="ab"[i % 2]) for i in range(200)]
+    images += [image("given", split="holdout")]
+    splits = (("train", 0.5), ("test", 0.5))
+    cuts = cut_points([0.5, 0.5], HASH_BUCKETS)
+    hashed = [(hash_split(im, ("train", "test"), cuts, 0), im.key) for im in images[:-1]]
+    with TestPipeline() as p:
+        created = p | beam.Create(images)
+        got = created | "Hash" >> AssignSplits(splits) | "K1" >> beam.Map(lambda e: (e[0], e[1].key))
+        assert_that(got, equal_to(hashed + [("holdout", "given")]), label="Hash")
+        exact = (created | "Exact" >> AssignSplits(splits, "exact")
+                 | "Count" >> beam.Map(lambda e: ((e[0], e[1].label), 1))
+                 | beam.CombinePerKey(sum))
+        assert_that(exact, equal_to([(("train", "a"), 50), (("test", "a"), 50),
+                                     (("train", "b"), 50), (("test", "b"), 50),
+                                     (("holdout", "a"), 1)]), label="Exact")
+
+
+def test_group_keeps_one_split_in_hash_mode():
+    images = [image(f"k{i}", group=f"g{i // 10}") for i in range(500)]
+    cuts = cut_points([0.8, 0.1, 0.1], HASH_BUCKETS)
+    by_group = collections.defaultdict(set)
+    for im in images:
+        by_group[im.group].add(hash_split(im, ("train", "val", "test"), cuts, 0))
+    assert all(len(s) == 1 for s in by_group.values())
+
+
+def test_order_and_shard_follows_the_fingerprint_order():
+    images = [image(f"k{i}") for i in range(50)]
+    plan = {"train": {"num_shards": 3, "label_counts": {"a": 50}, "num_examples": 50}}
+    order = sorted(images, key=lambda im: fp(4, "order", im.key))
+    expected = [(("train", rank * 3 // 50), (rank, im.key)) for rank, im in enumerate(order)]
+    with TestPipeline() as p:
+        plan_pc = p | "Plan" >> beam.Create([plan])
+        got = (p | beam.Create([("train", im) for im in images])
+               | OrderAndShard(4, "none", plan_pc)
+               | beam.Map(lambda e: (e[0], (e[1][0], e[1][1].key))))
+        assert_that(got, equal_to(expected))
+
+
+def test_order_is_a_uniform_permutation_across_seeds():
+    """Chi-square on (item, position) counts over many seeds: uniform, no position bias."""
+    from scipy.stats import chisquare
+
+    n, seeds = 8, 4000
+    keys = [f"img_{i:03d}.jpg" for i in range(n)]  # sorted, similar keys: the hard case
+    counts = np.zeros((n, n))
+    for seed in range(seeds):
+        order = sorted(range(n), key=lambda i: fp(seed, "order", keys[i]))
+        for position, item in enumerate(order):
+            counts[item, position] += 1
+    assert chisquare(counts.ravel()).pvalue > 0.001
+    # adjacent pairs are independent too: each ordered pair is neighbours equally often
+    pairs = collections.Counter()
+    for seed in range(seeds):
+        order = sorted(range(n), key=lambda i: fp(seed, "order", keys[i]))
+        pairs.update(itertools.pairwise(order))
+    assert chisquare(list(pairs.values())).pvalue > 0.001
+    assert len(pairs) == n * (n - 1)
+
+
+def test_shard_count_rules():
+    assert shard_count(0, 0, 100, 1, None) == 0
+    assert shard_count(10, 1, 100, 1, None) == 1
+    assert shard_count(1000, 950, 100, 1, None) == 10
+    assert shard_count(1000, 950, 100, 4, None) == 12  # rounded up to a multiple
+    assert shard_count(5, 10**9, 100, 1, None) == 5  # never more than examples
+    assert shard_count(1000, 1, 100, 1, 7) == 7  # --num_shards wins
+
+
+def test_fingerprint_is_pinned():
+    # Cross-version determinism: these values must never change.
+    assert fp(0, "order", "cat/001.jpg") == 539052719554673185
+    assert fp(1, "split", "cat/001.jpg") % HASH_BUCKETS == 3718
