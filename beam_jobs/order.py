@@ -15,12 +15,13 @@ split's label mix.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import apache_beam as beam
 
 from beam_jobs.fingerprint import fp, unit
-from beam_jobs.rank import ExactRank, top_bucket
+from beam_jobs.rank import LABEL_BUCKET_BITS, ExactRank, top_bucket
 from beam_jobs.records import Image
 
 RECORD_OVERHEAD = 160  # bytes of features besides the image, a rough upper bound
@@ -74,7 +75,8 @@ class _SplitStats(beam.CombineFn):
 
 
 class PlanShards(beam.PTransform):
-    """(split, Image) -> one dict: {split: {num_examples, est_bytes, num_shards, label_counts}}.
+    """(split, Image) -> one dict: {split: {num_examples, est_bytes, num_shards, label_counts,
+    label_offsets}}.
 
     Every split named in ``splits`` appears, empty ones with zero shards.
     """
@@ -93,11 +95,15 @@ class PlanShards(beam.PTransform):
             out = {}
             for split in sorted(set(self._splits) | set(stats)):
                 n, est, labels = stats.get(split, (0, 0, {}))
+                label_counts = dict(sorted(labels.items()))
+                offsets = itertools.accumulate(label_counts.values(), initial=0)
                 out[split] = {
                     "num_examples": n,
                     "est_bytes": est,
                     "num_shards": shard_count(n, est, self._target, self._multiple, self._fixed),
-                    "label_counts": dict(sorted(labels.items())),
+                    "label_counts": label_counts,
+                    # where each label starts when labels are laid end to end (balance=label)
+                    "label_offsets": dict(zip(label_counts, offsets)),
                 }
             return out
 
@@ -143,16 +149,12 @@ class OrderAndShard(beam.PTransform):
         def to_label_rank(element):
             split, im = element
             r = fp(seed, "order", im.key)
-            return (split, im.label), (r, im.key), top_bucket(r), im
+            return (split, im.label), (r, im.key), top_bucket(r, LABEL_BUCKET_BITS), im
 
         def to_balanced_shard(ranked, plan):
             (split, label), i, n_label, im = ranked
             info = plan[split]
-            offset = 0
-            for other, count in info["label_counts"].items():  # sorted by label
-                if other == label:
-                    break
-                offset += count
+            offset = info["label_offsets"][label]
             position = (i + unit(seed, "jitter", im.key)) / n_label
             sort_key = (position, fp(seed, "order", im.key), im.key)
             return (split, (offset + i) % info["num_shards"]), (sort_key, im)

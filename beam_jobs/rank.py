@@ -13,12 +13,17 @@ import apache_beam as beam
 
 from beam_jobs.fingerprint import BITS
 
-BUCKET_BITS = 12  # 4096 buckets a partition: ~250 entries a bucket at 1M examples
+# Buckets a partition. A split: 4096 (~250 entries a bucket at 1M examples).
+# A (split, label) or a label: 64, so the broadcast table stays small with many
+# labels (1000 labels x 3 splits -> at most 192k entries) while a bucket of a
+# 100k-example label still holds only ~1.6k entries.
+BUCKET_BITS = 12
+LABEL_BUCKET_BITS = 6
 
 
-def top_bucket(value: int) -> int:
-    """Bucket of a uniform fingerprint: its top BUCKET_BITS bits (order preserving)."""
-    return value >> (BITS - BUCKET_BITS)
+def top_bucket(value: int, bits: int = BUCKET_BITS) -> int:
+    """Bucket of a uniform fingerprint: its top ``bits`` bits (order preserving)."""
+    return value >> (BITS - bits)
 
 
 def _prefix_sums(counts: list) -> dict:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import apache_beam as beam
 
 from beam_jobs.fingerprint import fp
-from beam_jobs.rank import ExactRank, top_bucket
+from beam_jobs.rank import LABEL_BUCKET_BITS, ExactRank, top_bucket
 from beam_jobs.records import Image
 
 HASH_BUCKETS = 10_000
@@ -85,7 +85,7 @@ class _ExactSplit(beam.PTransform):
 
         def to_rank(im):
             r = fp(seed, "split", im.key)
-            return im.label, (r, im.key), top_bucket(r), im
+            return im.label, (r, im.key), top_bucket(r, LABEL_BUCKET_BITS), im
 
         def to_split(ranked):
             _, rank, total, im = ranked
