@@ -52,3 +52,16 @@ def load(path: str):
 
     with FileSystems.open(path) as f:
         return text_format.Parse(f.read().decode("utf-8"), schema_pb2.Schema())
+
+
+def feature_spec(schema) -> dict:
+    """``tf.io.parse_example`` spec of a schema, derived by tfx-bsl (never by hand).
+
+    Every evenshard feature has shape [1]; parsers squeeze it.
+    """
+    from tfx_bsl.tfxio import tensor_representation_util as tru
+
+    types = {f.name: f.type for f in schema.feature}
+    representations = tru.InferTensorRepresentationsFromSchema(schema)
+    return {name: tru.CreateTfExampleParserConfig(rep, types[name])
+            for name, rep in representations.items()}

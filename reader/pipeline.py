@@ -1,0 +1,331 @@
+"""``make_dataset``: a tf.data pipeline over one split of an evenshard dataset.
+
+Order of stages (each one's reason in its comment):
+files -> worker sharding -> seeded file shuffle (new order each epoch) ->
+parallel interleave -> shuffle buffer -> repeat -> parallel parse and decode
+-> batch -> prefetch (to the GPU when there is one).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from reader.info import DatasetError, default_path_root, load_info, split_shards
+
+log = logging.getLogger(__name__)
+
+AUTOTUNE = -1  # tf.data.AUTOTUNE, without importing TensorFlow at import time
+
+
+def _workers(input_context, num_workers, worker_index) -> tuple[int, int]:
+    if input_context is not None:
+        if num_workers is not None or worker_index is not None:
+            raise ValueError("give input_context or num_workers/worker_index, not both")
+        return input_context.num_input_pipelines, input_context.input_pipeline_id
+    if (num_workers is None) != (worker_index is None):
+        raise ValueError("num_workers and worker_index go together")
+    if num_workers is None:
+        return 1, 0
+    if not (num_workers >= 1 and 0 <= worker_index < num_workers):
+        raise ValueError(f"worker_index must be in [0, {num_workers}), got {worker_index}")
+    return num_workers, worker_index
+
+
+def worker_plan(shards: list[dict], num_workers: int, worker_index: int):
+    """Which files a worker reads, and how many examples it gets.
+
+    Files are dealt round-robin (disjoint). With fewer files than workers,
+    every worker reads all files and keeps every num_workers-th record.
+
+    Returns:
+        (files, examples of this worker, record-level stride)
+    """
+    if len(shards) < num_workers:
+        total = sum(s["num_examples"] for s in shards)
+        return shards, len(range(worker_index, total, num_workers)), num_workers
+    mine = shards[worker_index::num_workers]
+    return mine, sum(s["num_examples"] for s in mine), 1
+
+
+def _warn_uneven(split: str, n_files: int, num_workers: int) -> None:
+    if n_files < num_workers:
+        log.warning("split %s has %d shards for %d workers: every worker reads every shard "
+                    "and keeps 1 record in %d; convert with --shard_multiple %d to read "
+                    "disjoint files", split, n_files, num_workers, num_workers, num_workers)
+    elif n_files % num_workers:
+        log.warning("split %s has %d shards, not a multiple of %d workers: workers get "
+                    "unequal example counts; convert with --shard_multiple %d to fix it",
+                    split, n_files, num_workers, num_workers)
+
+
+def make_dataset(
+    data_dir: str,
+    split: str = "train",
+    batch_size: int | None = 32,
+    *,
+    shuffle: bool | None = None,
+    seed: int | None = None,
+    epochs: int | None = 1,
+    shuffle_buffer: int = 1000,
+    cycle_length: int | None = None,
+    block_length: int = 1,
+    deterministic: bool | None = None,
+    decode: bool = True,
+    image_size: tuple[int, int] | None = None,
+    channels: int = 3,
+    random_crop: bool = False,
+    input_context=None,
+    num_workers: int | None = None,
+    worker_index: int | None = None,
+    drop_remainder: bool = False,
+    pad_final_batch: bool = False,
+    as_supervised: bool = False,
+    path_root: str | None = None,
+    cache: bool = False,
+    prefetch: int | None = AUTOTUNE,
+    prefetch_to_device: str | bool | None = None,
+    num_parallel_calls: int = AUTOTUNE,
+):
+    """Builds a ``tf.data.Dataset`` over one split, from ``dataset_info.json``.
+
+    Args:
+        data_dir: a folder written by ``evenshard convert`` (local or gs://).
+        split: split name.
+        batch_size: examples a batch; None yields single examples.
+        shuffle: shuffle files and examples; default True for "train" only.
+        seed: makes every shuffle reproducible; also turns ``deterministic`` on.
+        epochs: passes over the split; None repeats forever.
+        shuffle_buffer: examples in the shuffle buffer (0: files and
+            interleave only; the shards are already globally shuffled).
+        cycle_length: files read at once (default: min(16, files)).
+        block_length: consecutive records taken from a file in turn.
+        deterministic: fixed output order (default: True when a seed is given).
+        decode: decode images (False: ``image`` holds the encoded bytes).
+        image_size: (height, width) to resize to; needed to batch decoded
+            images, whose sizes differ.
+        channels: channels of decoded images (1, 3 or 4).
+        random_crop: crop a random box (JPEG decodes only the box) before resizing.
+        input_context: a ``tf.distribute.InputContext``; or give
+            ``num_workers`` and ``worker_index``.
+        drop_remainder: drop a final partial batch.
+        pad_final_batch: pad the final batch to ``batch_size`` and add a boolean
+            ``mask`` feature (False on padding): static shapes for evaluation.
+        as_supervised: yield (image, label) instead of a dict.
+        path_root: path kind: the folder the stored paths are relative to
+            (default: the one recorded at conversion).
+        cache: cache parsed records in memory after the first epoch (before
+            shuffling buffers; small datasets only).
+        prefetch: batches to prefetch (None: no prefetch).
+        prefetch_to_device: a device name such as "/gpu:0", True for the first
+            GPU; default: the first GPU when one is visible.
+        num_parallel_calls: parallelism of interleave and decode.
+
+    Returns:
+        A dataset of dicts ``{"image", "label", "key"}`` (plus ``"mask"`` with
+        ``pad_final_batch``), or (image, label) tuples; finite datasets carry
+        their cardinality.
+
+    Raises:
+        DatasetError: the dataset is missing, unfinished, or a listed shard is
+            missing or has the wrong size. A shard whose records turn out to
+            be corrupt raises ``tf.errors.InvalidArgumentError`` naming the file
+            when it is read.
+        ValueError: options that do not fit together.
+    """
+    import tensorflow as tf
+
+    import schemas
+
+    info = load_info(data_dir)
+    shards = split_shards(info, data_dir, split)
+    shuffle = (split == "train") if shuffle is None else shuffle
+    deterministic = (seed is not None) if deterministic is None else deterministic
+    if epochs is not None and epochs < 1:
+        raise ValueError(f"epochs must be >= 1 or None, got {epochs}")
+    if pad_final_batch and (batch_size is None or drop_remainder):
+        raise ValueError("pad_final_batch needs a batch_size and drop_remainder=False")
+    if pad_final_batch and (shuffle or epochs != 1):
+        raise ValueError("pad_final_batch is for evaluation: use shuffle=False, epochs=1")
+    if decode and batch_size is not None and image_size is None:
+        raise ValueError("decoded images differ in size: give image_size=(height, width) to "
+                         "batch them, or batch_size=None, or decode=False")
+    if channels not in (1, 3, 4):
+        raise ValueError(f"channels must be 1, 3 or 4, got {channels}")
+    if not shards:
+        raise DatasetError(f"split {split!r} of {data_dir} has no examples")
+    n_workers, index = _workers(input_context, num_workers, worker_index)
+    _warn_uneven(split, len(shards), n_workers)
+    mine, num_examples, stride = worker_plan(shards, n_workers, index)
+    if seed is None and shuffle:
+        seed = int(tf.random.uniform([], maxval=2**31 - 1, dtype=tf.int64))  # a fresh one
+    compression = "GZIP" if info["compression"] == "gzip" else ""
+    kind = info["record_kind"]
+    root = default_path_root(info, path_root)
+    spec = schemas.feature_spec(schemas.load(f"{data_dir.rstrip('/')}/schema.pbtxt"))
+    wanted = ["image/encoded" if kind == "image" else "image/path", "image/class/label",
+              "image/key", "image/format"]
+    spec = {name: spec[name] for name in wanted}
+
+    paths = tf.constant([s["path"] for s in mine])
+    counts = tf.constant([s["num_examples"] for s in mine], tf.int64)
+    files = tf.data.Dataset.from_tensor_slices((paths, counts))
+    if shuffle:
+        # A new file order every epoch: the repeat below re-runs this shuffle.
+        files = files.shuffle(len(mine), seed=seed, reshuffle_each_iteration=True)
+    cycle = min(cycle_length or 16, len(mine))
+    records = files.interleave(
+        lambda path, count: _checked_records(tf, path, count, compression),
+        cycle_length=cycle, block_length=block_length,
+        num_parallel_calls=num_parallel_calls if cycle > 1 else None,
+        deterministic=deterministic if cycle > 1 else None,
+    )
+    if stride > 1:
+        records = records.shard(stride, index)
+    if cache:
+        records = records.cache()
+    if shuffle and shuffle_buffer > 0:
+        records = records.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    if epochs != 1:
+        records = records.repeat(epochs)
+
+    def parse(serialized):
+        ex = tf.io.parse_single_example(serialized, spec)
+        ex = {k: tf.squeeze(v, 0) for k, v in ex.items()}
+        if kind == "image":
+            data = ex["image/encoded"]
+        else:
+            data = tf.io.read_file(tf.strings.join([root, "/", ex["image/path"]]))
+        out = {"label": ex["image/class/label"], "key": ex["image/key"]}
+        if decode:
+            out["image"] = _decode(tf, data, ex["image/format"], channels, image_size,
+                                   random_crop, seed)
+        else:
+            out["image"] = data
+        if kind == "path":
+            out["path"] = ex["image/path"]
+        return out
+
+    ds = records.map(parse, num_parallel_calls=num_parallel_calls,
+                     deterministic=deterministic)
+    if pad_final_batch:
+        ds = ds.map(lambda ex: {**ex, "mask": tf.constant(True)})
+    if batch_size is not None:
+        num_batches = None
+        if epochs is not None:
+            per_epoch = num_examples // batch_size if drop_remainder else math.ceil(
+                num_examples / batch_size)
+            num_batches = per_epoch * epochs
+        if pad_final_batch:
+            # Every worker pads to the same batch count, so collective evaluation steps
+            # never wait on a worker that ran out.
+            most = max(worker_plan(shards, n_workers, w)[1] for w in range(n_workers))
+            num_batches = math.ceil(most / batch_size)
+            ds = ds.concatenate(_padding(tf, ds.element_spec,
+                                         num_batches * batch_size - num_examples))
+        ds = ds.batch(batch_size, drop_remainder=drop_remainder or pad_final_batch,
+                      num_parallel_calls=num_parallel_calls, deterministic=deterministic)
+        if num_batches is not None:
+            ds = ds.apply(tf.data.experimental.assert_cardinality(num_batches))
+    elif epochs is not None:
+        ds = ds.apply(tf.data.experimental.assert_cardinality(num_examples * epochs))
+    if as_supervised:
+        ds = ds.map(lambda ex: (ex["image"], ex["label"]))
+    options = tf.data.Options()
+    options.deterministic = deterministic
+    ds = ds.with_options(options)
+    device = _prefetch_device(tf, prefetch_to_device)
+    if device is not None:
+        ds = ds.apply(tf.data.experimental.prefetch_to_device(device, prefetch or 1))
+    elif prefetch is not None:
+        ds = ds.prefetch(prefetch)
+    return ds
+
+
+def _checked_records(tf, path, expected, compression):
+    """The records of one shard; a corrupt or short shard raises an error naming it.
+
+    TFRecordDataset's own DataLossError does not say which file failed. Here a
+    read error ends the file (ignore_errors), and an end-of-file marker checks
+    that every record listed in dataset_info.json was read.
+    """
+    records = tf.data.TFRecordDataset(path, compression_type=compression,
+                                      buffer_size=1 << 20).ignore_errors()
+    marked = records.map(lambda r: (r, False)).concatenate(
+        tf.data.Dataset.from_tensors((tf.constant(b""), True)))
+
+    def count(n, item):
+        record, is_end = item
+        return n + 1 - tf.cast(is_end, tf.int64), (n, record, is_end)
+
+    def check(n, record, is_end):
+        ok = tf.logical_or(tf.logical_not(is_end), tf.equal(n, expected))
+        tf.debugging.Assert(ok, ["evenshard: shard", path, "is corrupt (CRC mismatch or "
+                                 "truncated): read", n, "good records of", expected], summarize=3)
+        return record, is_end
+
+    return (marked.scan(tf.constant(0, tf.int64), count).map(check)
+            .filter(lambda record, is_end: tf.logical_not(is_end))
+            .map(lambda record, is_end: record))
+
+
+def _decode(tf, data, fmt, channels, image_size, random_crop, seed):
+    if random_crop:
+        image = _decode_random_crop(tf, data, fmt, channels, seed)
+    else:
+        # expand_animations=False: the first frame of a GIF/WebP, always 3-D.
+        image = tf.io.decode_image(data, channels=channels, expand_animations=False)
+        image.set_shape([None, None, channels])
+    if image_size is not None:
+        image = tf.image.resize(image, image_size)
+        image = tf.saturate_cast(tf.round(image), tf.uint8)
+    return image
+
+
+def _decode_random_crop(tf, data, fmt, channels, seed):
+    """Random crop (8%-100% of the area, 3/4-4/3 aspect); JPEG decodes only the crop."""
+
+    def box(shape):
+        begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+            shape, tf.zeros([0, 0, 4]), seed=tf.random.uniform([2], maxval=2**31 - 1,
+                                                             dtype=tf.int32, seed=seed),
+            min_object_covered=0.08, aspect_ratio_range=(0.75, 1.33),
+            area_range=(0.08, 1.0), max_attempts=10, use_image_if_no_bounding_boxes=True)
+        return begin, size
+
+    def jpeg():
+        begin, size = box(tf.image.extract_jpeg_shape(data))
+        window = tf.stack([begin[0], begin[1], size[0], size[1]])
+        return tf.image.decode_and_crop_jpeg(data, window, channels=channels)
+
+    def other():
+        image = tf.io.decode_image(data, channels=channels, expand_animations=False)
+        begin, size = box(tf.shape(image))
+        return tf.slice(image, begin, size)
+
+    image = tf.cond(tf.equal(fmt, "jpeg"), jpeg, other)
+    image.set_shape([None, None, channels])
+    return image
+
+
+def _padding(tf, spec, count: int):
+    """``count`` placeholder examples shaped like ``spec``, with mask False."""
+    def zeros(s):
+        if not s.shape.is_fully_defined():
+            raise ValueError("pad_final_batch needs fixed shapes: give image_size")
+        return tf.zeros(s.shape, s.dtype)
+
+    element = tf.nest.map_structure(zeros, spec)
+    element["mask"] = tf.constant(False)
+    return tf.data.Dataset.from_tensors(element).repeat(max(count, 0))
+
+
+def _prefetch_device(tf, prefetch_to_device):
+    if prefetch_to_device is False:
+        return None
+    if isinstance(prefetch_to_device, str):
+        return prefetch_to_device
+    gpus = tf.config.list_logical_devices("GPU")
+    if prefetch_to_device is True and not gpus:
+        raise ValueError("prefetch_to_device=True but no GPU is visible")
+    return gpus[0].name if gpus else None
