@@ -273,9 +273,7 @@ def _decode(tf, data, fmt, channels, image_size, random_crop, seed):
     if random_crop:
         image = _decode_random_crop(tf, data, fmt, channels, seed)
     else:
-        # expand_animations=False: the first frame of a GIF/WebP, always 3-D.
-        image = tf.io.decode_image(data, channels=channels, expand_animations=False)
-        image.set_shape([None, None, channels])
+        image = _decode_full(tf, data, fmt, channels)
     if image_size is not None:
         image = tf.image.resize(image, image_size)
         image = tf.saturate_cast(tf.round(image), tf.uint8)
@@ -299,13 +297,49 @@ def _decode_random_crop(tf, data, fmt, channels, seed):
         return tf.image.decode_and_crop_jpeg(data, window, channels=channels)
 
     def other():
-        image = tf.io.decode_image(data, channels=channels, expand_animations=False)
+        image = _decode_full(tf, data, fmt, channels)
         begin, size = box(tf.shape(image))
         return tf.slice(image, begin, size)
 
     image = tf.cond(tf.equal(fmt, "jpeg"), jpeg, other)
     image.set_shape([None, None, channels])
     return image
+
+
+def _decode_full(tf, data, fmt, channels):
+    """Decodes any supported format to ``channels`` channels.
+
+    Decoders differ in the channel counts they accept (GIF gives RGB only,
+    WebP 3 or 4), so images are decoded as stored and converted here; JPEG
+    converts to 1 or 3 channels in libjpeg itself.
+    """
+    def native():
+        # expand_animations=False: the first frame of a GIF/WebP, always 3-D.
+        image = tf.io.decode_image(data, channels=0, expand_animations=False)
+        return _to_channels(tf, image, channels)
+
+    if channels in (1, 3):
+        image = tf.cond(tf.equal(fmt, "jpeg"),
+                        lambda: tf.io.decode_jpeg(data, channels=channels), native)
+    else:
+        image = native()
+    image.set_shape([None, None, channels])
+    return image
+
+
+def _to_channels(tf, image, channels):
+    """Converts an image of 1 (L), 2 (LA), 3 (RGB) or 4 (RGBA) channels."""
+    c = tf.shape(image)[-1]
+    gray = image[..., :1]
+    rgb = tf.cond(c >= 3, lambda: image[..., :3], lambda: tf.tile(gray, [1, 1, 3]))
+    if channels == 3:
+        return rgb
+    if channels == 1:
+        return tf.cond(c >= 3, lambda: tf.image.rgb_to_grayscale(rgb), lambda: gray)
+    opaque = tf.fill(tf.shape(gray), tf.constant(255, image.dtype))
+    alpha = tf.case([(tf.equal(c, 4), lambda: image[..., 3:4]),
+                     (tf.equal(c, 2), lambda: image[..., 1:2])], default=lambda: opaque)
+    return tf.concat([rgb, alpha], axis=-1)
 
 
 def _padding(tf, spec, count: int):
