@@ -19,8 +19,14 @@ from beam_jobs.options import ConvertOptions, UserError, parse_args
 log = logging.getLogger(__name__)
 
 # Files an earlier run of convert may have left in --output_dir.
-_OWN_PATTERNS = ("*-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9].tfrecord*",
-                 "*.tmp-*", "schema.pbtxt", "labels.txt", "rejects/*", ".incomplete/*")
+_OWN_PATTERNS = (
+    "*-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9].tfrecord*",
+    "*.tmp-*",
+    "schema.pbtxt",
+    "labels.txt",
+    "rejects/*",
+    ".incomplete/*",
+)
 
 
 def prepare_output(options: ConvertOptions) -> None:
@@ -40,16 +46,23 @@ def prepare_output(options: ConvertOptions) -> None:
     if not options.is_manifest:
         root = input_root(options)
         if paths.normalize_root(out) == root or paths.relative_to(root, paths.normalize_root(out)):
-            raise UserError(f"--output_dir {out} lies inside the input folder {root}; "
-                            "choose a folder outside it")
+            raise UserError(
+                f"--output_dir {out} lies inside the input folder {root}; "
+                "choose a folder outside it"
+            )
     info = f"{out}/{INFO_FILE}"
     if FileSystems.exists(info):
         if not options.overwrite:
-            raise UserError(f"--output_dir {out} holds a finished dataset; pass --overwrite "
-                            "to replace it, or choose another folder")
+            raise UserError(
+                f"--output_dir {out} holds a finished dataset; pass --overwrite "
+                "to replace it, or choose another folder"
+            )
         FileSystems.delete([info])
-    leftovers = [m.path for r in FileSystems.match([f"{out}/{p}" for p in _OWN_PATTERNS])
-                 for m in r.metadata_list]
+    leftovers = [
+        m.path
+        for r in FileSystems.match([f"{out}/{p}" for p in _OWN_PATTERNS])
+        for m in r.metadata_list
+    ]
     if leftovers:
         log.warning("evenshard: removing %d files of an earlier run from %s", len(leftovers), out)
         FileSystems.delete(leftovers)
@@ -69,20 +82,23 @@ def pipeline_options(pipeline_args: list[str]):
         try:  # registers DaskOptions (--dask_client_address, ...)
             import apache_beam.runners.dask.dask_runner  # noqa: F401
         except ImportError as e:
-            raise UserError(f"--runner: the Dask runner needs `pip install evenshard[dask]` ({e})")
+            raise UserError(
+                f"--runner: the Dask runner needs `pip install evenshard[dask]` ({e})"
+            ) from None
     # All DoFns live in installed modules, nothing in __main__, so the main
     # session need not be pickled (pickling it breaks under pytest).
     options = PipelineOptions(pipeline_args, save_main_session=False)
     known = options.get_all_options()
     unknown = sorted(set(options.get_all_options(retain_unknown_options=True)) - set(known))
     if unknown:
-        raise UserError(f"unknown flag(s): {', '.join('--' + u for u in unknown)}; "
-                        "see `evenshard convert --help` and Beam's pipeline options")
+        raise UserError(
+            f"unknown flag(s): {', '.join('--' + u for u in unknown)}; "
+            "see `evenshard convert --help` and Beam's pipeline options"
+        )
     return options
 
 
-def build(pipeline, options: ConvertOptions, vocabulary: list[str] | None,
-          path_root: str | None):
+def build(pipeline, options: ConvertOptions, vocabulary: list[str] | None, path_root: str | None):
     """Wires the conversion onto ``pipeline``; returns the PCollection of the dataset info."""
     import apache_beam as beam
 
@@ -101,19 +117,23 @@ def build(pipeline, options: ConvertOptions, vocabulary: list[str] | None,
     rejects = (inputs["rejects"], inspected["rejects"]) | "AllRejects" >> beam.Flatten()
     reject_summary = rejects | "WriteRejects" >> WriteRejects(o.output_dir)
     gate = pipeline | "RejectGate" >> RejectGate(
-        o.max_reject_fraction, inputs["inputs"], reject_summary)
+        o.max_reject_fraction, inputs["inputs"], reject_summary
+    )
     vocab = images | "Vocabulary" >> _Vocabulary(vocabulary)
     # Image -> (split, Image)
     split_images = images | "AssignSplits" >> AssignSplits(o.splits, o.split_mode, o.split_seed)
     plan = split_images | "PlanShards" >> PlanShards(
-        o.split_names, o.record_kind, o.target_shard_mb, o.shard_multiple, o.num_shards)
+        o.split_names, o.record_kind, o.target_shard_mb, o.shard_multiple, o.num_shards
+    )
     # (split, Image) -> ((split, shard), (sort_key, Image))
     sharded = split_images | "OrderAndShard" >> OrderAndShard(o.seed, o.balance, plan)
     # -> shard info dicts
     shards = sharded | "WriteShards" >> WriteShards(
-        o.output_dir, o.record_kind, o.shard_suffix, plan, vocab, gate)
+        o.output_dir, o.record_kind, o.shard_suffix, plan, vocab, gate
+    )
     return pipeline | "Finalize" >> Finalize(
-        o, path_root, shards, plan, vocab, gate, reject_summary)
+        o, path_root, shards, plan, vocab, gate, reject_summary
+    )
 
 
 def _Vocabulary(fixed: list[str] | None):  # noqa: N802 - reads as a transform
@@ -181,8 +201,9 @@ def summary(info: dict, output_dir: str, seconds: float) -> str:
         f"  {'split':<12}{'examples':>10}{'shards':>8}{'bytes':>14}",
     ]
     for name, s in info["splits"].items():
-        lines.append(f"  {name:<12}{s['num_examples']:>10}{s['num_shards']:>8}"
-                     f"{_mb(s['num_bytes']):>14}")
+        lines.append(
+            f"  {name:<12}{s['num_examples']:>10}{s['num_shards']:>8}{_mb(s['num_bytes']):>14}"
+        )
     if rejects["total"]:
         reasons = ", ".join(f"{r} {n}" for r, n in rejects["by_reason"].items())
         lines.append(f"  rejects: {reasons} (see {output_dir.rstrip('/')}/{rejects['file']})")
@@ -218,8 +239,10 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"evenshard convert: error: {found.group(1)}", file=sys.stderr)
         return 1
-    output_dir = next((a.split("=", 1)[1] for a in argv if a.startswith("--output_dir=")),
-                      None) or argv[argv.index("--output_dir") + 1]
+    output_dir = (
+        next((a.split("=", 1)[1] for a in argv if a.startswith("--output_dir=")), None)
+        or argv[argv.index("--output_dir") + 1]
+    )
     print(summary(info, output_dir, time.monotonic() - start))
     return 0
 

@@ -82,7 +82,8 @@ class RejectGate(beam.PTransform):
         return (
             pbegin
             | "Once" >> beam.Create([None])
-            | "Decide" >> beam.Map(
+            | "Decide"
+            >> beam.Map(
                 gate,
                 beam.pvalue.AsSingleton(self._inputs),
                 beam.pvalue.AsSingleton(self._summary),
@@ -90,8 +91,15 @@ class RejectGate(beam.PTransform):
         )
 
 
-def dataset_info(options: ConvertOptions, shards: list[dict], plan: dict, vocab: dict,
-                 gate: dict, reject_summary: dict, path_root: str | None) -> dict:
+def dataset_info(
+    options: ConvertOptions,
+    shards: list[dict],
+    plan: dict,
+    vocab: dict,
+    gate: dict,
+    reject_summary: dict,
+    path_root: str | None,
+) -> dict:
     """The content of dataset_info.json. Deterministic: no timestamps, sorted keys."""
     splits = {}
     for split, p in plan.items():
@@ -101,8 +109,7 @@ def dataset_info(options: ConvertOptions, shards: list[dict], plan: dict, vocab:
             "num_bytes": sum(s["num_bytes"] for s in listed),
             "num_shards": len(listed),
             "label_counts": p["label_counts"],
-            "shards": [{k: v for k, v in s.items() if k not in ("split", "index")}
-                       for s in listed],
+            "shards": [{k: v for k, v in s.items() if k not in ("split", "index")} for s in listed],
         }
     info = {
         "format_version": FORMAT_VERSION,
@@ -127,8 +134,7 @@ def dataset_info(options: ConvertOptions, shards: list[dict], plan: dict, vocab:
         "formats": vocab["formats"],
         "splits": splits,
         "inputs": gate["inputs"],
-        "rejects": {"total": gate["rejects"], "by_reason": reject_summary,
-                    "file": REJECTS_FILE},
+        "rejects": {"total": gate["rejects"], "by_reason": reject_summary, "file": REJECTS_FILE},
     }
     if options.record_kind == "path":
         info["path_root"] = path_root
@@ -159,12 +165,15 @@ class _Finalize(beam.DoFn):
             )
         for split, s in info["splits"].items():
             if s["num_examples"] != plan[split]["num_examples"]:
-                raise RuntimeError(f"split {split}: planned {plan[split]['num_examples']} "
-                                   f"examples, wrote {s['num_examples']}")
+                raise RuntimeError(
+                    f"split {split}: planned {plan[split]['num_examples']} "
+                    f"examples, wrote {s['num_examples']}"
+                )
         schema = schemas.dataset_schema(o.record_kind, vocab["labels"], vocab["formats"])
         write_atomically(f"{out}/schema.pbtxt", schemas.to_text(schema).encode("utf-8"))
-        write_atomically(f"{out}/labels.txt",
-                         "".join(label + "\n" for label in vocab["labels"]).encode("utf-8"))
+        write_atomically(
+            f"{out}/labels.txt", "".join(label + "\n" for label in vocab["labels"]).encode("utf-8")
+        )
         incomplete = f"{out}/{INCOMPLETE_DIR}"
         if FileSystems.exists(incomplete):
             FileSystems.delete([incomplete])
@@ -177,8 +186,16 @@ class _Finalize(beam.DoFn):
 class Finalize(beam.PTransform):
     """PBegin -> the dataset_info dict, once every shard and the rejects are written."""
 
-    def __init__(self, options: ConvertOptions, path_root: str | None, shards, plan, vocab,
-                 gate, reject_summary):
+    def __init__(
+        self,
+        options: ConvertOptions,
+        path_root: str | None,
+        shards,
+        plan,
+        vocab,
+        gate,
+        reject_summary,
+    ):
         super().__init__()
         self._fn = _Finalize(options, path_root)
         self._side = (shards, plan, vocab, gate, reject_summary)
@@ -188,7 +205,8 @@ class Finalize(beam.PTransform):
         return (
             pbegin
             | "Once" >> beam.Create([None])
-            | "WriteInfo" >> beam.ParDo(
+            | "WriteInfo"
+            >> beam.ParDo(
                 self._fn,
                 beam.pvalue.AsList(shards),
                 beam.pvalue.AsSingleton(plan),

@@ -24,15 +24,37 @@ REJECTS = "rejects"
 
 # Pillow format name -> the value of image/format. MPO is the multi-picture
 # JPEG that many cameras write; its first picture is a plain JPEG.
-SUPPORTED_FORMATS = {"JPEG": "jpeg", "MPO": "jpeg", "PNG": "png", "GIF": "gif",
-                     "BMP": "bmp", "WEBP": "webp"}
+SUPPORTED_FORMATS = {
+    "JPEG": "jpeg",
+    "MPO": "jpeg",
+    "PNG": "png",
+    "GIF": "gif",
+    "BMP": "bmp",
+    "WEBP": "webp",
+}
 _MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM", b"RIFF")
 
 # Channels a decoder yields with channels=0, by Pillow mode. Palette images
 # decode to RGB, or RGBA when they carry transparency (handled below).
-_CHANNELS = {"1": 1, "L": 1, "I": 1, "I;16": 1, "I;16B": 1, "F": 1, "LA": 2, "La": 2,
-             "P": 3, "RGB": 3, "YCbCr": 3, "LAB": 3, "HSV": 3, "RGBA": 4, "RGBa": 4,
-             "CMYK": 4, "PA": 4}
+_CHANNELS = {
+    "1": 1,
+    "L": 1,
+    "I": 1,
+    "I;16": 1,
+    "I;16B": 1,
+    "F": 1,
+    "LA": 2,
+    "La": 2,
+    "P": 3,
+    "RGB": 3,
+    "YCbCr": 3,
+    "LAB": 3,
+    "HSV": 3,
+    "RGBA": 4,
+    "RGBa": 4,
+    "CMYK": 4,
+    "PA": 4,
+}
 
 
 class _Rejected(Exception):
@@ -76,18 +98,16 @@ def inspect_stream(f, size: int, *, full: bool, max_pixels: int):
     except PILImage.UnidentifiedImageError:
         f.seek(0)
         if f.read(8).startswith(_MAGIC):
-            raise _Rejected("corrupt", "image header found, but Pillow cannot parse it")
-        raise _Rejected("unsupported_format", "not an image Pillow can identify")
+            raise _Rejected("corrupt", "image header found, but Pillow cannot parse it") from None
+        raise _Rejected("unsupported_format", "not an image Pillow can identify") from None
     except Exception as e:  # noqa: BLE001 - Pillow plugins raise many types on bad input
-        raise _classify_decode_error(e)
+        raise _classify_decode_error(e) from e
     fmt = SUPPORTED_FORMATS.get(im.format or "")
     if fmt is None:
         raise _Rejected("unsupported_format", f"format {im.format} is not supported")
     width, height = im.size
     if width * height > max_pixels:
-        raise _Rejected(
-            "too_large", f"{width}x{height} = {width * height} pixels > {max_pixels}"
-        )
+        raise _Rejected("too_large", f"{width}x{height} = {width * height} pixels > {max_pixels}")
     if width < 1 or height < 1:
         raise _Rejected("corrupt", f"image has size {width}x{height}")
     if full:
@@ -96,7 +116,7 @@ def inspect_stream(f, size: int, *, full: bool, max_pixels: int):
                 warnings.simplefilter("ignore")
                 im.load()
         except Exception as e:  # noqa: BLE001 - as above; the reason is recorded
-            raise _classify_decode_error(e)
+            raise _classify_decode_error(e) from e
     channels = _CHANNELS.get(im.mode, 3)
     if im.mode == "P" and "transparency" in im.info:
         channels = 4
@@ -139,8 +159,19 @@ class _InspectImage(beam.DoFn):
             return
         self._read.inc()
         self._bytes.inc(size)
-        yield Image(c.key, c.source, c.rel_path, c.label, c.split, c.group,
-                    fmt, height, width, channels, size)
+        yield Image(
+            c.key,
+            c.source,
+            c.rel_path,
+            c.label,
+            c.split,
+            c.group,
+            fmt,
+            height,
+            width,
+            channels,
+            size,
+        )
 
     def _inspect(self, source: str):
         """Full: read the whole file and decode it. Header: let Pillow read what it needs."""
@@ -153,8 +184,10 @@ class _InspectImage(beam.DoFn):
                 else:
                     size = FileSystems.match([source])[0].metadata_list[0].size_in_bytes
                     stream = f
-                return (*inspect_stream(stream, size, full=self._full,
-                                        max_pixels=self._max_pixels), size)
+                return (
+                    *inspect_stream(stream, size, full=self._full, max_pixels=self._max_pixels),
+                    size,
+                )
         except _Rejected:
             raise
         except (OSError, ValueError) as e:  # BeamIOError is an OSError

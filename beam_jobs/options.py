@@ -49,7 +49,9 @@ def parse_splits(text: str) -> tuple[tuple[str, float], ...]:
         try:
             frac = float(frac_text)
         except ValueError:
-            raise UserError(f"--splits: fraction of {name!r} is not a number: {frac_text!r}")
+            raise UserError(
+                f"--splits: fraction of {name!r} is not a number: {frac_text!r}"
+            ) from None
         if not (0.0 < frac <= 1.0) or math.isnan(frac):
             raise UserError(f"--splits: fraction of {name!r} must be in (0, 1], got {frac_text}")
         if name in dict(pairs):
@@ -175,12 +177,20 @@ def build_parser() -> argparse.ArgumentParser:
     a("--compression", default="none", help="none or gzip (.tfrecord.gz)")
     a("--max_reject_fraction", type=float, default=0.01, help="fail above this reject fraction")
     a("--path_root", default=None, help="path kind: paths are stored relative to this root")
-    a("--max_image_pixels", type=int, default=ConvertOptions.max_image_pixels,
-      help="reject images with more pixels (decompression-bomb guard)")
+    a(
+        "--max_image_pixels",
+        type=int,
+        default=ConvertOptions.max_image_pixels,
+        help="reject images with more pixels (decompression-bomb guard)",
+    )
     a("--verify", default="full", help="full (decode every image) or header (size only)")
     a("--overwrite", action="store_true", help="replace a finished dataset in --output_dir")
-    a("--labels", dest="labels_file", default=None,
-      help="file with one label a line: a fixed vocabulary; other labels are rejects")
+    a(
+        "--labels",
+        dest="labels_file",
+        default=None,
+        help="file with one label a line: a fixed vocabulary; other labels are rejects",
+    )
     return p
 
 

@@ -32,8 +32,9 @@ def estimated_record_bytes(im: Image, record_kind: str) -> int:
     return extra + (im.num_bytes if record_kind == "image" else 0)
 
 
-def shard_count(n: int, est_bytes: int, target_bytes: float, multiple: int,
-                fixed: int | None) -> int:
+def shard_count(
+    n: int, est_bytes: int, target_bytes: float, multiple: int, fixed: int | None
+) -> int:
     """Shards for a split of n examples: by size, rounded up to a multiple, at most n."""
     if n == 0:
         return 0
@@ -81,8 +82,14 @@ class PlanShards(beam.PTransform):
     Every split named in ``splits`` appears, empty ones with zero shards.
     """
 
-    def __init__(self, splits: tuple[str, ...], record_kind: str, target_shard_mb: float,
-                 shard_multiple: int, num_shards: int | None):
+    def __init__(
+        self,
+        splits: tuple[str, ...],
+        record_kind: str,
+        target_shard_mb: float,
+        shard_multiple: int,
+        num_shards: int | None,
+    ):
         super().__init__()
         self._splits = splits
         self._kind = record_kind

@@ -215,8 +215,9 @@ class _ReadManifest(beam.DoFn):
                 if not any(v.strip() for v in values):
                     continue
                 if len(values) != len(header):
-                    yield reader.line_num, (
-                        f"row has {len(values)} fields, the header has {len(header)}"
+                    yield (
+                        reader.line_num,
+                        (f"row has {len(values)} fields, the header has {len(header)}"),
                     )
                 else:
                     yield reader.line_num, dict(zip(header, values))
@@ -270,7 +271,8 @@ class _KeepFirstOfKey(beam.DoFn):
         first, *others = sorted(candidates, key=lambda c: (c.row, c.source))
         yield first
         for c in others:
-            yield _reject(key, c.source, "duplicate_key", f"row {c.row}: key also at row {first.row}")
+            detail = f"row {c.row}: key also at row {first.row}"
+            yield _reject(key, c.source, "duplicate_key", detail)
 
 
 class ReadInputs(beam.PTransform):

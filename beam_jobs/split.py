@@ -48,8 +48,9 @@ def hash_split(image: Image, names: tuple[str, ...], cuts: list[int], split_seed
 class AssignSplits(beam.PTransform):
     """Image -> (split, Image)."""
 
-    def __init__(self, splits: tuple[tuple[str, float], ...], mode: str = "hash",
-                 split_seed: int = 0):
+    def __init__(
+        self, splits: tuple[tuple[str, float], ...], mode: str = "hash", split_seed: int = 0
+    ):
         super().__init__()
         self._names = tuple(name for name, _ in splits)
         self._fractions = [f for _, f in splits]

@@ -16,8 +16,9 @@ import numpy as np
 EXTENSIONS = {"jpeg": ".jpg", "png": ".png", "gif": ".gif", "bmp": ".bmp", "webp": ".webp"}
 
 
-def image_bytes(fmt: str, height: int, width: int, rng: np.random.Generator,
-                mode: str = "RGB") -> bytes:
+def image_bytes(
+    fmt: str, height: int, width: int, rng: np.random.Generator, mode: str = "RGB"
+) -> bytes:
     """A seeded image: a colour gradient with noise, encoded as ``fmt``."""
     from PIL import Image
 
@@ -29,14 +30,21 @@ def image_bytes(fmt: str, height: int, width: int, rng: np.random.Generator,
     if mode != "RGB":
         im = im.convert(mode)
     out = io.BytesIO()
-    im.save(out, "JPEG" if fmt == "jpeg" else fmt.upper(), **({"quality": 85} if fmt == "jpeg"
-                                                                else {}))
+    im.save(
+        out, "JPEG" if fmt == "jpeg" else fmt.upper(), **({"quality": 85} if fmt == "jpeg" else {})
+    )
     return out.getvalue()
 
 
-def make_image_folder(root: str, num_labels: int = 5, per_label: int = 100,
-                      formats: tuple[str, ...] = ("jpeg", "png"), size: tuple[int, int] = (24, 32),
-                      seed: int = 0, broken: bool = False) -> dict[str, str]:
+def make_image_folder(
+    root: str,
+    num_labels: int = 5,
+    per_label: int = 100,
+    formats: tuple[str, ...] = ("jpeg", "png"),
+    size: tuple[int, int] = (24, 32),
+    seed: int = 0,
+    broken: bool = False,
+) -> dict[str, str]:
     """Writes ``root/label_k/img_NNNNN.ext`` files; returns {key: expected reject reason}.
 
     Sizes vary a little around ``size`` (height, width) so records differ in shape.
@@ -90,10 +98,13 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [f for f in formats if f not in EXTENSIONS]
     if unknown:
         p.error(f"--formats: unknown {', '.join(unknown)}; use {', '.join(EXTENSIONS)}")
-    broken = make_image_folder(a.root, a.num_labels, a.per_label, formats,
-                               (a.height, a.width), a.seed, a.broken)
-    print(f"wrote {a.num_labels * a.per_label} images in {a.num_labels} labels"
-          f" and {len(broken)} broken files under {a.root}")
+    broken = make_image_folder(
+        a.root, a.num_labels, a.per_label, formats, (a.height, a.width), a.seed, a.broken
+    )
+    print(
+        f"wrote {a.num_labels * a.per_label} images in {a.num_labels} labels"
+        f" and {len(broken)} broken files under {a.root}"
+    )
     return 0
 
 

@@ -39,8 +39,14 @@ def _masked_crc(data: bytes) -> int:
 def tfrecord_frame(record: bytes) -> bytes:
     """One TFRecord: length, masked CRC of the length, data, masked CRC of the data."""
     length = struct.pack("<Q", len(record))
-    return b"".join([length, struct.pack("<I", _masked_crc(length)), record,
-                     struct.pack("<I", _masked_crc(record))])
+    return b"".join(
+        [
+            length,
+            struct.pack("<I", _masked_crc(length)),
+            record,
+            struct.pack("<I", _masked_crc(record)),
+        ]
+    )
 
 
 class _Sink:
@@ -167,7 +173,8 @@ class WriteShards(beam.PTransform):
         return (
             sharded
             | "GroupByShard" >> beam.GroupByKey()
-            | "WriteShard" >> beam.ParDo(
+            | "WriteShard"
+            >> beam.ParDo(
                 _WriteShard(*self._args),
                 beam.pvalue.AsSingleton(self._plan),
                 beam.pvalue.AsSingleton(self._vocab),

@@ -33,16 +33,19 @@ def load_info(data_dir: str) -> dict:
             ".tfrecord" in name for name in tf.io.gfile.listdir(data_dir)
         ):
             hint = " (shards are there: the conversion did not finish; run it again)"
-        raise DatasetError(f"{path} not found: {data_dir} is not a finished evenshard "
-                           f"dataset{hint}")
+        raise DatasetError(
+            f"{path} not found: {data_dir} is not a finished evenshard dataset{hint}"
+        )
     with tf.io.gfile.GFile(path, "r") as f:
         try:
             info = json.load(f)
         except ValueError as e:
             raise DatasetError(f"{path} is not valid JSON: {e}") from None
     if info.get("format_version") not in SUPPORTED_FORMAT_VERSIONS:
-        raise DatasetError(f"{path}: format_version {info.get('format_version')!r} is not "
-                           f"one this reader knows ({SUPPORTED_FORMAT_VERSIONS})")
+        raise DatasetError(
+            f"{path}: format_version {info.get('format_version')!r} is not "
+            f"one this reader knows ({SUPPORTED_FORMAT_VERSIONS})"
+        )
     return info
 
 
@@ -61,10 +64,11 @@ def split_shards(info: dict, data_dir: str, split: str) -> list[dict]:
             raise DatasetError(f"shard {path} listed in {INFO_FILE} is missing")
         size = tf.io.gfile.stat(path).length
         if size != shard["num_bytes"]:
-            raise DatasetError(f"shard {path} has {size} bytes, {INFO_FILE} records "
-                               f"{shard['num_bytes']}: the file is truncated or was replaced")
-        shards.append({"path": path, "num_examples": shard["num_examples"],
-                       "num_bytes": size})
+            raise DatasetError(
+                f"shard {path} has {size} bytes, {INFO_FILE} records "
+                f"{shard['num_bytes']}: the file is truncated or was replaced"
+            )
+        shards.append({"path": path, "num_examples": shard["num_examples"], "num_bytes": size})
     return shards
 
 

@@ -50,13 +50,25 @@ def worker_plan(shards: list[dict], num_workers: int, worker_index: int):
 
 def _warn_uneven(split: str, n_files: int, num_workers: int) -> None:
     if n_files < num_workers:
-        log.warning("split %s has %d shards for %d workers: every worker reads every shard "
-                    "and keeps 1 record in %d; convert with --shard_multiple %d to read "
-                    "disjoint files", split, n_files, num_workers, num_workers, num_workers)
+        log.warning(
+            "split %s has %d shards for %d workers: every worker reads every shard "
+            "and keeps 1 record in %d; convert with --shard_multiple %d to read "
+            "disjoint files",
+            split,
+            n_files,
+            num_workers,
+            num_workers,
+            num_workers,
+        )
     elif n_files % num_workers:
-        log.warning("split %s has %d shards, not a multiple of %d workers: workers get "
-                    "unequal example counts; convert with --shard_multiple %d to fix it",
-                    split, n_files, num_workers, num_workers)
+        log.warning(
+            "split %s has %d shards, not a multiple of %d workers: workers get "
+            "unequal example counts; convert with --shard_multiple %d to fix it",
+            split,
+            n_files,
+            num_workers,
+            num_workers,
+        )
 
 
 def make_dataset(
@@ -148,8 +160,10 @@ def make_dataset(
     if pad_final_batch and (shuffle or epochs != 1):
         raise ValueError("pad_final_batch is for evaluation: use shuffle=False, epochs=1")
     if decode and batch_size is not None and image_size is None:
-        raise ValueError("decoded images differ in size: give image_size=(height, width) to "
-                         "batch them, or batch_size=None, or decode=False")
+        raise ValueError(
+            "decoded images differ in size: give image_size=(height, width) to "
+            "batch them, or batch_size=None, or decode=False"
+        )
     if channels not in (1, 3, 4):
         raise ValueError(f"channels must be 1, 3 or 4, got {channels}")
     if not shards:
@@ -163,8 +177,12 @@ def make_dataset(
     kind = info["record_kind"]
     root = default_path_root(info, path_root)
     spec = schemas.feature_spec(schemas.load(f"{data_dir.rstrip('/')}/schema.pbtxt"))
-    wanted = ["image/encoded" if kind == "image" else "image/path", "image/class/label",
-              "image/key", "image/format"]
+    wanted = [
+        "image/encoded" if kind == "image" else "image/path",
+        "image/class/label",
+        "image/key",
+        "image/format",
+    ]
     spec = {name: spec[name] for name in wanted}
 
     paths = tf.constant([s["path"] for s in mine])
@@ -176,7 +194,8 @@ def make_dataset(
     cycle = min(cycle_length or 16, len(mine))
     records = files.interleave(
         lambda path, count: _checked_records(tf, path, count, compression),
-        cycle_length=cycle, block_length=block_length,
+        cycle_length=cycle,
+        block_length=block_length,
         num_parallel_calls=num_parallel_calls if cycle > 1 else None,
         deterministic=deterministic if cycle > 1 else None,
     )
@@ -198,33 +217,41 @@ def make_dataset(
             data = tf.io.read_file(tf.strings.join([root, "/", ex["image/path"]]))
         out = {"label": ex["image/class/label"], "key": ex["image/key"]}
         if decode:
-            out["image"] = _decode(tf, data, ex["image/format"], channels, image_size,
-                                   random_crop, seed)
+            out["image"] = _decode(
+                tf, data, ex["image/format"], channels, image_size, random_crop, seed
+            )
         else:
             out["image"] = data
         if kind == "path":
             out["path"] = ex["image/path"]
         return out
 
-    ds = records.map(parse, num_parallel_calls=num_parallel_calls,
-                     deterministic=deterministic)
+    ds = records.map(parse, num_parallel_calls=num_parallel_calls, deterministic=deterministic)
     if pad_final_batch:
         ds = ds.map(lambda ex: {**ex, "mask": tf.constant(True)})
     if batch_size is not None:
         num_batches = None
         if epochs is not None:
-            per_epoch = num_examples // batch_size if drop_remainder else math.ceil(
-                num_examples / batch_size)
+            per_epoch = (
+                num_examples // batch_size
+                if drop_remainder
+                else math.ceil(num_examples / batch_size)
+            )
             num_batches = per_epoch * epochs
         if pad_final_batch:
             # Every worker pads to the same batch count, so collective evaluation steps
             # never wait on a worker that ran out.
             most = max(worker_plan(shards, n_workers, w)[1] for w in range(n_workers))
             num_batches = math.ceil(most / batch_size)
-            ds = ds.concatenate(_padding(tf, ds.element_spec,
-                                         num_batches * batch_size - num_examples))
-        ds = ds.batch(batch_size, drop_remainder=drop_remainder or pad_final_batch,
-                      num_parallel_calls=num_parallel_calls, deterministic=deterministic)
+            ds = ds.concatenate(
+                _padding(tf, ds.element_spec, num_batches * batch_size - num_examples)
+            )
+        ds = ds.batch(
+            batch_size,
+            drop_remainder=drop_remainder or pad_final_batch,
+            num_parallel_calls=num_parallel_calls,
+            deterministic=deterministic,
+        )
         if num_batches is not None:
             ds = ds.apply(tf.data.experimental.assert_cardinality(num_batches))
     elif epochs is not None:
@@ -249,10 +276,12 @@ def _checked_records(tf, path, expected, compression):
     read error ends the file (ignore_errors), and an end-of-file marker checks
     that every record listed in dataset_info.json was read.
     """
-    records = tf.data.TFRecordDataset(path, compression_type=compression,
-                                      buffer_size=1 << 20).ignore_errors()
+    records = tf.data.TFRecordDataset(
+        path, compression_type=compression, buffer_size=1 << 20
+    ).ignore_errors()
     marked = records.map(lambda r: (r, False)).concatenate(
-        tf.data.Dataset.from_tensors((tf.constant(b""), True)))
+        tf.data.Dataset.from_tensors((tf.constant(b""), True))
+    )
 
     def count(n, item):
         record, is_end = item
@@ -260,13 +289,26 @@ def _checked_records(tf, path, expected, compression):
 
     def check(n, record, is_end):
         ok = tf.logical_or(tf.logical_not(is_end), tf.equal(n, expected))
-        tf.debugging.Assert(ok, ["evenshard: shard", path, "is corrupt (CRC mismatch or "
-                                 "truncated): read", n, "good records of", expected], summarize=3)
+        tf.debugging.Assert(
+            ok,
+            [
+                "evenshard: shard",
+                path,
+                "is corrupt (CRC mismatch or truncated): read",
+                n,
+                "good records of",
+                expected,
+            ],
+            summarize=3,
+        )
         return record, is_end
 
-    return (marked.scan(tf.constant(0, tf.int64), count).map(check)
-            .filter(lambda record, is_end: tf.logical_not(is_end))
-            .map(lambda record, is_end: record))
+    return (
+        marked.scan(tf.constant(0, tf.int64), count)
+        .map(check)
+        .filter(lambda record, is_end: tf.logical_not(is_end))
+        .map(lambda record, is_end: record)
+    )
 
 
 def _decode(tf, data, fmt, channels, image_size, random_crop, seed):
@@ -285,10 +327,15 @@ def _decode_random_crop(tf, data, fmt, channels, seed):
 
     def box(shape):
         begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
-            shape, tf.zeros([0, 0, 4]), seed=tf.random.uniform([2], maxval=2**31 - 1,
-                                                             dtype=tf.int32, seed=seed),
-            min_object_covered=0.08, aspect_ratio_range=(0.75, 1.33),
-            area_range=(0.08, 1.0), max_attempts=10, use_image_if_no_bounding_boxes=True)
+            shape,
+            tf.zeros([0, 0, 4]),
+            seed=tf.random.uniform([2], maxval=2**31 - 1, dtype=tf.int32, seed=seed),
+            min_object_covered=0.08,
+            aspect_ratio_range=(0.75, 1.33),
+            area_range=(0.08, 1.0),
+            max_attempts=10,
+            use_image_if_no_bounding_boxes=True,
+        )
         return begin, size
 
     def jpeg():
@@ -313,14 +360,16 @@ def _decode_full(tf, data, fmt, channels):
     WebP 3 or 4), so images are decoded as stored and converted here; JPEG
     converts to 1 or 3 channels in libjpeg itself.
     """
+
     def native():
         # expand_animations=False: the first frame of a GIF/WebP, always 3-D.
         image = tf.io.decode_image(data, channels=0, expand_animations=False)
         return _to_channels(tf, image, channels)
 
     if channels in (1, 3):
-        image = tf.cond(tf.equal(fmt, "jpeg"),
-                        lambda: tf.io.decode_jpeg(data, channels=channels), native)
+        image = tf.cond(
+            tf.equal(fmt, "jpeg"), lambda: tf.io.decode_jpeg(data, channels=channels), native
+        )
     else:
         image = native()
     image.set_shape([None, None, channels])
@@ -337,13 +386,16 @@ def _to_channels(tf, image, channels):
     if channels == 1:
         return tf.cond(c >= 3, lambda: tf.image.rgb_to_grayscale(rgb), lambda: gray)
     opaque = tf.fill(tf.shape(gray), tf.constant(255, image.dtype))
-    alpha = tf.case([(tf.equal(c, 4), lambda: image[..., 3:4]),
-                     (tf.equal(c, 2), lambda: image[..., 1:2])], default=lambda: opaque)
+    alpha = tf.case(
+        [(tf.equal(c, 4), lambda: image[..., 3:4]), (tf.equal(c, 2), lambda: image[..., 1:2])],
+        default=lambda: opaque,
+    )
     return tf.concat([rgb, alpha], axis=-1)
 
 
 def _padding(tf, spec, count: int):
     """``count`` placeholder examples shaped like ``spec``, with mask False."""
+
     def zeros(s):
         if not s.shape.is_fully_defined():
             raise ValueError("pad_final_batch needs fixed shapes: give image_size")

@@ -63,5 +63,7 @@ def feature_spec(schema) -> dict:
 
     types = {f.name: f.type for f in schema.feature}
     representations = tru.InferTensorRepresentationsFromSchema(schema)
-    return {name: tru.CreateTfExampleParserConfig(rep, types[name])
-            for name, rep in representations.items()}
+    return {
+        name: tru.CreateTfExampleParserConfig(rep, types[name])
+        for name, rep in representations.items()
+    }

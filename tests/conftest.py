@@ -42,11 +42,14 @@ def read_split(output_dir: str, split: str) -> list[list[dict]]:
         path = os.path.join(output_dir, shard["file"])
         for raw in tf.data.TFRecordDataset(path, compression_type=compression):
             ex = tf.train.Example.FromString(raw.numpy())
-            records.append({
-                name: (list(f.int64_list.value)[0] if f.int64_list.value
-                       else f.bytes_list.value[0])
-                for name, f in ex.features.feature.items()
-            })
+            records.append(
+                {
+                    name: (
+                        list(f.int64_list.value)[0] if f.int64_list.value else f.bytes_list.value[0]
+                    )
+                    for name, f in ex.features.feature.items()
+                }
+            )
         shards.append(records)
     return shards
 

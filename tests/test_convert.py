@@ -7,7 +7,7 @@ import os
 import shutil
 
 import pytest
-from conftest import keys_of, load_info, read_rejects, read_split, run_convert, write_manifest
+from conftest import keys_of, read_rejects, read_split, run_convert, write_manifest
 
 from beam_jobs import synthetic
 from beam_jobs.split import cut_points
@@ -23,7 +23,8 @@ def converted(folder_500, tmp_path_factory):
 
 
 def shas(info: dict) -> list[str]:
-    return [s["sha256"] for split in sorted(info["splits"]) for s in info["splits"][split]["shards"]]
+    splits = info["splits"]
+    return [s["sha256"] for split in sorted(splits) for s in splits[split]["shards"]]
 
 
 def test_counts_reconcile_and_rejects_are_listed(converted):
@@ -71,8 +72,10 @@ def test_records_carry_label_ids_and_image_metadata(converted, folder_500):
             assert r["image/encoded"] == f.read()
         with Image.open(os.path.join(root, key)) as im:
             assert (r["image/width"], r["image/height"]) == im.size
-            assert r["image/format"].decode() == {"JPEG": "jpeg", "PNG": "png", "GIF": "gif",
-                                                  "WEBP": "webp"}[im.format]
+            assert (
+                r["image/format"].decode()
+                == {"JPEG": "jpeg", "PNG": "png", "GIF": "gif", "WEBP": "webp"}[im.format]
+            )
 
 
 def test_same_inputs_and_seed_give_identical_bytes(converted, folder_500, tmp_path):
@@ -86,8 +89,13 @@ def test_same_inputs_and_seed_give_identical_bytes(converted, folder_500, tmp_pa
 @pytest.mark.slow
 def test_multiprocessing_runner_gives_identical_bytes(converted, folder_500, tmp_path):
     info, _, _ = converted
-    multi = run_convert(folder_500[0], str(tmp_path / "multi"), *SEEDED,
-                        "--direct_num_workers=2", "--direct_running_mode=multi_processing")
+    multi = run_convert(
+        folder_500[0],
+        str(tmp_path / "multi"),
+        *SEEDED,
+        "--direct_num_workers=2",
+        "--direct_running_mode=multi_processing",
+    )
     assert shas(multi) == shas(info)
 
 
@@ -98,8 +106,13 @@ def test_order_is_pinned_for_a_fixed_seed(converted):
     assert keys_of(read_split(out, "train")[0])[:5] == PINNED_TRAIN_HEAD
 
 
-PINNED_TRAIN_HEAD = ["label_2/img_00088.gif", "label_0/img_00047.webp", "label_4/img_00015.webp",
-                     "label_3/img_00025.jpg", "label_3/img_00009.jpg"]
+PINNED_TRAIN_HEAD = [
+    "label_2/img_00088.gif",
+    "label_0/img_00047.webp",
+    "label_4/img_00015.webp",
+    "label_3/img_00025.jpg",
+    "label_3/img_00009.jpg",
+]
 
 
 def test_label_sorted_input_is_mixed_in_every_shard(converted):
@@ -107,8 +120,9 @@ def test_label_sorted_input_is_mixed_in_every_shard(converted):
 
     info, out, _ = converted  # folder listing is sorted by label: a label-sorted input
     train = info["splits"]["train"]
-    table = [[sh["label_counts"].get(label, 0) for label in info["labels"]]
-             for sh in train["shards"]]
+    table = [
+        [sh["label_counts"].get(label, 0) for label in info["labels"]] for sh in train["shards"]
+    ]
     # Shards are random subsets: a label-by-shard table shows no dependence.
     assert chi2_contingency(table).pvalue > 0.001
     for records in read_split(out, "train"):
@@ -118,8 +132,9 @@ def test_label_sorted_input_is_mixed_in_every_shard(converted):
 
 
 def test_balance_label_gives_every_shard_the_label_mix(folder_500, tmp_path):
-    info = run_convert(folder_500[0], str(tmp_path / "bal"), "--balance=label",
-                       "--num_shards=6", "--seed=3")
+    info = run_convert(
+        folder_500[0], str(tmp_path / "bal"), "--balance=label", "--num_shards=6", "--seed=3"
+    )
     for split, s in info["splits"].items():
         sizes = [sh["num_examples"] for sh in s["shards"]]
         assert max(sizes) - min(sizes) <= 1
@@ -141,8 +156,9 @@ def test_hash_split_is_stable_when_the_dataset_grows(folder_500, tmp_path):
     synthetic.make_image_folder(root + "_new", num_labels=5, per_label=10, seed=9)
     for label in os.listdir(root + "_new"):
         for name in os.listdir(os.path.join(root + "_new", label)):
-            shutil.copy(os.path.join(root + "_new", label, name),
-                        os.path.join(root, label, "new_" + name))
+            shutil.copy(
+                os.path.join(root + "_new", label, name), os.path.join(root, label, "new_" + name)
+            )
     after = run_convert(root, str(tmp_path / "after"), "--max_reject_fraction=0.05")
     split_of = {}
     for split in before["splits"]:
@@ -163,16 +179,23 @@ def _manifest_rows(root: str) -> list[dict]:
             continue
         for name in sorted(os.listdir(os.path.join(root, label))):
             if name.startswith("img_"):
-                rows.append({"path": f"{label}/{name}", "label": label,
-                             "subject": f"{label}-s{int(name[4:9]) // 7}"})
+                rows.append(
+                    {
+                        "path": f"{label}/{name}",
+                        "label": label,
+                        "subject": f"{label}-s{int(name[4:9]) // 7}",
+                    }
+                )
     return rows
 
 
 def test_group_by_keeps_each_group_in_one_split(folder_500, tmp_path):
     root = folder_500[0]
-    manifest = write_manifest(os.path.join(os.path.dirname(root), "groups.csv"),
-                              [dict(r, path="images/" + r["path"]) for r in _manifest_rows(root)],
-                              ["path", "label", "subject"])
+    manifest = write_manifest(
+        os.path.join(os.path.dirname(root), "groups.csv"),
+        [dict(r, path="images/" + r["path"]) for r in _manifest_rows(root)],
+        ["path", "label", "subject"],
+    )
     out = str(tmp_path / "grouped")
     run_convert(manifest, out, "--group_by=subject")
     group_split: dict[str, set] = collections.defaultdict(set)
@@ -186,28 +209,36 @@ def test_group_by_keeps_each_group_in_one_split(folder_500, tmp_path):
 
 
 def test_exact_split_gives_exact_per_label_counts(folder_500, tmp_path):
-    info = run_convert(folder_500[0], str(tmp_path / "exact"), "--split_mode=exact",
-                       "--splits=train=0.7,val=0.2,test=0.1")
+    info = run_convert(
+        folder_500[0],
+        str(tmp_path / "exact"),
+        "--split_mode=exact",
+        "--splits=train=0.7,val=0.2,test=0.1",
+    )
     for label in info["labels"]:
         cuts = cut_points([0.7, 0.2, 0.1], 100)  # the broken files are rejected
-        expected = dict(zip(["train", "val", "test"], [cuts[0], cuts[1] - cuts[0],
-                                                        cuts[2] - cuts[1]]))
+        expected = dict(
+            zip(["train", "val", "test"], [cuts[0], cuts[1] - cuts[0], cuts[2] - cuts[1]])
+        )
         got = {s: info["splits"][s]["label_counts"].get(label, 0) for s in expected}
         assert got == expected == {"train": 70, "val": 20, "test": 10}
 
 
 def test_manifest_split_column_is_honoured(folder_500, tmp_path):
     root = folder_500[0]
-    rows = [dict(r, path="images/" + r["path"], split="holdout" if i % 10 == 0 else "")
-            for i, r in enumerate(_manifest_rows(root))]
+    rows = [
+        dict(r, path="images/" + r["path"], split="holdout" if i % 10 == 0 else "")
+        for i, r in enumerate(_manifest_rows(root))
+    ]
     manifest = write_manifest(str(tmp_path / "m.csv"), rows, ["path", "label", "split"])
     shutil.copytree(root, str(tmp_path / "images"))
     out = str(tmp_path / "given")
     info = run_convert(manifest, out)
     assert info["splits"]["holdout"]["num_examples"] == 50
     holdout = {k for records in read_split(out, "holdout") for k in keys_of(records)}
-    assert holdout == {"images/" + r["path"] for i, r in enumerate(_manifest_rows(root))
-                       if i % 10 == 0}
+    assert holdout == {
+        "images/" + r["path"] for i, r in enumerate(_manifest_rows(root)) if i % 10 == 0
+    }
 
 
 def test_path_kind_records_resolve_to_the_sources(folder_500, tmp_path):
@@ -215,8 +246,9 @@ def test_path_kind_records_resolve_to_the_sources(folder_500, tmp_path):
     out = str(tmp_path / "paths")
     info = run_convert(root, out, "--record_kind=path", "--compression=gzip")
     assert info["path_root"] == os.path.abspath(root)
-    assert all(sh["file"].endswith(".tfrecord.gz")
-               for s in info["splits"].values() for sh in s["shards"])
+    assert all(
+        sh["file"].endswith(".tfrecord.gz") for s in info["splits"].values() for sh in s["shards"]
+    )
     n = 0
     for split in info["splits"]:
         for records in read_split(out, split):

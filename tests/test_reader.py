@@ -18,10 +18,12 @@ from beam_jobs import synthetic
 @pytest.fixture(scope="module")
 def images_761(tmp_path_factory):
     root = tmp_path_factory.mktemp("r761") / "images"
-    synthetic.make_image_folder(str(root), num_labels=4, per_label=190,
-                                formats=("jpeg", "png", "gif", "bmp", "webp"))
+    synthetic.make_image_folder(
+        str(root), num_labels=4, per_label=190, formats=("jpeg", "png", "gif", "bmp", "webp")
+    )
     (root / "label_0" / "extra.png").write_bytes(
-        synthetic.image_bytes("png", 20, 20, np.random.default_rng(1)))
+        synthetic.image_bytes("png", 20, 20, np.random.default_rng(1))
+    )
     return str(root)
 
 
@@ -37,14 +39,19 @@ def eval_761(images_761, tmp_path_factory):
 def train_760(images_761, tmp_path_factory):
     """760 examples in split "train" of 8 equal shards; path kind too."""
     base = tmp_path_factory.mktemp("train760")
-    rows = [{"path": f"images/label_{k}/{name}", "label": f"label_{k}"}
-            for k in range(4) for name in sorted(os.listdir(f"{images_761}/label_{k}"))
-            if name != "extra.png"]
-    manifest = write_manifest(os.path.join(os.path.dirname(images_761), "m760.csv"), rows,
-                              ["path", "label"])
+    rows = [
+        {"path": f"images/label_{k}/{name}", "label": f"label_{k}"}
+        for k in range(4)
+        for name in sorted(os.listdir(f"{images_761}/label_{k}"))
+        if name != "extra.png"
+    ]
+    manifest = write_manifest(
+        os.path.join(os.path.dirname(images_761), "m760.csv"), rows, ["path", "label"]
+    )
     run_convert(manifest, str(base / "image"), "--splits=train=1.0", "--num_shards=8")
-    run_convert(manifest, str(base / "path"), "--splits=train=1.0", "--num_shards=8",
-                "--record_kind=path")
+    run_convert(
+        manifest, str(base / "path"), "--splits=train=1.0", "--num_shards=8", "--record_kind=path"
+    )
     return str(base / "image"), str(base / "path")
 
 
@@ -78,8 +85,11 @@ def test_reads_the_multiset_written(train_760, kind):
 
 def test_seeded_runs_repeat_and_seeds_and_epochs_differ(train_760):
     def order(seed, epochs=1):
-        return keys(reader.make_dataset(train_760[0], "train", batch_size=None, decode=False,
-                                        seed=seed, epochs=epochs))
+        return keys(
+            reader.make_dataset(
+                train_760[0], "train", batch_size=None, decode=False, seed=seed, epochs=epochs
+            )
+        )
 
     assert order(1) == order(1)
     assert order(1) != order(2)
@@ -95,10 +105,12 @@ def test_exact_once_evaluation_of_a_prime_split(eval_761):
     assert len(batches) == 24 == ds.cardinality().numpy()
     assert len(batches[-1]) == 25
     assert collections.Counter(k.decode() for b in batches for k in b) == written_keys(
-        eval_761, "eval")
+        eval_761, "eval"
+    )
 
-    padded = reader.make_dataset(eval_761, "eval", batch_size=32, shuffle=False,
-                                 image_size=(8, 8), pad_final_batch=True)
+    padded = reader.make_dataset(
+        eval_761, "eval", batch_size=32, shuffle=False, image_size=(8, 8), pad_final_batch=True
+    )
     last = list(padded)[-1]
     assert last["image"].shape == (32, 8, 8, 3)
     assert last["mask"].numpy().sum() == 25
@@ -107,9 +119,16 @@ def test_exact_once_evaluation_of_a_prime_split(eval_761):
 def test_exact_once_evaluation_across_two_workers_with_padding(eval_761):
     seen, batch_counts = [], []
     for w in range(2):
-        ds = reader.make_dataset(eval_761, "eval", batch_size=32, shuffle=False,
-                                 decode=False, pad_final_batch=True, num_workers=2,
-                                 worker_index=w)
+        ds = reader.make_dataset(
+            eval_761,
+            "eval",
+            batch_size=32,
+            shuffle=False,
+            decode=False,
+            pad_final_batch=True,
+            num_workers=2,
+            worker_index=w,
+        )
         batches = list(ds)
         batch_counts.append(len(batches))
         assert ds.cardinality().numpy() == len(batches)
@@ -125,8 +144,13 @@ def test_training_workers_read_disjoint_equal_parts(train_760, workers):
     parts = []
     for w in range(workers):
         ctx = tf.distribute.InputContext(num_input_pipelines=workers, input_pipeline_id=w)
-        parts.append(keys(reader.make_dataset(train_760[0], "train", batch_size=None,
-                                              decode=False, seed=5, input_context=ctx)))
+        parts.append(
+            keys(
+                reader.make_dataset(
+                    train_760[0], "train", batch_size=None, decode=False, seed=5, input_context=ctx
+                )
+            )
+        )
     assert len({len(p) for p in parts}) == 1
     union = [k for p in parts for k in p]
     assert len(union) == len(set(union)) == 760
@@ -136,13 +160,25 @@ def test_path_root_remap_after_moving_the_images(train_760, images_761, tmp_path
     info = load_info(train_760[1])
     moved = tmp_path / "moved"
     shutil.copytree(info["path_root"], moved)
-    ds = reader.make_dataset(train_760[1], "train", batch_size=None, image_size=(8, 8),
-                             path_root=str(moved), shuffle=False)
+    ds = reader.make_dataset(
+        train_760[1],
+        "train",
+        batch_size=None,
+        image_size=(8, 8),
+        path_root=str(moved),
+        shuffle=False,
+    )
     first = next(iter(ds))
     assert first["image"].shape == (8, 8, 3)
     assert first["path"].numpy().decode().startswith("images/label_")
-    ds = reader.make_dataset(train_760[1], "train", batch_size=None, image_size=(8, 8),
-                             path_root=str(tmp_path / "nowhere"), shuffle=False)
+    ds = reader.make_dataset(
+        train_760[1],
+        "train",
+        batch_size=None,
+        image_size=(8, 8),
+        path_root=str(tmp_path / "nowhere"),
+        shuffle=False,
+    )
     with pytest.raises(tf.errors.NotFoundError):
         next(iter(ds))
 
@@ -180,8 +216,9 @@ def test_shapes_and_dtypes(train_760):
     assert b["image"].shape == (4, 10, 12, 3) and b["image"].dtype == tf.uint8
     assert b["label"].dtype == tf.int64 and b["key"].dtype == tf.string
 
-    ds = reader.make_dataset(d, "train", batch_size=4, image_size=(10, 12), seed=0,
-                             as_supervised=True, channels=1)
+    ds = reader.make_dataset(
+        d, "train", batch_size=4, image_size=(10, 12), seed=0, as_supervised=True, channels=1
+    )
     image, label = next(iter(ds))
     assert image.shape == (4, 10, 12, 1) and label.shape == (4,)
 
@@ -190,8 +227,7 @@ def test_shapes_and_dtypes(train_760):
     decoded = tf.io.decode_image(raw["image"][0], expand_animations=False)
     assert decoded.shape.rank == 3
 
-    ds = reader.make_dataset(d, "train", batch_size=8, image_size=(6, 6), random_crop=True,
-                             seed=3)
+    ds = reader.make_dataset(d, "train", batch_size=8, image_size=(6, 6), random_crop=True, seed=3)
     assert next(iter(ds))["image"].shape == (8, 6, 6, 3)
     single = next(iter(reader.make_dataset(d, "train", batch_size=None, seed=0)))
     assert single["image"].shape.rank == 3 and single["image"].shape[-1] == 3
@@ -201,16 +237,16 @@ def test_misuse_is_refused(train_760):
     with pytest.raises(ValueError, match="image_size"):
         reader.make_dataset(train_760[0], "train", batch_size=4)
     with pytest.raises(ValueError, match="shuffle=False, epochs=1"):
-        reader.make_dataset(train_760[0], "train", batch_size=4, decode=False,
-                            pad_final_batch=True)
+        reader.make_dataset(train_760[0], "train", batch_size=4, decode=False, pad_final_batch=True)
     with pytest.raises(reader.DatasetError, match="split 'val' not in"):
         reader.make_dataset(train_760[0], "val")
 
 
 @pytest.mark.parametrize("channels", [1, 3, 4])
 def test_every_format_decodes_to_any_channel_count(train_760, channels):
-    ds = reader.make_dataset(train_760[0], "train", batch_size=None, shuffle=False,
-                             channels=channels)
+    ds = reader.make_dataset(
+        train_760[0], "train", batch_size=None, shuffle=False, channels=channels
+    )
     formats = collections.Counter()
     for ex in ds:
         assert ex["image"].shape[-1] == channels

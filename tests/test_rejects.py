@@ -113,15 +113,17 @@ def test_manifest_rejects(crafted, tmp_path):
     out = str(tmp_path / "out")
     info = run_convert(manifest, out, "--max_reject_fraction=1", f"--labels={vocab}")
     got = sorted((r["key"], r["reason"]) for r in read_rejects(out))
-    assert got == sorted([
-        ("images/a/good_1.png", "duplicate_key"),
-        ("images/a/missing.png", "missing"),
-        ("../outside.png", "bad_path"),
-        ("images/a/good_2.png", "bad_label"),
-        ("images/a/good_3.png", "bad_label"),
-        ("images/b/good_0.png", "bad_split"),
-        ("row:10", "malformed_row"),
-    ])
+    assert got == sorted(
+        [
+            ("images/a/good_1.png", "duplicate_key"),
+            ("images/a/missing.png", "missing"),
+            ("../outside.png", "bad_path"),
+            ("images/a/good_2.png", "bad_label"),
+            ("images/a/good_3.png", "bad_label"),
+            ("images/b/good_0.png", "bad_split"),
+            ("row:10", "malformed_row"),
+        ]
+    )
     assert info["inputs"] == 10
     assert sum(s["num_examples"] for s in info["splits"].values()) == 3
     assert info["labels"] == ["a", "b"]
@@ -139,8 +141,11 @@ def test_jsonl_manifest_with_malformed_lines(crafted, tmp_path):
     out = str(tmp_path / "out")
     info = run_convert(manifest, out, "--max_reject_fraction=1")
     got = sorted((r["key"], r["reason"]) for r in read_rejects(out))
-    assert got == [("row:2", "malformed_row"), ("row:4", "malformed_row"),
-                   ("row:5", "malformed_row")]
+    assert got == [
+        ("row:2", "malformed_row"),
+        ("row:4", "malformed_row"),
+        ("row:5", "malformed_row"),
+    ]
     assert info["inputs"] == 5
 
 
@@ -171,8 +176,7 @@ USER_ERRORS = [
 
 
 @pytest.mark.parametrize("argv,message", USER_ERRORS)
-def test_user_errors_exit_with_one_line_before_any_work(argv, message, crafted, tmp_path,
-                                                          capsys):
+def test_user_errors_exit_with_one_line_before_any_work(argv, message, crafted, tmp_path, capsys):
     root, _ = crafted
     out = tmp_path / "out"
     argv = [a.format(root=root, out=out, missing=tmp_path / "nope") for a in argv]
@@ -187,12 +191,21 @@ def test_finished_dataset_needs_overwrite(crafted, tmp_path, capsys):
     out = str(tmp_path / "out")
     run_convert(root, out, "--max_reject_fraction=1")
     before = load_info(out)
-    assert convert.main([f"--input={root}", f"--output_dir={out}",
-                         "--max_reject_fraction=1"]) == 2
+    assert convert.main([f"--input={root}", f"--output_dir={out}", "--max_reject_fraction=1"]) == 2
     assert "holds a finished dataset; pass --overwrite" in capsys.readouterr().err
     stray = os.path.join(out, "train-00009-of-00010.tfrecord")  # left by another run
     open(stray, "wb").close()
-    assert convert.main([f"--input={root}", f"--output_dir={out}", "--max_reject_fraction=1",
-                         "--overwrite", "--num_shards=1"]) == 0
+    assert (
+        convert.main(
+            [
+                f"--input={root}",
+                f"--output_dir={out}",
+                "--max_reject_fraction=1",
+                "--overwrite",
+                "--num_shards=1",
+            ]
+        )
+        == 0
+    )
     assert not os.path.exists(stray)
     assert load_info(out)["inputs"] == before["inputs"]

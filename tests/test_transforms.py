@@ -36,8 +36,8 @@ def test_inspect_images_reads_metadata_and_routes_rejects(tmp_path):
     with TestPipeline() as p:
         out = p | beam.Create(candidates) | InspectImages("full")
         assert_that(
-            out["main"] | "Meta" >> beam.Map(lambda im: (im.key, im.format, im.height, im.width,
-                                                       im.channels)),
+            out["main"]
+            | "Meta" >> beam.Map(lambda im: (im.key, im.format, im.height, im.width, im.channels)),
             equal_to([("good.webp", "webp", 20, 30, 3), ("gray.png", "png", 5, 7, 1)]),
             label="Images",
         )
@@ -50,8 +50,9 @@ def test_inspect_images_reads_metadata_and_routes_rejects(tmp_path):
 
 def test_exact_rank_equals_a_full_sort():
     values = [(part, fp(1, "t", f"{part}{i}")) for part in "xyz" for i in range(300)]
-    elements = [(part, (r, str(i)), top_bucket(r), f"{part}{i}")
-                for i, (part, r) in enumerate(values)]
+    elements = [
+        (part, (r, str(i)), top_bucket(r), f"{part}{i}") for i, (part, r) in enumerate(values)
+    ]
     expected = []
     for part in "xyz":
         mine = sorted(e for e in elements if e[0] == part)
@@ -68,14 +69,29 @@ def test_assign_splits_hash_exact_and_given():
     hashed = [(hash_split(im, ("train", "test"), cuts, 0), im.key) for im in images[:-1]]
     with TestPipeline() as p:
         created = p | beam.Create(images)
-        got = created | "Hash" >> AssignSplits(splits) | "K1" >> beam.Map(lambda e: (e[0], e[1].key))
+        got = (
+            created | "Hash" >> AssignSplits(splits) | "K1" >> beam.Map(lambda e: (e[0], e[1].key))
+        )
         assert_that(got, equal_to(hashed + [("holdout", "given")]), label="Hash")
-        exact = (created | "Exact" >> AssignSplits(splits, "exact")
-                 | "Count" >> beam.Map(lambda e: ((e[0], e[1].label), 1))
-                 | beam.CombinePerKey(sum))
-        assert_that(exact, equal_to([(("train", "a"), 50), (("test", "a"), 50),
-                                     (("train", "b"), 50), (("test", "b"), 50),
-                                     (("holdout", "a"), 1)]), label="Exact")
+        exact = (
+            created
+            | "Exact" >> AssignSplits(splits, "exact")
+            | "Count" >> beam.Map(lambda e: ((e[0], e[1].label), 1))
+            | beam.CombinePerKey(sum)
+        )
+        assert_that(
+            exact,
+            equal_to(
+                [
+                    (("train", "a"), 50),
+                    (("test", "a"), 50),
+                    (("train", "b"), 50),
+                    (("test", "b"), 50),
+                    (("holdout", "a"), 1),
+                ]
+            ),
+            label="Exact",
+        )
 
 
 def test_group_keeps_one_split_in_hash_mode():
@@ -94,9 +110,12 @@ def test_order_and_shard_follows_the_fingerprint_order():
     expected = [(("train", rank * 3 // 50), (rank, im.key)) for rank, im in enumerate(order)]
     with TestPipeline() as p:
         plan_pc = p | "Plan" >> beam.Create([plan])
-        got = (p | beam.Create([("train", im) for im in images])
-               | OrderAndShard(4, "none", plan_pc)
-               | beam.Map(lambda e: (e[0], (e[1][0], e[1][1].key))))
+        got = (
+            p
+            | beam.Create([("train", im) for im in images])
+            | OrderAndShard(4, "none", plan_pc)
+            | beam.Map(lambda e: (e[0], (e[1][0], e[1][1].key)))
+        )
         assert_that(got, equal_to(expected))
 
 
