@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import errno
 import io
+import os
 import warnings
 
 import apache_beam as beam
 from apache_beam import pvalue
-from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
+from beam_jobs import paths
+from beam_jobs.paths import open_binary
 from beam_jobs.records import Candidate, Image, Reject, safe_text
 
 REJECTS = "rejects"
@@ -176,13 +178,13 @@ class _InspectImage(beam.DoFn):
     def _inspect(self, source: str):
         """Full: read the whole file and decode it. Header: let Pillow read what it needs."""
         try:
-            with FileSystems.open(source, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            with open_binary(source) as f:
                 if self._full:
                     data = f.read()
                     size = len(data)
                     stream = io.BytesIO(data)
                 else:
-                    size = FileSystems.match([source])[0].metadata_list[0].size_in_bytes
+                    size = _size_of(source, f)
                     stream = f
                 return (
                     *inspect_stream(stream, size, full=self._full, max_pixels=self._max_pixels),
@@ -192,6 +194,12 @@ class _InspectImage(beam.DoFn):
             raise
         except (OSError, ValueError) as e:  # BeamIOError is an OSError
             raise _open_error(e) from e
+
+
+def _size_of(source: str, f) -> int:
+    if paths.is_url(source):
+        return FileSystems.match([source])[0].metadata_list[0].size_in_bytes
+    return os.fstat(f.fileno()).st_size
 
 
 class InspectImages(beam.PTransform):

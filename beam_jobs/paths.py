@@ -57,3 +57,18 @@ def relative_to(root: str, path: str) -> str | None:
     if path.startswith(prefix) and len(path) > len(prefix):
         return path[len(prefix) :]
     return None
+
+
+def open_binary(path: str):
+    """Opens a file for reading, never decompressing it.
+
+    Local paths use ``open`` directly: Beam's FileSystems resolves its plugin
+    on every call, which costs more than reading a small image. URLs
+    (gs://, ...) go through FileSystems.
+    """
+    if is_url(path):
+        from apache_beam.io.filesystem import CompressionTypes
+        from apache_beam.io.filesystems import FileSystems
+
+        return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    return open(path, "rb")

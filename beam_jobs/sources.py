@@ -296,18 +296,25 @@ class ReadInputs(beam.PTransform):
             | "Start" >> beam.Create([start])
             | "List" >> beam.ParDo(reader).with_outputs(REJECTS, main="candidates")
         )
-        # key -> [Candidate]; Reshuffle comes for free: the listing's single
-        # bundle is spread over workers by this GroupByKey.
-        unique = (
-            listed.candidates
-            | "KeyByKey" >> beam.Map(lambda c: (c.key, c))
-            | "GroupByKey" >> beam.GroupByKey()
-            | "KeepFirstOfKey" >> beam.ParDo(_KeepFirstOfKey()).with_outputs(REJECTS, main="main")
-        )
+        if o.is_manifest:
+            # key -> [Candidate] -> the first; the GroupByKey also spreads the
+            # listing's single bundle over workers.
+            unique = (
+                listed.candidates
+                | "KeyByKey" >> beam.Map(lambda c: (c.key, c))
+                | "GroupByKey" >> beam.GroupByKey()
+                | "KeepFirstOfKey"
+                >> beam.ParDo(_KeepFirstOfKey()).with_outputs(REJECTS, main="main")
+            )
+            candidates, duplicates = unique.main, unique[REJECTS]
+        else:
+            # Paths under one root are unique keys already: no dedupe, just spread.
+            candidates = listed.candidates | "Spread" >> beam.Reshuffle()
+            duplicates = listed.candidates.pipeline | "NoDuplicates" >> beam.Create([])
         inputs = (
             (listed.candidates, listed[REJECTS])
             | "AllInputs" >> beam.Flatten()
             | "CountInputs" >> beam.combiners.Count.Globally()
         )
-        rejects = (listed[REJECTS], unique[REJECTS]) | "ListingRejects" >> beam.Flatten()
-        return {"main": unique.main, "rejects": rejects, "inputs": inputs}
+        rejects = (listed[REJECTS], duplicates) | "ListingRejects" >> beam.Flatten()
+        return {"main": candidates, "rejects": rejects, "inputs": inputs}

@@ -20,6 +20,8 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
+from beam_jobs.example_proto import serialize_example
+from beam_jobs.paths import open_binary
 from beam_jobs.records import Image
 
 INCOMPLETE_DIR = ".incomplete"
@@ -72,31 +74,22 @@ class _Sink:
             self._out(self._zip.flush())
 
 
-def example_bytes(tf, im: Image, label_id: int, record_kind: str, data: bytes | None) -> bytes:
-    """The serialized tf.train.Example of one image (keys as in docs/format.md)."""
-
-    def b(value: bytes | str):
-        v = value.encode("utf-8") if isinstance(value, str) else value
-        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[v]))
-
-    def i(value: int):
-        return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
-
-    feature = {
-        "image/format": b(im.format),
-        "image/height": i(im.height),
-        "image/width": i(im.width),
-        "image/channels": i(im.channels),
-        "image/class/label": i(label_id),
-        "image/class/text": b(im.label),
-        "image/key": b(im.key),
+def example_bytes(im: Image, label_id: int, record_kind: str, data: bytes | None) -> bytes:
+    """The serialized tf.train.Example of one image (features as in the README)."""
+    features = {
+        "image/format": im.format,
+        "image/height": im.height,
+        "image/width": im.width,
+        "image/channels": im.channels,
+        "image/class/label": label_id,
+        "image/class/text": im.label,
+        "image/key": im.key,
     }
     if record_kind == "image":
-        feature["image/encoded"] = b(data)
+        features["image/encoded"] = data
     else:
-        feature["image/path"] = b(im.rel_path)
-    example = tf.train.Example(features=tf.train.Features(feature=feature))
-    return example.SerializeToString(deterministic=True)
+        features["image/path"] = im.rel_path
+    return serialize_example(features)
 
 
 class _WriteShard(beam.DoFn):
@@ -109,11 +102,6 @@ class _WriteShard(beam.DoFn):
         self._records = Metrics.counter("evenshard", "records_written")
         self._bytes = Metrics.counter("evenshard", "bytes_written")
         self._shards = Metrics.counter("evenshard", "shards_written")
-
-    def setup(self):
-        import tensorflow as tf
-
-        self._tf = tf
 
     def process(self, element, plan, vocab, gate):
         (split, index), items = element
@@ -130,7 +118,7 @@ class _WriteShard(beam.DoFn):
             sink = _Sink(f, gzip=self._suffix.endswith(".gz"))
             for _, im in sorted(items, key=lambda item: item[0]):
                 data = _read_source(im) if self._kind == "image" else None
-                record = example_bytes(self._tf, im, label_ids[im.label], self._kind, data)
+                record = example_bytes(im, label_ids[im.label], self._kind, data)
                 sink.write(tfrecord_frame(record))
                 label_counts[im.label] = label_counts.get(im.label, 0) + 1
                 count += 1
@@ -151,7 +139,7 @@ class _WriteShard(beam.DoFn):
 
 
 def _read_source(im: Image) -> bytes:
-    with FileSystems.open(im.source, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+    with open_binary(im.source) as f:
         data = f.read()
     if len(data) != im.num_bytes:
         raise RuntimeError(

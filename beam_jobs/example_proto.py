@@ -1,0 +1,61 @@
+"""tf.train.Example serialization without importing TensorFlow.
+
+The shard writer only ever builds one shape of Example: a map of features,
+each holding a single bytes or int64 value. Encoding that in the protobuf
+wire format directly keeps TensorFlow (seconds of import, hundreds of MB) out
+of every Beam worker. The bytes are those of
+``tf.train.Example.SerializeToString(deterministic=True)``: map entries in
+key order, int64 values packed; tests/test_example_proto.py pins the
+equality against TensorFlow itself.
+
+Wire format (tensorflow/core/example/{example,feature}.proto):
+  Example  { Features features = 1; }
+  Features { map<string, Feature> feature = 1; }  entry { key = 1; value = 2; }
+  Feature  { BytesList bytes_list = 1; Int64List int64_list = 3; }
+  BytesList { repeated bytes value = 1; }   Int64List { repeated int64 value = 1 [packed]; }
+"""
+
+from __future__ import annotations
+
+
+def _varint(n: int) -> bytes:
+    if n < 0:
+        n += 1 << 64  # int64 two's complement, as protobuf encodes negatives
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited field (wire type 2)."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _feature(value: bytes | str | int) -> bytes:
+    if isinstance(value, bool) or not isinstance(value, (bytes, str, int)):
+        raise TypeError(f"feature values are bytes, str or int, got {type(value).__name__}")
+    if isinstance(value, int):
+        return _field(3, _field(1, _varint(value)))  # Int64List, packed
+    if isinstance(value, str):
+        value = value.encode("utf-8")
+    return _field(1, _field(1, value))  # BytesList
+
+
+def _map_order(name: str) -> list[int]:
+    """Protobuf's deterministic map order: bytewise, but a key before its own prefix.
+
+    (upb compares the common prefix, then puts the longer key first: "aa" < "a".)
+    """
+    return [*name.encode("utf-8"), 256]
+
+
+def serialize_example(features: dict[str, bytes | str | int]) -> bytes:
+    """Serializes ``{name: single value}`` exactly as TF's deterministic serializer does."""
+    entries = b"".join(
+        _field(1, _field(1, name.encode("utf-8")) + _field(2, _feature(features[name])))
+        for name in sorted(features, key=_map_order)
+    )
+    return _field(1, entries)

@@ -1,0 +1,117 @@
+"""convert speed against the work it cannot avoid, measured in one run on the same files.
+
+(a) naive: a sequential loop, read bytes -> tf.train.Example -> TFRecordWriter
+    (no validation, no shuffle, no split).
+(b) decode: a Pillow full-decode pass over every file with 2 processes (the
+    work that validation cannot avoid).
+(c) evenshard convert, DirectRunner, 2 worker processes, --verify full.
+(d) the same with --verify header (Pillow open and size only).
+Targets: c <= 1.5 x (a + b) in seconds; d <= 3 x a. Plus peak RSS of the
+convert process tree at 5k and 20k images: growth must come from metadata
+only, at most 2 KB an example.
+
+    .venv/bin/python benchmarks/convert_bench.py [--images 20000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import shutil
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import BIN, WORK, list_images, machine, make_jpegs, run_measured  # noqa: E402
+
+
+def naive_loop(files: list[tuple[str, str]], out: str) -> None:
+    import tensorflow as tf
+
+    labels = {label: i for i, label in enumerate(sorted({lb for _, lb in files}))}
+    with tf.io.TFRecordWriter(out) as w:
+        for path, label in files:
+            with open(path, "rb") as f:
+                data = f.read()
+            feature = {
+                "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[data])),
+                "image/class/label": tf.train.Feature(
+                    int64_list=tf.train.Int64List(value=[labels[label]])),
+            }
+            ex = tf.train.Example(features=tf.train.Features(feature=feature))
+            w.write(ex.SerializeToString())
+
+
+def _decode(path: str) -> tuple[int, int]:
+    from PIL import Image
+
+    with Image.open(path) as im:
+        im.load()
+        return im.size
+
+
+def decode_pass(files: list[tuple[str, str]]) -> None:
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        for _ in pool.imap_unordered(_decode, [p for p, _ in files], chunksize=256):
+            pass
+
+
+def convert_cmd(src: str, out: str, verify: str, workers: int = 2) -> list[str]:
+    cmd = [os.path.join(BIN, "evenshard"), "convert", f"--input={src}", f"--output_dir={out}",
+           f"--verify={verify}", "--overwrite", "--num_shards=8"]
+    if workers > 1:
+        cmd += [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"]
+    return cmd
+
+
+def timed(fn, *args) -> float:
+    start = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - start
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--images", type=int, default=20_000)
+    p.add_argument("--small", type=int, default=5_000, help="size of the RSS comparison run")
+    a = p.parse_args(argv)
+    os.makedirs(WORK, exist_ok=True)
+    src = make_jpegs(os.path.join(WORK, f"jpegs_{a.images}"), a.images)
+    small = make_jpegs(os.path.join(WORK, f"jpegs_{a.small}"), a.small)
+    files = list_images(src)
+    n = len(files)
+    import tensorflow  # noqa: F401 - imported before timing: (a) measures the loop, not the import
+    mb = sum(os.path.getsize(f) for f, _ in files) / 1e6
+
+    t_a = timed(naive_loop, files, os.path.join(WORK, "naive.tfrecord"))
+    t_b = timed(decode_pass, files)
+    t_c, rss_c = run_measured(convert_cmd(src, os.path.join(WORK, "conv_full"), "full"))
+    t_d, _ = run_measured(convert_cmd(src, os.path.join(WORK, "conv_header"), "header"))
+    # Peak RSS, in-memory DirectRunner (all workers in one process), small vs full input.
+    _, rss_small = run_measured(convert_cmd(small, os.path.join(WORK, "rss_s"), "header", 1))
+    _, rss_big = run_measured(convert_cmd(src, os.path.join(WORK, "rss_b"), "header", 1))
+    per_example = (rss_big - rss_small) / (n - a.small)
+    result = {
+        "machine": machine(),
+        "images": n,
+        "megabytes": round(mb, 1),
+        "seconds": {"a_naive": t_a, "b_decode": t_b, "c_convert_full": t_c,
+                    "d_convert_header": t_d},
+        "examples_per_s": {k: n / v for k, v in
+                           {"a": t_a, "b": t_b, "c": t_c, "d": t_d}.items()},
+        "c_over_a_plus_b": t_c / (t_a + t_b),
+        "d_over_a": t_d / t_a,
+        "peak_rss_mb": {"convert_2_workers": rss_c / 1e6, f"in_memory_{a.small}": rss_small / 1e6,
+                        f"in_memory_{n}": rss_big / 1e6},
+        "rss_growth_bytes_per_example": per_example,
+    }
+    for d in ("rss_s", "rss_b"):
+        shutil.rmtree(os.path.join(WORK, d), ignore_errors=True)
+    print(json.dumps(result, indent=2))
+    return result
+
+
+if __name__ == "__main__":
+    main()

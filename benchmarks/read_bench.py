@@ -1,0 +1,107 @@
+"""reader speed against its limits, measured in one run on one converted dataset.
+
+(a) raw: tf.data.TFRecordDataset over the same shard files, parallel reads,
+    records only (the IO limit).
+(b) decode limit: the same decode + resize over in-memory encoded bytes, with
+    the same parallelism and batching.
+(c) reader.make_dataset with decode + resize.
+(d) the naive pipeline users start from: one file per example, list_files ->
+    read_file -> decode -> resize -> batch.
+(e) reader.make_dataset(decode=False): raw bytes through the full reader.
+Targets: c >= 0.9 b; e >= 0.9 a (records/s).
+
+    .venv/bin/python benchmarks/read_bench.py [--images 20000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import BIN, WORK, list_images, machine, make_jpegs  # noqa: E402
+
+SIZE = (64, 64)
+BATCH = 256
+
+
+def rate(ds, n_expected: int | None = None, repeats: int = 2) -> float:
+    """Best records/s over ``repeats`` full passes (the first pass also warms caches)."""
+    best = 0.0
+    for _ in range(repeats):
+        start = time.perf_counter()
+        n = 0
+        for batch in ds:
+            first = batch[0] if isinstance(batch, tuple) else batch
+            if isinstance(first, dict):
+                first = first["label"]
+            n += int(first.shape[0]) if first.shape.rank else 1
+        best = max(best, n / (time.perf_counter() - start))
+        if n_expected is not None and n != n_expected:
+            raise RuntimeError(f"read {n} records, expected {n_expected}")
+    return best
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--images", type=int, default=20_000)
+    a = p.parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import tensorflow as tf
+
+    import reader
+
+    src = make_jpegs(os.path.join(WORK, f"jpegs_{a.images}"), a.images)
+    data_dir = os.path.join(WORK, f"read_{a.images}")
+    if not os.path.exists(os.path.join(data_dir, "dataset_info.json")):
+        subprocess.run([os.path.join(BIN, "evenshard"), "convert", f"--input={src}",
+                        f"--output_dir={data_dir}", "--splits=train=1.0", "--num_shards=16",
+                        "--overwrite"], check=True, capture_output=True)
+    info = reader.load_info(data_dir)
+    n = info["splits"]["train"]["num_examples"]
+    files = [os.path.join(data_dir, s["file"]) for s in info["splits"]["train"]["shards"]]
+    AUTO = tf.data.AUTOTUNE
+
+    def decode_resize(data):
+        image = tf.io.decode_image(data, channels=3, expand_animations=False)
+        image.set_shape([None, None, 3])
+        return tf.saturate_cast(tf.round(tf.image.resize(image, SIZE)), tf.uint8)
+
+    raw = tf.data.TFRecordDataset(files, num_parallel_reads=AUTO).batch(BATCH)
+    encoded = [open(path, "rb").read() for path, _ in list_images(src)]
+    in_memory = (tf.data.Dataset.from_tensor_slices(encoded)
+                 .map(decode_resize, num_parallel_calls=AUTO, deterministic=False)
+                 .batch(BATCH).prefetch(AUTO))
+    ours = reader.make_dataset(data_dir, "train", batch_size=BATCH, image_size=SIZE, seed=0,
+                               deterministic=False)
+    ours_raw = reader.make_dataset(data_dir, "train", batch_size=BATCH, decode=False, seed=0,
+                                   deterministic=False)
+    naive = (tf.data.Dataset.list_files(os.path.join(src, "*", "*.jpg"), seed=0)
+             .map(lambda p: decode_resize(tf.io.read_file(p)), num_parallel_calls=AUTO)
+             .batch(BATCH).prefetch(AUTO))
+    r = {
+        "a_raw_tfrecord": rate(raw, n),
+        "b_decode_in_memory": rate(in_memory, n),
+        "c_reader_decode": rate(ours, n),
+        "d_naive_files": rate(naive, n),
+        "e_reader_raw_bytes": rate(ours_raw, n),
+    }
+    result = {
+        "machine": machine(),
+        "images": n,
+        "records_per_s": r,
+        "c_over_b": r["c_reader_decode"] / r["b_decode_in_memory"],
+        "c_over_d": r["c_reader_decode"] / r["d_naive_files"],
+        "e_over_a": r["e_reader_raw_bytes"] / r["a_raw_tfrecord"],
+        "gpu": [d.name for d in tf.config.list_logical_devices("GPU")],
+    }
+    print(json.dumps(result, indent=2))
+    return result
+
+
+if __name__ == "__main__":
+    main()
