@@ -17,8 +17,15 @@ Wire format (tensorflow/core/example/{example,feature}.proto):
 
 from __future__ import annotations
 
+import functools
+
+
+_ONE_BYTE = [bytes((i,)) for i in range(128)]
+
 
 def _varint(n: int) -> bytes:
+    if 0 <= n < 128:  # tags, most lengths and small ints: the hot path
+        return _ONE_BYTE[n]
     if n < 0:
         n += 1 << 64  # int64 two's complement, as protobuf encodes negatives
     out = bytearray()
@@ -52,10 +59,20 @@ def _map_order(name: str) -> list[int]:
     return [*name.encode("utf-8"), 256]
 
 
+@functools.lru_cache(maxsize=1024)
+def _key_field(name: str) -> bytes:
+    return _field(1, name.encode("utf-8"))
+
+
+@functools.lru_cache(maxsize=64)
+def _order(names: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(sorted(names, key=_map_order))
+
+
 def serialize_example(features: dict[str, bytes | str | int]) -> bytes:
     """Serializes ``{name: single value}`` exactly as TF's deterministic serializer does."""
     entries = b"".join(
-        _field(1, _field(1, name.encode("utf-8")) + _field(2, _feature(features[name])))
-        for name in sorted(features, key=_map_order)
+        _field(1, _key_field(name) + _field(2, _feature(features[name])))
+        for name in _order(tuple(features))
     )
     return _field(1, entries)
