@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 
-
 _ONE_BYTE = [bytes((i,)) for i in range(128)]
 
 

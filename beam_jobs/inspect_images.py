@@ -20,7 +20,7 @@ from apache_beam.metrics import Metrics
 
 from beam_jobs import paths
 from beam_jobs.paths import open_binary
-from beam_jobs.records import Candidate, Image, Reject, safe_text
+from beam_jobs.records import Candidate, Image, make_reject
 
 REJECTS = "rejects"
 
@@ -155,9 +155,7 @@ class _InspectImage(beam.DoFn):
             fmt, height, width, channels, size = self._inspect(c.source)
         except _Rejected as r:
             Metrics.counter("evenshard", f"rejected_{r.reason}").inc()
-            yield pvalue.TaggedOutput(
-                REJECTS, Reject(safe_text(c.key), safe_text(c.source), r.reason, r.detail)
-            )
+            yield pvalue.TaggedOutput(REJECTS, make_reject(c.key, c.source, r.reason, r.detail))
             return
         self._read.inc()
         self._bytes.inc(size)

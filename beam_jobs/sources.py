@@ -21,7 +21,7 @@ from apache_beam.metrics import Metrics
 
 from beam_jobs import paths
 from beam_jobs.options import SPLIT_NAME_RE, ConvertOptions, UserError
-from beam_jobs.records import Candidate, Reject, safe_text
+from beam_jobs.records import Candidate, make_reject
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
 REJECTS = "rejects"
@@ -161,7 +161,7 @@ class _ListImageFolder(beam.DoFn):
         try:
             paths.check_text(rel)
         except paths.BadPath as e:
-            return _reject(safe_text(rel), source, "bad_path", str(e))
+            return _reject(rel, source, "bad_path", str(e))
         if not rel.lower().endswith(IMAGE_EXTENSIONS):
             ext = os.path.splitext(rel)[1] or "(none)"
             return _reject(rel, source, "unsupported_format", f"file extension {ext}")
@@ -180,7 +180,7 @@ class _ListImageFolder(beam.DoFn):
 
 def _reject(key: str, source: str, reason: str, detail: str) -> pvalue.TaggedOutput:
     Metrics.counter("evenshard", f"rejected_{reason}").inc()
-    return pvalue.TaggedOutput(REJECTS, Reject(key, safe_text(source), reason, detail))
+    return pvalue.TaggedOutput(REJECTS, make_reject(key, source, reason, detail))
 
 
 class _ReadManifest(beam.DoFn):

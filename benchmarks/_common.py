@@ -18,12 +18,15 @@ BIN = os.path.dirname(sys.executable)
 
 def machine() -> str:
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return (f"{os.cpu_count()} cores, {mem_gib:.0f} GiB, Python {platform.python_version()}, "
-            f"{platform.machine()}")
+    return (
+        f"{os.cpu_count()} cores, {mem_gib:.0f} GiB, Python {platform.python_version()}, "
+        f"{platform.machine()}"
+    )
 
 
-def make_jpegs(root: str, count: int, num_labels: int = 10, size: int = 64,
-               sorted_labels: bool = True) -> str:
+def make_jpegs(
+    root: str, count: int, num_labels: int = 10, size: int = 64, sorted_labels: bool = True
+) -> str:
     """``count`` small JPEGs (about 2-3 KB) over ``num_labels`` label folders; cached."""
     from beam_jobs.synthetic import image_bytes
 

@@ -38,7 +38,8 @@ def naive_loop(files: list[tuple[str, str]], out: str) -> None:
             feature = {
                 "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[data])),
                 "image/class/label": tf.train.Feature(
-                    int64_list=tf.train.Int64List(value=[labels[label]])),
+                    int64_list=tf.train.Int64List(value=[labels[label]])
+                ),
             }
             ex = tf.train.Example(features=tf.train.Features(feature=feature))
             w.write(ex.SerializeToString())
@@ -59,8 +60,15 @@ def decode_pass(files: list[tuple[str, str]]) -> None:
 
 
 def convert_cmd(src: str, out: str, verify: str, workers: int = 2) -> list[str]:
-    cmd = [os.path.join(BIN, "evenshard"), "convert", f"--input={src}", f"--output_dir={out}",
-           f"--verify={verify}", "--overwrite", "--num_shards=8"]
+    cmd = [
+        os.path.join(BIN, "evenshard"),
+        "convert",
+        f"--input={src}",
+        f"--output_dir={out}",
+        f"--verify={verify}",
+        "--overwrite",
+        "--num_shards=8",
+    ]
     if workers > 1:
         cmd += [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"]
     return cmd
@@ -83,6 +91,7 @@ def main(argv=None) -> dict:
     files = list_images(src)
     n = len(files)
     import tensorflow  # noqa: F401 - imported before timing: (a) measures the loop, not the import
+
     mb = sum(os.path.getsize(f) for f, _ in files) / 1e6
 
     t_a = timed(naive_loop, files, os.path.join(WORK, "naive.tfrecord"))
@@ -97,14 +106,20 @@ def main(argv=None) -> dict:
         "machine": machine(),
         "images": n,
         "megabytes": round(mb, 1),
-        "seconds": {"a_naive": t_a, "b_decode": t_b, "c_convert_full": t_c,
-                    "d_convert_header": t_d},
-        "examples_per_s": {k: n / v for k, v in
-                           {"a": t_a, "b": t_b, "c": t_c, "d": t_d}.items()},
+        "seconds": {
+            "a_naive": t_a,
+            "b_decode": t_b,
+            "c_convert_full": t_c,
+            "d_convert_header": t_d,
+        },
+        "examples_per_s": {k: n / v for k, v in {"a": t_a, "b": t_b, "c": t_c, "d": t_d}.items()},
         "c_over_a_plus_b": t_c / (t_a + t_b),
         "d_over_a": t_d / t_a,
-        "peak_rss_mb": {"convert_2_workers": rss_c / 1e6, f"in_memory_{a.small}": rss_small / 1e6,
-                        f"in_memory_{n}": rss_big / 1e6},
+        "peak_rss_mb": {
+            "convert_2_workers": rss_c / 1e6,
+            f"in_memory_{a.small}": rss_small / 1e6,
+            f"in_memory_{n}": rss_big / 1e6,
+        },
         "rss_growth_bytes_per_example": per_example,
     }
     for d in ("rss_s", "rss_b"):

@@ -58,9 +58,19 @@ def main(argv=None) -> dict:
     src = make_jpegs(os.path.join(WORK, f"jpegs_{a.images}"), a.images)
     data_dir = os.path.join(WORK, f"read_{a.images}")
     if not os.path.exists(os.path.join(data_dir, "dataset_info.json")):
-        subprocess.run([os.path.join(BIN, "evenshard"), "convert", f"--input={src}",
-                        f"--output_dir={data_dir}", "--splits=train=1.0", "--num_shards=16",
-                        "--overwrite"], check=True, capture_output=True)
+        subprocess.run(
+            [
+                os.path.join(BIN, "evenshard"),
+                "convert",
+                f"--input={src}",
+                f"--output_dir={data_dir}",
+                "--splits=train=1.0",
+                "--num_shards=16",
+                "--overwrite",
+            ],
+            check=True,
+            capture_output=True,
+        )
     info = reader.load_info(data_dir)
     n = info["splits"]["train"]["num_examples"]
     files = [os.path.join(data_dir, s["file"]) for s in info["splits"]["train"]["shards"]]
@@ -73,16 +83,24 @@ def main(argv=None) -> dict:
 
     raw = tf.data.TFRecordDataset(files, num_parallel_reads=AUTO).batch(BATCH)
     encoded = [open(path, "rb").read() for path, _ in list_images(src)]
-    in_memory = (tf.data.Dataset.from_tensor_slices(encoded)
-                 .map(decode_resize, num_parallel_calls=AUTO, deterministic=False)
-                 .batch(BATCH).prefetch(AUTO))
-    ours = reader.make_dataset(data_dir, "train", batch_size=BATCH, image_size=SIZE, seed=0,
-                               deterministic=False)
-    ours_raw = reader.make_dataset(data_dir, "train", batch_size=BATCH, decode=False, seed=0,
-                                   deterministic=False)
-    naive = (tf.data.Dataset.list_files(os.path.join(src, "*", "*.jpg"), seed=0)
-             .map(lambda p: decode_resize(tf.io.read_file(p)), num_parallel_calls=AUTO)
-             .batch(BATCH).prefetch(AUTO))
+    in_memory = (
+        tf.data.Dataset.from_tensor_slices(encoded)
+        .map(decode_resize, num_parallel_calls=AUTO, deterministic=False)
+        .batch(BATCH)
+        .prefetch(AUTO)
+    )
+    ours = reader.make_dataset(
+        data_dir, "train", batch_size=BATCH, image_size=SIZE, seed=0, deterministic=False
+    )
+    ours_raw = reader.make_dataset(
+        data_dir, "train", batch_size=BATCH, decode=False, seed=0, deterministic=False
+    )
+    naive = (
+        tf.data.Dataset.list_files(os.path.join(src, "*", "*.jpg"), seed=0)
+        .map(lambda p: decode_resize(tf.io.read_file(p)), num_parallel_calls=AUTO)
+        .batch(BATCH)
+        .prefetch(AUTO)
+    )
     r = {
         "a_raw_tfrecord": rate(raw, n),
         "b_decode_in_memory": rate(in_memory, n),

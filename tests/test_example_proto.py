@@ -8,10 +8,20 @@ import tensorflow as tf
 from beam_jobs.example_proto import serialize_example
 
 CASES = [
-    {"image/encoded": b"\xff\xd8\xff" + bytes(range(256)) * 3, "image/class/label": 0,
-     "image/key": "cat/001.jpg", "image/height": 480, "image/width": 2**40},
-    {"image/path": "ünïcode/фото.png", "image/class/text": "日本", "image/class/label": 127,
-     "image/channels": 128, "image/format": "png"},
+    {
+        "image/encoded": b"\xff\xd8\xff" + bytes(range(256)) * 3,
+        "image/class/label": 0,
+        "image/key": "cat/001.jpg",
+        "image/height": 480,
+        "image/width": 2**40,
+    },
+    {
+        "image/path": "ünïcode/фото.png",
+        "image/class/text": "日本",
+        "image/class/label": 127,
+        "image/channels": 128,
+        "image/format": "png",
+    },
     {"a": b"", "b": -1, "B": -(2**63), "aa": 2**63 - 1, "é": "x"},
 ]
 
@@ -24,8 +34,9 @@ def test_matches_tensorflow(features):
         v = v.encode() if isinstance(v, str) else v
         return tf.train.Feature(bytes_list=tf.train.BytesList(value=[v]))
 
-    example = tf.train.Example(features=tf.train.Features(
-        feature={k: feature(v) for k, v in features.items()}))
+    example = tf.train.Example(
+        features=tf.train.Features(feature={k: feature(v) for k, v in features.items()})
+    )
     assert serialize_example(features) == example.SerializeToString(deterministic=True)
     assert tf.train.Example.FromString(serialize_example(features)) == example
 
