@@ -138,7 +138,7 @@ class OrderAndShard(beam.PTransform):
             def to_rank(element):
                 split, im = element
                 r = fp(seed, "order", im.key)
-                return split, (r, im.key), top_bucket(r), im
+                return split, r, top_bucket(r), im
 
             def to_shard(ranked, plan):
                 split, rank, total, im = ranked
@@ -156,14 +156,14 @@ class OrderAndShard(beam.PTransform):
         def to_label_rank(element):
             split, im = element
             r = fp(seed, "order", im.key)
-            return (split, im.label), (r, im.key), top_bucket(r, LABEL_BUCKET_BITS), im
+            return (split, im.label), r, top_bucket(r, LABEL_BUCKET_BITS), im
 
         def to_balanced_shard(ranked, plan):
             (split, label), i, n_label, im = ranked
             info = plan[split]
             offset = info["label_offsets"][label]
             position = (i + unit(seed, "jitter", im.key)) / n_label
-            sort_key = (position, fp(seed, "order", im.key), im.key)
+            sort_key = (position, fp(seed, "order", im.key))
             return (split, (offset + i) % info["num_shards"]), (sort_key, im)
 
         return (

@@ -35,11 +35,16 @@ def _prefix_sums(counts: list) -> dict:
     return {"offsets": offsets, "totals": totals}
 
 
+def _sort_key(item):
+    sort_key, value = item
+    return sort_key, value.key  # ties (equal fingerprints) broken by the unique key
+
+
 def _rank_bucket(element, table):
     (part, bucket), items = element
     offset = table["offsets"][(part, bucket)]
     total = table["totals"][part]
-    for index, (_, value) in enumerate(sorted(items, key=lambda item: item[0])):
+    for index, (_, value) in enumerate(sorted(items, key=_sort_key)):
         yield part, offset + index, total, value
 
 
@@ -48,7 +53,9 @@ class ExactRank(beam.PTransform):
 
     ``rank`` is the 0-based position of the element when its partition is
     sorted by ``sort_key``; ``total`` is the partition's size. ``bucket`` must
-    be monotone in ``sort_key`` within a partition, and sort keys unique.
+    be monotone in ``sort_key`` within a partition. Values have a unique
+    ``key`` attribute, which breaks ties between equal sort keys (so sort keys
+    need not carry a copy of it).
     """
 
     def expand(self, elements):

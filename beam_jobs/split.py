@@ -86,7 +86,7 @@ class _ExactSplit(beam.PTransform):
 
         def to_rank(im):
             r = fp(seed, "split", im.key)
-            return im.label, (r, im.key), top_bucket(r, LABEL_BUCKET_BITS), im
+            return im.label, r, top_bucket(r, LABEL_BUCKET_BITS), im
 
         def to_split(ranked):
             _, rank, total, im = ranked

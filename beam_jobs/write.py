@@ -116,7 +116,7 @@ class _WriteShard(beam.DoFn):
         count = 0
         with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
             sink = _Sink(f, gzip=self._suffix.endswith(".gz"))
-            for _, im in sorted(items, key=lambda item: item[0]):
+            for _, im in sorted(items, key=lambda item: (item[0], item[1].key)):
                 data = _read_source(im) if self._kind == "image" else None
                 record = example_bytes(im, label_ids[im.label], self._kind, data)
                 sink.write(tfrecord_frame(record))
