@@ -8,6 +8,8 @@ import sys
 # subcommand -> (module with main(argv), one-line help)
 COMMANDS = {
     "convert": ("beam_jobs.convert", "image folder or manifest -> shuffled, balanced shards"),
+    "validate": ("schemas.validate", "check a dataset against its info, schema and files"),
+    "inspect": ("schemas.summary", "summarize a dataset: splits, shards, labels, rejects"),
     "make-images": ("beam_jobs.synthetic", "write a folder of generated test images"),
 }
 

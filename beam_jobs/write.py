@@ -11,7 +11,6 @@ wrapper, whose header carries no timestamp.
 from __future__ import annotations
 
 import hashlib
-import struct
 import uuid
 import zlib
 
@@ -20,6 +19,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
+from beam_jobs import tfrecord
 from beam_jobs.example_proto import serialize_example
 from beam_jobs.paths import open_binary
 from beam_jobs.records import Image
@@ -29,26 +29,6 @@ INCOMPLETE_DIR = ".incomplete"
 
 def shard_name(split: str, index: int, count: int, suffix: str) -> str:
     return f"{split}-{index:05d}-of-{count:05d}{suffix}"
-
-
-def _masked_crc(data: bytes) -> int:
-    import google_crc32c
-
-    crc = google_crc32c.value(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def tfrecord_frame(record: bytes) -> bytes:
-    """One TFRecord: length, masked CRC of the length, data, masked CRC of the data."""
-    length = struct.pack("<Q", len(record))
-    return b"".join(
-        [
-            length,
-            struct.pack("<I", _masked_crc(length)),
-            record,
-            struct.pack("<I", _masked_crc(record)),
-        ]
-    )
 
 
 class _Sink:
@@ -119,7 +99,7 @@ class _WriteShard(beam.DoFn):
             for _, im in sorted(items, key=lambda item: (item[0], item[1].key)):
                 data = _read_source(im) if self._kind == "image" else None
                 record = example_bytes(im, label_ids[im.label], self._kind, data)
-                sink.write(tfrecord_frame(record))
+                sink.write(tfrecord.frame(record))
                 label_counts[im.label] = label_counts.get(im.label, 0) + 1
                 count += 1
             sink.finish()

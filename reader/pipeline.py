@@ -192,12 +192,14 @@ def make_dataset(
         # A new file order every epoch: the repeat below re-runs this shuffle.
         files = files.shuffle(len(mine), seed=seed, reshuffle_each_iteration=True)
     cycle = min(cycle_length or 16, len(mine))
+    parallel = cycle > 1
+    chunk = chunk_records(shards)
     records = files.interleave(
-        lambda path, count: _checked_records(tf, path, count, compression),
+        lambda path, count: _checked_records(tf, path, count, compression, chunk),
         cycle_length=cycle,
         block_length=block_length,
-        num_parallel_calls=num_parallel_calls if cycle > 1 else None,
-        deterministic=deterministic if cycle > 1 else None,
+        num_parallel_calls=num_parallel_calls if parallel else None,
+        deterministic=deterministic if parallel else None,
     )
     if stride > 1:
         records = records.shard(stride, index)
@@ -208,54 +210,40 @@ def make_dataset(
     if epochs != 1:
         records = records.repeat(epochs)
 
-    def parse(serialized):
-        ex = tf.io.parse_single_example(serialized, spec)
-        ex = {k: tf.squeeze(v, 0) for k, v in ex.items()}
-        if kind == "image":
-            data = ex["image/encoded"]
-        else:
-            data = tf.io.read_file(tf.strings.join([root, "/", ex["image/path"]]))
-        out = {"label": ex["image/class/label"], "key": ex["image/key"]}
-        if decode:
-            out["image"] = _decode(
-                tf, data, ex["image/format"], channels, image_size, random_crop, seed
+    decoder = _Decoder(tf, kind, spec, root, decode, channels, image_size, random_crop, seed)
+    if batch_size is None:
+        ds = records.map(
+            decoder.one, num_parallel_calls=num_parallel_calls, deterministic=deterministic
+        )
+        if epochs is not None:
+            ds = ds.apply(tf.data.experimental.assert_cardinality(num_examples * epochs))
+    else:
+        # Parse whole batches at once (parse_example is vectorized: ~5x faster
+        # than a parse per record), then decode the images of each batch.
+        ds = records.batch(batch_size, drop_remainder=drop_remainder)
+        ds = ds.map(
+            decoder.batch, num_parallel_calls=num_parallel_calls, deterministic=deterministic
+        )
+        if pad_final_batch:
+            # Every worker yields the same batch count, so collective evaluation
+            # steps never wait on a worker that ran out.
+            most = max(worker_plan(shards, n_workers, w)[1] for w in range(n_workers))
+            ds = _pad_batches(
+                tf,
+                ds,
+                batch_size,
+                math.ceil(num_examples / batch_size),
+                math.ceil(most / batch_size),
             )
-        else:
-            out["image"] = data
-        if kind == "path":
-            out["path"] = ex["image/path"]
-        return out
-
-    ds = records.map(parse, num_parallel_calls=num_parallel_calls, deterministic=deterministic)
-    if pad_final_batch:
-        ds = ds.map(lambda ex: {**ex, "mask": tf.constant(True)})
-    if batch_size is not None:
-        num_batches = None
         if epochs is not None:
             per_epoch = (
                 num_examples // batch_size
                 if drop_remainder
                 else math.ceil(num_examples / batch_size)
             )
-            num_batches = per_epoch * epochs
-        if pad_final_batch:
-            # Every worker pads to the same batch count, so collective evaluation steps
-            # never wait on a worker that ran out.
-            most = max(worker_plan(shards, n_workers, w)[1] for w in range(n_workers))
-            num_batches = math.ceil(most / batch_size)
-            ds = ds.concatenate(
-                _padding(tf, ds.element_spec, num_batches * batch_size - num_examples)
-            )
-        ds = ds.batch(
-            batch_size,
-            drop_remainder=drop_remainder or pad_final_batch,
-            num_parallel_calls=num_parallel_calls,
-            deterministic=deterministic,
-        )
-        if num_batches is not None:
-            ds = ds.apply(tf.data.experimental.assert_cardinality(num_batches))
-    elif epochs is not None:
-        ds = ds.apply(tf.data.experimental.assert_cardinality(num_examples * epochs))
+            if pad_final_batch:
+                per_epoch = math.ceil(most / batch_size)
+            ds = ds.apply(tf.data.experimental.assert_cardinality(per_epoch * epochs))
     if as_supervised:
         ds = ds.map(lambda ex: (ex["image"], ex["label"]))
     options = tf.data.Options()
@@ -269,46 +257,144 @@ def make_dataset(
     return ds
 
 
-def _checked_records(tf, path, expected, compression):
+CHUNK_BYTES = 4 << 20  # a file's records are counted in chunks of about this size
+MAX_CHUNK = 1024
+
+
+def chunk_records(shards: list[dict]) -> int:
+    """Records a chunk: ~4 MiB of records (cycle_length files hold one chunk each)."""
+    mean = sum(s["num_bytes"] for s in shards) / max(1, sum(s["num_examples"] for s in shards))
+    return int(max(1, min(MAX_CHUNK, CHUNK_BYTES // max(1, mean))))
+
+
+def _checked_records(tf, path, expected, compression, chunk: int):
     """The records of one shard; a corrupt or short shard raises an error naming it.
 
     TFRecordDataset's own DataLossError does not say which file failed. Here a
-    read error ends the file (ignore_errors), and an end-of-file marker checks
-    that every record listed in dataset_info.json was read.
+    read error ends the file (ignore_errors), and the records are counted in
+    chunks against dataset_info.json, followed by an empty end marker: a short
+    chunk, or the marker arriving early, names the file. Checking per chunk
+    rather than per record keeps the cost off the hot path.
     """
-    records = tf.data.TFRecordDataset(
-        path, compression_type=compression, buffer_size=1 << 20
-    ).ignore_errors()
-    marked = records.map(lambda r: (r, False)).concatenate(
-        tf.data.Dataset.from_tensors((tf.constant(b""), True))
+    chunks = (
+        tf.data.TFRecordDataset(path, compression_type=compression, buffer_size=1 << 20)
+        .ignore_errors()
+        .batch(chunk)
     )
+    n_chunks = (expected + chunk - 1) // chunk
+    end = tf.data.Dataset.from_tensors(tf.zeros([0], tf.string))
 
-    def count(n, item):
-        record, is_end = item
-        return n + 1 - tf.cast(is_end, tf.int64), (n, record, is_end)
-
-    def check(n, record, is_end):
-        ok = tf.logical_or(tf.logical_not(is_end), tf.equal(n, expected))
+    def check(i, records):
+        size = tf.size(records, out_type=tf.int64)
+        want = tf.where(
+            i < n_chunks - 1,
+            tf.constant(chunk, tf.int64),
+            tf.where(
+                i == n_chunks - 1, expected - chunk * (n_chunks - 1), tf.constant(0, tf.int64)
+            ),
+        )
         tf.debugging.Assert(
-            ok,
+            tf.equal(size, want),
             [
                 "evenshard: shard",
                 path,
                 "is corrupt (CRC mismatch or truncated): read",
-                n,
+                i * chunk + size,
                 "good records of",
                 expected,
             ],
             summarize=3,
         )
-        return record, is_end
+        return records
 
-    return (
-        marked.scan(tf.constant(0, tf.int64), count)
-        .map(check)
-        .filter(lambda record, is_end: tf.logical_not(is_end))
-        .map(lambda record, is_end: record)
-    )
+    return chunks.concatenate(end).enumerate().map(check).unbatch()
+
+
+class _Decoder:
+    """Parses records (one, or a batch at once) and decodes their images."""
+
+    def __init__(self, tf, kind, spec, root, decode, channels, image_size, random_crop, seed):
+        self.tf, self.kind, self.spec, self.root = tf, kind, spec, root
+        self.decode, self.channels, self.image_size = decode, channels, image_size
+        self.random_crop, self.seed = random_crop, seed
+
+    def _data(self, ex):
+        if self.kind == "image":
+            return ex["image/encoded"]
+        return self.tf.io.read_file(self.tf.strings.join([self.root, "/", ex["image/path"]]))
+
+    def _image(self, ex):
+        data = self._data(ex)
+        if not self.decode:
+            return data
+        return _decode(
+            self.tf,
+            data,
+            ex["image/format"],
+            self.channels,
+            self.image_size,
+            self.random_crop,
+            self.seed,
+        )
+
+    def _features(self, ex, image):
+        out = {"image": image, "label": ex["image/class/label"], "key": ex["image/key"]}
+        if self.kind == "path":
+            out["path"] = ex["image/path"]
+        return out
+
+    def one(self, serialized):
+        ex = self.tf.io.parse_single_example(serialized, self.spec)
+        ex = {k: self.tf.squeeze(v, 0) for k, v in ex.items()}
+        return self._features(ex, self._image(ex))
+
+    def batch(self, serialized):
+        tf = self.tf
+        ex = tf.io.parse_example(serialized, self.spec)
+        ex = {k: tf.squeeze(v, 1) for k, v in ex.items()}
+        if self.decode:
+            signature = tf.TensorSpec([*self.image_size, self.channels], tf.uint8)
+        else:
+            signature = tf.TensorSpec([], tf.string)
+        if self.kind == "image" and not self.decode:
+            images = ex["image/encoded"]
+        else:
+            names = [k for k in ("image/encoded", "image/path", "image/format") if k in ex]
+            images = tf.map_fn(
+                lambda one: self._image(dict(zip(names, one))),
+                tuple(ex[k] for k in names),
+                fn_output_signature=signature,
+            )
+        return self._features(ex, images)
+
+
+def _pad_batches(tf, ds, batch_size: int, real_batches: int, total_batches: int):
+    """Pads the last batch to ``batch_size`` and appends all-padding batches up to
+    ``total_batches``; a boolean ``mask`` is False on padding."""
+
+    def pad(batch):
+        n = tf.shape(batch["label"])[0]
+        out = {}
+        for k, v in batch.items():
+            widths = [[0, batch_size - n]] + [[0, 0]] * (len(v.shape) - 1)
+            out[k] = tf.ensure_shape(tf.pad(v, widths), [batch_size, *v.shape[1:]])
+        out["mask"] = tf.range(batch_size) < n
+        return out
+
+    ds = ds.map(pad)
+
+    def zeros(spec):
+        if not spec.shape.is_fully_defined():
+            raise ValueError("pad_final_batch needs fixed shapes: give image_size")
+        return tf.zeros(spec.shape, spec.dtype)
+
+    if total_batches > real_batches:
+        empty = tf.nest.map_structure(zeros, ds.element_spec)
+        empty["mask"] = tf.zeros([batch_size], tf.bool)
+        ds = ds.concatenate(
+            tf.data.Dataset.from_tensors(empty).repeat(total_batches - real_batches)
+        )
+    return ds
 
 
 def _decode(tf, data, fmt, channels, image_size, random_crop, seed):
@@ -391,19 +477,6 @@ def _to_channels(tf, image, channels):
         default=lambda: opaque,
     )
     return tf.concat([rgb, alpha], axis=-1)
-
-
-def _padding(tf, spec, count: int):
-    """``count`` placeholder examples shaped like ``spec``, with mask False."""
-
-    def zeros(s):
-        if not s.shape.is_fully_defined():
-            raise ValueError("pad_final_batch needs fixed shapes: give image_size")
-        return tf.zeros(s.shape, s.dtype)
-
-    element = tf.nest.map_structure(zeros, spec)
-    element["mask"] = tf.constant(False)
-    return tf.data.Dataset.from_tensors(element).repeat(max(count, 0))
 
 
 def _prefetch_device(tf, prefetch_to_device):

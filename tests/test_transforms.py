@@ -50,9 +50,7 @@ def test_inspect_images_reads_metadata_and_routes_rejects(tmp_path):
 
 def test_exact_rank_equals_a_full_sort():
     values = [(part, fp(1, "t", f"{part}{i}")) for part in "xyz" for i in range(300)]
-    elements = [
-        (part, r, top_bucket(r), image(f"{part}{i}")) for i, (part, r) in enumerate(values)
-    ]
+    elements = [(part, r, top_bucket(r), image(f"{part}{i}")) for i, (part, r) in enumerate(values)]
     # equal fingerprints: the rank follows the key
     elements += [("x", 12345, top_bucket(12345), image(f"tie{j}")) for j in (3, 1, 2)]
     expected = []

@@ -1,0 +1,110 @@
+"""TFRecord framing, written and read through Beam's FileSystems (gs:// works).
+
+A record is: uint64 length, masked CRC-32C of the length, the data, masked
+CRC-32C of the data (all little-endian). ``.gz`` files are one gzip stream.
+The reader here checks every CRC and says which record of which file is bad,
+which TensorFlow's own reader does not.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterator
+
+_MASK_DELTA = 0xA282EAD8
+
+
+def masked_crc(data: bytes) -> int:
+    import google_crc32c
+
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+def frame(record: bytes) -> bytes:
+    """One TFRecord: length, masked CRC of the length, data, masked CRC of the data."""
+    length = struct.pack("<Q", len(record))
+    return b"".join(
+        [
+            length,
+            struct.pack("<I", masked_crc(length)),
+            record,
+            struct.pack("<I", masked_crc(record)),
+        ]
+    )
+
+
+class CorruptRecord(ValueError):
+    """A record whose framing or checksum is wrong; says which one."""
+
+    def __init__(self, path: str, index: int, offset: int, problem: str):
+        super().__init__(f"{path}: record {index} (byte {offset}): {problem}")
+        self.path, self.index, self.offset, self.problem = path, index, offset, problem
+
+
+def _open(path: str):
+    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.filesystems import FileSystems
+
+    stream = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    if path.endswith(".gz"):
+        return _GunzipReader(stream)
+    return stream
+
+
+class _GunzipReader:
+    """A minimal streaming gunzip with ``read(n)`` (the gzip module needs seekable input)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self._buf = b""
+
+    def read(self, n: int) -> bytes:
+        while len(self._buf) < n:
+            chunk = self._stream.read(1 << 20)
+            if not chunk:
+                self._buf += self._z.flush()
+                break
+            self._buf += self._z.decompress(chunk)
+        out, self._buf = self._buf[:n], self._buf[n:]
+        return out
+
+    def close(self) -> None:
+        self._stream.close()
+
+
+def iter_records(path: str) -> Iterator[bytes]:
+    """Yields the records of a TFRecord file, checking every CRC.
+
+    Raises:
+        CorruptRecord: a truncated record or a checksum mismatch, naming the
+            record index and byte offset (in the uncompressed stream).
+    """
+    f = _open(path)
+    index = offset = 0
+    try:
+        while True:
+            header = f.read(12)
+            if not header:
+                return
+            if len(header) < 12:
+                raise CorruptRecord(path, index, offset, "file ends inside a record header")
+            length_bytes, (length_crc,) = header[:8], struct.unpack("<I", header[8:])
+            if masked_crc(length_bytes) != length_crc:
+                raise CorruptRecord(path, index, offset, "length checksum mismatch")
+            (length,) = struct.unpack("<Q", length_bytes)
+            body = f.read(length + 4)
+            if len(body) < length + 4:
+                raise CorruptRecord(path, index, offset, "file ends inside a record")
+            data, (data_crc,) = body[:length], struct.unpack("<I", body[length:])
+            if masked_crc(data) != data_crc:
+                raise CorruptRecord(path, index, offset, "data checksum mismatch")
+            yield data
+            index += 1
+            offset += 12 + length + 4
+    except zlib.error as e:
+        raise CorruptRecord(path, index, offset, f"gzip stream is damaged: {e}") from None
+    finally:
+        f.close()

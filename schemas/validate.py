@@ -1,0 +1,280 @@
+"""evenshard validate DATA_DIR [--full]: is this dataset what dataset_info.json says?
+
+Quick checks: dataset_info.json present and well-formed; every listed shard
+exists with its recorded size and sha256; no stray shard files; records per
+shard and labels per shard, counted from the files (every CRC checked);
+inputs = written + rejects, and the rejects file agrees.
+``--full`` adds: every record parses against schema.pbtxt (types, value
+counts, domains, no missing or extra features); image kind: every image
+decodes; path kind: every path resolves under path_root.
+
+Every problem is printed on its own line naming the file (and record index).
+Exit 0: valid; 1: problems found; 2: usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import os
+import re
+import sys
+import time
+
+from beam_jobs import tfrecord
+
+INFO = "dataset_info.json"
+SHARD_RE = re.compile(r"^[A-Za-z0-9_]+-\d{5}-of-\d{5}\.tfrecord(\.gz)?$")
+REQUIRED = ("format_version", "record_kind", "labels", "splits", "inputs", "rejects")
+BATCH = 512
+
+
+class _Progress:
+    """Records checked per second and an ETA on stderr, at most every 2 s."""
+
+    def __init__(self, total: int, stream=sys.stderr):
+        self.total, self.done, self._stream = total, 0, stream
+        self._start = self._last = time.monotonic()
+
+    def add(self, n: int) -> None:
+        self.done += n
+        now = time.monotonic()
+        if now - self._last >= 2 and self.done:
+            self._last = now
+            rate = self.done / (now - self._start)
+            eta = (self.total - self.done) / rate if rate else 0
+            print(
+                f"validate: {self.done:,}/{self.total:,} records, {rate:,.0f}/s, ETA {eta:,.0f} s",
+                file=self._stream,
+                flush=True,
+            )
+
+
+def _read_bytes(path: str) -> bytes:
+    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.filesystems import FileSystems
+
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        return f.read()
+
+
+def _label_schema():
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    schema = schema_pb2.Schema()
+    f = schema.feature.add(name="image/class/label", type=schema_pb2.INT)
+    f.shape.dim.add(size=1)
+    return schema
+
+
+def _labels_of(records: list[bytes], decoder_schema) -> list[int | None]:
+    from schemas.records import _decoder
+
+    try:
+        column = _decoder(decoder_schema).DecodeBatch(records).column(0).to_pylist()
+    except Exception:  # noqa: BLE001 - a wrong type: --full names the record
+        return [None] * len(records)
+    return [v[0] if v and len(v) == 1 else None for v in column]
+
+
+def validate(data_dir: str, full: bool = False, progress=None) -> list[str]:
+    """Returns the problems of a dataset, one line each (empty: valid)."""
+    import schemas
+    from schemas.records import check_examples
+
+    out = data_dir.rstrip("/")
+    info_path = f"{out}/{INFO}"
+    if not os.path.isdir(out) and "://" not in out:
+        return [f"{out}: not a folder"]
+    try:
+        info = json.loads(_read_bytes(info_path))
+    except FileNotFoundError:
+        return [f"{info_path}: missing; the conversion did not finish (or this is not a dataset)"]
+    except (OSError, ValueError) as e:
+        return [f"{info_path}: not readable JSON: {e}"]
+    missing = [k for k in REQUIRED if k not in info]
+    if missing:
+        return [f"{info_path}: missing field(s) {', '.join(missing)}"]
+
+    problems: list[str] = []
+    schema = None
+    if full:
+        try:
+            schema = schemas.load(f"{out}/schema.pbtxt")
+        except Exception as e:  # noqa: BLE001 - reported, not raised
+            problems.append(f"{out}/schema.pbtxt: cannot be read: {e}")
+    labels = info["labels"]
+    total = sum(s["num_examples"] for s in info["splits"].values())
+    progress = progress or _Progress(total)
+    listed = set()
+    written = 0
+    label_schema = _label_schema()
+    for split, s in info["splits"].items():
+        split_labels: dict[str, int] = {}
+        for shard in s["shards"]:
+            listed.add(shard["file"])
+            path = f"{out}/{shard['file']}"
+            problems += _check_shard(
+                path,
+                shard,
+                info,
+                labels,
+                schema,
+                label_schema,
+                split_labels,
+                progress,
+                check_examples,
+            )
+        written += s["num_examples"]
+        if sum(sh["num_examples"] for sh in s["shards"]) != s["num_examples"]:
+            problems.append(
+                f"{info_path}: split {split}: num_examples {s['num_examples']} is "
+                "not the sum of its shards"
+            )
+        recorded = {k: v for k, v in s.get("label_counts", {}).items() if v}
+        if split_labels and split_labels != recorded:
+            problems.append(
+                f"{info_path}: split {split}: label_counts {recorded} but the "
+                f"shards hold {split_labels}"
+            )
+    problems += _check_strays(out, listed)
+    problems += _check_rejects(out, info, written)
+    return problems
+
+
+def _check_shard(
+    path, shard, info, labels, schema, label_schema, split_labels, progress, check_examples
+) -> list[str]:
+    from apache_beam.io.filesystems import FileSystems
+
+    if not FileSystems.exists(path):
+        return [f"{path}: listed in {INFO} but missing"]
+    data = _read_bytes(path)
+    problems = []
+    if len(data) != shard["num_bytes"]:
+        problems.append(f"{path}: {len(data)} bytes, {INFO} records {shard['num_bytes']}")
+    if hashlib.sha256(data).hexdigest() != shard["sha256"]:
+        problems.append(f"{path}: sha256 differs from {INFO} (the file changed)")
+    counts: dict[str, int] = {}
+    n = 0
+    batch: list[bytes] = []
+
+    def flush():
+        first = n - len(batch)
+        for j, label in enumerate(_labels_of(batch, label_schema)):
+            name = labels[label] if label is not None and 0 <= label < len(labels) else None
+            if name is None:
+                problems.append(
+                    f"{path}: record {first + j}: label id missing or outside labels.txt"
+                )
+                continue
+            counts[name] = counts.get(name, 0) + 1
+        if schema is not None:
+            for index, problem in check_examples(batch, schema, first):
+                problems.append(f"{path}: record {index}: {problem}")
+            problems.extend(_check_content(path, batch, first, info))
+        progress.add(len(batch))
+        batch.clear()
+
+    try:
+        for record in tfrecord.iter_records(path):
+            batch.append(record)
+            n += 1
+            if len(batch) >= BATCH:
+                flush()
+    except tfrecord.CorruptRecord as e:
+        problems.append(f"{path}: record {e.index}: {e.problem}")
+    if batch:
+        flush()
+    if n != shard["num_examples"]:
+        problems.append(f"{path}: {n} readable records, {INFO} records {shard['num_examples']}")
+    recorded = {k: v for k, v in shard.get("label_counts", {}).items() if v}
+    if counts != recorded:
+        problems.append(f"{path}: label counts {counts} differ from {INFO} {recorded}")
+    for k, v in counts.items():
+        split_labels[k] = split_labels.get(k, 0) + v
+    return problems
+
+
+def _check_content(path: str, records: list[bytes], first: int, info: dict) -> list[str]:
+    """--full: image kind, every image decodes; path kind, every path resolves."""
+    import tensorflow as tf
+    from apache_beam.io.filesystems import FileSystems
+    from PIL import Image
+
+    problems = []
+    for i, raw in enumerate(records):
+        try:
+            feature = tf.train.Example.FromString(raw).features.feature
+        except Exception as e:  # noqa: BLE001
+            problems.append(f"{path}: record {first + i}: not a tf.train.Example: {e}")
+            continue
+        if info["record_kind"] == "image":
+            data = feature["image/encoded"].bytes_list.value
+            try:
+                with Image.open(io.BytesIO(data[0])) as im:
+                    im.load()
+            except Exception as e:  # noqa: BLE001 - Pillow raises many types
+                problems.append(f"{path}: record {first + i}: image does not decode: {e}")
+        else:
+            rel = feature["image/path"].bytes_list.value
+            target = f"{info.get('path_root', '').rstrip('/')}/{rel[0].decode() if rel else ''}"
+            if not rel or not FileSystems.exists(target):
+                problems.append(f"{path}: record {first + i}: path {target} does not resolve")
+    return problems
+
+
+def _check_strays(out: str, listed: set[str]) -> list[str]:
+    from apache_beam.io.filesystems import FileSystems
+
+    found = FileSystems.match([f"{out}/*.tfrecord*"])[0].metadata_list
+    return [
+        f"{m.path}: stray shard file, not listed in {INFO}"
+        for m in sorted(found, key=lambda m: m.path)
+        if SHARD_RE.match(m.path.rsplit("/", 1)[-1]) and m.path.rsplit("/", 1)[-1] not in listed
+    ]
+
+
+def _check_rejects(out: str, info: dict, written: int) -> list[str]:
+    problems = []
+    rejects = info["rejects"]
+    if info["inputs"] != written + rejects["total"]:
+        problems.append(
+            f"{out}/{INFO}: inputs {info['inputs']} != written {written} + "
+            f"rejects {rejects['total']}"
+        )
+    if sum(rejects.get("by_reason", {}).values()) != rejects["total"]:
+        problems.append(f"{out}/{INFO}: rejects by reason do not sum to the total")
+    path = f"{out}/{rejects.get('file', 'rejects/rejects.jsonl')}"
+    try:
+        lines = _read_bytes(path).decode("utf-8").splitlines()
+    except OSError:
+        return problems + [f"{path}: missing"]
+    if len(lines) != rejects["total"]:
+        problems.append(f"{path}: {len(lines)} lines, {INFO} records {rejects['total']} rejects")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="evenshard validate", description=__doc__.split("\n")[0])
+    p.add_argument("data_dir")
+    p.add_argument("--full", action="store_true", help="also parse every record and image")
+    try:
+        a = p.parse_args(argv)
+    except SystemExit as e:
+        return 2 if e.code else 0
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    problems = validate(a.data_dir, full=a.full)
+    for line in problems:
+        print(line)
+    if problems:
+        print(f"evenshard validate: {len(problems)} problem(s) in {a.data_dir}", file=sys.stderr)
+        return 1
+    print(f"evenshard validate: {a.data_dir} is valid" + (" (full)" if a.full else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
