@@ -37,6 +37,7 @@ format: venv
 
 bench: venv
 	$(BIN)/python benchmarks/convert_bench.py
+	$(BIN)/python benchmarks/read_bench.py
 
 clean:
 	rm -rf demo_data benchmarks/_work .pytest_cache
