@@ -35,9 +35,9 @@ format: venv
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+# Runs every benchmark and rewrites benchmarks/RESULTS.md (about 10 minutes on 2 cores).
 bench: venv
-	$(BIN)/python benchmarks/convert_bench.py
-	$(BIN)/python benchmarks/read_bench.py
+	$(BIN)/python benchmarks/run_all.py
 
 clean:
 	rm -rf demo_data benchmarks/_work .pytest_cache

@@ -26,6 +26,7 @@ setup(
         "pillow>=10",
         "numpy>=1.26",
         "google-crc32c>=1.5",
+        "matplotlib>=3.7",  # evenshard shuffle-report plots
     ],
     extras_require={
         "dev": ["pytest>=8", "ruff>=0.6", "scipy>=1.11"],

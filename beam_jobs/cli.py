@@ -10,6 +10,7 @@ COMMANDS = {
     "convert": ("beam_jobs.convert", "image folder or manifest -> shuffled, balanced shards"),
     "validate": ("schemas.validate", "check a dataset against its info, schema and files"),
     "inspect": ("schemas.summary", "summarize a dataset: splits, shards, labels, rejects"),
+    "shuffle-report": ("reader.shuffle_report", "measure and plot how well reading mixes a split"),
     "make-images": ("beam_jobs.synthetic", "write a folder of generated test images"),
 }
 

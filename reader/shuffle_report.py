@@ -1,0 +1,224 @@
+"""evenshard shuffle-report DATA_DIR: how well does reading this split mix it?
+
+Reads the split through ``reader.make_dataset`` (labels and keys only, no
+image decode) for two epochs and prints three metrics (see reader/mixing.py):
+label mix per batch as a ratio to random permutations, order memory
+(Spearman against the source key order) and neighbour repeats between
+epochs. Writes a PNG in the spirit of the classic diagnostic plot: read
+position against label, and against source index. ``--baseline`` adds the
+same for a plain tf.data ``shuffle(buffer)`` over one unshuffled TFRecord
+file of the same examples in source order, side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+from reader import mixing
+
+
+def _read_order(ds) -> tuple[list[bytes], list[int]]:
+    keys, labels = [], []
+    for batch in ds:
+        keys += list(np.atleast_1d(batch["key"].numpy()))
+        labels += list(np.atleast_1d(batch["label"].numpy()))
+    return keys, labels
+
+
+def measure(
+    keys: list[bytes], labels: list[int], n: int, batch_size: int, source_rank: dict[bytes, int]
+) -> dict:
+    """Metrics of a read order of ``epochs * n`` keys (epoch e is keys[e*n:(e+1)*n])."""
+    first = keys[:n]
+    out = {
+        "label_mix_ratio": mixing.label_mix_ratio(np.array(labels[:n]), batch_size),
+        "order_memory": mixing.order_memory([source_rank[k] for k in first]),
+    }
+    if len(keys) >= 2 * n:
+        repeats = mixing.neighbour_repeats(first, keys[n : 2 * n])
+        out["neighbour_repeats"] = repeats
+        out["neighbour_repeats_vs_independent"] = repeats / mixing.independent_neighbour_repeats(n)
+    return out
+
+
+def _baseline(data_dir: str, split: str, buffer: int, seed: int, epochs: int, batch_size: int):
+    """tf.data shuffle(buffer) over one TFRecord file of the split in source (key) order."""
+    import tensorflow as tf
+
+    import reader
+    from beam_jobs import tfrecord
+
+    info = reader.load_info(data_dir)
+    records = []
+    for shard in info["splits"][split]["shards"]:
+        records += list(tfrecord.iter_records(os.path.join(data_dir, shard["file"])))
+    spec = {
+        "image/key": tf.io.FixedLenFeature([], tf.string),
+        "image/class/label": tf.io.FixedLenFeature([], tf.int64),
+    }
+    parsed = tf.io.parse_example(tf.constant(records), spec)
+    order = np.argsort(parsed["image/key"].numpy(), kind="stable")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "source_order.tfrecord")
+        with tf.io.TFRecordWriter(path) as w:
+            for i in order:
+                w.write(records[i])
+        ds = (
+            tf.data.TFRecordDataset(path)
+            .shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+            .repeat(epochs)
+            .batch(batch_size)
+            .map(
+                lambda r: {
+                    "key": tf.io.parse_example(r, spec)["image/key"],
+                    "label": tf.io.parse_example(r, spec)["image/class/label"],
+                }
+            )
+        )
+        return _read_order(ds)
+
+
+def plot(panels: list[tuple[str, list[int], list[int]]], out: str, num_labels: int) -> None:
+    """panels: (title, labels in read order, source index in read order), one column each."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, len(panels), figsize=(6 * len(panels), 7), squeeze=False)
+    for col, (title, labels, source) in enumerate(panels):
+        x = np.arange(len(labels))
+        axes[0, col].scatter(x, labels, s=0.3, alpha=0.5)
+        axes[0, col].set(
+            title=title, xlabel="read position", ylabel="label", ylim=(-0.5, num_labels - 0.5)
+        )
+        axes[1, col].scatter(x, source, s=0.3, alpha=0.5)
+        axes[1, col].set(xlabel="read position", ylabel="source index (key order)")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def report(
+    data_dir: str,
+    split: str = "train",
+    out: str = "shuffle_report.png",
+    baseline: bool = False,
+    baseline_buffer: int = 10_000,
+    epochs: int = 2,
+    batch_size: int = 256,
+    **reader_options,
+) -> dict:
+    """Measures the split's read order (and the baseline's); writes the PNG; returns figures."""
+    import reader
+
+    info = reader.load_info(data_dir)
+    n = info["splits"][split]["num_examples"]
+    reader_options.setdefault("seed", 0)
+    ds = reader.make_dataset(
+        data_dir, split, batch_size=batch_size, decode=False, epochs=epochs, **reader_options
+    )
+    keys, labels = _read_order(ds)
+    source_rank = {k: i for i, k in enumerate(sorted(set(keys)))}
+    results = {"evenshard reader": measure(keys, labels, n, batch_size, source_rank)}
+    panels = [("evenshard reader", labels[:n], [source_rank[k] for k in keys[:n]])]
+    if baseline:
+        b_keys, b_labels = _baseline(
+            data_dir, split, baseline_buffer, reader_options["seed"], epochs, batch_size
+        )
+        name = f"tf.data shuffle({baseline_buffer}) of one sorted file"
+        results[name] = measure(b_keys, b_labels, n, batch_size, source_rank)
+        panels.append((name, b_labels[:n], [source_rank[k] for k in b_keys[:n]]))
+    plot(panels, out, len(info["labels"]))
+    return {
+        "split": split,
+        "num_examples": n,
+        "batch_size": batch_size,
+        "epochs": epochs,
+        "reader_options": reader_options,
+        "png": out,
+        "results": results,
+    }
+
+
+def render(r: dict) -> str:
+    lines = [
+        f"{r['split']}: {r['num_examples']:,} examples, batch {r['batch_size']}, "
+        f"{r['epochs']} epochs, reader options {json.dumps(r['reader_options'])}",
+        f"  {'pipeline':<44}{'label mix':>10}{'order mem':>11}{'repeats (x indep.)':>20}",
+    ]
+    for name, m in r["results"].items():
+        rep = (
+            f"{m['neighbour_repeats']:.5f} ({m['neighbour_repeats_vs_independent']:.2f}x)"
+            if "neighbour_repeats" in m
+            else "-"
+        )
+        lines.append(
+            f"  {name:<44}{m['label_mix_ratio']:>10.3f}{m['order_memory']:>11.3f}{rep:>20}"
+        )
+    lines.append(f"  plot: {r['png']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="evenshard shuffle-report", description=__doc__.split("\n")[0])
+    p.add_argument("data_dir")
+    p.add_argument("--split", default="train")
+    p.add_argument("--out", default="shuffle_report.png", help="PNG to write")
+    p.add_argument("--batch_size", type=int, default=256)
+    p.add_argument("--epochs", type=int, default=2, help=">= 2 to measure neighbour repeats")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--shuffle_buffer", type=int, default=1000)
+    p.add_argument("--cycle_length", type=int, default=None)
+    p.add_argument("--block_length", type=int, default=1)
+    p.add_argument("--no_shuffle", action="store_true", help="read in file order")
+    p.add_argument(
+        "--baseline",
+        action="store_true",
+        help="compare with tf.data shuffle(buffer) over one sorted file",
+    )
+    p.add_argument("--baseline_buffer", type=int, default=10_000)
+    p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    try:
+        a = p.parse_args(argv)
+    except SystemExit as e:
+        return 2 if e.code else 0
+    if a.epochs < 1 or a.batch_size < 1:
+        print(
+            "evenshard shuffle-report: error: --epochs and --batch_size must be >= 1",
+            file=sys.stderr,
+        )
+        return 2
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from reader.info import DatasetError
+
+    try:
+        r = report(
+            a.data_dir,
+            a.split,
+            a.out,
+            a.baseline,
+            a.baseline_buffer,
+            a.epochs,
+            a.batch_size,
+            seed=a.seed,
+            shuffle=not a.no_shuffle,
+            shuffle_buffer=a.shuffle_buffer,
+            cycle_length=a.cycle_length,
+            block_length=a.block_length,
+        )
+    except DatasetError as e:
+        print(f"evenshard shuffle-report: error: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(r, indent=2) if a.json else render(r))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
