@@ -29,7 +29,13 @@ setup(
         "matplotlib>=3.7",  # evenshard shuffle-report plots
     ],
     extras_require={
-        "dev": ["pytest>=8", "ruff>=0.6", "scipy>=1.11"],
+        "dev": [
+            "pytest>=8",
+            "ruff>=0.6",
+            "scipy>=1.11",
+            "apache-beam[dask]>=2.60,<3",
+            "dask[distributed]",  # the Dask runner test
+        ],
         "dask": ["apache-beam[dask]>=2.60,<3", "dask[distributed]"],
     },
     entry_points={"console_scripts": ["evenshard=beam_jobs.cli:main"]},

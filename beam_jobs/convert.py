@@ -152,21 +152,34 @@ def _Vocabulary(fixed: list[str] | None):  # noqa: N802 - reads as a transform
     )
 
 
-def run(argv: list[str] | None = None, pipeline=None) -> dict:
+def run(argv: list[str] | None = None, pipeline=None) -> dict | None:
     """Runs a conversion; returns the parsed dataset_info.json.
 
     Args:
         argv: command-line flags; those convert does not know go to Beam's
             PipelineOptions (--runner, --direct_num_workers, Dataflow flags).
+            ``--runner=dask`` runs on a loopback Dask LocalCluster.
         pipeline: a pipeline to build on (tests pass a TestPipeline); it is
             run here.
+
+    Returns:
+        The dataset info, or None for a Dataflow ``--dry_run`` (translated,
+        not submitted: nothing is written).
 
     Raises:
         UserError: a mistake in the flags or inputs, found before any work.
     """
+    from beam_jobs.runners import resolve_runner
+
     options, pipeline_args = parse_args(argv)
-    beam_options = pipeline_options(pipeline_args)
+    with resolve_runner(pipeline_args) as pipeline_args:
+        beam_options = pipeline_options(pipeline_args)
+        return _run(options, beam_options, pipeline)
+
+
+def _run(options: ConvertOptions, beam_options, pipeline) -> dict | None:
     from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import TestOptions
 
     from beam_jobs import paths, sources
     from beam_jobs.finalize import INFO_FILE
@@ -176,14 +189,24 @@ def run(argv: list[str] | None = None, pipeline=None) -> dict:
     path_root = None
     if options.record_kind == "path":
         path_root = paths.normalize_root(options.path_root or sources.input_root(options))
-    prepare_output(options)
+    dry_run = beam_options.view_as(TestOptions).dry_run
+    if not dry_run:
+        prepare_output(options)
 
     if pipeline is None:
         import apache_beam as beam
 
         pipeline = beam.Pipeline(options=beam_options)
     build(pipeline, options, vocabulary, path_root)
-    pipeline.run().wait_until_finish()
+    result = pipeline.run()
+    try:
+        result.wait_until_finish()
+    finally:
+        client = getattr(result, "client", None)  # the DaskRunner's; its cluster may stop next
+        if client is not None:
+            client.close()
+    if dry_run:
+        return None
     with FileSystems.open(f"{options.output_dir.rstrip('/')}/{INFO_FILE}") as f:
         return json.loads(f.read().decode("utf-8"))
 
@@ -239,6 +262,9 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"evenshard convert: error: {found.group(1)}", file=sys.stderr)
         return 1
+    if info is None:
+        print("evenshard convert: dry run: the pipeline was translated, nothing was submitted")
+        return 0
     output_dir = (
         next((a.split("=", 1)[1] for a in argv if a.startswith("--output_dir=")), None)
         or argv[argv.index("--output_dir") + 1]

@@ -14,15 +14,13 @@ import os
 import warnings
 
 import apache_beam as beam
-from apache_beam import pvalue
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from beam_jobs import paths
+from beam_jobs.dead_letters import SplitRejects
 from beam_jobs.paths import open_binary
 from beam_jobs.records import Candidate, Image, make_reject
-
-REJECTS = "rejects"
 
 # Pillow format name -> the value of image/format. MPO is the multi-picture
 # JPEG that many cameras write; its first picture is a plain JPEG.
@@ -54,7 +52,7 @@ _CHANNELS = {
     "HSV": 3,
     "RGBA": 4,
     "RGBa": 4,
-    "CMYK": 4,
+    "CMYK": 3,  # decoders turn CMYK JPEGs into RGB
     "PA": 4,
 }
 
@@ -135,7 +133,7 @@ def _classify_decode_error(e: Exception) -> _Rejected:
 
 
 class _InspectImage(beam.DoFn):
-    """Candidate -> Image, or a Reject on the ``rejects`` output."""
+    """Candidate -> Image, or a Reject (see dead_letters.py)."""
 
     def __init__(self, verify: str, max_image_pixels: int):
         self._full = verify == "full"
@@ -155,7 +153,7 @@ class _InspectImage(beam.DoFn):
             fmt, height, width, channels, size = self._inspect(c.source)
         except _Rejected as r:
             Metrics.counter("evenshard", f"rejected_{r.reason}").inc()
-            yield pvalue.TaggedOutput(REJECTS, make_reject(c.key, c.source, r.reason, r.detail))
+            yield make_reject(c.key, c.source, r.reason, r.detail)
             return
         self._read.inc()
         self._bytes.inc(size)
@@ -209,7 +207,8 @@ class InspectImages(beam.PTransform):
         self._max_pixels = max_image_pixels
 
     def expand(self, candidates):
-        out = candidates | "Inspect" >> beam.ParDo(
+        # Candidate -> Image | Reject
+        inspected = candidates | "Inspect" >> beam.ParDo(
             _InspectImage(self._verify, self._max_pixels)
-        ).with_outputs(REJECTS, main="main")
-        return {"main": out.main, "rejects": out[REJECTS]}
+        )
+        return inspected | "SplitRejects" >> SplitRejects()

@@ -87,5 +87,5 @@ def make_reject(key: str, source: str, reason: str, detail: str) -> Reject:
 
 
 def safe_text(text: str) -> str:
-    """Makes text with undecodable file-name bytes printable (for reject lines)."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    """Makes text with undecodable file-name bytes printable: b"caf\xe9" -> "caf\\xe9"."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")

@@ -1,7 +1,7 @@
 """Reads the inputs: an image folder or a CSV/JSONL manifest.
 
-``ReadInputs`` yields one :class:`Candidate` per input plus a ``rejects``
-output for inputs that fail before any file is opened (bad label, bad path,
+``ReadInputs`` yields one :class:`Candidate` per input plus ``rejects``
+for inputs that fail before any file is opened (bad label, bad path,
 unsupported extension, malformed manifest row, duplicate key). Every input is
 in exactly one of the two; that is what makes ``inputs = written + rejects``
 reconcile.
@@ -15,16 +15,15 @@ import json
 import os
 
 import apache_beam as beam
-from apache_beam import pvalue
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from beam_jobs import paths
+from beam_jobs.dead_letters import SplitRejects
 from beam_jobs.options import SPLIT_NAME_RE, ConvertOptions, UserError
-from beam_jobs.records import Candidate, make_reject
+from beam_jobs.records import Candidate, Reject, make_reject
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
-REJECTS = "rejects"
 
 
 def input_root(options: ConvertOptions) -> str:
@@ -178,9 +177,9 @@ class _ListImageFolder(beam.DoFn):
         return Candidate(key=rel, source=source, rel_path=rel_path, label=parts[0])
 
 
-def _reject(key: str, source: str, reason: str, detail: str) -> pvalue.TaggedOutput:
+def _reject(key: str, source: str, reason: str, detail: str) -> Reject:
     Metrics.counter("evenshard", f"rejected_{reason}").inc()
-    return pvalue.TaggedOutput(REJECTS, make_reject(key, source, reason, detail))
+    return make_reject(key, source, reason, detail)
 
 
 class _ReadManifest(beam.DoFn):
@@ -291,30 +290,24 @@ class ReadInputs(beam.PTransform):
         else:
             reader = _ListImageFolder(o, self._vocabulary)
             start = input_root(o)
-        listed = (
-            pbegin
-            | "Start" >> beam.Create([start])
-            | "List" >> beam.ParDo(reader).with_outputs(REJECTS, main="candidates")
-        )
+        # -> Candidate | Reject
+        listed = pbegin | "Start" >> beam.Create([start]) | "List" >> beam.ParDo(reader)
+        inputs = listed | "CountInputs" >> beam.combiners.Count.Globally()
+        listed = listed | "SplitListing" >> SplitRejects()
         if o.is_manifest:
             # key -> [Candidate] -> the first; the GroupByKey also spreads the
             # listing's single bundle over workers.
             unique = (
-                listed.candidates
+                listed["main"]
                 | "KeyByKey" >> beam.Map(lambda c: (c.key, c))
                 | "GroupByKey" >> beam.GroupByKey()
-                | "KeepFirstOfKey"
-                >> beam.ParDo(_KeepFirstOfKey()).with_outputs(REJECTS, main="main")
+                | "KeepFirstOfKey" >> beam.ParDo(_KeepFirstOfKey())
+                | "SplitDuplicates" >> SplitRejects()
             )
-            candidates, duplicates = unique.main, unique[REJECTS]
+            candidates = unique["main"]
+            rejects = (listed["rejects"], unique["rejects"]) | "ListingRejects" >> beam.Flatten()
         else:
             # Paths under one root are unique keys already: no dedupe, just spread.
-            candidates = listed.candidates | "Spread" >> beam.Reshuffle()
-            duplicates = listed.candidates.pipeline | "NoDuplicates" >> beam.Create([])
-        inputs = (
-            (listed.candidates, listed[REJECTS])
-            | "AllInputs" >> beam.Flatten()
-            | "CountInputs" >> beam.combiners.Count.Globally()
-        )
-        rejects = (listed[REJECTS], duplicates) | "ListingRejects" >> beam.Flatten()
+            candidates = listed["main"] | "Spread" >> beam.Reshuffle()
+            rejects = listed["rejects"]
         return {"main": candidates, "rejects": rejects, "inputs": inputs}

@@ -58,11 +58,13 @@ class AssignSplits(beam.PTransform):
         self._seed = split_seed
 
     def expand(self, images):
-        given = images | "HasGivenSplit" >> beam.Partition(
-            lambda im, _: 0 if im.split is not None else 1, 2
+        # Two Filters rather than beam.Partition: see dead_letters.py (Dask).
+        honoured = (
+            images
+            | "HasGivenSplit" >> beam.Filter(lambda im: im.split is not None)
+            | "GivenSplit" >> beam.Map(lambda im: (im.split, im))
         )
-        honoured = given[0] | "GivenSplit" >> beam.Map(lambda im: (im.split, im))
-        rest = given[1]
+        rest = images | "NoGivenSplit" >> beam.Filter(lambda im: im.split is None)
         if self._mode == "hash":
             cuts = cut_points(self._fractions, HASH_BUCKETS)
             names, seed = self._names, self._seed

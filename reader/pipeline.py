@@ -236,14 +236,12 @@ def make_dataset(
                 math.ceil(most / batch_size),
             )
         if epochs is not None:
-            per_epoch = (
-                num_examples // batch_size
-                if drop_remainder
-                else math.ceil(num_examples / batch_size)
-            )
-            if pad_final_batch:
-                per_epoch = math.ceil(most / batch_size)
-            ds = ds.apply(tf.data.experimental.assert_cardinality(per_epoch * epochs))
+            # Batches come after repeat, so they run across epoch boundaries.
+            total = num_examples * epochs
+            batches = total // batch_size if drop_remainder else math.ceil(total / batch_size)
+            if pad_final_batch:  # only with epochs == 1
+                batches = math.ceil(most / batch_size)
+            ds = ds.apply(tf.data.experimental.assert_cardinality(batches))
     if as_supervised:
         ds = ds.map(lambda ex: (ex["image"], ex["label"]))
     options = tf.data.Options()
@@ -427,7 +425,8 @@ def _decode_random_crop(tf, data, fmt, channels, seed):
     def jpeg():
         begin, size = box(tf.image.extract_jpeg_shape(data))
         window = tf.stack([begin[0], begin[1], size[0], size[1]])
-        return tf.image.decode_and_crop_jpeg(data, window, channels=channels)
+        cropped = tf.image.decode_and_crop_jpeg(data, window, channels=3 if channels == 3 else 0)
+        return _to_channels(tf, cropped, channels)
 
     def other():
         image = _decode_full(tf, data, fmt, channels)
@@ -443,23 +442,25 @@ def _decode_full(tf, data, fmt, channels):
     """Decodes any supported format to ``channels`` channels.
 
     Decoders differ in the channel counts they accept (GIF gives RGB only,
-    WebP 3 or 4), so images are decoded as stored and converted here; JPEG
-    converts to 1 or 3 channels in libjpeg itself.
+    WebP 3 or 4, libjpeg cannot turn CMYK into gray), so images are decoded
+    as stored and converted here. JPEG asked for 3 channels decodes straight
+    to RGB (CMYK included) in libjpeg: the common case, and the fastest.
     """
-
-    def native():
-        # expand_animations=False: the first frame of a GIF/WebP, always 3-D.
-        image = tf.io.decode_image(data, channels=0, expand_animations=False)
-        return _to_channels(tf, image, channels)
-
-    if channels in (1, 3):
+    if channels == 3:
         image = tf.cond(
-            tf.equal(fmt, "jpeg"), lambda: tf.io.decode_jpeg(data, channels=channels), native
+            tf.equal(fmt, "jpeg"),
+            lambda: tf.io.decode_jpeg(data, channels=3),
+            lambda: _to_channels(tf, _decode_native(tf, data), 3),
         )
     else:
-        image = native()
+        image = _to_channels(tf, _decode_native(tf, data), channels)
     image.set_shape([None, None, channels])
     return image
+
+
+def _decode_native(tf, data):
+    # expand_animations=False: the first frame of a GIF/WebP, always 3-D.
+    return tf.io.decode_image(data, channels=0, expand_animations=False)
 
 
 def _to_channels(tf, image, channels):

@@ -252,3 +252,20 @@ def test_every_format_decodes_to_any_channel_count(train_760, channels):
         assert ex["image"].shape[-1] == channels
         formats[ex["key"].numpy().decode().rsplit(".", 1)[1]] += 1
     assert set(formats) == {"jpg", "png", "gif", "bmp", "webp"}
+
+
+@pytest.mark.parametrize("drop_remainder", [False, True])
+def test_cardinality_over_several_epochs(eval_761, drop_remainder):
+    ds = reader.make_dataset(
+        eval_761,
+        "eval",
+        batch_size=32,
+        decode=False,
+        seed=1,
+        epochs=3,
+        shuffle=True,
+        drop_remainder=drop_remainder,
+    )
+    batches = list(ds)  # the cardinality assertion fails here if it is wrong
+    assert len(batches) == ds.cardinality().numpy() == (71 if drop_remainder else 72)
+    assert sum(int(b["key"].shape[0]) for b in batches) == (2272 if drop_remainder else 2283)

@@ -1,0 +1,74 @@
+"""Runner conveniences: ``--runner=dask`` with a loopback LocalCluster.
+
+``--runner=dask`` is short for Beam's
+``apache_beam.runners.dask.dask_runner.DaskRunner``. Without
+``--dask_client_address`` a ``dask.distributed.LocalCluster`` is started on
+127.0.0.1 only (no dashboard), with ``--dask_workers`` worker processes
+(default 2), and stopped when the job ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from beam_jobs.options import UserError
+
+log = logging.getLogger(__name__)
+
+DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
+_ALIASES = {"dask": DASK_RUNNER, "daskrunner": DASK_RUNNER}
+
+
+def _flag(args: list[str], name: str) -> tuple[str | None, list[str]]:
+    """Removes ``--name=value`` or ``--name value`` from args; returns (value, rest)."""
+    rest, value, i = [], None, 0
+    while i < len(args):
+        a = args[i]
+        if a == f"--{name}" and i + 1 < len(args):
+            value, i = args[i + 1], i + 2
+            continue
+        if a.startswith(f"--{name}="):
+            value = a.split("=", 1)[1]
+        else:
+            rest.append(a)
+        i += 1
+    return value, rest
+
+
+@contextlib.contextmanager
+def resolve_runner(pipeline_args: list[str]):
+    """Yields pipeline_args with runner aliases expanded (and a LocalCluster when needed)."""
+    runner, rest = _flag(list(pipeline_args), "runner")
+    workers, rest = _flag(rest, "dask_workers")
+    if runner is None or runner.lower() not in _ALIASES:
+        if workers is not None:
+            raise UserError("--dask_workers only applies to --runner=dask")
+        yield pipeline_args
+        return
+    args = [f"--runner={_ALIASES[runner.lower()]}", *rest]
+    if any(a.startswith("--dask_client_address") for a in rest):
+        if workers is not None:
+            raise UserError(
+                "--dask_workers starts a local cluster; it cannot go with --dask_client_address"
+            )
+        yield args
+        return
+    try:
+        n = int(workers) if workers is not None else 2
+    except ValueError:
+        raise UserError(f"--dask_workers must be a whole number, got {workers!r}") from None
+    if n < 1:
+        raise UserError(f"--dask_workers must be >= 1, got {n}")
+    try:
+        from dask.distributed import LocalCluster
+    except ImportError as e:
+        raise UserError(f"--runner=dask needs `pip install evenshard[dask]` ({e})") from None
+    cluster = LocalCluster(
+        n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+    )
+    log.info("evenshard: started a Dask LocalCluster at %s", cluster.scheduler_address)
+    try:
+        yield [*args, f"--dask_client_address={cluster.scheduler_address}"]
+    finally:
+        cluster.close()

@@ -1,0 +1,101 @@
+"""The same bytes on other runners: Dask on a loopback LocalCluster; Dataflow translation."""
+
+from __future__ import annotations
+
+import os
+import tarfile
+
+import pytest
+from conftest import run_convert
+
+from beam_jobs import convert
+
+
+def shas(info):
+    return [s["sha256"] for name in sorted(info["splits"]) for s in info["splits"][name]["shards"]]
+
+
+@pytest.fixture(scope="module")
+def direct(folder_500, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("direct"))
+    return run_convert(folder_500[0], out, "--num_shards=3", "--seed=11", "--balance=label")
+
+
+@pytest.mark.slow
+def test_dask_cluster_gives_the_direct_runner_bytes(folder_500, direct, tmp_path):
+    from dask.distributed import LocalCluster
+
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+    ) as cluster:
+        info = run_convert(
+            folder_500[0],
+            str(tmp_path / "dask"),
+            "--num_shards=3",
+            "--seed=11",
+            "--balance=label",
+            f"--runner={convert_runner()}",
+            f"--dask_client_address={cluster.scheduler_address}",
+        )
+    assert shas(info) == shas(direct)
+    assert info["inputs"] == direct["inputs"]
+
+
+@pytest.mark.slow
+def test_dask_alias_starts_and_stops_a_loopback_cluster(folder_500, direct, tmp_path):
+    info = run_convert(
+        folder_500[0],
+        str(tmp_path / "alias"),
+        "--num_shards=3",
+        "--seed=11",
+        "--balance=label",
+        "--runner=dask",
+        "--dask_workers=2",
+    )
+    assert shas(info) == shas(direct)
+
+
+def convert_runner() -> str:
+    from beam_jobs.runners import DASK_RUNNER
+
+    return DASK_RUNNER
+
+
+def test_dataflow_translation_without_submitting(folder_500, tmp_path, capsys):
+    """Beam's own dry run (as in dataflow_runner_test.py): no credentials, no network."""
+    out = tmp_path / "never_written"
+    argv = [
+        f"--input={folder_500[0]}",
+        f"--output_dir={out}",
+        "--runner=DataflowRunner",
+        "--project=test-project",
+        "--region=us-central1",
+        "--job_name=evenshard-test",
+        "--temp_location=gs://bucket/tmp",
+        "--staging_location=gs://bucket/staging",
+        "--no_auth",
+        "--dry_run=True",
+        "--sdk_location=container",
+        "--setup_file=./setup.py",
+    ]
+    assert convert.main(argv) == 0
+    assert "dry run" in capsys.readouterr().out
+    assert not out.exists()
+
+
+def test_the_package_ships_with_setup_file(tmp_path):
+    """What Dataflow's stager does with --setup_file: build an sdist of this project."""
+    from apache_beam.runners.portability.stager import Stager
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    tarball = Stager._build_setup_package(os.path.join(root, "setup.py"), str(tmp_path), None)
+    with tarfile.open(tarball) as tar:
+        names = tar.getnames()
+    for needed in (
+        "beam_jobs/convert.py",
+        "reader/pipeline.py",
+        "schemas/image.pbtxt",
+        "schemas/path.pbtxt",
+        "setup.py",
+    ):
+        assert any(n.endswith(needed) for n in names), needed
