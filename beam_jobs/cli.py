@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import sys
 
@@ -13,6 +14,19 @@ COMMANDS = {
     "shuffle-report": ("reader.shuffle_report", "measure and plot how well reading mixes a split"),
     "make-images": ("beam_jobs.synthetic", "write a folder of generated test images"),
 }
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None):
+    """``parser.parse_args`` that never exits the process.
+
+    Returns:
+        (args, 0), or (None, exit code) once argparse has printed help (0) or
+        a usage error (2): subcommands return the code from their ``main``.
+    """
+    try:
+        return parser.parse_args(argv), 0
+    except SystemExit as e:
+        return None, 2 if e.code else 0
 
 
 def main(argv: list[str] | None = None) -> int:

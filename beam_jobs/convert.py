@@ -107,6 +107,7 @@ def build(pipeline, options: ConvertOptions, vocabulary: list[str] | None, path_
     from beam_jobs.order import OrderAndShard, PlanShards
     from beam_jobs.sources import ReadInputs
     from beam_jobs.split import AssignSplits
+    from beam_jobs.vocabulary import Vocabulary
     from beam_jobs.write import WriteShards
 
     o = options
@@ -119,7 +120,7 @@ def build(pipeline, options: ConvertOptions, vocabulary: list[str] | None, path_
     gate = pipeline | "RejectGate" >> RejectGate(
         o.max_reject_fraction, inputs["inputs"], reject_summary
     )
-    vocab = images | "Vocabulary" >> _Vocabulary(vocabulary)
+    vocab = images | "Vocabulary" >> Vocabulary(vocabulary)
     # Image -> (split, Image)
     split_images = images | "AssignSplits" >> AssignSplits(o.splits, o.split_mode, o.split_seed)
     plan = split_images | "PlanShards" >> PlanShards(
@@ -133,22 +134,6 @@ def build(pipeline, options: ConvertOptions, vocabulary: list[str] | None, path_
     )
     return pipeline | "Finalize" >> Finalize(
         o, path_root, shards, plan, vocab, gate, reject_summary
-    )
-
-
-def _Vocabulary(fixed: list[str] | None):  # noqa: N802 - reads as a transform
-    """Image -> one dict {"labels": [...], "formats": [...]}; fixed labels win."""
-    import apache_beam as beam
-
-    def collect(pairs):
-        labels = list(fixed) if fixed else sorted({v for k, v in pairs if k == "label"})
-        return {"labels": labels, "formats": sorted({v for k, v in pairs if k == "format"})}
-
-    return (
-        beam.FlatMap(lambda im: [("label", im.label), ("format", im.format)])
-        | "Distinct" >> beam.Distinct()
-        | "ToList" >> beam.combiners.ToList()
-        | "Collect" >> beam.Map(collect)
     )
 
 

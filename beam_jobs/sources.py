@@ -258,7 +258,9 @@ class _ReadManifest(beam.DoFn):
             rel_path = paths.relative_to(path_root, source)
             if rel_path is None:
                 return _reject(key, source, "bad_path", f"not under --path_root {path_root}")
-        group = row.get(self._group_by, "").strip() or None if self._group_by else None
+        group = None
+        if self._group_by:  # an empty group value: the row is a group of its own (its key)
+            group = row.get(self._group_by, "").strip() or None
         return Candidate(key, source, rel_path, label, split, group, number)
 
 

@@ -53,6 +53,24 @@ def list_images(root: str) -> list[tuple[str, str]]:
     return out
 
 
+def convert_once(src: str, out: str, *flags: str) -> str:
+    """Converts ``src`` into ``out`` with ``evenshard convert`` unless already done."""
+    if not os.path.exists(os.path.join(out, "dataset_info.json")):
+        subprocess.run(
+            [
+                os.path.join(BIN, "evenshard"),
+                "convert",
+                f"--input={src}",
+                f"--output_dir={out}",
+                "--overwrite",
+                *flags,
+            ],
+            check=True,
+            capture_output=True,
+        )
+    return out
+
+
 def _tree_rss(pid: int) -> int:
     """Resident bytes of a process and all its descendants (Linux /proc)."""
     total, stack = 0, [pid]

@@ -18,12 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import BIN, WORK, list_images, machine, make_jpegs  # noqa: E402
+from _common import WORK, convert_once, list_images, machine, make_jpegs  # noqa: E402
 
 SIZE = (64, 64)
 BATCH = 256
@@ -56,21 +55,9 @@ def main(argv=None) -> dict:
     import reader
 
     src = make_jpegs(os.path.join(WORK, f"jpegs_{a.images}"), a.images)
-    data_dir = os.path.join(WORK, f"read_{a.images}")
-    if not os.path.exists(os.path.join(data_dir, "dataset_info.json")):
-        subprocess.run(
-            [
-                os.path.join(BIN, "evenshard"),
-                "convert",
-                f"--input={src}",
-                f"--output_dir={data_dir}",
-                "--splits=train=1.0",
-                "--num_shards=16",
-                "--overwrite",
-            ],
-            check=True,
-            capture_output=True,
-        )
+    data_dir = convert_once(
+        src, os.path.join(WORK, f"read_{a.images}"), "--splits=train=1.0", "--num_shards=16"
+    )
     info = reader.load_info(data_dir)
     n = info["splits"]["train"]["num_examples"]
     files = [os.path.join(data_dir, s["file"]) for s in info["splits"]["train"]["shards"]]

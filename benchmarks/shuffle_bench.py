@@ -16,27 +16,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import BIN, HERE, WORK, machine, make_jpegs  # noqa: E402
-
-
-def convert(src: str, out: str, *flags: str) -> None:
-    if not os.path.exists(os.path.join(out, "dataset_info.json")):
-        subprocess.run(
-            [
-                os.path.join(BIN, "evenshard"),
-                "convert",
-                f"--input={src}",
-                f"--output_dir={out}",
-                "--overwrite",
-                *flags,
-            ],
-            check=True,
-            capture_output=True,
-        )
+from _common import HERE, WORK, convert_once, machine, make_jpegs  # noqa: E402
 
 
 def main(argv=None) -> dict:
@@ -49,8 +32,8 @@ def main(argv=None) -> dict:
     src = make_jpegs(os.path.join(WORK, f"jpegs_{a.images}"), a.images)
     default = os.path.join(WORK, f"shuffle_default_{a.images}")
     balanced = os.path.join(WORK, f"shuffle_balanced_{a.images}")
-    convert(src, default)
-    convert(src, balanced, "--balance=label")
+    convert_once(src, default)
+    convert_once(src, balanced, "--balance=label")
     png = os.path.join(HERE, "shuffle_report.png")
     runs = {
         "default": report(default, out=png, baseline=True, baseline_buffer=10_000),

@@ -20,6 +20,7 @@ import tempfile
 
 import numpy as np
 
+from beam_jobs.cli import parse_args
 from reader import mixing
 
 
@@ -185,10 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--baseline_buffer", type=int, default=10_000)
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
-    try:
-        a = p.parse_args(argv)
-    except SystemExit as e:
-        return 2 if e.code else 0
+    a, code = parse_args(p, argv)
+    if a is None:
+        return code
     if a.epochs < 1 or a.batch_size < 1:
         print(
             "evenshard shuffle-report: error: --epochs and --batch_size must be >= 1",

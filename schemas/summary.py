@@ -11,6 +11,8 @@ import argparse
 import json
 import sys
 
+from beam_jobs.cli import parse_args
+
 
 def summarize(info: dict) -> dict:
     """The facts ``inspect`` prints, as a JSON-ready dict."""
@@ -77,10 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="evenshard inspect", description=__doc__.split("\n")[0])
     p.add_argument("data_dir")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    try:
-        a = p.parse_args(argv)
-    except SystemExit as e:
-        return 2 if e.code else 0
+    a, code = parse_args(p, argv)
+    if a is None:
+        return code
     from reader.info import DatasetError, load_info
 
     try:

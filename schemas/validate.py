@@ -24,6 +24,7 @@ import sys
 import time
 
 from beam_jobs import tfrecord
+from beam_jobs.cli import parse_args
 
 INFO = "dataset_info.json"
 SHARD_RE = re.compile(r"^[A-Za-z0-9_]+-\d{5}-of-\d{5}\.tfrecord(\.gz)?$")
@@ -261,10 +262,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="evenshard validate", description=__doc__.split("\n")[0])
     p.add_argument("data_dir")
     p.add_argument("--full", action="store_true", help="also parse every record and image")
-    try:
-        a = p.parse_args(argv)
-    except SystemExit as e:
-        return 2 if e.code else 0
+    a, code = parse_args(p, argv)
+    if a is None:
+        return code
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     problems = validate(a.data_dir, full=a.full)
     for line in problems:

@@ -4,23 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import struct
-import zlib
 
 import numpy as np
 import pytest
 from conftest import load_info, read_rejects, run_convert
+from corpus import bomb_png
 
 from beam_jobs import convert, synthetic
-
-
-def bomb_png(width: int, height: int) -> bytes:
-    """A small valid PNG whose header claims width x height pixels."""
-    png = synthetic.image_bytes("png", 8, 8, np.random.default_rng(0))
-    ihdr = bytearray(png[8 : 8 + 25])  # length, "IHDR", 13 data bytes, crc
-    ihdr[8:16] = struct.pack(">II", width, height)
-    ihdr[21:25] = struct.pack(">I", zlib.crc32(bytes(ihdr[4:21])))
-    return png[:8] + bytes(ihdr) + png[33:]
 
 
 @pytest.fixture(scope="module")
