@@ -118,7 +118,7 @@ keeps every intermediate PCollection's buffer until the job ends (its
 Why the wall-clock aims are missed at this size: a Beam job pays a fixed
 start-up (import Beam, plan the graph, start 2 SDK worker processes) that is
 larger than the whole baseline on 1.6 KB images. Per example, convert costs
-{c['c_marginal_per_example_over_a_plus_b']:.2f}× the unavoidable decode + write work, and that is what scales.
+{c["c_marginal_per_example_over_a_plus_b"]:.2f}× the unavoidable decode + write work, and that is what scales.
 History of this benchmark (same machine kind): first version c/(a+b) = 6.3,
 d/a = 21, 2-worker peak 2.1 GB; then Example encoding without TensorFlow in
 the workers, local files opened directly, no dedupe shuffle for folders and
@@ -155,7 +155,7 @@ and `balanced_*` are converted with the default options and with
 mix: 1.0 is a uniform random permutation, lower is better than random. Order
 memory: Spearman against the source key order. Repeats: neighbour pairs of
 epoch 1 adjacent again in epoch 2, against an independent permutation. The
-default options make one shard a split here ({s['runs']['default']['num_examples']:,} small images are far
+default options make one shard a split here ({s["runs"]["default"]["num_examples"]:,} small images are far
 below 128 MB), so with `shuffle_buffer=0` every epoch reads that shard in the
 same order: its repeats are 100% by design (the buffer, or more shards, is
 what varies epochs).
