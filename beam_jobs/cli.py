@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         lines = ["usage: evenshard SUBCOMMAND [flags]  (evenshard SUBCOMMAND --help)", ""]
-        lines += [f"  {name:<14}{text}" for name, (_, text) in COMMANDS.items()]
+        lines += [f"  {name:<16}{text}" for name, (_, text) in COMMANDS.items()]
         unknown = bool(argv) and argv[0] not in ("-h", "--help")
         if unknown:
             lines.insert(0, f"evenshard: error: unknown subcommand {argv[0]!r}")

@@ -37,14 +37,18 @@ class _Progress:
 
     def __init__(self, total: int, stream=sys.stderr):
         self.total, self.done, self._stream = total, 0, stream
-        self._start = self._last = time.monotonic()
+        self._start = self._last = None
+        self._first = 0
 
     def add(self, n: int) -> None:
         self.done += n
         now = time.monotonic()
-        if now - self._last >= 2 and self.done:
+        if self._start is None:  # the rate counts from the first batch (after imports)
+            self._start, self._last, self._first = now, now, self.done
+            return
+        if now - self._last >= 2:
             self._last = now
-            rate = self.done / (now - self._start)
+            rate = (self.done - self._first) / (now - self._start)
             eta = (self.total - self.done) / rate if rate else 0
             print(
                 f"validate: {self.done:,}/{self.total:,} records, {rate:,.0f}/s, ETA {eta:,.0f} s",
