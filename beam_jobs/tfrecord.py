@@ -8,6 +8,7 @@ which TensorFlow's own reader does not.
 
 from __future__ import annotations
 
+import hashlib
 import struct
 import zlib
 from collections.abc import Iterator
@@ -43,14 +44,32 @@ class CorruptRecord(ValueError):
         self.path, self.index, self.offset, self.problem = path, index, offset, problem
 
 
-def _open(path: str):
+def open_raw(path: str):
+    """The file's bytes as stored (no decompression), through FileSystems."""
     from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.io.filesystems import FileSystems
 
-    stream = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
-    if path.endswith(".gz"):
-        return _GunzipReader(stream)
-    return stream
+    return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+class HashingReader:
+    """Wraps a stream: sha256 and byte count of everything read through it."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.sha256 = hashlib.sha256()
+        self.num_bytes = 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._stream.read(n)
+        self.sha256.update(data)
+        self.num_bytes += len(data)
+        return data
+
+    def drain(self) -> None:
+        """Reads to the end, so the hash and count cover the whole file."""
+        while self.read(1 << 20):
+            pass
 
 
 class _GunzipReader:
@@ -71,18 +90,21 @@ class _GunzipReader:
         out, self._buf = self._buf[:n], self._buf[n:]
         return out
 
-    def close(self) -> None:
-        self._stream.close()
 
-
-def iter_records(path: str) -> Iterator[bytes]:
+def iter_records(path: str, raw=None) -> Iterator[bytes]:
     """Yields the records of a TFRecord file, checking every CRC.
+
+    Args:
+        path: the file (``.gz``: one gzip stream); named in errors.
+        raw: an open stream of the file's stored bytes to read instead of
+            opening ``path`` (the caller closes it).
 
     Raises:
         CorruptRecord: a truncated record or a checksum mismatch, naming the
             record index and byte offset (in the uncompressed stream).
     """
-    f = _open(path)
+    stream = raw if raw is not None else open_raw(path)
+    f = _GunzipReader(stream) if path.endswith(".gz") else stream
     index = offset = 0
     try:
         while True:
@@ -107,4 +129,5 @@ def iter_records(path: str) -> Iterator[bytes]:
     except zlib.error as e:
         raise CorruptRecord(path, index, offset, f"gzip stream is damaged: {e}") from None
     finally:
-        f.close()
+        if raw is None:
+            stream.close()

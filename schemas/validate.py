@@ -15,7 +15,6 @@ Exit 0: valid; 1: problems found; 2: usage error.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import io
 import json
 import os
@@ -156,12 +155,7 @@ def _check_shard(
 
     if not FileSystems.exists(path):
         return [f"{path}: listed in {INFO} but missing"]
-    data = _read_bytes(path)
     problems = []
-    if len(data) != shard["num_bytes"]:
-        problems.append(f"{path}: {len(data)} bytes, {INFO} records {shard['num_bytes']}")
-    if hashlib.sha256(data).hexdigest() != shard["sha256"]:
-        problems.append(f"{path}: sha256 differs from {INFO} (the file changed)")
     counts: dict[str, int] = {}
     n = 0
     batch: list[bytes] = []
@@ -183,16 +177,25 @@ def _check_shard(
         progress.add(len(batch))
         batch.clear()
 
-    try:
-        for record in tfrecord.iter_records(path):
-            batch.append(record)
-            n += 1
-            if len(batch) >= BATCH:
-                flush()
-    except tfrecord.CorruptRecord as e:
-        problems.append(f"{path}: record {e.index}: {e.problem}")
+    # One pass over the file: size and sha256 are taken from the bytes the
+    # records are read from.
+    with tfrecord.open_raw(path) as raw:
+        hashed = tfrecord.HashingReader(raw)
+        try:
+            for record in tfrecord.iter_records(path, raw=hashed):
+                batch.append(record)
+                n += 1
+                if len(batch) >= BATCH:
+                    flush()
+        except tfrecord.CorruptRecord as e:
+            problems.append(f"{path}: record {e.index}: {e.problem}")
+        hashed.drain()
     if batch:
         flush()
+    if hashed.num_bytes != shard["num_bytes"]:
+        problems.append(f"{path}: {hashed.num_bytes} bytes, {INFO} records {shard['num_bytes']}")
+    if hashed.sha256.hexdigest() != shard["sha256"]:
+        problems.append(f"{path}: sha256 differs from {INFO} (the file changed)")
     if n != shard["num_examples"]:
         problems.append(f"{path}: {n} readable records, {INFO} records {shard['num_examples']}")
     recorded = {k: v for k, v in shard.get("label_counts", {}).items() if v}
