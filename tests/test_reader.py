@@ -269,3 +269,17 @@ def test_cardinality_over_several_epochs(eval_761, drop_remainder):
     batches = list(ds)  # the cardinality assertion fails here if it is wrong
     assert len(batches) == ds.cardinality().numpy() == (71 if drop_remainder else 72)
     assert sum(int(b["key"].shape[0]) for b in batches) == (2272 if drop_remainder else 2283)
+
+
+def test_prefetch_to_device_yields_the_same_batches(train_760):
+    # No GPU here: the CPU device runs the same prefetch_to_device code path.
+    def run(**kw):
+        ds = reader.make_dataset(train_760[0], "train", batch_size=64, decode=False, seed=2, **kw)
+        return [b["key"].numpy().tolist() for b in ds]
+
+    assert run(prefetch_to_device="/cpu:0") == run(prefetch_to_device=False)
+    if not tf.config.list_logical_devices("GPU"):
+        with pytest.raises(ValueError, match="no GPU is visible"):
+            reader.make_dataset(
+                train_760[0], "train", batch_size=8, decode=False, prefetch_to_device=True
+            )
