@@ -283,3 +283,18 @@ def test_prefetch_to_device_yields_the_same_batches(train_760):
             reader.make_dataset(
                 train_760[0], "train", batch_size=8, decode=False, prefetch_to_device=True
             )
+
+
+def test_uneven_workers_warn_with_the_fix(eval_761, caplog):
+    with caplog.at_level("WARNING", logger="reader.pipeline"):
+        reader.make_dataset(
+            eval_761,
+            "eval",
+            batch_size=None,
+            decode=False,
+            shuffle=False,
+            num_workers=2,
+            worker_index=0,
+        )
+    assert "3 shards, not a multiple of 2 workers" in caplog.text
+    assert "--shard_multiple 2" in caplog.text

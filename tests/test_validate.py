@@ -119,13 +119,29 @@ def test_crafted_records_are_reported_with_their_index(datasets):
     missing = serialize_example({k: v for k, v in base.items() if k != "image/key"})
     out_of_domain = serialize_example({**base, "image/class/label": 7})
     extra = serialize_example({**base, "image/extra": 1})
-    records = [good, wrong_type, good, missing, out_of_domain, extra]
+    two_values = _example_with_two_heights(base)
+    records = [good, wrong_type, good, missing, out_of_domain, extra, two_values]
     problems = dict(check_examples(records, schema, first_index=100))
-    assert sorted(problems) == [101, 103, 104, 105]
+    assert sorted(problems) == [101, 103, 104, 105, 106]
+    assert "image/height: has 2 values, the schema says 1" in problems[106]
     assert "does not parse" in problems[101]
     assert "image/key: missing" in problems[103]
     assert "image/class/label: value 7 outside the domain [0, 2]" in problems[104]
     assert "extra feature image/extra" in problems[105]
+
+
+def _example_with_two_heights(features: dict) -> bytes:
+    import tensorflow as tf
+
+    def feature(v):
+        if isinstance(v, int):
+            return tf.train.Feature(int64_list=tf.train.Int64List(value=[v]))
+        v = v.encode() if isinstance(v, str) else v
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[v]))
+
+    feats = {k: feature(v) for k, v in features.items()}
+    feats["image/height"] = tf.train.Feature(int64_list=tf.train.Int64List(value=[2, 3]))
+    return tf.train.Example(features=tf.train.Features(feature=feats)).SerializeToString()
 
 
 def test_full_validation_reports_a_bad_record_in_a_shard(datasets, tmp_path, capsys):
