@@ -112,7 +112,9 @@ def make_dataset(
             interleave only; the shards are already globally shuffled).
         cycle_length: files read at once (default: min(16, files)).
         block_length: consecutive records taken from a file in turn.
-        deterministic: fixed output order (default: True when a seed is given).
+        deterministic: fixed output order. Default: True with a seed or without
+            shuffling (evaluation reads in one fixed order, the short batch last);
+            False only for unseeded shuffling, whose order is random anyway.
         decode: decode images (False: ``image`` holds the encoded bytes).
         image_size: (height, width) to resize to; needed to batch decoded
             images, whose sizes differ.
@@ -152,7 +154,8 @@ def make_dataset(
     info = load_info(data_dir)
     shards = split_shards(info, data_dir, split)
     shuffle = (split == "train") if shuffle is None else shuffle
-    deterministic = (seed is not None) if deterministic is None else deterministic
+    if deterministic is None:
+        deterministic = seed is not None or not shuffle
     if epochs is not None and epochs < 1:
         raise ValueError(f"epochs must be >= 1 or None, got {epochs}")
     if pad_final_batch and (batch_size is None or drop_remainder):

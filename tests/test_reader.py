@@ -298,3 +298,16 @@ def test_uneven_workers_warn_with_the_fix(eval_761, caplog):
         )
     assert "3 shards, not a multiple of 2 workers" in caplog.text
     assert "--shard_multiple 2" in caplog.text
+
+
+def test_unshuffled_reads_keep_file_order_by_default(eval_761):
+    info = load_info(eval_761)
+    expected = []
+    for shard in info["splits"]["eval"]["shards"]:
+        for raw in tf.data.TFRecordDataset(os.path.join(eval_761, shard["file"])):
+            ex = tf.train.Example.FromString(raw.numpy())
+            expected.append(ex.features.feature["image/key"].bytes_list.value[0].decode())
+    ds = reader.make_dataset(
+        eval_761, "eval", batch_size=32, shuffle=False, decode=False, cycle_length=1
+    )
+    assert keys(ds) == expected
