@@ -105,15 +105,18 @@ def build(pipeline, options: ConvertOptions, vocabulary: list[str] | None, path_
     from beam_jobs.finalize import Finalize, RejectGate, WriteRejects
     from beam_jobs.inspect_images import InspectImages
     from beam_jobs.order import OrderAndShard, PlanShards
-    from beam_jobs.sources import ReadInputs
+    from beam_jobs.sources import ReadInputs, input_root
     from beam_jobs.split import AssignSplits
     from beam_jobs.vocabulary import Vocabulary
     from beam_jobs.write import WriteShards
 
     o = options
+    root = input_root(o)  # sources travel relative to it (paths.compact_source)
     inputs = pipeline | "ReadInputs" >> ReadInputs(o, vocabulary)
     # Candidate -> Image | Reject
-    inspected = inputs["main"] | "InspectImages" >> InspectImages(o.verify, o.max_image_pixels)
+    inspected = inputs["main"] | "InspectImages" >> InspectImages(
+        o.verify, o.max_image_pixels, root
+    )
     images = inspected["main"]
     rejects = (inputs["rejects"], inspected["rejects"]) | "AllRejects" >> beam.Flatten()
     reject_summary = rejects | "WriteRejects" >> WriteRejects(o.output_dir)
@@ -130,7 +133,7 @@ def build(pipeline, options: ConvertOptions, vocabulary: list[str] | None, path_
     sharded = split_images | "OrderAndShard" >> OrderAndShard(o.seed, o.balance, plan)
     # -> shard info dicts
     shards = sharded | "WriteShards" >> WriteShards(
-        o.output_dir, o.record_kind, o.shard_suffix, plan, vocab, gate
+        o.output_dir, o.record_kind, o.shard_suffix, plan, vocab, gate, root
     )
     return pipeline | "Finalize" >> Finalize(
         o, path_root, shards, plan, vocab, gate, reject_summary

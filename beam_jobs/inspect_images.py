@@ -135,7 +135,8 @@ def _classify_decode_error(e: Exception) -> _Rejected:
 class _InspectImage(beam.DoFn):
     """Candidate -> Image, or a Reject (see dead_letters.py)."""
 
-    def __init__(self, verify: str, max_image_pixels: int):
+    def __init__(self, verify: str, max_image_pixels: int, source_root: str | None):
+        self._root = source_root
         self._full = verify == "full"
         self._max_pixels = max_image_pixels
         self._read = Metrics.counter("evenshard", "images_read")
@@ -150,10 +151,14 @@ class _InspectImage(beam.DoFn):
 
     def process(self, c: Candidate):
         try:
-            fmt, height, width, channels, size = self._inspect(c.source)
+            fmt, height, width, channels, size = self._inspect(
+                paths.full_source(self._root, c.source, c.key)
+            )
         except _Rejected as r:
             Metrics.counter("evenshard", f"rejected_{r.reason}").inc()
-            yield make_reject(c.key, c.source, r.reason, r.detail)
+            yield make_reject(
+                c.key, paths.full_source(self._root, c.source, c.key), r.reason, r.detail
+            )
             return
         self._read.inc()
         self._bytes.inc(size)
@@ -199,16 +204,26 @@ def _size_of(source: str, f) -> int:
 
 
 class InspectImages(beam.PTransform):
-    """Candidate -> {main: Image, rejects: Reject}."""
+    """Candidate -> {main: Image, rejects: Reject}.
 
-    def __init__(self, verify: str = "full", max_image_pixels: int = 178_956_970):
+    ``source_root``: the root that relative ``Candidate.source`` values are
+    under (``sources.input_root``); None when sources are full paths.
+    """
+
+    def __init__(
+        self,
+        verify: str = "full",
+        max_image_pixels: int = 178_956_970,
+        source_root: str | None = None,
+    ):
         super().__init__()
         self._verify = verify
         self._max_pixels = max_image_pixels
+        self._root = source_root
 
     def expand(self, candidates):
         # Candidate -> Image | Reject
         inspected = candidates | "Inspect" >> beam.ParDo(
-            _InspectImage(self._verify, self._max_pixels)
+            _InspectImage(self._verify, self._max_pixels, self._root)
         )
         return inspected | "SplitRejects" >> SplitRejects()

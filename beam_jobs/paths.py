@@ -51,6 +51,26 @@ def resolve(root: str, path: str) -> str:
     return joined
 
 
+def compact_source(root: str, path: str, key: str) -> str:
+    """How a source travels through the pipeline, in as few bytes as it can.
+
+    "" when the path is ``root/key`` (always for image folders, usually for
+    manifests); else relative to ``root`` when under it; else the full path or
+    URL. The root is not repeated in every copy and every shuffle.
+    """
+    rel = relative_to(root, path)
+    if rel == key:
+        return ""
+    return rel or path
+
+
+def full_source(root: str | None, source: str, key: str) -> str:
+    """Inverse of :func:`compact_source` (``root`` None: sources are full already)."""
+    if root is None or is_url(source) or source.startswith("/"):
+        return source
+    return f"{root.rstrip('/')}/{source or key}"
+
+
 def relative_to(root: str, path: str) -> str | None:
     """``path`` relative to ``root`` (both normalized), or None if it is not under it."""
     prefix = root.rstrip("/") + "/"

@@ -34,7 +34,9 @@ class Candidate(NamedTuple):
     Attributes:
         key: stable unique key (path relative to the input root, or the
             manifest's key column).
-        source: full path or URL of the image file.
+        source: the image file in compact form (``paths.compact_source``):
+            "" for input_root/key, else relative to the input root when under
+            it, else its full path or URL.
         rel_path: path relative to ``path_root`` (path kind), else "".
         label: label text.
         split: split given by the manifest, or None.

@@ -174,7 +174,12 @@ class _ListImageFolder(beam.DoFn):
             rel_path = paths.relative_to(path_root, source)
             if rel_path is None:
                 return _reject(rel, source, "bad_path", f"not under --path_root {path_root}")
-        return Candidate(key=rel, source=source, rel_path=rel_path, label=parts[0])
+        return Candidate(
+            key=rel,
+            source=paths.compact_source(root, source, rel),
+            rel_path=rel_path,
+            label=parts[0],
+        )
 
 
 def _reject(key: str, source: str, reason: str, detail: str) -> Reject:
@@ -261,11 +266,16 @@ class _ReadManifest(beam.DoFn):
         group = None
         if self._group_by:  # an empty group value: the row is a group of its own (its key)
             group = row.get(self._group_by, "").strip() or None
-        return Candidate(key, source, rel_path, label, split, group, number)
+        return Candidate(
+            key, paths.compact_source(root, source, key), rel_path, label, split, group, number
+        )
 
 
 class _KeepFirstOfKey(beam.DoFn):
     """(key, [Candidate]) -> the lowest-row Candidate; the others are rejects."""
+
+    def __init__(self, root: str):
+        self._root = root
 
     def process(self, element):
         key, candidates = element
@@ -273,7 +283,9 @@ class _KeepFirstOfKey(beam.DoFn):
         yield first
         for c in others:
             detail = f"row {c.row}: key also at row {first.row}"
-            yield _reject(key, c.source, "duplicate_key", detail)
+            yield _reject(
+                key, paths.full_source(self._root, c.source, c.key), "duplicate_key", detail
+            )
 
 
 class ReadInputs(beam.PTransform):
@@ -303,7 +315,7 @@ class ReadInputs(beam.PTransform):
                 listed["main"]
                 | "KeyByKey" >> beam.Map(lambda c: (c.key, c))
                 | "GroupByKey" >> beam.GroupByKey()
-                | "KeepFirstOfKey" >> beam.ParDo(_KeepFirstOfKey())
+                | "KeepFirstOfKey" >> beam.ParDo(_KeepFirstOfKey(input_root(o)))
                 | "SplitDuplicates" >> SplitRejects()
             )
             candidates = unique["main"]

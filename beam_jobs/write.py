@@ -19,7 +19,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from beam_jobs import tfrecord
+from beam_jobs import paths, tfrecord
 from beam_jobs.example_proto import serialize_example
 from beam_jobs.paths import open_binary
 from beam_jobs.records import Image
@@ -75,7 +75,8 @@ def example_bytes(im: Image, label_id: int, record_kind: str, data: bytes | None
 class _WriteShard(beam.DoFn):
     """((split, shard), [(sort_key, Image)]) -> shard info dict."""
 
-    def __init__(self, output_dir: str, record_kind: str, suffix: str):
+    def __init__(self, output_dir: str, record_kind: str, suffix: str, source_root: str | None):
+        self._root = source_root
         self._out = output_dir.rstrip("/")
         self._kind = record_kind
         self._suffix = suffix
@@ -97,7 +98,11 @@ class _WriteShard(beam.DoFn):
         with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
             sink = _Sink(f, gzip=self._suffix.endswith(".gz"))
             for _, im in sorted(items, key=lambda item: (item[0], item[1].key)):
-                data = _read_source(im) if self._kind == "image" else None
+                data = None
+                if self._kind == "image":
+                    data = _read_source(
+                        paths.full_source(self._root, im.source, im.key), im.num_bytes
+                    )
                 record = example_bytes(im, label_ids[im.label], self._kind, data)
                 sink.write(tfrecord.frame(record))
                 label_counts[im.label] = label_counts.get(im.label, 0) + 1
@@ -118,23 +123,36 @@ class _WriteShard(beam.DoFn):
         }
 
 
-def _read_source(im: Image) -> bytes:
-    with open_binary(im.source) as f:
+def _read_source(path: str, num_bytes: int) -> bytes:
+    with open_binary(path) as f:
         data = f.read()
-    if len(data) != im.num_bytes:
+    if len(data) != num_bytes:
         raise RuntimeError(
-            f"{im.source} changed during the conversion: {im.num_bytes} bytes when inspected, "
+            f"{path} changed during the conversion: {num_bytes} bytes when inspected, "
             f"{len(data)} now; rerun when the input is stable"
         )
     return data
 
 
 class WriteShards(beam.PTransform):
-    """((split, shard), (sort_key, Image)) -> shard info dicts."""
+    """((split, shard), (sort_key, Image)) -> shard info dicts.
 
-    def __init__(self, output_dir: str, record_kind: str, suffix: str, plan, vocab, gate):
+    ``source_root``: what relative ``Image.source`` values are under (None:
+    sources are full paths).
+    """
+
+    def __init__(
+        self,
+        output_dir: str,
+        record_kind: str,
+        suffix: str,
+        plan,
+        vocab,
+        gate,
+        source_root: str | None = None,
+    ):
         super().__init__()
-        self._args = (output_dir, record_kind, suffix)
+        self._args = (output_dir, record_kind, suffix, source_root)
         self._plan, self._vocab, self._gate = plan, vocab, gate
 
     def expand(self, sharded):

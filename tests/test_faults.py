@@ -50,14 +50,14 @@ def test_a_retried_shard_writer_gives_the_same_bytes_and_no_temp_files(
     real_read = write._read_source
     calls = {"n": 0}
 
-    def flaky_read(im):
+    def flaky_read(*args):
         calls["n"] += 1
         if (
             calls["n"] == 30 and FAILURES["left"] > 0
         ):  # inside the first shard, after a partial write
             FAILURES["left"] -= 1
             raise InjectedFailure("disk went away")
-        return real_read(im)
+        return real_read(*args)
 
     FAILURES["left"] = 1
     monkeypatch.setattr(write, "_read_source", flaky_read)

@@ -153,3 +153,18 @@ def test_fingerprint_is_pinned():
     # Cross-version determinism: these values must never change.
     assert fp(0, "order", "cat/001.jpg") == 539052719554673185
     assert fp(1, "split", "cat/001.jpg") % HASH_BUCKETS == 3718
+
+
+def test_sources_travel_compact_and_come_back_whole():
+    from beam_jobs.paths import compact_source, full_source
+
+    cases = [
+        ("/data", "/data/cat/1.jpg", "cat/1.jpg", ""),
+        ("/data", "/data/cat/1.jpg", "my-key", "cat/1.jpg"),
+        ("/data", "/elsewhere/1.jpg", "k", "/elsewhere/1.jpg"),
+        ("gs://b/data", "gs://b/data/x.png", "x.png", ""),
+        ("gs://b/data", "gs://other/x.png", "k", "gs://other/x.png"),
+    ]
+    for root, path, key, compact in cases:
+        assert compact_source(root, path, key) == compact
+        assert full_source(root, compact, key) == path
