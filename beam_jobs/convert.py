@@ -18,14 +18,14 @@ from beam_jobs.options import ConvertOptions, UserError, parse_args
 
 log = logging.getLogger(__name__)
 
-# Files an earlier run of convert may have left in --output_dir.
+# Files an earlier run of convert may have left in --output_dir (with the
+# write step's temp folder, write.INCOMPLETE_DIR).
 _OWN_PATTERNS = (
     "*-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9].tfrecord*",
     "*.tmp-*",
     "schema.pbtxt",
     "labels.txt",
     "rejects/*",
-    ".incomplete/*",
 )
 
 
@@ -41,6 +41,7 @@ def prepare_output(options: ConvertOptions) -> None:
     from beam_jobs import paths
     from beam_jobs.finalize import INFO_FILE
     from beam_jobs.sources import input_root
+    from beam_jobs.write import INCOMPLETE_DIR
 
     out = options.output_dir.rstrip("/")
     if not options.is_manifest:
@@ -60,7 +61,7 @@ def prepare_output(options: ConvertOptions) -> None:
         FileSystems.delete([info])
     leftovers = [
         m.path
-        for r in FileSystems.match([f"{out}/{p}" for p in _OWN_PATTERNS])
+        for r in FileSystems.match([f"{out}/{p}" for p in (*_OWN_PATTERNS, f"{INCOMPLETE_DIR}/*")])
         for m in r.metadata_list
     ]
     if leftovers:

@@ -13,7 +13,8 @@ import dataclasses
 import math
 import re
 
-RECORD_KINDS = ("image", "path")
+from schemas import RECORD_KINDS
+
 SPLIT_MODES = ("hash", "exact")
 BALANCES = ("none", "label")
 COMPRESSIONS = ("none", "gzip")

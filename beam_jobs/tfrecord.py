@@ -13,6 +13,8 @@ import struct
 import zlib
 from collections.abc import Iterator
 
+from beam_jobs.paths import open_binary
+
 _MASK_DELTA = 0xA282EAD8
 
 
@@ -42,14 +44,6 @@ class CorruptRecord(ValueError):
     def __init__(self, path: str, index: int, offset: int, problem: str):
         super().__init__(f"{path}: record {index} (byte {offset}): {problem}")
         self.path, self.index, self.offset, self.problem = path, index, offset, problem
-
-
-def open_raw(path: str):
-    """The file's bytes as stored (no decompression), through FileSystems."""
-    from apache_beam.io.filesystem import CompressionTypes
-    from apache_beam.io.filesystems import FileSystems
-
-    return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
 class HashingReader:
@@ -103,7 +97,7 @@ def iter_records(path: str, raw=None) -> Iterator[bytes]:
         CorruptRecord: a truncated record or a checksum mismatch, naming the
             record index and byte offset (in the uncompressed stream).
     """
-    stream = raw if raw is not None else open_raw(path)
+    stream = raw if raw is not None else open_binary(path)
     f = _GunzipReader(stream) if path.endswith(".gz") else stream
     index = offset = 0
     try:

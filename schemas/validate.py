@@ -24,6 +24,7 @@ import time
 
 from beam_jobs import tfrecord
 from beam_jobs.cli import parse_args
+from beam_jobs.paths import open_binary
 
 INFO = "dataset_info.json"
 SHARD_RE = re.compile(r"^[A-Za-z0-9_]+-\d{5}-of-\d{5}\.tfrecord(\.gz)?$")
@@ -57,10 +58,7 @@ class _Progress:
 
 
 def _read_bytes(path: str) -> bytes:
-    from apache_beam.io.filesystem import CompressionTypes
-    from apache_beam.io.filesystems import FileSystems
-
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+    with open_binary(path) as f:
         return f.read()
 
 
@@ -179,7 +177,7 @@ def _check_shard(
 
     # One pass over the file: size and sha256 are taken from the bytes the
     # records are read from.
-    with tfrecord.open_raw(path) as raw:
+    with open_binary(path) as raw:
         hashed = tfrecord.HashingReader(raw)
         try:
             for record in tfrecord.iter_records(path, raw=hashed):
