@@ -22,7 +22,7 @@ demo: venv
 	    --formats jpeg,png,gif,webp --broken
 	$(BIN)/evenshard convert --input demo_data/images --output_dir demo_data/out \
 	    --max_reject_fraction 0.05 --shard_multiple 2
-	$(BIN)/python -m beam_jobs.demo_read demo_data/out
+	$(BIN)/python -m reader demo_data/out
 
 test: venv
 	$(BIN)/python -m pytest -q

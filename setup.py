@@ -1,7 +1,8 @@
 """evenshard: globally shuffled, split, balanced TFRecord shards with Apache Beam.
 
-One distribution installs the three packages (``beam_jobs``, ``reader``,
-``schemas``) and the ``evenshard`` command. Dataflow workers install the same
+One distribution installs the three packages (``schemas`` the format,
+``beam_jobs`` writing it, ``reader`` reading it) and the ``evenshard`` command
+(package ``evenshard``, on top). Dataflow workers install the same
 distribution from ``--setup_file ./setup.py``.
 """
 
@@ -15,7 +16,7 @@ setup(
         "TFRecord shards (Apache Beam), with tf.data readers and TFMD schemas."
     ),
     python_requires=">=3.10,<3.13",
-    packages=["beam_jobs", "reader", "schemas"],
+    packages=["schemas", "beam_jobs", "reader", "evenshard"],
     package_data={"schemas": ["*.pbtxt"]},
     install_requires=[
         # tfx-bsl 1.21 pins tensorflow 2.21 and tensorflow-metadata 1.21.
@@ -38,5 +39,5 @@ setup(
         ],
         "dask": ["apache-beam[dask]>=2.60,<3", "dask[distributed]"],
     },
-    entry_points={"console_scripts": ["evenshard=beam_jobs.cli:main"]},
+    entry_points={"console_scripts": ["evenshard=evenshard.cli:main"]},
 )

@@ -18,11 +18,15 @@ from apache_beam.io.filesystems import FileSystems
 
 import schemas
 from beam_jobs.options import ConvertOptions
-from beam_jobs.write import INCOMPLETE_DIR
-
-FORMAT_VERSION = 1
-INFO_FILE = "dataset_info.json"
-REJECTS_FILE = "rejects/rejects.jsonl"
+from schemas.layout import (
+    FORMAT_VERSION,
+    INCOMPLETE_DIR,
+    INFO_FILE,
+    LABELS_FILE,
+    REJECTS_FILE,
+    SCHEMA_FILE,
+    join,
+)
 
 
 class RejectLimitExceeded(RuntimeError):
@@ -47,7 +51,7 @@ class WriteRejects(beam.PTransform):
 
     def __init__(self, output_dir: str):
         super().__init__()
-        self._path = f"{output_dir.rstrip('/')}/{REJECTS_FILE}"
+        self._path = join(output_dir, REJECTS_FILE)
 
     def expand(self, rejects):
         path = self._path
@@ -170,15 +174,14 @@ class _Finalize(beam.DoFn):
                     f"examples, wrote {s['num_examples']}"
                 )
         schema = schemas.dataset_schema(o.record_kind, vocab["labels"], vocab["formats"])
-        write_atomically(f"{out}/schema.pbtxt", schemas.to_text(schema).encode("utf-8"))
-        write_atomically(
-            f"{out}/labels.txt", "".join(label + "\n" for label in vocab["labels"]).encode("utf-8")
-        )
-        incomplete = f"{out}/{INCOMPLETE_DIR}"
+        write_atomically(join(out, SCHEMA_FILE), schemas.to_text(schema).encode("utf-8"))
+        labels_text = "".join(label + "\n" for label in vocab["labels"])
+        write_atomically(join(out, LABELS_FILE), labels_text.encode("utf-8"))
+        incomplete = join(out, INCOMPLETE_DIR)
         if FileSystems.exists(incomplete):
             FileSystems.delete([incomplete])
         text = json.dumps(info, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-        write_atomically(f"{out}/{INFO_FILE}", text.encode("utf-8"))  # LAST
+        write_atomically(join(out, INFO_FILE), text.encode("utf-8"))  # LAST
         logging.info("evenshard: wrote %s examples to %s", written, out)
         yield info
 

@@ -11,15 +11,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import re
 
-from schemas import RECORD_KINDS
+from schemas.features import RECORD_KINDS
+from schemas.layout import COMPRESSIONS, SPLIT_NAME_RE
 
 SPLIT_MODES = ("hash", "exact")
 BALANCES = ("none", "label")
-COMPRESSIONS = ("none", "gzip")
 VERIFY_MODES = ("full", "header")
-SPLIT_NAME_RE = re.compile(r"^[A-Za-z0-9_]+$")
 MANIFEST_SUFFIXES = (".csv", ".jsonl", ".csv.gz", ".jsonl.gz")
 
 
@@ -141,9 +139,23 @@ class ConvertOptions:
     def split_names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.splits)
 
-    @property
-    def shard_suffix(self) -> str:
-        return ".tfrecord.gz" if self.compression == "gzip" else ".tfrecord"
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One conversion, resolved once in the driver (``convert.preflight``): all the steps need.
+
+    Attributes:
+        options: the validated flags.
+        input_root: the folder keys and relative sources are measured from
+            (the image folder, or the manifest's folder), normalized.
+        path_root: path kind: the root stored paths are relative to; else None.
+        vocabulary: the ``--labels`` vocabulary in order, or None.
+    """
+
+    options: ConvertOptions
+    input_root: str
+    path_root: str | None = None
+    vocabulary: tuple[str, ...] | None = None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -153,15 +165,22 @@ class _Parser(argparse.ArgumentParser):
         raise UserError(message)
 
 
+DESCRIPTION = (
+    "Convert an image folder or a CSV/JSONL manifest into globally shuffled, "
+    "split, balanced TFRecord shards. Flags not listed here (--runner, "
+    "--direct_num_workers, Dataflow flags, ...) go to Beam's PipelineOptions."
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
-        prog="evenshard convert",
-        description=(
-            "Convert an image folder or a CSV/JSONL manifest into globally shuffled, "
-            "split, balanced TFRecord shards. Flags not listed here (--runner, "
-            "--direct_num_workers, Dataflow flags, ...) go to Beam's PipelineOptions."
-        ),
-    )
+    """The parser of convert's own flags; no abbreviations (``--out`` is not ``--output_dir``)."""
+    p = _Parser(prog="evenshard convert", description=DESCRIPTION, allow_abbrev=False)
+    add_flags(p)
+    return p
+
+
+def add_flags(p: argparse.ArgumentParser) -> None:
+    """Adds convert's flags to a parser (this one, or the CLI's subcommand)."""
     a = p.add_argument
     a("--input", required=True, help="image-folder root, or a .csv/.jsonl manifest (local, gs://)")
     a("--output_dir", required=True, help="where shards and dataset_info.json go")
@@ -192,12 +211,17 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="file with one label a line: a fixed vocabulary; other labels are rejects",
     )
-    return p
+
+
+def from_namespace(args: argparse.Namespace) -> ConvertOptions:
+    """The validated options of parsed flags (other attributes are ignored)."""
+    fields = {f.name for f in dataclasses.fields(ConvertOptions)}
+    values = {k: v for k, v in vars(args).items() if k in fields}
+    values["splits"] = parse_splits(values["splits"])
+    return ConvertOptions(**values)
 
 
 def parse_args(argv: list[str] | None) -> tuple[ConvertOptions, list[str]]:
     """Splits argv into validated job options and the rest (for PipelineOptions)."""
     known, rest = build_parser().parse_known_args(argv)
-    values = vars(known)
-    values["splits"] = parse_splits(values["splits"])
-    return ConvertOptions(**values), rest
+    return from_namespace(known), rest

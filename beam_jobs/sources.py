@@ -20,8 +20,9 @@ from apache_beam.metrics import Metrics
 
 from beam_jobs import paths
 from beam_jobs.dead_letters import SplitRejects
-from beam_jobs.options import SPLIT_NAME_RE, ConvertOptions, UserError
+from beam_jobs.options import ConvertOptions, Job, UserError
 from beam_jobs.records import Candidate, Reject, make_reject
+from schemas.layout import SPLIT_NAME_RE
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
 
@@ -122,17 +123,16 @@ class _ListImageFolder(beam.DoFn):
     symlink loops): those must become rejects, not vanish.
     """
 
-    def __init__(self, options: ConvertOptions, vocabulary: list[str] | None):
-        self._kind = options.record_kind
-        self._path_root = options.path_root
-        self._vocabulary = frozenset(vocabulary) if vocabulary else None
+    def __init__(self, job: Job):
+        self._kind = job.options.record_kind
+        self._path_root = job.path_root
+        self._vocabulary = frozenset(job.vocabulary) if job.vocabulary else None
         self._listed = Metrics.counter("evenshard", "files_listed")
 
     def process(self, root: str):
-        path_root = paths.normalize_root(self._path_root) if self._path_root else root
         for source in self._walk(root):
             self._listed.inc()
-            yield self._candidate(root, path_root, source)
+            yield self._candidate(root, self._path_root, source)
 
     @staticmethod
     def _walk(root: str):
@@ -194,20 +194,19 @@ class _ReadManifest(beam.DoFn):
     absolute paths and URLs are used as given. Blank lines are not inputs.
     """
 
-    def __init__(self, options: ConvertOptions, vocabulary: list[str] | None):
-        self._kind = options.record_kind
-        self._path_root = options.path_root
-        self._group_by = options.group_by
-        self._vocabulary = frozenset(vocabulary) if vocabulary else None
+    def __init__(self, job: Job):
+        self._root = job.input_root
+        self._kind = job.options.record_kind
+        self._path_root = job.path_root
+        self._group_by = job.options.group_by
+        self._vocabulary = frozenset(job.vocabulary) if job.vocabulary else None
         self._rows = Metrics.counter("evenshard", "manifest_rows")
 
     def process(self, manifest: str):
-        root = paths.normalize_root(posix_dirname(manifest))
-        path_root = paths.normalize_root(self._path_root) if self._path_root else root
         with _open_text(manifest) as f:
             for row_number, row in self._rows_of(manifest, f):
                 self._rows.inc()
-                yield self._candidate(root, path_root, row_number, row)
+                yield self._candidate(self._root, self._path_root, row_number, row)
 
     @staticmethod
     def _rows_of(manifest: str, f):
@@ -291,19 +290,18 @@ class _KeepFirstOfKey(beam.DoFn):
 class ReadInputs(beam.PTransform):
     """PBegin -> {main: Candidate, rejects: Reject, inputs: count of all inputs}."""
 
-    def __init__(self, options: ConvertOptions, vocabulary: list[str] | None = None):
+    def __init__(self, job: Job):
         super().__init__()
-        self._options = options
-        self._vocabulary = vocabulary
+        self._job = job
 
     def expand(self, pbegin):
-        o = self._options
+        o = self._job.options
         if o.is_manifest:
-            reader = _ReadManifest(o, self._vocabulary)
+            reader = _ReadManifest(self._job)
             start = o.input
         else:
-            reader = _ListImageFolder(o, self._vocabulary)
-            start = input_root(o)
+            reader = _ListImageFolder(self._job)
+            start = self._job.input_root
         # -> Candidate | Reject
         listed = pbegin | "Start" >> beam.Create([start]) | "List" >> beam.ParDo(reader)
         inputs = listed | "CountInputs" >> beam.combiners.Count.Globally()
@@ -315,7 +313,7 @@ class ReadInputs(beam.PTransform):
                 listed["main"]
                 | "KeyByKey" >> beam.Map(lambda c: (c.key, c))
                 | "GroupByKey" >> beam.GroupByKey()
-                | "KeepFirstOfKey" >> beam.ParDo(_KeepFirstOfKey(input_root(o)))
+                | "KeepFirstOfKey" >> beam.ParDo(_KeepFirstOfKey(self._job.input_root))
                 | "SplitDuplicates" >> SplitRejects()
             )
             candidates = unique["main"]

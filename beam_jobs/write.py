@@ -19,16 +19,12 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from beam_jobs import paths, tfrecord
-from beam_jobs.example_proto import serialize_example
+from beam_jobs import paths
 from beam_jobs.paths import open_binary
 from beam_jobs.records import Image
-
-INCOMPLETE_DIR = ".incomplete"
-
-
-def shard_name(split: str, index: int, count: int, suffix: str) -> str:
-    return f"{split}-{index:05d}-of-{count:05d}{suffix}"
+from schemas import layout, tfrecord
+from schemas.example import encode_record
+from schemas.layout import INCOMPLETE_DIR
 
 
 class _Sink:
@@ -55,31 +51,30 @@ class _Sink:
 
 
 def example_bytes(im: Image, label_id: int, record_kind: str, data: bytes | None) -> bytes:
-    """The serialized tf.train.Example of one image (features as in the README)."""
-    features = {
-        "image/format": im.format,
-        "image/height": im.height,
-        "image/width": im.width,
-        "image/channels": im.channels,
-        "image/class/label": label_id,
-        "image/class/text": im.label,
-        "image/key": im.key,
-    }
-    if record_kind == "image":
-        features["image/encoded"] = data
-    else:
-        features["image/path"] = im.rel_path
-    return serialize_example(features)
+    """The serialized tf.train.Example of one image."""
+    return encode_record(
+        record_kind,
+        key=im.key,
+        label=im.label,
+        label_id=label_id,
+        image_format=im.format,
+        height=im.height,
+        width=im.width,
+        channels=im.channels,
+        payload=data if record_kind == "image" else im.rel_path,
+    )
 
 
 class _WriteShard(beam.DoFn):
     """((split, shard), [(sort_key, Image)]) -> shard info dict."""
 
-    def __init__(self, output_dir: str, record_kind: str, suffix: str, source_root: str | None):
+    def __init__(
+        self, output_dir: str, record_kind: str, compression: str, source_root: str | None
+    ):
         self._root = source_root
         self._out = output_dir.rstrip("/")
         self._kind = record_kind
-        self._suffix = suffix
+        self._compression = compression
         self._records = Metrics.counter("evenshard", "records_written")
         self._bytes = Metrics.counter("evenshard", "bytes_written")
         self._shards = Metrics.counter("evenshard", "shards_written")
@@ -89,14 +84,14 @@ class _WriteShard(beam.DoFn):
         if not gate["ok"]:  # too many rejects: finalize fails the job, write nothing
             return
         label_ids = {label: i for i, label in enumerate(vocab["labels"])}
-        name = shard_name(split, index, plan[split]["num_shards"], self._suffix)
+        name = layout.shard_name(split, index, plan[split]["num_shards"], self._compression)
         # A unique temp name per attempt: retries and backup attempts never
         # share a half-written file; the rename makes the shard appear whole.
         tmp = f"{self._out}/{INCOMPLETE_DIR}/{name}.{uuid.uuid4().hex}"
         label_counts: dict[str, int] = {}
         count = 0
         with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-            sink = _Sink(f, gzip=self._suffix.endswith(".gz"))
+            sink = _Sink(f, gzip=self._compression == "gzip")
             for _, im in sorted(items, key=lambda item: (item[0], item[1].key)):
                 data = None
                 if self._kind == "image":
@@ -145,14 +140,14 @@ class WriteShards(beam.PTransform):
         self,
         output_dir: str,
         record_kind: str,
-        suffix: str,
+        compression: str,
         plan,
         vocab,
         gate,
         source_root: str | None = None,
     ):
         super().__init__()
-        self._args = (output_dir, record_kind, suffix, source_root)
+        self._args = (output_dir, record_kind, compression, source_root)
         self._plan, self._vocab, self._gate = plan, vocab, gate
 
     def expand(self, sharded):

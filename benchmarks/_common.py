@@ -28,7 +28,7 @@ def make_jpegs(
     root: str, count: int, num_labels: int = 10, size: int = 64, sorted_labels: bool = True
 ) -> str:
     """``count`` small JPEGs (about 2-3 KB) over ``num_labels`` label folders; cached."""
-    from beam_jobs.synthetic import image_bytes
+    from evenshard.synthetic import image_bytes
 
     done = os.path.join(root, ".done")
     if os.path.exists(done):
@@ -55,7 +55,9 @@ def list_images(root: str) -> list[tuple[str, str]]:
 
 def convert_once(src: str, out: str, *flags: str) -> str:
     """Converts ``src`` into ``out`` with ``evenshard convert`` unless already done."""
-    if not os.path.exists(os.path.join(out, "dataset_info.json")):
+    from schemas import layout
+
+    if not os.path.exists(layout.join(out, layout.INFO_FILE)):
         subprocess.run(
             [
                 os.path.join(BIN, "evenshard"),

@@ -63,6 +63,7 @@ def main(argv=None) -> dict:
     import tensorflow as tf
 
     import reader
+    from schemas import layout
 
     src = make_jpegs(os.path.join(WORK, f"jpegs_{a.images}"), a.images)
     data_dir = convert_once(
@@ -70,7 +71,7 @@ def main(argv=None) -> dict:
     )
     info = reader.load_info(data_dir)
     n = info["splits"]["train"]["num_examples"]
-    files = [os.path.join(data_dir, s["file"]) for s in info["splits"]["train"]["shards"]]
+    files = [layout.join(data_dir, s["file"]) for s in info["splits"]["train"]["shards"]]
     AUTO = tf.data.AUTOTUNE
 
     def decode_resize(data):

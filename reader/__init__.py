@@ -1,11 +1,23 @@
-"""tf.data input pipelines over evenshard datasets.
+"""Readers of evenshard datasets: tf.data input pipelines for training and exact evaluation.
 
 import reader
 info = reader.load_info(data_dir)
 ds = reader.make_dataset(data_dir, split="train", batch_size=256, image_size=(224, 224))
+# or: options = reader.ReadOptions(seed=0, image_size=(224, 224))
+#     ds = reader.make_dataset(data_dir, "train", 256, options)
+
+TensorFlow is imported on first use of ``make_dataset``, not by ``import reader``.
 """
 
-from reader.info import DatasetError, load_info
-from reader.pipeline import make_dataset
+from reader.options import ReadOptions
+from schemas.info import DatasetError, load_info
 
-__all__ = ["DatasetError", "load_info", "make_dataset"]
+__all__ = ["DatasetError", "ReadOptions", "load_info", "make_dataset"]
+
+
+def __getattr__(name: str):
+    if name == "make_dataset":
+        from reader.pipeline import make_dataset
+
+        return make_dataset
+    raise AttributeError(f"module 'reader' has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""evenshard shuffle-report DATA_DIR: how well does reading this split mix it?
+"""How well does reading a split mix it? (``evenshard shuffle-report``)
 
 Reads the split through ``reader.make_dataset`` (labels and keys only, no
 image decode) for two epochs and prints three metrics (see reader/mixing.py):
@@ -12,16 +12,14 @@ file of the same examples in source order, side by side.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
 import tempfile
 
 import numpy as np
 
-from beam_jobs.cli import parse_args
 from reader import mixing
+from schemas import features, layout, tfrecord
 
 
 def _read_order(ds) -> tuple[list[bytes], list[int]]:
@@ -53,18 +51,17 @@ def _baseline(data_dir: str, split: str, buffer: int, seed: int, epochs: int, ba
     import tensorflow as tf
 
     import reader
-    from beam_jobs import tfrecord
 
     info = reader.load_info(data_dir)
     records = []
     for shard in info["splits"][split]["shards"]:
-        records += list(tfrecord.iter_records(os.path.join(data_dir, shard["file"])))
+        records += list(tfrecord.iter_records(layout.join(data_dir, shard["file"])))
     spec = {
-        "image/key": tf.io.FixedLenFeature([], tf.string),
-        "image/class/label": tf.io.FixedLenFeature([], tf.int64),
+        features.KEY: tf.io.FixedLenFeature([], tf.string),
+        features.LABEL: tf.io.FixedLenFeature([], tf.int64),
     }
     parsed = tf.io.parse_example(tf.constant(records), spec)
-    order = np.argsort(parsed["image/key"].numpy(), kind="stable")
+    order = np.argsort(parsed[features.KEY].numpy(), kind="stable")
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "source_order.tfrecord")
         with tf.io.TFRecordWriter(path) as w:
@@ -75,12 +72,8 @@ def _baseline(data_dir: str, split: str, buffer: int, seed: int, epochs: int, ba
             .shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
             .repeat(epochs)
             .batch(batch_size)
-            .map(
-                lambda r: {
-                    "key": tf.io.parse_example(r, spec)["image/key"],
-                    "label": tf.io.parse_example(r, spec)["image/class/label"],
-                }
-            )
+            .map(lambda r: tf.io.parse_example(r, spec))
+            .map(lambda ex: {"key": ex[features.KEY], "label": ex[features.LABEL]})
         )
         return _read_order(ds)
 
@@ -165,60 +158,3 @@ def render(r: dict) -> str:
         )
     lines.append(f"  plot: {r['png']}")
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="evenshard shuffle-report", description=__doc__.split("\n")[0])
-    p.add_argument("data_dir")
-    p.add_argument("--split", default="train")
-    p.add_argument("--out", default="shuffle_report.png", help="PNG to write")
-    p.add_argument("--batch_size", type=int, default=256)
-    p.add_argument("--epochs", type=int, default=2, help=">= 2 to measure neighbour repeats")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--shuffle_buffer", type=int, default=1000)
-    p.add_argument("--cycle_length", type=int, default=None)
-    p.add_argument("--block_length", type=int, default=1)
-    p.add_argument("--no_shuffle", action="store_true", help="read in file order")
-    p.add_argument(
-        "--baseline",
-        action="store_true",
-        help="compare with tf.data shuffle(buffer) over one sorted file",
-    )
-    p.add_argument("--baseline_buffer", type=int, default=10_000)
-    p.add_argument("--json", action="store_true", help="print the figures as JSON")
-    a, code = parse_args(p, argv)
-    if a is None:
-        return code
-    if a.epochs < 1 or a.batch_size < 1:
-        print(
-            "evenshard shuffle-report: error: --epochs and --batch_size must be >= 1",
-            file=sys.stderr,
-        )
-        return 2
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from reader.info import DatasetError
-
-    try:
-        r = report(
-            a.data_dir,
-            a.split,
-            a.out,
-            a.baseline,
-            a.baseline_buffer,
-            a.epochs,
-            a.batch_size,
-            seed=a.seed,
-            shuffle=not a.no_shuffle,
-            shuffle_buffer=a.shuffle_buffer,
-            cycle_length=a.cycle_length,
-            block_length=a.block_length,
-        )
-    except DatasetError as e:
-        print(f"evenshard shuffle-report: error: {e}", file=sys.stderr)
-        return 1
-    print(json.dumps(r, indent=2) if a.json else render(r))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,15 +1,36 @@
-"""Record formats of evenshard datasets as TFMD schemas.
+"""The evenshard format: the ground floor that ``beam_jobs`` writes and ``reader`` reads.
 
-``base_schema(kind)`` is the schema of a record kind (``image`` or ``path``);
-``dataset_schema`` specialises it to one dataset (label domain, formats seen,
-label texts), which ``evenshard convert`` writes as ``schema.pbtxt``.
+- ``features``: feature keys and record kinds; ``layout``: file names, the
+  shard-name rule, the format version; ``info``: the ``dataset_info.json``
+  parser; ``tfrecord``: framing; ``example``: the Example codec;
+  ``storage``: file access for readers.
+- Here: the records as TFMD schemas. ``base_schema(kind)`` is the schema of
+  a record kind (``image`` or ``path``); ``dataset_schema`` specialises it to
+  one dataset (label domain, formats seen, label texts), which
+  ``evenshard convert`` writes as ``schema.pbtxt``.
+- ``validate`` and ``summary``: checking and summarizing a dataset.
+
+Nothing here imports Beam or TensorFlow at import time.
 """
 
 from __future__ import annotations
 
 import importlib.resources
 
-RECORD_KINDS = ("image", "path")
+from schemas import features, layout, storage
+from schemas.features import RECORD_KINDS
+from schemas.info import DatasetError, load_info
+
+__all__ = [
+    "RECORD_KINDS",
+    "DatasetError",
+    "base_schema",
+    "dataset_schema",
+    "feature_spec",
+    "load",
+    "load_info",
+    "to_text",
+]
 
 
 def base_schema(kind: str):
@@ -27,13 +48,13 @@ def dataset_schema(kind: str, labels: list[str], formats: list[str]):
     """The schema of one dataset: label ids in [0, len(labels)), the formats it holds."""
     schema = base_schema(kind)
     for feature in schema.feature:
-        if feature.name == "image/class/label":
+        if feature.name == features.LABEL:
             feature.int_domain.min = 0
             feature.int_domain.max = max(len(labels) - 1, 0)
-        elif feature.name == "image/format" and formats:
+        elif feature.name == features.FORMAT and formats:
             del feature.string_domain.value[:]
             feature.string_domain.value.extend(sorted(formats))
-        elif feature.name == "image/class/text":
+        elif feature.name == features.TEXT:
             feature.string_domain.value.extend(labels)
     return schema
 
@@ -44,14 +65,13 @@ def to_text(schema) -> str:
     return text_format.MessageToString(schema)
 
 
-def load(path: str):
-    """Reads a schema.pbtxt (any Beam file system)."""
-    from apache_beam.io.filesystems import FileSystems
+def load(data_dir: str):
+    """Reads the ``schema.pbtxt`` of a dataset folder (local or a URL)."""
     from google.protobuf import text_format
     from tensorflow_metadata.proto.v0 import schema_pb2
 
-    with FileSystems.open(path) as f:
-        return text_format.Parse(f.read().decode("utf-8"), schema_pb2.Schema())
+    text = storage.read_bytes(layout.join(data_dir, layout.SCHEMA_FILE)).decode("utf-8")
+    return text_format.Parse(text, schema_pb2.Schema())
 
 
 def feature_spec(schema) -> dict:

@@ -1,4 +1,4 @@
-"""evenshard inspect DATA_DIR [--json]: a human summary of a dataset, from dataset_info.json.
+"""A human summary of a dataset (``evenshard inspect``), from dataset_info.json alone.
 
 Splits, shards, examples, bytes, the spread of shard sizes, the label
 distribution per split, rejects by reason, the seed and the options. Reads no
@@ -7,11 +7,9 @@ records (use ``evenshard validate`` to check them).
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 
-from beam_jobs.cli import parse_args
+from schemas.info import written
 
 
 def summarize(info: dict) -> dict:
@@ -41,7 +39,7 @@ def summarize(info: dict) -> dict:
         "shard_options": info.get("shard_options"),
         "labels": info["labels"],
         "inputs": info["inputs"],
-        "written": sum(s["num_examples"] for s in info["splits"].values()),
+        "written": written(info),
         "rejects": info["rejects"],
         "splits": splits,
         **({"path_root": info["path_root"]} if "path_root" in info else {}),
@@ -73,26 +71,3 @@ def render(summary: dict, data_dir: str) -> str:
     if "path_root" in summary:
         lines.append(f"  path_root: {summary['path_root']}")
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="evenshard inspect", description=__doc__.split("\n")[0])
-    p.add_argument("data_dir")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    a, code = parse_args(p, argv)
-    if a is None:
-        return code
-    from reader.info import DatasetError, load_info
-
-    try:
-        info = load_info(a.data_dir)
-    except DatasetError as e:
-        print(f"evenshard inspect: error: {e}", file=sys.stderr)
-        return 1
-    summary = summarize(info)
-    print(json.dumps(summary, indent=2) if a.json else render(summary, a.data_dir))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

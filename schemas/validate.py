@@ -1,4 +1,4 @@
-"""evenshard validate DATA_DIR [--full]: is this dataset what dataset_info.json says?
+"""Validation of a dataset (``evenshard validate``): is it what dataset_info.json says?
 
 Quick checks: dataset_info.json present and well-formed; every listed shard
 exists with its recorded size and sha256; no stray shard files; records per
@@ -8,27 +8,19 @@ inputs = written + rejects, and the rejects file agrees.
 counts, domains, no missing or extra features); image kind: every image
 decodes; path kind: every path resolves under path_root.
 
-Every problem is printed on its own line naming the file (and record index).
-Exit 0: valid; 1: problems found; 2: usage error.
+Every problem is one line naming the file (and record index).
 """
 
 from __future__ import annotations
 
-import argparse
 import io
-import json
-import os
-import re
 import sys
 import time
 
-from beam_jobs import tfrecord
-from beam_jobs.cli import parse_args
-from beam_jobs.paths import open_binary
+from schemas import features, layout, storage, tfrecord
+from schemas.info import DatasetError, load_info
 
-INFO = "dataset_info.json"
-SHARD_RE = re.compile(r"^[A-Za-z0-9_]+-\d{5}-of-\d{5}\.tfrecord(\.gz)?$")
-REQUIRED = ("format_version", "record_kind", "labels", "splits", "inputs", "rejects")
+INFO = layout.INFO_FILE
 BATCH = 512
 
 
@@ -57,16 +49,11 @@ class _Progress:
             )
 
 
-def _read_bytes(path: str) -> bytes:
-    with open_binary(path) as f:
-        return f.read()
-
-
 def _label_schema():
     from tensorflow_metadata.proto.v0 import schema_pb2
 
     schema = schema_pb2.Schema()
-    f = schema.feature.add(name="image/class/label", type=schema_pb2.INT)
+    f = schema.feature.add(name=features.LABEL, type=schema_pb2.INT)
     f.shape.dim.add(size=1)
     return schema
 
@@ -87,26 +74,21 @@ def validate(data_dir: str, full: bool = False, progress=None) -> list[str]:
     from schemas.records import check_examples
 
     out = data_dir.rstrip("/")
-    info_path = f"{out}/{INFO}"
-    if not os.path.isdir(out) and "://" not in out:
+    info_path = layout.join(out, INFO)
+    if not storage.isdir(out):
         return [f"{out}: not a folder"]
     try:
-        info = json.loads(_read_bytes(info_path))
-    except FileNotFoundError:
-        return [f"{info_path}: missing; the conversion did not finish (or this is not a dataset)"]
-    except (OSError, ValueError) as e:
-        return [f"{info_path}: not readable JSON: {e}"]
-    missing = [k for k in REQUIRED if k not in info]
-    if missing:
-        return [f"{info_path}: missing field(s) {', '.join(missing)}"]
+        info = load_info(out)
+    except (DatasetError, OSError) as e:
+        return [str(e)]
 
     problems: list[str] = []
     schema = None
     if full:
         try:
-            schema = schemas.load(f"{out}/schema.pbtxt")
+            schema = schemas.load(out)
         except Exception as e:  # noqa: BLE001 - reported, not raised
-            problems.append(f"{out}/schema.pbtxt: cannot be read: {e}")
+            problems.append(f"{layout.join(out, layout.SCHEMA_FILE)}: cannot be read: {e}")
     labels = info["labels"]
     total = sum(s["num_examples"] for s in info["splits"].values())
     progress = progress or _Progress(total)
@@ -117,7 +99,7 @@ def validate(data_dir: str, full: bool = False, progress=None) -> list[str]:
         split_labels: dict[str, int] = {}
         for shard in s["shards"]:
             listed.add(shard["file"])
-            path = f"{out}/{shard['file']}"
+            path = layout.join(out, shard["file"])
             problems += _check_shard(
                 path,
                 shard,
@@ -149,9 +131,7 @@ def validate(data_dir: str, full: bool = False, progress=None) -> list[str]:
 def _check_shard(
     path, shard, info, labels, schema, label_schema, split_labels, progress, check_examples
 ) -> list[str]:
-    from apache_beam.io.filesystems import FileSystems
-
-    if not FileSystems.exists(path):
+    if not storage.exists(path):
         return [f"{path}: listed in {INFO} but missing"]
     problems = []
     counts: dict[str, int] = {}
@@ -177,7 +157,7 @@ def _check_shard(
 
     # One pass over the file: size and sha256 are taken from the bytes the
     # records are read from.
-    with open_binary(path) as raw:
+    with storage.open_binary(path) as raw:
         hashed = tfrecord.HashingReader(raw)
         try:
             for record in tfrecord.iter_records(path, raw=hashed):
@@ -207,7 +187,6 @@ def _check_shard(
 def _check_content(path: str, records: list[bytes], first: int, info: dict) -> list[str]:
     """--full: image kind, every image decodes; path kind, every path resolves."""
     import tensorflow as tf
-    from apache_beam.io.filesystems import FileSystems
     from PIL import Image
 
     problems = []
@@ -218,28 +197,25 @@ def _check_content(path: str, records: list[bytes], first: int, info: dict) -> l
             problems.append(f"{path}: record {first + i}: not a tf.train.Example: {e}")
             continue
         if info["record_kind"] == "image":
-            data = feature["image/encoded"].bytes_list.value
+            data = feature[features.ENCODED].bytes_list.value
             try:
                 with Image.open(io.BytesIO(data[0])) as im:
                     im.load()
             except Exception as e:  # noqa: BLE001 - Pillow raises many types
                 problems.append(f"{path}: record {first + i}: image does not decode: {e}")
         else:
-            rel = feature["image/path"].bytes_list.value
+            rel = feature[features.PATH].bytes_list.value
             target = f"{info.get('path_root', '').rstrip('/')}/{rel[0].decode() if rel else ''}"
-            if not rel or not FileSystems.exists(target):
+            if not rel or not storage.exists(target):
                 problems.append(f"{path}: record {first + i}: path {target} does not resolve")
     return problems
 
 
 def _check_strays(out: str, listed: set[str]) -> list[str]:
-    from apache_beam.io.filesystems import FileSystems
-
-    found = FileSystems.match([f"{out}/*.tfrecord*"])[0].metadata_list
     return [
-        f"{m.path}: stray shard file, not listed in {INFO}"
-        for m in sorted(found, key=lambda m: m.path)
-        if SHARD_RE.match(m.path.rsplit("/", 1)[-1]) and m.path.rsplit("/", 1)[-1] not in listed
+        f"{layout.join(out, name)}: stray shard file, not listed in {INFO}"
+        for name in storage.listdir(out)
+        if layout.is_shard_name(name) and name not in listed
     ]
 
 
@@ -253,33 +229,11 @@ def _check_rejects(out: str, info: dict, written: int) -> list[str]:
         )
     if sum(rejects.get("by_reason", {}).values()) != rejects["total"]:
         problems.append(f"{out}/{INFO}: rejects by reason do not sum to the total")
-    path = f"{out}/{rejects.get('file', 'rejects/rejects.jsonl')}"
+    path = layout.join(out, layout.REJECTS_FILE)
     try:
-        lines = _read_bytes(path).decode("utf-8").splitlines()
+        lines = storage.read_bytes(path).decode("utf-8").splitlines()
     except OSError:
         return problems + [f"{path}: missing"]
     if len(lines) != rejects["total"]:
         problems.append(f"{path}: {len(lines)} lines, {INFO} records {rejects['total']} rejects")
     return problems
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="evenshard validate", description=__doc__.split("\n")[0])
-    p.add_argument("data_dir")
-    p.add_argument("--full", action="store_true", help="also parse every record and image")
-    a, code = parse_args(p, argv)
-    if a is None:
-        return code
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    problems = validate(a.data_dir, full=a.full)
-    for line in problems:
-        print(line)
-    if problems:
-        print(f"evenshard validate: {len(problems)} problem(s) in {a.data_dir}", file=sys.stderr)
-        return 1
-    print(f"evenshard validate: {a.data_dir} is valid" + (" (full)" if a.full else ""))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

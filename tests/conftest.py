@@ -9,7 +9,10 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from beam_jobs import convert, synthetic  # noqa: E402
+import schemas  # noqa: E402
+from beam_jobs import convert  # noqa: E402
+from evenshard import synthetic  # noqa: E402
+from schemas import layout  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -59,12 +62,11 @@ def keys_of(records) -> list[str]:
 
 
 def load_info(output_dir: str) -> dict:
-    with open(os.path.join(output_dir, "dataset_info.json")) as f:
-        return json.load(f)
+    return schemas.load_info(output_dir)
 
 
 def read_rejects(output_dir: str) -> list[dict]:
-    with open(os.path.join(output_dir, "rejects", "rejects.jsonl")) as f:
+    with open(layout.join(output_dir, layout.REJECTS_FILE)) as f:
         return [json.loads(line) for line in f]
 
 

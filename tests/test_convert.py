@@ -9,8 +9,8 @@ import shutil
 import pytest
 from conftest import keys_of, read_rejects, read_split, run_convert, write_manifest
 
-from beam_jobs import synthetic
 from beam_jobs.split import cut_points
+from evenshard import synthetic
 
 SEEDED = ("--seed=7", "--num_shards=4")
 
@@ -267,7 +267,7 @@ def test_schema_and_labels_describe_the_dataset(converted):
     info, out, _ = converted
     with open(os.path.join(out, "labels.txt")) as f:
         assert f.read().splitlines() == info["labels"]
-    schema = schemas.load(os.path.join(out, "schema.pbtxt"))
+    schema = schemas.load(out)
     features = {f.name: f for f in schema.feature}
     assert features["image/class/label"].int_domain.max == len(info["labels"]) - 1
     assert sorted(features["image/format"].string_domain.value) == info["formats"]

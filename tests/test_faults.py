@@ -93,7 +93,7 @@ def test_sigkill_part_way_then_rerun(folder_500, clean_run, tmp_path):
     with pytest.raises(reader.DatasetError, match="not a finished evenshard dataset"):
         reader.make_dataset(str(out), "train")
     assert validate.validate(str(out))[0].endswith(
-        "the conversion did not finish (or this is not a dataset)"
+        "a conversion left files here but did not finish: run it again)"
     )
 
     info = run_convert(folder_500[0], str(out), *FLAGS)  # no --overwrite needed: not finished

@@ -12,7 +12,7 @@ import tensorflow as tf
 from conftest import load_info, run_convert, write_manifest
 
 import reader
-from beam_jobs import synthetic
+from evenshard import synthetic
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import pytest
 from conftest import load_info, read_rejects, run_convert
 from corpus import bomb_png
 
-from beam_jobs import convert, synthetic
+from evenshard import cli, synthetic
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +142,7 @@ def test_jsonl_manifest_with_malformed_lines(crafted, tmp_path):
 def test_too_many_rejects_fail_after_writing_rejects_and_no_info(crafted, tmp_path, capsys):
     root, expected = crafted
     out = str(tmp_path / "out")
-    code = convert.main([f"--input={root}", f"--output_dir={out}"])
+    code = cli.main(["convert", f"--input={root}", f"--output_dir={out}"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1
     assert "inputs were rejected, above --max_reject_fraction=0.01" in err[-1]
@@ -170,7 +170,7 @@ def test_user_errors_exit_with_one_line_before_any_work(argv, message, crafted, 
     root, _ = crafted
     out = tmp_path / "out"
     argv = [a.format(root=root, out=out, missing=tmp_path / "nope") for a in argv]
-    assert convert.main(argv) == 2
+    assert cli.main(["convert", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
     assert not out.exists()
@@ -181,13 +181,17 @@ def test_finished_dataset_needs_overwrite(crafted, tmp_path, capsys):
     out = str(tmp_path / "out")
     run_convert(root, out, "--max_reject_fraction=1")
     before = load_info(out)
-    assert convert.main([f"--input={root}", f"--output_dir={out}", "--max_reject_fraction=1"]) == 2
+    assert (
+        cli.main(["convert", f"--input={root}", f"--output_dir={out}", "--max_reject_fraction=1"])
+        == 2
+    )
     assert "holds a finished dataset; pass --overwrite" in capsys.readouterr().err
     stray = os.path.join(out, "train-00009-of-00010.tfrecord")  # left by another run
     open(stray, "wb").close()
     assert (
-        convert.main(
-            [
+        cli.main(
+            ["convert"]
+            + [
                 f"--input={root}",
                 f"--output_dir={out}",
                 "--max_reject_fraction=1",

@@ -8,7 +8,7 @@ import tarfile
 import pytest
 from conftest import run_convert
 
-from beam_jobs import convert
+from evenshard import cli
 
 
 def shas(info):
@@ -78,7 +78,7 @@ def test_dataflow_translation_without_submitting(folder_500, tmp_path, capsys):
         "--sdk_location=container",
         "--setup_file=./setup.py",
     ]
-    assert convert.main(argv) == 0
+    assert cli.main(["convert", *argv]) == 0
     assert "dry run" in capsys.readouterr().out
     assert not out.exists()
 
@@ -94,6 +94,8 @@ def test_the_package_ships_with_setup_file(tmp_path):
     for needed in (
         "beam_jobs/convert.py",
         "reader/pipeline.py",
+        "schemas/layout.py",
+        "evenshard/cli.py",
         "schemas/image.pbtxt",
         "schemas/path.pbtxt",
         "setup.py",

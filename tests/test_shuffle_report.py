@@ -6,7 +6,7 @@ import json
 
 from conftest import run_convert
 
-from reader import shuffle_report
+from evenshard import cli
 
 
 def test_report_writes_a_png_and_the_three_metrics(folder_500, tmp_path, capsys):
@@ -14,12 +14,12 @@ def test_report_writes_a_png_and_the_three_metrics(folder_500, tmp_path, capsys)
     run_convert(folder_500[0], data_dir, "--num_shards=4")
     png = str(tmp_path / "report.png")
     argv = [data_dir, "--out", png, "--batch_size=32", "--baseline", "--baseline_buffer=50"]
-    assert shuffle_report.main(argv) == 0
+    assert cli.main(["shuffle-report", *argv]) == 0
     table = capsys.readouterr().out
     assert "label mix" in table and "order mem" in table and "repeats" in table
     with open(png, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
-    assert shuffle_report.main(argv + ["--json"]) == 0
+    assert cli.main(["shuffle-report", *argv, "--json"]) == 0
     results = json.loads(capsys.readouterr().out)["results"]
     ours = results["evenshard reader"]
     baseline = results["tf.data shuffle(50) of one sorted file"]
@@ -35,5 +35,5 @@ def test_report_writes_a_png_and_the_three_metrics(folder_500, tmp_path, capsys)
 
 
 def test_missing_dataset_is_an_error(tmp_path, capsys):
-    assert shuffle_report.main([str(tmp_path), "--out", str(tmp_path / "x.png")]) == 1
+    assert cli.main(["shuffle-report", str(tmp_path), "--out", str(tmp_path / "x.png")]) == 1
     assert "dataset_info.json not found" in capsys.readouterr().err

@@ -10,13 +10,13 @@ import numpy as np
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from beam_jobs import synthetic
 from beam_jobs.fingerprint import fp
 from beam_jobs.inspect_images import InspectImages
 from beam_jobs.order import OrderAndShard, shard_count
 from beam_jobs.rank import ExactRank, top_bucket
 from beam_jobs.records import Candidate, Image
 from beam_jobs.split import HASH_BUCKETS, AssignSplits, cut_points, hash_split
+from evenshard import synthetic
 
 
 def image(key: str, label: str = "a", split: str | None = None, group: str | None = None):

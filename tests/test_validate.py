@@ -10,9 +10,9 @@ import pytest
 from conftest import load_info, run_convert
 
 import schemas
-from beam_jobs import synthetic, tfrecord
-from beam_jobs.example_proto import serialize_example
-from schemas import summary, validate
+from evenshard import cli, synthetic
+from schemas import tfrecord
+from schemas.example import serialize_example
 from schemas.records import check_examples
 
 
@@ -40,7 +40,7 @@ def first_shard(data_dir: str) -> str:
 @pytest.mark.parametrize("kind", [0, 1])
 @pytest.mark.parametrize("full", [False, True])
 def test_fresh_datasets_are_valid(datasets, kind, full, capsys):
-    assert validate.main([datasets[kind]] + (["--full"] if full else [])) == 0
+    assert cli.main(["validate", datasets[kind]] + (["--full"] if full else [])) == 0
     assert "is valid" in capsys.readouterr().out
 
 
@@ -66,7 +66,7 @@ def test_damage_is_reported_naming_the_file(datasets, tmp_path, capsys, name):
     shard = first_shard(data_dir)
     action, messages = DAMAGE[name]
     action(shard)
-    assert validate.main([data_dir]) == 1
+    assert cli.main(["validate", data_dir]) == 1
     out = capsys.readouterr().out.splitlines()
     for message in messages:
         assert any(line.startswith(shard) and message in line for line in out), out
@@ -80,7 +80,7 @@ def test_stray_shard_and_edited_count_are_reported(datasets, tmp_path, capsys):
     info = load_info(data_dir)
     info["splits"]["val"]["shards"][0]["num_examples"] += 1
     open(info_path, "w").write(json.dumps(info))
-    assert validate.main([data_dir]) == 1
+    assert cli.main(["validate", data_dir]) == 1
     out = capsys.readouterr().out
     assert f"{stray}: stray shard file" in out
     val_shard = os.path.join(data_dir, info["splits"]["val"]["shards"][0]["file"])
@@ -92,18 +92,18 @@ def test_gzip_damage_is_reported(datasets, tmp_path, capsys):
     data_dir = damaged(datasets[1], tmp_path)
     shard = first_shard(data_dir)
     flip_byte(shard)
-    assert validate.main([data_dir]) == 1
+    assert cli.main(["validate", data_dir]) == 1
     assert any(line.startswith(shard) for line in capsys.readouterr().out.splitlines())
 
 
 def test_missing_info_and_usage_errors(tmp_path, capsys):
-    assert validate.main([str(tmp_path)]) == 1
-    assert "dataset_info.json: missing" in capsys.readouterr().out
-    assert validate.main(["--bogus"]) == 2
+    assert cli.main(["validate", str(tmp_path)]) == 1
+    assert "dataset_info.json not found" in capsys.readouterr().out
+    assert cli.main(["validate", "--bogus"]) == 2
 
 
 def test_crafted_records_are_reported_with_their_index(datasets):
-    schema = schemas.load(os.path.join(datasets[0], "schema.pbtxt"))
+    schema = schemas.load(datasets[0])
     good = next(tfrecord.iter_records(first_shard(datasets[0])))
     base = {
         "image/encoded": b"x",
@@ -162,7 +162,7 @@ def test_full_validation_reports_a_bad_record_in_a_shard(datasets, tmp_path, cap
     with open(shard, "wb") as f:
         for r in records:
             f.write(tfrecord.frame(r))
-    assert validate.main([data_dir, "--full"]) == 1
+    assert cli.main(["validate", data_dir, "--full"]) == 1
     out = capsys.readouterr().out
     assert f"{shard}: record 3: image does not decode" in out
 
@@ -170,7 +170,7 @@ def test_full_validation_reports_a_bad_record_in_a_shard(datasets, tmp_path, cap
 def test_feature_spec_round_trip_on_real_records(datasets):
     import tensorflow as tf
 
-    schema = schemas.load(os.path.join(datasets[0], "schema.pbtxt"))
+    schema = schemas.load(datasets[0])
     spec = schemas.feature_spec(schema)
     records = list(tfrecord.iter_records(first_shard(datasets[0])))[:8]
     parsed = tf.io.parse_example(tf.constant(records), spec)
@@ -193,7 +193,7 @@ def test_tfxio_reads_the_shards(datasets, kind):
     data_dir = datasets[kind]
     info = load_info(data_dir)
     files = [os.path.join(data_dir, s["file"]) for s in info["splits"]["train"]["shards"]]
-    schema = schemas.load(os.path.join(data_dir, "schema.pbtxt"))
+    schema = schemas.load(data_dir)
     source = tfxio.TFExampleRecord(file_pattern=files, schema=schema)
     n = info["splits"]["train"]["num_examples"]
     ds = source.TensorFlowDataset(tfxio.TensorFlowDatasetOptions(batch_size=16, num_epochs=1))
@@ -211,10 +211,10 @@ def test_tfxio_reads_the_shards(datasets, kind):
 
 
 def test_inspect_summarizes(datasets, capsys):
-    assert summary.main([datasets[0]]) == 0
+    assert cli.main(["inspect", datasets[0]]) == 0
     text = capsys.readouterr().out
     assert "train" in text and "labels per split" in text and "rejects: 0" in text
-    assert summary.main([datasets[1], "--json"]) == 0
+    assert cli.main(["inspect", datasets[1], "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["record_kind"] == "path" and data["written"] == 120
     assert data["splits"]["train"]["num_shards"] == 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import tensorflow as tf
 
-from beam_jobs.example_proto import serialize_example
+from schemas.example import serialize_example
 
 CASES = [
     {
@@ -44,3 +44,28 @@ def test_matches_tensorflow(features):
 def test_rejects_other_types():
     with pytest.raises(TypeError):
         serialize_example({"x": 1.5})
+
+
+@pytest.mark.parametrize("kind,payload", [("image", b"\x89PNG..."), ("path", "cat/001.png")])
+def test_encode_record_writes_every_feature_of_its_kind_once(kind, payload):
+    import schemas
+    from schemas.example import encode_record
+
+    record = encode_record(
+        kind,
+        key="cat/001.png",
+        label="cat",
+        label_id=1,
+        image_format="png",
+        height=4,
+        width=5,
+        channels=3,
+        payload=payload,
+    )
+    feature = tf.train.Example.FromString(record).features.feature
+    assert set(feature) == {f.name for f in schemas.base_schema(kind).feature}
+    assert feature["image/class/label"].int64_list.value == [1]
+    value = payload.encode() if isinstance(payload, str) else payload
+    other = "image/path" if kind == "image" else "image/encoded"
+    assert feature[f"image/{'encoded' if kind == 'image' else 'path'}"].bytes_list.value == [value]
+    assert other not in feature

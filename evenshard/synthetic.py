@@ -6,10 +6,8 @@ that ``convert`` must reject, each with the reason it must give.
 
 from __future__ import annotations
 
-import argparse
 import io
 import os
-import sys
 
 import numpy as np
 
@@ -81,32 +79,3 @@ def write_broken_files(root: str, rng: np.random.Generator | None = None) -> dic
         with open(os.path.join(root, rel), "wb") as f:
             f.write(data)
     return {rel: reason for rel, (_, reason) in files.items()}
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="evenshard make-images", description=__doc__)
-    p.add_argument("root", help="folder to write (label sub-folders)")
-    p.add_argument("--num_labels", type=int, default=5)
-    p.add_argument("--per_label", type=int, default=100)
-    p.add_argument("--formats", default="jpeg,png", help="comma list of jpeg,png,gif,bmp,webp")
-    p.add_argument("--height", type=int, default=24)
-    p.add_argument("--width", type=int, default=32)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--broken", action="store_true", help="add files that must be rejected")
-    a = p.parse_args(argv)
-    formats = tuple(a.formats.split(","))
-    unknown = [f for f in formats if f not in EXTENSIONS]
-    if unknown:
-        p.error(f"--formats: unknown {', '.join(unknown)}; use {', '.join(EXTENSIONS)}")
-    broken = make_image_folder(
-        a.root, a.num_labels, a.per_label, formats, (a.height, a.width), a.seed, a.broken
-    )
-    print(
-        f"wrote {a.num_labels * a.per_label} images in {a.num_labels} labels"
-        f" and {len(broken)} broken files under {a.root}"
-    )
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

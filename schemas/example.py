@@ -5,7 +5,7 @@ each holding a single bytes or int64 value. Encoding that in the protobuf
 wire format directly keeps TensorFlow (seconds of import, hundreds of MB) out
 of every Beam worker. The bytes are those of
 ``tf.train.Example.SerializeToString(deterministic=True)``: map entries in
-key order, int64 values packed; tests/test_example_proto.py pins the
+key order, int64 values packed; tests/test_example.py pins the
 equality against TensorFlow itself.
 
 Wire format (tensorflow/core/example/{example,feature}.proto):
@@ -18,6 +18,8 @@ Wire format (tensorflow/core/example/{example,feature}.proto):
 from __future__ import annotations
 
 import functools
+
+from schemas import features
 
 _ONE_BYTE = [bytes((i,)) for i in range(128)]
 
@@ -75,3 +77,35 @@ def serialize_example(features: dict[str, bytes | str | int]) -> bytes:
         for name in _order(tuple(features))
     )
     return _field(1, entries)
+
+
+def encode_record(
+    kind: str,
+    *,
+    key: str,
+    label: str,
+    label_id: int,
+    image_format: str,
+    height: int,
+    width: int,
+    channels: int,
+    payload: bytes | str,
+) -> bytes:
+    """The serialized tf.train.Example of one evenshard record.
+
+    Args:
+        kind: ``image`` (``payload`` is the encoded image) or ``path``
+            (``payload`` is the path relative to path_root).
+    """
+    return serialize_example(
+        {
+            features.FORMAT: image_format,
+            features.HEIGHT: height,
+            features.WIDTH: width,
+            features.CHANNELS: channels,
+            features.LABEL: label_id,
+            features.TEXT: label,
+            features.KEY: key,
+            features.payload(kind): payload,
+        }
+    )

@@ -1,4 +1,4 @@
-"""Reads one batch back from a converted dataset (the last step of ``make demo``)."""
+"""``python -m reader DATA_DIR``: reads one batch back from a dataset (the end of ``make demo``)."""
 
 from __future__ import annotations
 

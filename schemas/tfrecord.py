@@ -1,4 +1,4 @@
-"""TFRecord framing, written and read through Beam's FileSystems (gs:// works).
+"""TFRecord framing: the bytes of one record, and a checking reader.
 
 A record is: uint64 length, masked CRC-32C of the length, the data, masked
 CRC-32C of the data (all little-endian). ``.gz`` files are one gzip stream.
@@ -13,7 +13,7 @@ import struct
 import zlib
 from collections.abc import Iterator
 
-from beam_jobs.paths import open_binary
+from schemas.storage import open_binary
 
 _MASK_DELTA = 0xA282EAD8
 

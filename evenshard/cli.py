@@ -1,0 +1,264 @@
+"""The ``evenshard`` command: ``evenshard SUBCOMMAND [flags]``.
+
+Every subcommand's flags are defined here; each calls one plain function of
+the packages below (``beam_jobs.convert.convert``, ``schemas.validate``,
+``schemas.summary``, ``reader.shuffle_report``, ``evenshard.synthetic``).
+Heavy imports happen inside the subcommand that needs them, so ``--help`` is
+instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import sys
+import time
+
+from evenshard import __version__
+
+
+def _convert_flags(p: argparse.ArgumentParser) -> None:
+    from beam_jobs.options import DESCRIPTION, add_flags
+
+    p.description = DESCRIPTION
+    add_flags(p)
+
+
+def _validate_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("data_dir", help="a folder written by evenshard convert")
+    p.add_argument("--full", action="store_true", help="also parse every record and image")
+
+
+def _inspect_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("data_dir", help="a folder written by evenshard convert")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def _shuffle_report_flags(p: argparse.ArgumentParser) -> None:
+    a = p.add_argument
+    a("data_dir", help="a folder written by evenshard convert")
+    a("--split", default="train")
+    a("--out", default="shuffle_report.png", help="PNG to write")
+    a("--batch_size", type=int, default=256)
+    a("--epochs", type=int, default=2, help=">= 2 to measure neighbour repeats")
+    a("--seed", type=int, default=0)
+    a("--shuffle_buffer", type=int, default=1000)
+    a("--cycle_length", type=int, default=None)
+    a("--block_length", type=int, default=1)
+    a("--no_shuffle", action="store_true", help="read in file order")
+    a(
+        "--baseline",
+        action="store_true",
+        help="compare with tf.data shuffle(buffer) of one sorted file",
+    )
+    a("--baseline_buffer", type=int, default=10_000)
+    a("--json", action="store_true", help="print the figures as JSON")
+
+
+def _make_images_flags(p: argparse.ArgumentParser) -> None:
+    a = p.add_argument
+    a("root", help="folder to write (label sub-folders)")
+    a("--num_labels", type=int, default=5)
+    a("--per_label", type=int, default=100)
+    a("--formats", default="jpeg,png", help="comma list of jpeg,png,gif,bmp,webp")
+    a("--height", type=int, default=24)
+    a("--width", type=int, default=32)
+    a("--seed", type=int, default=0)
+    a("--broken", action="store_true", help="add files that must be rejected")
+
+
+# subcommand -> (flags, one-line help)
+COMMANDS = {
+    "convert": (_convert_flags, "image folder or manifest -> shuffled, balanced shards"),
+    "validate": (_validate_flags, "check a dataset against its info, schema and files"),
+    "inspect": (_inspect_flags, "summarize a dataset: splits, shards, labels, rejects"),
+    "shuffle-report": (_shuffle_report_flags, "measure and plot how well reading mixes a split"),
+    "make-images": (_make_images_flags, "write a folder of generated sample images"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line that names the fix, not a usage dump."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="evenshard",
+        description="Globally shuffled, split, balanced TFRecord shards of image datasets.",
+        allow_abbrev=False,
+    )
+    parser.add_argument("--version", action="version", version=f"evenshard {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND", required=True)
+    for name, (add_flags, text) in COMMANDS.items():
+        p = sub.add_parser(name, help=text, description=text, allow_abbrev=False)
+        add_flags(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs one subcommand; returns the exit code (0 ok, 1 failed or problems, 2 usage)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+    parser = build_parser()
+    try:
+        args, extra = parser.parse_known_args(argv)
+        if extra and args.command != "convert":  # only convert passes flags on (to Beam)
+            parser.parse_args(argv)  # prints the usage error and exits 2
+    except SystemExit as e:  # --help, --version, usage errors
+        return e.code if isinstance(e.code, int) else 2
+    return _RUN[args.command](args, extra)
+
+
+def _error(command: str, message: str) -> None:
+    print(f"evenshard {command}: error: {message}", file=sys.stderr)
+
+
+_REJECT_LIMIT = re.compile(r"(\d+ of \d+ inputs were rejected.*?raise the limit)", re.S)
+
+
+def _convert(args: argparse.Namespace, pipeline_args: list[str]) -> int:
+    from beam_jobs import convert
+    from beam_jobs.options import UserError, from_namespace
+
+    # The runner logs a failing step's traceback at ERROR; ours are re-raised
+    # (or shown as one line) below, so its copy is noise.
+    logging.getLogger("apache_beam.runners").setLevel(logging.CRITICAL)
+    start = time.monotonic()
+    try:
+        options = from_namespace(args)
+        info = convert.convert(options, pipeline_args)
+    except UserError as e:
+        _error("convert", str(e))
+        return 2
+    except Exception as e:  # the pipeline wraps our errors; show ours in one line
+        found = _REJECT_LIMIT.search(str(e))
+        if not found:
+            raise
+        _error("convert", found.group(1))
+        return 1
+    if info is None:
+        print("evenshard convert: dry run: the pipeline was translated, nothing was submitted")
+        return 0
+    print(convert_summary(info, options.output_dir, time.monotonic() - start))
+    return 0
+
+
+def convert_summary(info: dict, output_dir: str, seconds: float) -> str:
+    """What ``evenshard convert`` prints when it is done."""
+    from schemas.info import written
+
+    rejects = info["rejects"]
+    lines = [
+        f"evenshard convert: {info['inputs']} inputs -> {written(info)} written, "
+        f"{rejects['total']} rejected, in {seconds:.1f} s",
+        f"  {'split':<12}{'examples':>10}{'shards':>8}{'bytes':>14}",
+    ]
+    for name, s in info["splits"].items():
+        mb = f"{s['num_bytes'] / 1e6:,.1f} MB"
+        lines.append(f"  {name:<12}{s['num_examples']:>10}{s['num_shards']:>8}{mb:>14}")
+    if rejects["total"]:
+        reasons = ", ".join(f"{r} {n}" for r, n in rejects["by_reason"].items())
+        lines.append(f"  rejects: {reasons} (see {output_dir.rstrip('/')}/{rejects['file']})")
+    lines.append(f"  labels: {len(info['labels'])}; output: {output_dir}")
+    return "\n".join(lines)
+
+
+def _validate(args: argparse.Namespace, _) -> int:
+    from schemas.validate import validate
+
+    problems = validate(args.data_dir, full=args.full)
+    for line in problems:
+        print(line)
+    if problems:
+        _error("validate", f"{len(problems)} problem(s) in {args.data_dir}")
+        return 1
+    print(f"evenshard validate: {args.data_dir} is valid" + (" (full)" if args.full else ""))
+    return 0
+
+
+def _inspect(args: argparse.Namespace, _) -> int:
+    from schemas.info import DatasetError, load_info
+    from schemas.summary import render, summarize
+
+    try:
+        summary = summarize(load_info(args.data_dir))
+    except DatasetError as e:
+        _error("inspect", str(e))
+        return 1
+    print(json.dumps(summary, indent=2) if args.json else render(summary, args.data_dir))
+    return 0
+
+
+def _shuffle_report(args: argparse.Namespace, _) -> int:
+    if args.epochs < 1 or args.batch_size < 1:
+        _error("shuffle-report", "--epochs and --batch_size must be >= 1")
+        return 2
+    from reader.shuffle_report import render, report
+    from schemas.info import DatasetError
+
+    try:
+        r = report(
+            args.data_dir,
+            args.split,
+            args.out,
+            args.baseline,
+            args.baseline_buffer,
+            args.epochs,
+            args.batch_size,
+            seed=args.seed,
+            shuffle=not args.no_shuffle,
+            shuffle_buffer=args.shuffle_buffer,
+            cycle_length=args.cycle_length,
+            block_length=args.block_length,
+        )
+    except DatasetError as e:
+        _error("shuffle-report", str(e))
+        return 1
+    print(json.dumps(r, indent=2) if args.json else render(r))
+    return 0
+
+
+def _make_images(args: argparse.Namespace, _) -> int:
+    from evenshard.synthetic import EXTENSIONS, make_image_folder
+
+    formats = tuple(args.formats.split(","))
+    unknown = [f for f in formats if f not in EXTENSIONS]
+    if unknown:
+        _error(
+            "make-images", f"--formats: unknown {', '.join(unknown)}; use {', '.join(EXTENSIONS)}"
+        )
+        return 2
+    broken = make_image_folder(
+        args.root,
+        args.num_labels,
+        args.per_label,
+        formats,
+        (args.height, args.width),
+        args.seed,
+        args.broken,
+    )
+    print(
+        f"wrote {args.num_labels * args.per_label} images in {args.num_labels} labels"
+        f" and {len(broken)} broken files under {args.root}"
+    )
+    return 0
+
+
+_RUN = {
+    "convert": _convert,
+    "validate": _validate,
+    "inspect": _inspect,
+    "shuffle-report": _shuffle_report,
+    "make-images": _make_images,
+}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

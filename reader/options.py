@@ -1,0 +1,108 @@
+"""``ReadOptions``: how ``make_dataset`` reads a split, as one frozen, self-checking object."""
+
+from __future__ import annotations
+
+import dataclasses
+
+AUTOTUNE = -1  # tf.data.AUTOTUNE, without importing TensorFlow here
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadOptions:
+    """Options of :func:`reader.make_dataset` (like TFDS ``ReadConfig``, Grain ``ReadOptions``).
+
+    Attributes:
+        shuffle: shuffle files and examples; default (None) True for "train" only.
+        seed: makes every shuffle reproducible; also turns ``deterministic`` on.
+        epochs: passes over the split; None repeats forever.
+        shuffle_buffer: examples in the shuffle buffer (0: files and
+            interleave only; the shards are already globally shuffled).
+        cycle_length: files read at once (default: min(16, files)).
+        block_length: consecutive records taken from a file in turn.
+        deterministic: fixed output order. Default: True with a seed or without
+            shuffling (evaluation reads in one fixed order, the short batch last);
+            False only for unseeded shuffling, whose order is random anyway.
+        decode: decode images (False: ``image`` holds the encoded bytes).
+        image_size: (height, width) to resize to; needed to batch decoded
+            images, whose sizes differ.
+        channels: channels of decoded images (1, 3 or 4).
+        random_crop: crop a random box (JPEG decodes only the box) before resizing.
+        input_context: a ``tf.distribute.InputContext``; or give
+            ``num_workers`` and ``worker_index``.
+        num_workers, worker_index: this reader's share of the files.
+        drop_remainder: drop a final partial batch.
+        pad_final_batch: pad the final batch to ``batch_size`` and add a boolean
+            ``mask`` feature (False on padding): static shapes for evaluation.
+        as_supervised: yield (image, label) instead of a dict.
+        path_root: path kind: the folder the stored paths are relative to
+            (default: the one recorded at conversion).
+        cache: cache parsed records in memory after the first epoch (before
+            shuffling buffers; small datasets only).
+        prefetch: batches to prefetch (None: no prefetch).
+        prefetch_to_device: a device name such as "/gpu:0", True for the first
+            GPU, False for none; default: the first GPU when one is visible.
+        num_parallel_calls: parallelism of interleave and decode.
+    """
+
+    shuffle: bool | None = None
+    seed: int | None = None
+    epochs: int | None = 1
+    shuffle_buffer: int = 1000
+    cycle_length: int | None = None
+    block_length: int = 1
+    deterministic: bool | None = None
+    decode: bool = True
+    image_size: tuple[int, int] | None = None
+    channels: int = 3
+    random_crop: bool = False
+    input_context: object = None
+    num_workers: int | None = None
+    worker_index: int | None = None
+    drop_remainder: bool = False
+    pad_final_batch: bool = False
+    as_supervised: bool = False
+    path_root: str | None = None
+    cache: bool = False
+    prefetch: int | None = AUTOTUNE
+    prefetch_to_device: str | bool | None = None
+    num_parallel_calls: int = AUTOTUNE
+
+    def __post_init__(self) -> None:
+        if self.epochs is not None and self.epochs < 1:
+            raise ValueError(f"epochs must be >= 1 or None, got {self.epochs}")
+        if self.channels not in (1, 3, 4):
+            raise ValueError(f"channels must be 1, 3 or 4, got {self.channels}")
+        if self.shuffle_buffer < 0:
+            raise ValueError(f"shuffle_buffer must be >= 0, got {self.shuffle_buffer}")
+        if self.cycle_length is not None and self.cycle_length < 1:
+            raise ValueError(f"cycle_length must be >= 1 or None, got {self.cycle_length}")
+        if self.block_length < 1:
+            raise ValueError(f"block_length must be >= 1, got {self.block_length}")
+        if self.image_size is not None:
+            size = tuple(self.image_size)
+            if len(size) != 2 or not all(isinstance(v, int) and v >= 1 for v in size):
+                raise ValueError(
+                    f"image_size must be (height, width), whole numbers >= 1, got {self.image_size}"
+                )
+            object.__setattr__(self, "image_size", size)
+        if self.input_context is not None:
+            if self.num_workers is not None or self.worker_index is not None:
+                raise ValueError("give input_context or num_workers/worker_index, not both")
+        elif (self.num_workers is None) != (self.worker_index is None):
+            raise ValueError("num_workers and worker_index go together")
+        elif self.num_workers is not None:
+            if self.num_workers < 1:
+                raise ValueError(f"num_workers must be >= 1, got {self.num_workers}")
+            if not 0 <= self.worker_index < self.num_workers:
+                raise ValueError(
+                    f"worker_index must be in [0, {self.num_workers}), got {self.worker_index}"
+                )
+
+    def workers(self) -> tuple[int, int]:
+        """(number of workers, this worker's index)."""
+        if self.input_context is not None:
+            ctx = self.input_context
+            return ctx.num_input_pipelines, ctx.input_pipeline_id
+        if self.num_workers is None:
+            return 1, 0
+        return self.num_workers, self.worker_index

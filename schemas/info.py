@@ -1,0 +1,81 @@
+"""``dataset_info.json``: the one parser, and the checks every reader of it relies on."""
+
+from __future__ import annotations
+
+import json
+
+from schemas import layout, storage
+
+# What a conversion leaves before it finishes (besides shards).
+_PARTIAL = (layout.INCOMPLETE_DIR, layout.REJECTS_FILE.split("/")[0], layout.SCHEMA_FILE)
+
+REQUIRED_FIELDS = ("format_version", "record_kind", "labels", "splits", "inputs", "rejects")
+
+
+class DatasetError(ValueError):
+    """A dataset that is missing, incomplete or damaged; the message names the file."""
+
+
+def parse_info(data: bytes | str, where: str = layout.INFO_FILE) -> dict:
+    """Parses and checks the text of a ``dataset_info.json``.
+
+    Checks: valid JSON object; the required fields; a format version this
+    code knows; every shard a plain file name by the shard-name rule (so a
+    hand-edited file cannot send a reader outside the dataset folder).
+
+    Raises:
+        DatasetError: naming ``where`` and what is wrong.
+    """
+    try:
+        info = json.loads(data)
+    except ValueError as e:
+        raise DatasetError(f"{where} is not valid JSON: {e}") from None
+    if not isinstance(info, dict):
+        raise DatasetError(f"{where} is not an evenshard dataset info (not a JSON object)")
+    missing = [k for k in REQUIRED_FIELDS if k not in info]
+    if missing:
+        raise DatasetError(
+            f"{where} is not an evenshard dataset info: missing field(s) {', '.join(missing)}"
+        )
+    if info["format_version"] not in layout.SUPPORTED_FORMAT_VERSIONS:
+        raise DatasetError(
+            f"{where}: format_version {info['format_version']!r} is not one this "
+            f"version of evenshard knows ({layout.SUPPORTED_FORMAT_VERSIONS})"
+        )
+    if not isinstance(info["splits"], dict):
+        raise DatasetError(f"{where}: splits is not an object")
+    for split, s in info["splits"].items():
+        for shard in s.get("shards", []):
+            name = shard.get("file") if isinstance(shard, dict) else None
+            if not isinstance(name, str) or not layout.is_shard_name(name):
+                raise DatasetError(
+                    f"{where}: split {split}: shard {name!r} is not a plain shard file name "
+                    "inside the dataset folder"
+                )
+    return info
+
+
+def load_info(data_dir: str) -> dict:
+    """Reads and checks ``data_dir/dataset_info.json`` (local or a URL).
+
+    Raises:
+        DatasetError: the folder holds no finished dataset (a conversion that
+            failed or is still running leaves no dataset_info.json), or the
+            file is damaged.
+    """
+    path = layout.join(data_dir, layout.INFO_FILE)
+    if not storage.exists(path):
+        hint = ""
+        if storage.isdir(data_dir) and any(
+            layout.is_shard_name(name) or name in _PARTIAL for name in storage.listdir(data_dir)
+        ):
+            hint = " (a conversion left files here but did not finish: run it again)"
+        raise DatasetError(
+            f"{path} not found: {data_dir} is not a finished evenshard dataset{hint}"
+        )
+    return parse_info(storage.read_bytes(path), path)
+
+
+def written(info: dict) -> int:
+    """Examples written, over all splits."""
+    return sum(s["num_examples"] for s in info["splits"].values())

@@ -1,0 +1,69 @@
+"""The layout of a dataset folder: every file name, the shard-name rule, the format version.
+
+```
+OUT/
+  train-00000-of-00016.tfrecord ...  (.tfrecord.gz with gzip compression)
+  schema.pbtxt, labels.txt
+  rejects/rejects.jsonl
+  .incomplete/                        shards being written (gone when done)
+  dataset_info.json                   written last: a finished dataset
+```
+"""
+
+from __future__ import annotations
+
+import re
+
+FORMAT_VERSION = 1
+SUPPORTED_FORMAT_VERSIONS = (1,)
+
+INFO_FILE = "dataset_info.json"
+SCHEMA_FILE = "schema.pbtxt"
+LABELS_FILE = "labels.txt"
+REJECTS_FILE = "rejects/rejects.jsonl"
+INCOMPLETE_DIR = ".incomplete"  # shards in the making; renamed into place when whole
+
+COMPRESSIONS = ("none", "gzip")
+_SUFFIXES = {"none": ".tfrecord", "gzip": ".tfrecord.gz"}
+
+SHARD_NAME_RE = re.compile(
+    r"^(?P<split>[A-Za-z0-9_]+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.tfrecord(\.gz)?$"
+)
+SPLIT_NAME_RE = re.compile(r"^[A-Za-z0-9_]+$")
+
+# Glob patterns (relative to the output folder) of every file a run of
+# convert writes; an interrupted run's leftovers are these and nothing else.
+WRITTEN_PATTERNS = (
+    "*-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9].tfrecord*",
+    "*.tmp-*",
+    SCHEMA_FILE,
+    LABELS_FILE,
+    "rejects/*",
+    f"{INCOMPLETE_DIR}/*",
+)
+
+
+def shard_suffix(compression: str) -> str:
+    """``.tfrecord`` or ``.tfrecord.gz``."""
+    if compression not in _SUFFIXES:
+        raise ValueError(f"compression must be one of {COMPRESSIONS}, got {compression!r}")
+    return _SUFFIXES[compression]
+
+
+def shard_name(split: str, index: int, count: int, compression: str = "none") -> str:
+    """The one shard-name rule: ``train-00003-of-00016.tfrecord``."""
+    if not SPLIT_NAME_RE.match(split):
+        raise ValueError(f"split name {split!r} may only use letters, digits and '_'")
+    if not 0 <= index < count:
+        raise ValueError(f"shard index {index} is not in [0, {count})")
+    return f"{split}-{index:05d}-of-{count:05d}{shard_suffix(compression)}"
+
+
+def is_shard_name(name: str) -> bool:
+    """A plain file name that follows the shard-name rule (no folder part)."""
+    return bool(SHARD_NAME_RE.match(name))
+
+
+def join(data_dir: str, name: str) -> str:
+    """``data_dir/name`` for local folders and URLs alike."""
+    return f"{data_dir.rstrip('/')}/{name}"

@@ -1,0 +1,62 @@
+"""The one dataset_info.json parser (schemas.info)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from schemas import layout
+from schemas.info import DatasetError, load_info, parse_info
+
+
+def _info(**changes):
+    info = {
+        "format_version": layout.FORMAT_VERSION,
+        "record_kind": "image",
+        "labels": ["a", "b"],
+        "inputs": 3,
+        "rejects": {"total": 0, "by_reason": {}},
+        "splits": {
+            "train": {
+                "num_examples": 3,
+                "shards": [{"file": "train-00000-of-00001.tfrecord", "num_examples": 3}],
+            }
+        },
+    }
+    info.update(changes)
+    return json.dumps(info)
+
+
+def test_a_good_info_parses():
+    assert parse_info(_info())["labels"] == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "not a JSON object"),
+        (json.dumps({"format_version": 1}), "missing field"),
+        (_info(format_version=99), "format_version 99"),
+        (
+            _info(splits={"train": {"shards": [{"file": "../x/train-00000-of-00001.tfrecord"}]}}),
+            "not a plain shard file name",
+        ),
+        (_info(splits={"train": {"shards": [{"file": "/etc/passwd"}]}}), "not a plain shard"),
+    ],
+)
+def test_a_bad_info_is_a_dataset_error_naming_the_file(text, message):
+    with pytest.raises(DatasetError, match=message) as e:
+        parse_info(text, "somewhere/dataset_info.json")
+    assert "somewhere/dataset_info.json" in str(e.value)
+
+
+def test_load_info_says_what_a_folder_is_missing(tmp_path):
+    with pytest.raises(DatasetError, match="not a finished evenshard dataset$"):
+        load_info(str(tmp_path))
+    (tmp_path / "train-00000-of-00001.tfrecord").write_bytes(b"")
+    with pytest.raises(DatasetError, match="did not finish: run it again"):
+        load_info(str(tmp_path))
+    (tmp_path / layout.INFO_FILE).write_text(_info())
+    assert load_info(str(tmp_path))["inputs"] == 3

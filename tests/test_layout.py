@@ -1,0 +1,60 @@
+"""The format's layout: the shard-name rule and file names (schemas.layout)."""
+
+from __future__ import annotations
+
+import pytest
+
+from schemas import layout
+
+
+def test_shard_names_follow_one_rule():
+    assert layout.shard_name("train", 3, 16) == "train-00003-of-00016.tfrecord"
+    assert layout.shard_name("val", 0, 1, "gzip") == "val-00000-of-00001.tfrecord.gz"
+    for name in ("train-00003-of-00016.tfrecord", "my_split-00000-of-00001.tfrecord.gz"):
+        assert layout.is_shard_name(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "../other/train-00000-of-00001.tfrecord",
+        "sub/train-00000-of-00001.tfrecord",
+        "train-0000-of-00001.tfrecord",
+        "train-00000-of-00001.tfrecord.zst",
+        "train-00000-of-00001.tfrecord.tmp-abc",
+        "schema.pbtxt",
+    ],
+)
+def test_anything_else_is_not_a_shard_name(name):
+    assert not layout.is_shard_name(name)
+
+
+def test_bad_shard_name_parts_are_refused():
+    with pytest.raises(ValueError, match="split name"):
+        layout.shard_name("a/b", 0, 1)
+    with pytest.raises(ValueError, match=r"not in \[0, 2\)"):
+        layout.shard_name("train", 2, 2)
+    with pytest.raises(ValueError, match="compression"):
+        layout.shard_name("train", 0, 1, "zstd")
+
+
+def test_written_patterns_cover_every_file_convert_writes():
+    import fnmatch
+
+    written = [
+        layout.shard_name("train", 0, 2),
+        layout.shard_name("test", 1, 2, "gzip"),
+        layout.SCHEMA_FILE,
+        layout.LABELS_FILE,
+        layout.REJECTS_FILE,
+        f"{layout.INCOMPLETE_DIR}/train-00000-of-00002.tfrecord.1234",
+        f"{layout.INFO_FILE}.tmp-0123abcd",
+    ]
+    for name in written:
+        assert any(fnmatch.fnmatch(name, p) for p in layout.WRITTEN_PATTERNS), name
+    assert not any(fnmatch.fnmatch("notes.txt", p) for p in layout.WRITTEN_PATTERNS)
+
+
+def test_join_works_for_folders_and_urls():
+    assert layout.join("/data/out/", layout.INFO_FILE) == "/data/out/dataset_info.json"
+    assert layout.join("gs://b/out", "x") == "gs://b/out/x"
