@@ -9,7 +9,6 @@ shapes between the steps are in the comments.
 from __future__ import annotations
 
 import logging
-import os
 
 from beam_jobs.options import ConvertOptions, Job, UserError, parse_args
 from schemas import layout
@@ -35,46 +34,6 @@ def preflight(options: ConvertOptions) -> Job:
     if options.labels_file:
         vocabulary = tuple(sources.load_vocabulary(options.labels_file))
     return Job(options, root, path_root, vocabulary)
-
-
-def prepare_output(job: Job) -> None:
-    """Refuses a finished dataset without --overwrite; clears what earlier runs left.
-
-    ``dataset_info.json`` goes first, so a directory is never a finished
-    dataset with some of its files missing. Files that convert does not write
-    are left alone.
-    """
-    from apache_beam.io.filesystems import FileSystems
-
-    from beam_jobs import paths
-
-    options = job.options
-    out = options.output_dir.rstrip("/")
-    if not options.is_manifest:
-        root = job.input_root
-        if paths.normalize_root(out) == root or paths.relative_to(root, paths.normalize_root(out)):
-            raise UserError(
-                f"--output_dir {out} lies inside the input folder {root}; "
-                "choose a folder outside it"
-            )
-    info = layout.join(out, layout.INFO_FILE)
-    if FileSystems.exists(info):
-        if not options.overwrite:
-            raise UserError(
-                f"--output_dir {out} holds a finished dataset; pass --overwrite "
-                "to replace it, or choose another folder"
-            )
-        FileSystems.delete([info])
-    leftovers = [
-        m.path
-        for r in FileSystems.match([layout.join(out, p) for p in layout.WRITTEN_PATTERNS])
-        for m in r.metadata_list
-    ]
-    if leftovers:
-        log.warning("evenshard: removing %d files of an earlier run from %s", len(leftovers), out)
-        FileSystems.delete(leftovers)
-    if not paths.is_url(out):
-        os.makedirs(out, exist_ok=True)
 
 
 def pipeline_options(pipeline_args: list[str]):
@@ -122,7 +81,7 @@ def build(pipeline, job: Job):
     inputs = pipeline | "ReadInputs" >> ReadInputs(job)
     # Candidate -> Image | Reject
     inspected = inputs["main"] | "InspectImages" >> InspectImages(
-        o.verify, o.max_image_pixels, root
+        o.verify, o.max_image_pixels, root, int(o.max_image_mb * 10**6)
     )
     images = inspected["main"]
     rejects = (inputs["rejects"], inspected["rejects"]) | "AllRejects" >> beam.Flatten()
@@ -181,26 +140,27 @@ def _run(job: Job, beam_options, pipeline) -> dict | None:
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import TestOptions
 
+    from beam_jobs import output
     from schemas.info import parse_info
 
     dry_run = beam_options.view_as(TestOptions).dry_run
-    if not dry_run:
-        prepare_output(job)
-
     if pipeline is None:
         import apache_beam as beam
 
         pipeline = beam.Pipeline(options=beam_options)
     build(pipeline, job)
-    result = pipeline.run()
-    try:
-        result.wait_until_finish()
-    finally:
-        client = getattr(result, "client", None)  # the DaskRunner's; its cluster may stop next
-        if client is not None:
-            client.close()
     if dry_run:
+        output.check_not_an_input(job)
+        pipeline.run().wait_until_finish()
         return None
+    with output.claim(job):
+        result = pipeline.run()
+        try:
+            result.wait_until_finish()
+        finally:
+            client = getattr(result, "client", None)  # the DaskRunner's; its cluster may stop
+            if client is not None:
+                client.close()
     path = layout.join(job.options.output_dir, layout.INFO_FILE)
     with FileSystems.open(path) as f:
         return parse_info(f.read(), path)

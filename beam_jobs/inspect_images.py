@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import io
 import os
+import stat
 import warnings
 
 import apache_beam as beam
@@ -135,10 +136,13 @@ def _classify_decode_error(e: Exception) -> _Rejected:
 class _InspectImage(beam.DoFn):
     """Candidate -> Image, or a Reject (see dead_letters.py)."""
 
-    def __init__(self, verify: str, max_image_pixels: int, source_root: str | None):
+    def __init__(
+        self, verify: str, max_image_pixels: int, source_root: str | None, max_image_bytes: int
+    ):
         self._root = source_root
         self._full = verify == "full"
         self._max_pixels = max_image_pixels
+        self._max_bytes = max_image_bytes
         self._read = Metrics.counter("evenshard", "images_read")
         self._bytes = Metrics.counter("evenshard", "bytes_read")
 
@@ -177,15 +181,29 @@ class _InspectImage(beam.DoFn):
         )
 
     def _inspect(self, source: str):
-        """Full: read the whole file and decode it. Header: let Pillow read what it needs."""
+        """Type and size first, then the first bytes, then the body (full) or the header.
+
+        Nothing is read from a file that is not a regular file (a FIFO would
+        block forever, a device never ends) or that is larger than
+        ``--max_image_mb``; the body is read only after its first bytes look
+        like an image.
+        """
         try:
+            size = _regular_file_size(source)
+            if size > self._max_bytes:
+                raise _Rejected(
+                    "too_large", f"{size:,} bytes > --max_image_mb ({self._max_bytes:,} bytes)"
+                )
             with open_binary(source) as f:
+                head = f.read(16)
+                if size and not head.startswith(_MAGIC):
+                    raise _Rejected("unsupported_format", "not an image Pillow can identify")
                 if self._full:
-                    data = f.read()
-                    size = len(data)
-                    stream = io.BytesIO(data)
+                    stream = io.BytesIO(head + f.read(size - len(head) + 1))
+                    if len(stream.getbuffer()) != size:
+                        raise _Rejected("unreadable", "the file changed size while it was read")
                 else:
-                    size = _size_of(source, f)
+                    f.seek(0)
                     stream = f
                 return (
                     *inspect_stream(stream, size, full=self._full, max_pixels=self._max_pixels),
@@ -197,10 +215,19 @@ class _InspectImage(beam.DoFn):
             raise _open_error(e) from e
 
 
-def _size_of(source: str, f) -> int:
+def _regular_file_size(source: str) -> int:
+    """The size of a regular file; a folder, FIFO, device or socket is ``unreadable``."""
     if paths.is_url(source):
-        return FileSystems.match([source])[0].metadata_list[0].size_in_bytes
-    return os.fstat(f.fileno()).st_size
+        found = FileSystems.match([source])[0].metadata_list
+        if not found:
+            raise _Rejected("missing", "file not found")
+        return found[0].size_in_bytes
+    st = os.stat(source)
+    if stat.S_ISDIR(st.st_mode):
+        raise _Rejected("unreadable", "a folder, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise _Rejected("unreadable", "not a regular file (a FIFO, device or socket)")
+    return st.st_size
 
 
 class InspectImages(beam.PTransform):
@@ -215,15 +242,17 @@ class InspectImages(beam.PTransform):
         verify: str = "full",
         max_image_pixels: int = 178_956_970,
         source_root: str | None = None,
+        max_image_bytes: int = 256 * 10**6,
     ):
         super().__init__()
         self._verify = verify
         self._max_pixels = max_image_pixels
         self._root = source_root
+        self._max_bytes = max_image_bytes
 
     def expand(self, candidates):
         # Candidate -> Image | Reject
         inspected = candidates | "Inspect" >> beam.ParDo(
-            _InspectImage(self._verify, self._max_pixels, self._root)
+            _InspectImage(self._verify, self._max_pixels, self._root, self._max_bytes)
         )
         return inspected | "SplitRejects" >> SplitRejects()

@@ -85,6 +85,7 @@ class ConvertOptions:
     max_reject_fraction: float = 0.01
     path_root: str | None = None
     max_image_pixels: int = 178_956_970  # Pillow's own bomb limit, 2x its warning level
+    max_image_mb: float = 256.0  # larger files are too_large before a byte is read
     verify: str = "full"
     overwrite: bool = False
     labels_file: str | None = None
@@ -113,6 +114,8 @@ class ConvertOptions:
             raise UserError(
                 f"--max_reject_fraction must be in [0, 1], got {self.max_reject_fraction}"
             )
+        if not (self.max_image_mb > 0):
+            raise UserError(f"--max_image_mb must be > 0, got {self.max_image_mb}")
         if self.max_image_pixels < 1:
             raise UserError(f"--max_image_pixels must be >= 1, got {self.max_image_pixels}")
         if self.path_root is not None and self.record_kind != "path":
@@ -202,6 +205,12 @@ def add_flags(p: argparse.ArgumentParser) -> None:
         type=int,
         default=ConvertOptions.max_image_pixels,
         help="reject images with more pixels (decompression-bomb guard)",
+    )
+    a(
+        "--max_image_mb",
+        type=float,
+        default=ConvertOptions.max_image_mb,
+        help="reject larger files (too_large) before reading them",
     )
     a("--verify", default="full", help="full (decode every image) or header (size only)")
     a("--overwrite", action="store_true", help="replace a finished dataset in --output_dir")

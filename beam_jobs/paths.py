@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 
@@ -48,7 +49,23 @@ def resolve(root: str, path: str) -> str:
         joined = os.path.normpath(os.path.join(root, path))
     if relative_to(root, joined) is None:
         raise BadPath(f"path {path!r} escapes the root {root}")
+    if not is_url(root):
+        real_root = _realpath(root)
+        if relative_to(real_root, os.path.realpath(joined)) is None:
+            raise BadPath(f"path {path!r} leaves the root {root} through a symlink")
     return joined
+
+
+@functools.lru_cache(maxsize=16)
+def _realpath(root: str) -> str:
+    return os.path.realpath(root)
+
+
+def normalize_key(path: str) -> str:
+    """A manifest path as a key: ``x.png``, ``./x.png`` and ``sub/../x.png`` are one key."""
+    if is_url(path):
+        return normalize_root(path)
+    return posixpath.normpath(path)
 
 
 def compact_source(root: str, path: str, key: str) -> str:

@@ -15,12 +15,16 @@ from typing import NamedTuple
 REJECT_REASONS = {
     "missing": "the file does not exist (or a symlink points nowhere)",
     "empty": "the file has zero bytes",
-    "unreadable": "the file exists but cannot be read (permissions, symlink loop, a folder)",
+    "unreadable": (
+        "the file exists but cannot be read (permissions, symlink loop, a folder, "
+        "a FIFO, device or socket)"
+    ),
     "unsupported_format": "not an image in a supported format (jpeg, png, gif, bmp, webp)",
     "corrupt": "an image header was found but the image does not decode",
     "truncated": "the image data ends early",
-    "too_large": "more pixels than --max_image_pixels (decompression-bomb guard)",
+    "too_large": "more bytes than --max_image_mb, or more pixels than --max_image_pixels",
     "duplicate_key": "a second input with a key already used; the first (lowest row) is kept",
+    "duplicate_file": "a symlink (to a file or a folder) reaching a file already listed",
     "bad_label": "no label, an unusable label, or one outside the --labels vocabulary",
     "bad_path": "a path that escapes its root, holds NUL or is not valid UTF-8",
     "bad_split": "a manifest split value that is not a valid split name",

@@ -10,11 +10,13 @@ reconcile.
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
 import os
 
 import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
@@ -72,12 +74,25 @@ def check_input(options: ConvertOptions) -> list[str]:
 
 
 def _open_text(path: str) -> io.TextIOBase:
+    """A text stream of a manifest or labels file; ``.gz`` files are gunzipped.
+
+    Opened uncompressed and unzipped here: Beam's own decompressing stream
+    lacks what ``io.TextIOWrapper`` needs.
+    """
+    raw = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    if path.lower().endswith(".gz"):
+        raw = gzip.GzipFile(fileobj=raw, mode="rb")
     # utf-8-sig drops a BOM; newline="" lets csv handle CRLF line ends.
-    return io.TextIOWrapper(FileSystems.open(path), encoding="utf-8-sig", newline="")
+    return io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+
+
+def is_csv(path: str) -> bool:
+    """The manifest format, by suffix: ``.csv``/``.csv.gz`` (else ``.jsonl``/``.jsonl.gz``)."""
+    return path.lower().removesuffix(".gz").endswith(".csv")
 
 
 def _manifest_columns(path: str, f: io.TextIOBase) -> list[str]:
-    if ".csv" in path.lower():
+    if is_csv(path):
         header = next(csv.reader(f), [])
         return [c.strip() for c in header]
     for line in f:  # JSONL: the keys of the first parseable object
@@ -130,29 +145,23 @@ class _ListImageFolder(beam.DoFn):
         self._listed = Metrics.counter("evenshard", "files_listed")
 
     def process(self, root: str):
-        for source in self._walk(root):
+        for source, rejected in self._walk(root):
             self._listed.inc()
-            yield self._candidate(root, self._path_root, source)
+            if rejected is None:
+                yield self._candidate(root, self._path_root, source)
+            else:
+                yield _reject(paths.relative_to(root, source) or source, source, *rejected)
 
     @staticmethod
     def _walk(root: str):
+        """Yields (path, None) for each input, or (path, (reason, detail)) for a reject."""
         if paths.is_url(root):
             for meta in FileSystems.match([root + "/**"])[0].metadata_list:
                 rel = paths.relative_to(root, meta.path)
                 if rel and not any(p.startswith(".") for p in rel.split("/")):
-                    yield meta.path
+                    yield meta.path, None
             return
-        seen: set[tuple[int, int]] = set()
-        for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
-            st = os.stat(dirpath)
-            if (st.st_dev, st.st_ino) in seen:  # a symlinked folder seen before: a loop
-                dirnames[:] = []
-                continue
-            seen.add((st.st_dev, st.st_ino))
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-            for name in sorted(filenames):
-                if not name.startswith("."):
-                    yield os.path.join(dirpath, name)
+        yield from _walk_local(root)
 
     def _candidate(self, root: str, path_root: str, source: str):
         rel = paths.relative_to(root, source) or source
@@ -180,6 +189,78 @@ class _ListImageFolder(beam.DoFn):
             rel_path=rel_path,
             label=parts[0],
         )
+
+
+def _visible(names: list[str]) -> list[str]:
+    return sorted(n for n in names if not n.startswith("."))
+
+
+def _walk_local(root: str):
+    """Walks a local image folder: every file once; every other way to it a reject.
+
+    Pass 1 lists the real tree without following symlinks. Pass 2 follows the
+    symlinks (to files and folders), level by level, each level sorted: a
+    file whose real path was listed already is an alias (``a_alias ->
+    real_b`` yields real_b's files as ``duplicate_file`` rejects, so they are
+    neither lost nor written twice); a file outside the tree is an input. A
+    folder link to its own ancestor is one ``unreadable`` reject (a loop), a
+    second link to a folder already walked one ``duplicate_file``. Broken
+    symlinks are inputs, for inspection to reject as missing or unreadable.
+
+    Yields:
+        (path, None) for an input, (path, (reason, detail)) for a reject.
+    """
+    real_root = os.path.realpath(root)
+    listed: dict[str, str] = {}  # real path -> the path it was listed under
+    links: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        names = _visible(dirnames)
+        links += [
+            os.path.join(dirpath, d) for d in names if os.path.islink(os.path.join(dirpath, d))
+        ]
+        dirnames[:] = [d for d in names if not os.path.islink(os.path.join(dirpath, d))]
+        for name in _visible(filenames):
+            path = os.path.join(dirpath, name)
+            if os.path.islink(path):
+                links.append(path)
+                continue
+            listed[os.path.join(real_root, os.path.relpath(path, root))] = path
+            yield path, None
+    walked: dict[str, str] = {}  # real folder -> the link it was walked through
+    while links:
+        nested: list[str] = []
+        for link in sorted(links):
+            if not os.path.isdir(link):  # a file link, broken, or a loop of file links
+                yield link, _alias(link, listed)
+                continue
+            real = os.path.realpath(link)
+            parent = os.path.realpath(os.path.dirname(link))
+            if parent == real or parent.startswith(real + "/"):
+                yield link, ("unreadable", "symlink loop: a link to its own parent folder")
+                continue
+            if real in walked:
+                yield link, ("duplicate_file", f"links to the folder of {walked[real]}")
+                continue
+            walked[real] = link
+            for dirpath, dirnames, filenames in os.walk(link):
+                names = _visible(dirnames)
+                for d in names:
+                    if os.path.islink(os.path.join(dirpath, d)):
+                        nested.append(os.path.join(dirpath, d))
+                dirnames[:] = [d for d in names if not os.path.islink(os.path.join(dirpath, d))]
+                for name in _visible(filenames):
+                    path = os.path.join(dirpath, name)
+                    yield path, _alias(path, listed)
+        links = nested
+
+
+def _alias(path: str, listed: dict[str, str]) -> tuple[str, str] | None:
+    """None for a file seen for the first time (now listed); else why it is a reject."""
+    real = os.path.realpath(path)
+    if real in listed:
+        return "duplicate_file", f"the same file as {listed[real]} (through a symlink)"
+    listed[real] = path
+    return None
 
 
 def _reject(key: str, source: str, reason: str, detail: str) -> Reject:
@@ -211,7 +292,7 @@ class _ReadManifest(beam.DoFn):
     @staticmethod
     def _rows_of(manifest: str, f):
         """Yields (row number, dict or error text); blank lines are skipped."""
-        if ".csv" in manifest.lower():
+        if is_csv(manifest):
             reader = csv.reader(f)
             header = [c.strip() for c in next(reader, [])]
             for values in reader:
@@ -245,7 +326,7 @@ class _ReadManifest(beam.DoFn):
         path = row.get("path", "").strip()
         if not path:
             return _reject(row_key, f"row {number}", "malformed_row", "path is empty or missing")
-        key = row.get("key", "").strip() or path
+        key = row.get("key", "").strip() or paths.normalize_key(path)
         try:
             source = paths.resolve(root, path)
         except paths.BadPath as e:

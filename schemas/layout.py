@@ -6,6 +6,7 @@ OUT/
   schema.pbtxt, labels.txt
   rejects/rejects.jsonl
   .incomplete/                        shards being written (gone when done)
+  .evenshard, .evenshard.lock         ownership marker; lock while a convert runs
   dataset_info.json                   written last: a finished dataset
 ```
 """
@@ -22,6 +23,8 @@ SCHEMA_FILE = "schema.pbtxt"
 LABELS_FILE = "labels.txt"
 REJECTS_FILE = "rejects/rejects.jsonl"
 INCOMPLETE_DIR = ".incomplete"  # shards in the making; renamed into place when whole
+MARKER_FILE = ".evenshard"  # written first: convert owns the files of WRITTEN_PATTERNS here
+LOCK_FILE = ".evenshard.lock"  # held while a convert writes the folder
 
 COMPRESSIONS = ("none", "gzip")
 _SUFFIXES = {"none": ".tfrecord", "gzip": ".tfrecord.gz"}

@@ -53,7 +53,7 @@ def test_shards_are_balanced_and_splits_disjoint(converted):
                 seen[key] = split
     assert len(seen) == 500
     assert sorted(os.listdir(out)) == sorted(
-        ["dataset_info.json", "labels.txt", "schema.pbtxt", "rejects"]
+        [".evenshard", "dataset_info.json", "labels.txt", "schema.pbtxt", "rejects"]
         + [sh["file"] for s in info["splits"].values() for sh in s["shards"]]
     )
 

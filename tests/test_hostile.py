@@ -1,0 +1,205 @@
+"""Hostile inputs: nothing hangs, nothing is lost, no user file is touched, no split leaks."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import load_info, read_rejects, run_convert
+
+import reader
+from beam_jobs.options import UserError
+from evenshard import cli, synthetic
+from schemas import layout
+from schemas.validate import validate
+
+EVENSHARD = os.path.join(os.path.dirname(sys.executable), "evenshard")
+
+
+def _pngs(folder, names, seed=0):
+    rng = np.random.default_rng(seed)
+    for name in names:
+        path = os.path.join(folder, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(synthetic.image_bytes("png", 12, 12, rng))
+
+
+def _manifest(path, rows):
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "wt", newline="") as f:
+        if ".csv" in os.path.basename(path):
+            w = csv.writer(f)
+            w.writerow(["path", "label"])
+            w.writerows(rows)
+        else:
+            f.writelines(json.dumps({"path": p, "label": label}) + "\n" for p, label in rows)
+    return path
+
+
+def _accounted(info):
+    written = sum(s["num_examples"] for s in info["splits"].values())
+    assert info["inputs"] == written + info["rejects"]["total"]
+    return written
+
+
+def test_fifo_device_and_huge_sparse_file_are_rejected_without_reading(tmp_path):
+    root = tmp_path / "images"
+    _pngs(root, [f"a/{i}.png" for i in range(4)])
+    os.mkfifo(root / "a" / "pipe.jpg")  # in the folder walk too
+    with open(root / "a" / "huge.jpg", "wb") as f:
+        f.truncate(8 * 2**30)  # 8 GB, sparse: costs nothing on disk
+    manifest = _manifest(
+        str(root / "m.csv"),
+        [(f"a/{i}.png", "a") for i in range(4)]
+        + [("a/pipe.jpg", "a"), ("/dev/zero", "a"), ("a/huge.jpg", "a")],
+    )
+    for source, out in ((manifest, tmp_path / "from_manifest"), (root, tmp_path / "from_folder")):
+        argv = [EVENSHARD, "convert", f"--input={source}", f"--output_dir={out}"]
+        proc = subprocess.run(
+            argv + ["--max_reject_fraction=1", "--verify=header"], capture_output=True, timeout=300
+        )
+        assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+        reasons = {os.path.basename(r["key"]): r["reason"] for r in read_rejects(str(out))}
+        assert reasons["pipe.jpg"] == "unreadable" and reasons["huge.jpg"] == "too_large"
+        assert _accounted(load_info(str(out))) == 4
+    assert reasons.get("m.csv") == "unsupported_format"  # the folder run lists the manifest
+    manifest_rejects = {r["key"]: r for r in read_rejects(str(tmp_path / "from_manifest"))}
+    assert manifest_rejects["/dev/zero"]["reason"] == "unreadable"
+    assert "FIFO, device or socket" in manifest_rejects["/dev/zero"]["detail"]
+
+
+@pytest.mark.parametrize("name", ["m.csv.gz", "m.jsonl.gz", "data.csv.d/m.jsonl"])
+def test_compressed_manifests_and_the_format_by_suffix(tmp_path, name):
+    _pngs(tmp_path, [f"img/{i}.png" for i in range(6)])
+    os.makedirs(os.path.dirname(tmp_path / name), exist_ok=True)
+    prefix = "../" if "/" in name else ""
+    rows = [(f"{prefix}img/{i}.png", "ab"[i % 2]) for i in range(6)]
+    if prefix:  # a manifest may not reach above its folder: keep the images beside it
+        _pngs(tmp_path / "data.csv.d", [f"img/{i}.png" for i in range(6)])
+        rows = [(f"img/{i}.png", "ab"[i % 2]) for i in range(6)]
+    info = run_convert(_manifest(str(tmp_path / name), rows), str(tmp_path / "out"))
+    assert _accounted(info) == 6 and info["rejects"]["total"] == 0
+
+
+def test_flag_abbreviations_are_errors(tmp_path, capsys):
+    _pngs(tmp_path / "images", ["a/0.png"])
+    argv = ["convert", f"--input={tmp_path / 'images'}", "--out", str(tmp_path / "o")]
+    assert cli.main(argv) == 2
+    assert "--output_dir" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_spellings_of_one_path_are_one_key(tmp_path):
+    _pngs(tmp_path, ["sub/x.png", "y.png", "z.png"])
+    rows = [("x.png", "a"), ("./x.png", "a"), ("sub/../x.png", "a"), ("y.png", "a")]
+    rows += [("z.png", "b")]
+    os.replace(tmp_path / "sub" / "x.png", tmp_path / "x.png")
+    manifest = _manifest(str(tmp_path / "m.csv"), rows)
+    info = run_convert(manifest, str(tmp_path / "out"), "--max_reject_fraction=1")
+    assert _accounted(info) == 3
+    dupes = [r for r in read_rejects(str(tmp_path / "out")) if r["reason"] == "duplicate_key"]
+    assert [r["key"] for r in dupes] == ["x.png", "x.png"]
+
+
+def test_an_output_folder_holding_the_inputs_is_refused_and_nothing_is_deleted(tmp_path, capsys):
+    _pngs(tmp_path, ["img/0.png", "img/1.png"])
+    labels = tmp_path / layout.LABELS_FILE
+    labels.write_text("a\n")
+    manifest = _manifest(str(tmp_path / "m.csv"), [("img/0.png", "a"), ("img/1.png", "a")])
+    (tmp_path / layout.SCHEMA_FILE).write_text("mine")
+    argv = ["convert", f"--input={manifest}", f"--output_dir={tmp_path}", f"--labels={labels}"]
+    assert cli.main(argv) == 2
+    assert "holds the --input file" in capsys.readouterr().err
+    assert labels.read_text() == "a\n" and (tmp_path / layout.SCHEMA_FILE).read_text() == "mine"
+    # a folder of the user's with files of convert's names is not emptied either
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / layout.LABELS_FILE).write_text("mine")
+    with pytest.raises(UserError, match="holds files that evenshard did not write"):
+        run_convert(manifest, str(out))
+    assert (out / layout.LABELS_FILE).read_text() == "mine"
+
+
+def test_output_folder_checks_come_before_any_work(tmp_path):
+    _pngs(tmp_path / "images", ["a/0.png"])
+    (tmp_path / "file").write_text("")
+    os.symlink(tmp_path / "images" / "a", tmp_path / "link_into_input")
+    cases = {
+        str(tmp_path / "file"): "is a file",
+        "/proc/evenshard_out": "cannot be written",
+        str(tmp_path / "link_into_input"): "lies inside the input folder",
+    }
+    for out, message in cases.items():
+        with pytest.raises(UserError, match=message):
+            run_convert(str(tmp_path / "images"), out)
+
+
+def test_a_second_convert_into_a_locked_folder_is_refused_and_a_stale_lock_taken(tmp_path):
+    _pngs(tmp_path / "images", ["a/0.png", "a/1.png"])
+    out = tmp_path / "out"
+    out.mkdir()
+    lock = out / layout.LOCK_FILE
+    import socket
+
+    lock.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
+    with pytest.raises(UserError, match="being written by another convert"):
+        run_convert(str(tmp_path / "images"), str(out))
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    lock.write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname()}))
+    info = run_convert(str(tmp_path / "images"), str(out))
+    assert _accounted(info) == 2 and not lock.exists()
+
+
+def test_a_symlink_in_the_manifest_folder_cannot_let_outside_files_in(tmp_path):
+    _pngs(tmp_path / "outside", ["secret.png"])
+    _pngs(tmp_path / "ds", ["img/0.png"])
+    os.symlink(tmp_path / "outside", tmp_path / "ds" / "escape")
+    rows = [("img/0.png", "a"), ("escape/secret.png", "a")]
+    manifest = _manifest(str(tmp_path / "ds" / "m.csv"), rows)
+    info = run_convert(manifest, str(tmp_path / "out"), "--max_reject_fraction=1")
+    assert _accounted(info) == 1
+    (r,) = read_rejects(str(tmp_path / "out"))
+    assert r["reason"] == "bad_path" and "through a symlink" in r["detail"]
+
+
+def test_symlinked_folders_aliases_and_loops_are_all_accounted_for(tmp_path):
+    root = tmp_path / "images"
+    _pngs(root, [f"real_b/{i}.png" for i in range(5)] + [f"a/{i}.png" for i in range(5)])
+    _pngs(tmp_path / "elsewhere", [f"{i}.png" for i in range(3)], seed=1)
+    os.symlink("real_b", root / "a_alias")  # an alias of a sibling: sorts first
+    os.symlink(tmp_path / "elsewhere", root / "c_linked")  # outside data, linked in
+    os.symlink("..", root / "a" / "up")  # a loop
+    os.symlink("0.png", root / "a" / "same.png")  # a file alias
+    info = run_convert(str(root), str(tmp_path / "out"), "--max_reject_fraction=1")
+    assert _accounted(info) == 13  # real_b 5, a 5, c_linked 3
+    counts = {label: 0 for label in info["labels"]}
+    for s in info["splits"].values():
+        for label, n in s["label_counts"].items():
+            counts[label] += n
+    assert counts == {"a": 5, "c_linked": 3, "real_b": 5}
+    rejects = {r["key"]: r["reason"] for r in read_rejects(str(tmp_path / "out"))}
+    aliases = {f"a_alias/{i}.png" for i in range(5)} | {"a/same.png"}
+    assert rejects == {**dict.fromkeys(aliases, "duplicate_file"), "a/up": "unreadable"}
+
+
+def test_the_reader_and_validate_refuse_shards_outside_the_folder(tmp_path):
+    _pngs(tmp_path / "images", [f"a/{i}.png" for i in range(4)])
+    out = str(tmp_path / "out")
+    info = run_convert(str(tmp_path / "images"), out, "--splits=train=1.0")
+    shard = info["splits"]["train"]["shards"][0]
+    os.makedirs(tmp_path / "other")
+    os.replace(os.path.join(out, shard["file"]), tmp_path / "other" / shard["file"])
+    shard["file"] = f"../other/{shard['file']}"
+    with open(os.path.join(out, layout.INFO_FILE), "w") as f:
+        json.dump(info, f)
+    with pytest.raises(reader.DatasetError, match="not a plain shard file name"):
+        reader.make_dataset(out, "train")
+    assert "not a plain shard file name" in validate(out)[0]
