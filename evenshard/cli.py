@@ -30,6 +30,10 @@ def _convert_flags(p: argparse.ArgumentParser) -> None:
 def _validate_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("data_dir", help="a folder written by evenshard convert")
     p.add_argument("--full", action="store_true", help="also parse every record and image")
+    p.add_argument(
+        "--path_root", default=None, help="path records: where the images are now, if they moved"
+    )
+    p.add_argument("--max_problems", type=int, default=20, help="problem lines to print (0: all)")
 
 
 def _inspect_flags(p: argparse.ArgumentParser) -> None:
@@ -173,11 +177,14 @@ def convert_summary(info: dict, output_dir: str, seconds: float) -> str:
 def _validate(args: argparse.Namespace, _) -> int:
     from schemas.validate import validate
 
-    problems = validate(args.data_dir, full=args.full)
-    for line in problems:
-        print(line)
+    problems = validate(args.data_dir, full=args.full, path_root=args.path_root)
     if problems:
-        _error("validate", f"{len(problems)} problem(s) in {args.data_dir}")
+        print(f"evenshard validate: {len(problems)} problem(s) in {args.data_dir}")
+        shown = problems[: args.max_problems] if args.max_problems > 0 else problems
+        for line in shown:
+            print(line)
+        if len(problems) > len(shown):
+            print(f"... and {len(problems) - len(shown)} more (--max_problems 0 shows all)")
         return 1
     print(f"evenshard validate: {args.data_dir} is valid" + (" (full)" if args.full else ""))
     return 0

@@ -36,3 +36,21 @@ def default_path_root(info: dict, path_root: str | None) -> str | None:
     if not root:
         raise DatasetError("a path-kind dataset needs path_root (none recorded, none given)")
     return root if storage.is_url(root) else os.path.abspath(root)
+
+
+def check_path_root(root: str, first_path: str, given: bool) -> None:
+    """Path records: the first record's image must be where ``root`` says.
+
+    Catches images that moved after the conversion when the dataset is
+    built, naming the file and the fix, instead of a raw NotFoundError from
+    inside tf.data on the first batch.
+    """
+    target = layout.join(root, first_path)
+    if storage.exists(target):
+        return
+    where = "the path_root you gave" if given else "the path_root recorded at conversion"
+    raise DatasetError(
+        f"path records point to images that are not there: {target} does not exist "
+        f"({where} is {root}). If the images moved, pass path_root=THEIR_NEW_FOLDER "
+        "(evenshard validate --path_root too)"
+    )

@@ -33,7 +33,9 @@ class ReadOptions:
         drop_remainder: drop a final partial batch.
         pad_final_batch: pad the final batch to ``batch_size`` and add a boolean
             ``mask`` feature (False on padding): static shapes for evaluation.
-        as_supervised: yield (image, label) instead of a dict.
+        as_supervised: yield (image, label) instead of a dict; with
+            ``pad_final_batch``, (image, label, sample_weight), the weight 0.0
+            on padding, so Keras ``weighted_metrics`` count real examples only.
         path_root: path kind: the folder the stored paths are relative to
             (default: the one recorded at conversion).
         cache: cache parsed records in memory after the first epoch (before

@@ -16,9 +16,9 @@ import tensorflow as tf
 
 import schemas
 from reader.decode import Decoder
-from reader.info import default_path_root, split_shards
+from reader.info import check_path_root, default_path_root, split_shards
 from reader.options import ReadOptions
-from schemas import features
+from schemas import features, tfrecord
 from schemas.info import DatasetError, load_info
 
 log = logging.getLogger(__name__)
@@ -109,12 +109,20 @@ def make_dataset(
     if seed is None and shuffle:
         seed = int(tf.random.uniform([], maxval=2**31 - 1, dtype=tf.int64))  # a fresh one
     kind = info["record_kind"]
+    root = default_path_root(info, o.path_root)
+    if kind == "path":
+        first = tf.train.Example.FromString(next(tfrecord.iter_records(mine[0]["path"])))
+        check_path_root(
+            root,
+            first.features.feature[features.PATH].bytes_list.value[0].decode(),
+            bool(o.path_root),
+        )
     spec = schemas.feature_spec(schemas.load(data_dir))
     wanted = [features.payload(kind), features.LABEL, features.KEY, features.FORMAT]
     decoder = Decoder(
         kind,
         {name: spec[name] for name in wanted},
-        default_path_root(info, o.path_root),
+        root,
         o.decode,
         o.channels,
         o.image_size,
@@ -154,7 +162,10 @@ def make_dataset(
             batches = total // batch_size if o.drop_remainder else math.ceil(total / batch_size)
         if o.epochs is not None:
             ds = ds.apply(tf.data.experimental.assert_cardinality(batches))
-    if o.as_supervised:
+    if o.as_supervised and o.pad_final_batch:
+        # Keras takes a third element as sample weights: padding rows weigh 0.
+        ds = ds.map(lambda ex: (ex["image"], ex["label"], tf.cast(ex["mask"], tf.float32)))
+    elif o.as_supervised:
         ds = ds.map(lambda ex: (ex["image"], ex["label"]))
     tf_options = tf.data.Options()
     tf_options.deterministic = deterministic

@@ -68,8 +68,15 @@ def _labels_of(records: list[bytes], decoder_schema) -> list[int | None]:
     return [v[0] if v and len(v) == 1 else None for v in column]
 
 
-def validate(data_dir: str, full: bool = False, progress=None) -> list[str]:
-    """Returns the problems of a dataset, one line each (empty: valid)."""
+def validate(
+    data_dir: str, full: bool = False, progress=None, path_root: str | None = None
+) -> list[str]:
+    """Returns the problems of a dataset, one line each (empty: valid).
+
+    Args:
+        path_root: path kind, ``full``: where the images are now, when they
+            moved after the conversion (default: the recorded path_root).
+    """
     import schemas
     from schemas.records import check_examples
 
@@ -81,6 +88,8 @@ def validate(data_dir: str, full: bool = False, progress=None) -> list[str]:
         info = load_info(out)
     except (DatasetError, OSError) as e:
         return [str(e)]
+    if path_root is not None:
+        info = {**info, "path_root": path_root.rstrip("/")}
 
     problems: list[str] = []
     schema = None

@@ -171,16 +171,20 @@ def test_path_root_remap_after_moving_the_images(train_760, images_761, tmp_path
     first = next(iter(ds))
     assert first["image"].shape == (8, 8, 3)
     assert first["path"].numpy().decode().startswith("images/label_")
-    ds = reader.make_dataset(
-        train_760[1],
-        "train",
-        batch_size=None,
-        image_size=(8, 8),
-        path_root=str(tmp_path / "nowhere"),
-        shuffle=False,
-    )
-    with pytest.raises(tf.errors.NotFoundError):
-        next(iter(ds))
+    with pytest.raises(reader.DatasetError, match="the path_root you gave.*pass path_root="):
+        reader.make_dataset(train_760[1], "train", decode=False, path_root=str(tmp_path / "x"))
+    # the images moved and no path_root is given: the error names the file and the fix
+    recorded = tmp_path / "recorded"
+    shutil.copytree(train_760[1], recorded)
+    with open(recorded / "dataset_info.json") as f:
+        text = f.read().replace(info["path_root"], str(tmp_path / "gone"))
+    with open(recorded / "dataset_info.json", "w") as f:
+        f.write(text)
+    with pytest.raises(reader.DatasetError) as e:
+        reader.make_dataset(str(recorded), "train", decode=False)
+    message = str(e.value)
+    assert str(tmp_path / "gone" / "images" / "label_") in message
+    assert "recorded at conversion" in message and "pass path_root=" in message
 
 
 def test_damaged_datasets_raise_errors_naming_the_problem(eval_761, tmp_path):
@@ -311,3 +315,51 @@ def test_unshuffled_reads_keep_file_order_by_default(eval_761):
         eval_761, "eval", batch_size=32, shuffle=False, decode=False, cycle_length=1
     )
     assert keys(ds) == expected
+
+
+def test_keras_evaluates_padded_supervised_batches_on_real_examples_only(eval_761):
+    """(image, label, sample_weight): padding weighs 0 in Keras weighted metrics."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [keras.Input((8, 8, 3)), keras.layers.Rescaling(1 / 255), keras.layers.Flatten()]
+        + [keras.layers.Dense(4)]
+    )
+    xent = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model.compile(
+        loss=xent,
+        weighted_metrics=[
+            keras.metrics.SparseCategoricalAccuracy(name="acc"),
+            keras.metrics.SparseCategoricalCrossentropy(from_logits=True, name="xent"),
+        ],
+    )
+    plain = reader.make_dataset(
+        eval_761, "eval", batch_size=None, shuffle=False, image_size=(8, 8), as_supervised=True
+    )
+    images = np.stack([im.numpy() for im, _ in plain])
+    labels = np.array([int(label) for _, label in plain])
+    logits = model.predict(images, verbose=0)
+    accuracy = np.mean(np.argmax(logits, 1) == labels)
+    loss = float(np.mean(keras.losses.sparse_categorical_crossentropy(labels, logits, True)))
+
+    def padded(**workers):
+        return reader.make_dataset(
+            eval_761,
+            "eval",
+            batch_size=32,
+            shuffle=False,
+            image_size=(8, 8),
+            pad_final_batch=True,
+            as_supervised=True,
+            **workers,
+        )
+
+    one = padded()
+    assert len(one.element_spec) == 3 and one.element_spec[2].dtype.name == "float32"
+    two = padded(num_workers=2, worker_index=0).concatenate(padded(num_workers=2, worker_index=1))
+    assert sum(int(w.numpy().sum()) for _, _, w in two) == 761
+    for ds in (one, two):
+        got = model.evaluate(ds, verbose=0, return_dict=True)
+        assert got["acc"] == pytest.approx(accuracy, abs=1e-6)  # 118/191, not 119/192
+        assert got["xent"] == pytest.approx(loss, rel=1e-5)

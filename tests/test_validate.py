@@ -218,3 +218,21 @@ def test_inspect_summarizes(datasets, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["record_kind"] == "path" and data["written"] == 120
     assert data["splits"]["train"]["num_shards"] == 2
+
+
+def test_validate_full_of_moved_path_records_summarizes_then_takes_path_root(
+    datasets, tmp_path, capsys
+):
+    data_dir = damaged(datasets[1], tmp_path)
+    info = load_info(data_dir)
+    moved = tmp_path / "moved"
+    shutil.move(info["path_root"], moved)
+    try:
+        assert cli.main(["validate", data_dir, "--full"]) == 1
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0] == f"evenshard validate: 120 problem(s) in {data_dir}"
+        assert len(lines) == 22 and lines[-1].startswith("... and 100 more")
+        assert all("does not resolve" in line for line in lines[1:21])
+        assert cli.main(["validate", data_dir, "--full", f"--path_root={moved}"]) == 0
+    finally:
+        shutil.move(moved, info["path_root"])
