@@ -42,7 +42,8 @@ def pipeline_options(pipeline_args: list[str]):
     Beam only logs and drops flags it cannot parse, so a typo such as
     ``--seeed=3`` would silently run with the default seed.
     """
-    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+    from apache_beam.runners.runner import create_runner
 
     if any("dask" in a.lower() for a in pipeline_args if a.startswith("--runner")):
         try:  # registers DaskOptions (--dask_client_address, ...)
@@ -54,6 +55,12 @@ def pipeline_options(pipeline_args: list[str]):
     # All DoFns live in installed modules, nothing in __main__, so the main
     # session need not be pickled (pickling it breaks under pytest).
     options = PipelineOptions(pipeline_args, save_main_session=False)
+    runner = options.view_as(StandardOptions).runner
+    if runner:
+        try:
+            create_runner(runner)
+        except (ValueError, ImportError) as e:
+            raise UserError(f"--runner={runner}: {e}") from None
     known = options.get_all_options()
     unknown = sorted(set(options.get_all_options(retain_unknown_options=True)) - set(known))
     if unknown:

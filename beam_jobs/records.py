@@ -94,4 +94,8 @@ def make_reject(key: str, source: str, reason: str, detail: str) -> Reject:
 
 def safe_text(text: str) -> str:
     """Makes text with undecodable file-name bytes printable: b"caf\xe9" -> "caf\\xe9"."""
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    try:
+        data = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate that no file name byte explains
+        data = text.encode("utf-8", "surrogatepass")
+    return data.decode("utf-8", "backslashreplace")

@@ -57,11 +57,30 @@ def check_input(options: ConvertOptions) -> list[str]:
                 raise UserError(f"--input: no files under {root}")
         elif not os.path.isdir(root):
             raise UserError(f"--input: folder {options.input!r} does not exist")
+        elif not any(files for _, _, files in os.walk(root, followlinks=True)):
+            raise UserError(f"--input: folder {options.input!r} holds no files")
         return []
+    if not paths.is_url(options.input) and os.path.isdir(options.input):
+        raise UserError(
+            f"--input: {options.input!r} is a folder, not a manifest file; "
+            "give the folder without a manifest suffix, or a .csv/.jsonl file"
+        )
     if not FileSystems.exists(options.input):
         raise UserError(f"--input: manifest {options.input!r} does not exist")
-    with _open_text(options.input) as f:
-        columns = _manifest_columns(options.input, f)
+    try:
+        with _open_text(options.input) as f:
+            columns, has_rows = _manifest_columns(options.input, f)
+    except (UnicodeDecodeError, OSError, EOFError, csv.Error) as e:
+        raise UserError(f"--input: manifest {options.input} cannot be read: {e}") from None
+    if not has_rows:
+        raise UserError(f"--input: manifest {options.input} lists no inputs")
+    if not is_csv(options.input):
+        return columns  # JSONL: each row is checked on its own (malformed_row)
+    if len(set(columns)) != len(columns):
+        twice = sorted({c for c in columns if columns.count(c) > 1})
+        raise UserError(
+            f"--input: manifest {options.input} names column(s) {', '.join(twice)} twice"
+        )
     missing = [c for c in ("path", "label") if c not in columns]
     if options.group_by:
         missing += [] if options.group_by in columns else [options.group_by]
@@ -91,25 +110,26 @@ def is_csv(path: str) -> bool:
     return path.lower().removesuffix(".gz").endswith(".csv")
 
 
-def _manifest_columns(path: str, f: io.TextIOBase) -> list[str]:
+def _manifest_columns(path: str, f: io.TextIOBase) -> tuple[list[str], bool]:
+    """(CSV header columns, or []: JSONL), and whether a row follows."""
     if is_csv(path):
-        header = next(csv.reader(f), [])
-        return [c.strip() for c in header]
-    for line in f:  # JSONL: the keys of the first parseable object
-        if line.strip():
-            try:
-                return sorted(json.loads(line))
-            except (ValueError, TypeError, AttributeError):
-                return []
-    return []
+        rows = csv.reader(f)
+        header = [c.strip() for c in next(rows, [])]
+        return header, any(any(v.strip() for v in row) for row in rows)
+    return [], any(line.strip() for line in f)
 
 
 def load_vocabulary(path: str) -> list[str]:
     """Reads a ``--labels`` file: one label a line; blank lines ignored."""
+    if not paths.is_url(path) and os.path.isdir(path):
+        raise UserError(f"--labels: {path!r} is a folder; give a file with one label a line")
     if not FileSystems.exists(path):
         raise UserError(f"--labels: file {path!r} does not exist")
-    with _open_text(path) as f:
-        labels = [line.strip() for line in f if line.strip()]
+    try:
+        with _open_text(path) as f:
+            labels = [line.strip() for line in f if line.strip()]
+    except UnicodeDecodeError as e:
+        raise UserError(f"--labels: file {path!r} is not UTF-8 text ({e.reason})") from None
     if not labels:
         raise UserError(f"--labels: file {path!r} holds no labels")
     if len(set(labels)) != len(labels):
@@ -117,9 +137,29 @@ def load_vocabulary(path: str) -> list[str]:
     return labels
 
 
+class _NotText(str):
+    """A JSONL value that is not a string or a whole number (true, an object, NaN, 1.5)."""
+
+
+def _text(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return _NotText(json.dumps(value))
+
+
 def _bad_label(label: str, vocabulary: frozenset[str] | None) -> str | None:
+    if isinstance(label, _NotText):
+        return f"label {label} is not a string or a whole number"
     if not label:
         return "label is empty"
+    try:
+        label.encode("utf-8")
+    except UnicodeEncodeError:
+        return "label is not valid UTF-8 (a lone surrogate)"
     if "\n" in label or "\r" in label or "\x00" in label:
         return "label holds a line break or NUL"
     if label != label.strip():
@@ -317,7 +357,7 @@ class _ReadManifest(beam.DoFn):
             if not isinstance(row, dict):
                 yield number, "line is not a JSON object"
             else:
-                yield number, {k: "" if v is None else str(v) for k, v in row.items()}
+                yield number, {k: _text(v) for k, v in row.items()}
 
     def _candidate(self, root: str, path_root: str, number: int, row):
         row_key = f"row:{number}"
@@ -326,7 +366,15 @@ class _ReadManifest(beam.DoFn):
         path = row.get("path", "").strip()
         if not path:
             return _reject(row_key, f"row {number}", "malformed_row", "path is empty or missing")
+        for name in ("path", "key", "split", self._group_by):
+            if isinstance(row.get(name), _NotText):
+                detail = f"{name} {row[name]} is not a string or a whole number"
+                return _reject(row_key, f"row {number}", "malformed_row", detail)
         key = row.get("key", "").strip() or paths.normalize_key(path)
+        try:
+            paths.check_text(key)
+        except paths.BadPath as e:
+            return _reject(row_key, f"row {number}", "bad_path", f"key: {e}")
         try:
             source = paths.resolve(root, path)
         except paths.BadPath as e:

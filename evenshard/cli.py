@@ -225,7 +225,7 @@ def _shuffle_report(args: argparse.Namespace, _) -> int:
             cycle_length=args.cycle_length,
             block_length=args.block_length,
         )
-    except DatasetError as e:
+    except (DatasetError, ValueError) as e:
         _error("shuffle-report", str(e))
         return 1
     print(json.dumps(r, indent=2) if args.json else render(r))

@@ -113,7 +113,16 @@ def report(
     import reader
 
     info = reader.load_info(data_dir)
+    if split not in info["splits"]:
+        raise reader.DatasetError(
+            f"split {split!r} not in {data_dir}; it has {', '.join(info['splits'])}"
+        )
     n = info["splits"][split]["num_examples"]
+    if n < batch_size:
+        raise ValueError(
+            f"split {split} has {n} examples, fewer than one batch of {batch_size}: "
+            f"pass --batch_size {max(n // 4, 1)} or less"
+        )
     reader_options.setdefault("seed", 0)
     ds = reader.make_dataset(
         data_dir, split, batch_size=batch_size, decode=False, epochs=epochs, **reader_options

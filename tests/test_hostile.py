@@ -203,3 +203,85 @@ def test_the_reader_and_validate_refuse_shards_outside_the_folder(tmp_path):
     with pytest.raises(reader.DatasetError, match="not a plain shard file name"):
         reader.make_dataset(out, "train")
     assert "not a plain shard file name" in validate(out)[0]
+
+
+def _jsonl(path, lines):
+    with open(path, "w", encoding="utf-8", errors="surrogatepass") as f:
+        f.writelines(line + "\n" for line in lines)
+    return str(path)
+
+
+def test_bad_jsonl_rows_are_rejects_not_tracebacks(tmp_path):
+    _pngs(tmp_path, [f"img/{i}.png" for i in range(8)])
+    good = [json.dumps({"path": f"img/{i}.png", "label": "ab"[i % 2]}) for i in range(2, 8)]
+    lines = [
+        "[1, 2]",  # the first line is not an object: that row only
+        json.dumps({"path": "img/0.png", "label": True}),
+        json.dumps({"path": "img/1.png", "label": {"a": 1}}),
+        '{"path": "img/1.png", "label": NaN, "key": "nan"}',
+        json.dumps({"path": "img/1.png", "label": "a", "key": "\ud800"}),
+        json.dumps({"path": "img/1.png", "label": "\udcff", "key": "surrogate_label"}),
+        *good,
+    ]
+    out = str(tmp_path / "out")
+    info = run_convert(_jsonl(tmp_path / "m.jsonl", lines), out, "--max_reject_fraction=1")
+    assert _accounted(info) == 6 and info["labels"] == ["a", "b"]
+    reasons = sorted(r["reason"] for r in read_rejects(out))
+    assert reasons == ["bad_label"] * 4 + ["bad_path", "malformed_row"]
+
+
+def test_one_line_errors_naming_the_fix(tmp_path, capsys):
+    _pngs(tmp_path, ["img/a/0.png", "img/a/1.png"])
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "folder.csv").mkdir()
+    (tmp_path / "header_only.csv").write_text("path,label\n\n")
+    (tmp_path / "twice.csv").write_text("path,label,label\nimg/a/0.png,a,a\n")
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9\n".encode("latin-1"))
+    images, out = str(tmp_path / "img"), str(tmp_path / "out")
+    cases = [
+        ([f"--input={tmp_path / 'empty'}"], "holds no files"),
+        ([f"--input={tmp_path / 'folder.csv'}"], "is a folder, not a manifest"),
+        ([f"--input={tmp_path / 'header_only.csv'}"], "lists no inputs"),
+        ([f"--input={tmp_path / 'twice.csv'}"], "names column(s) label twice"),
+        ([f"--input={images}", "--runner=Bogus"], "--runner=Bogus: Unexpected pipeline runner"),
+        ([f"--input={images}", f"--labels={tmp_path}"], "--labels: "),
+        ([f"--input={images}", f"--labels={tmp_path / 'latin1.txt'}"], "is not UTF-8"),
+    ]
+    for argv, message in cases:
+        assert cli.main(["convert", *argv, f"--output_dir={out}"]) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], (argv, err)
+    assert not os.path.exists(out)
+
+
+def test_inspect_validate_and_shuffle_report_errors_are_one_line(tmp_path, capsys):
+    (tmp_path / layout.INFO_FILE).write_text(json.dumps({"hello": "world"}))
+    for command in ("inspect", "validate"):
+        assert cli.main([command, str(tmp_path)]) == 1
+        text = capsys.readouterr()
+        assert "not an evenshard dataset info" in text.out + text.err
+    _pngs(tmp_path / "images", [f"a/{i}.png" for i in range(6)])
+    out = str(tmp_path / "out")
+    run_convert(str(tmp_path / "images"), out, "--splits=train=1.0")
+    for argv, message in (
+        (["--split", "nope"], "split 'nope' not in"),
+        (["--batch_size", "64"], "fewer than one batch of 64"),
+    ):
+        png = str(tmp_path / "r.png")
+        assert cli.main(["shuffle-report", out, "--out", png, *argv]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
+
+
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        ({"image_size": (0, 0)}, "image_size"),
+        ({"num_workers": 0, "worker_index": 0}, "num_workers must be >= 1"),
+        ({"channels": 2}, "channels"),
+        ({"epochs": 0}, "epochs"),
+    ],
+)
+def test_make_dataset_checks_options_when_built(options, message):
+    with pytest.raises(ValueError, match=message):
+        reader.make_dataset("/nonexistent/never/read", "train", **options)
