@@ -7,8 +7,6 @@ records (use ``evenshard validate`` to check them).
 
 from __future__ import annotations
 
-import json
-
 from schemas.info import written
 
 
@@ -30,6 +28,11 @@ def summarize(info: dict) -> dict:
             },
             "label_counts": s["label_counts"],
         }
+    labels = info["labels"]
+    missing = {
+        name: [label for label in labels if not s["label_counts"].get(label)]
+        for name, s in info["splits"].items()
+    }
     return {
         "record_kind": info["record_kind"],
         "seed": info.get("seed"),
@@ -42,32 +45,60 @@ def summarize(info: dict) -> dict:
         "written": written(info),
         "rejects": info["rejects"],
         "splits": splits,
+        "missing_labels": {name: m for name, m in missing.items() if m},
         **({"path_root": info["path_root"]} if "path_root" in info else {}),
     }
 
 
+def _split_options(o: dict | None) -> str:
+    if not o:
+        return "splits as given"
+    fractions = ", ".join(f"{k} {v:g}" for k, v in o["splits"].items())
+    group = f", grouped by {o['group_by']}" if o.get("group_by") else ""
+    return f"splits {fractions} ({o['split_mode']}, split_seed {o['split_seed']}{group})"
+
+
+MAX_LABEL_ROWS = 30
+
+
 def render(summary: dict, data_dir: str) -> str:
+    """The text ``evenshard inspect`` prints: tables, not dicts."""
+    splits = summary["splits"]
     lines = [
         f"{data_dir}: {summary['record_kind']} records, {summary['written']:,} written of "
         f"{summary['inputs']:,} inputs, {len(summary['labels'])} labels",
         f"  seed {summary['seed']}, balance {summary['balance']}, compression "
-        f"{summary['compression']}, splits {json.dumps(summary['split_options'])}",
-        f"  {'split':<10}{'examples':>10}{'shards':>8}{'MB':>10}  per shard (examples, MB)",
+        f"{summary['compression']}, {_split_options(summary['split_options'])}",
+        "",
+        f"  {'split':<12}{'examples':>10}{'shards':>8}{'MB':>10}   per shard: examples, MB",
     ]
-    for name, s in summary["splits"].items():
+    for name, s in splits.items():
         se, sb = s["shard_examples"], s["shard_bytes"]
         lines.append(
-            f"  {name:<10}{s['num_examples']:>10,}{s['num_shards']:>8}"
-            f"{s['num_bytes'] / 1e6:>10.1f}  {se['min']}-{se['max']}, "
+            f"  {name:<12}{s['num_examples']:>10,}{s['num_shards']:>8}"
+            f"{s['num_bytes'] / 1e6:>10.1f}   {se['min']}-{se['max']}, "
             f"{sb['min'] / 1e6:.2f}-{sb['max'] / 1e6:.2f}"
         )
-    lines.append("  labels per split (fraction):")
-    for name, s in summary["splits"].items():
-        mix = ", ".join(f"{k} {v:.3f}" for k, v in s["label_fractions"].items())
-        lines.append(f"    {name}: {mix}")
+    width = max([12, *(len(label) + 2 for label in summary["labels"][:MAX_LABEL_ROWS])])
+    lines += ["", "  " + "label".ljust(width) + "".join(f"{n:>16}" for n in splits)]
+    missing = summary.get("missing_labels", {})
+    shown = summary["labels"][:MAX_LABEL_ROWS]
+    shown += [x for m in missing.values() for x in m if x not in shown]  # always shown
+    for label in shown:
+        cells = []
+        for s in splits.values():
+            n = s["label_counts"].get(label, 0)
+            cells.append(
+                f"{n:>8,} {s['label_fractions'].get(label, 0.0):>6.1%}" if n else "MISSING"
+            )
+        lines.append("  " + label.ljust(width) + "".join(f"{c:>16}" for c in cells))
+    if len(summary["labels"]) > len(shown):
+        lines.append(f"  ... and {len(summary['labels']) - len(shown)} more labels (--json)")
+    for name, labels in missing.items():
+        lines.append(f"  ! split {name} has no examples of: {', '.join(labels)}")
     r = summary["rejects"]
     reasons = ", ".join(f"{k} {v}" for k, v in r["by_reason"].items()) or "none"
-    lines.append(f"  rejects: {r['total']} ({reasons})")
+    lines += ["", f"  rejects: {r['total']} ({reasons})"]
     if "path_root" in summary:
         lines.append(f"  path_root: {summary['path_root']}")
     return "\n".join(lines)

@@ -213,11 +213,29 @@ def test_tfxio_reads_the_shards(datasets, kind):
 def test_inspect_summarizes(datasets, capsys):
     assert cli.main(["inspect", datasets[0]]) == 0
     text = capsys.readouterr().out
-    assert "train" in text and "labels per split" in text and "rejects: 0" in text
+    assert "rejects: 0" in text and "{" not in text  # tables, not dicts
+    header = next(line for line in text.splitlines() if line.strip().startswith("label "))
+    assert header.split() == ["label", "test", "train", "val"]
+    assert "label_2" in text
     assert cli.main(["inspect", datasets[1], "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["record_kind"] == "path" and data["written"] == 120
     assert data["splits"]["train"]["num_shards"] == 2
+    for split, labels in data["missing_labels"].items():  # flagged iff a count is 0
+        assert all(not data["splits"][split]["label_counts"].get(x) for x in labels)
+
+
+def test_inspect_flags_labels_missing_from_a_split(datasets, tmp_path, capsys):
+    data_dir = damaged(datasets[0], tmp_path)
+    info = load_info(data_dir)
+    info["splits"]["val"]["label_counts"]["label_1"] = 0
+    with open(os.path.join(data_dir, "dataset_info.json"), "w") as f:
+        json.dump(info, f)
+    assert cli.main(["inspect", data_dir]) == 0
+    text = capsys.readouterr().out
+    row = next(line for line in text.splitlines() if line.strip().startswith("label_1 "))
+    assert row.split()[-1] == "MISSING"
+    assert "! split val has no examples of: label_0, label_1" in text
 
 
 def test_validate_full_of_moved_path_records_summarizes_then_takes_path_root(
