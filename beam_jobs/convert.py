@@ -16,8 +16,12 @@ from schemas import layout
 log = logging.getLogger(__name__)
 
 
-def preflight(options: ConvertOptions) -> Job:
+def preflight(options: ConvertOptions, offline: bool = False) -> Job:
     """Checks the inputs and resolves the roots and the vocabulary, once.
+
+    Args:
+        offline: a dry run: checks that would reach a cloud store (an input
+            or ``--labels`` file at a URL) are skipped, with one log line.
 
     Raises:
         UserError: a missing input, a manifest without the needed columns, a
@@ -25,14 +29,22 @@ def preflight(options: ConvertOptions) -> Job:
     """
     from beam_jobs import paths, sources
 
-    sources.check_input(options)
+    skipped = []
+    if offline and paths.is_url(options.input):
+        skipped.append("--input exists and its columns")
+    else:
+        sources.check_input(options)
     root = sources.input_root(options)
     path_root = None
     if options.record_kind == "path":
         path_root = paths.normalize_root(options.path_root) if options.path_root else root
     vocabulary = None
-    if options.labels_file:
+    if options.labels_file and offline and paths.is_url(options.labels_file):
+        skipped.append("--labels (the job is translated without a fixed vocabulary)")
+    elif options.labels_file:
         vocabulary = tuple(sources.load_vocabulary(options.labels_file))
+    if skipped:
+        log.warning("evenshard: dry run, cloud checks skipped: %s", "; ".join(skipped))
     return Job(options, root, path_root, vocabulary)
 
 
@@ -113,7 +125,7 @@ def build(pipeline, job: Job):
     )
 
 
-def run(argv: list[str] | None = None, pipeline=None) -> dict | None:
+def run(argv: list[str] | None = None, pipeline=None) -> dict:
     """Runs a conversion from command-line flags; returns the parsed dataset_info.json.
 
     Args:
@@ -124,8 +136,9 @@ def run(argv: list[str] | None = None, pipeline=None) -> dict | None:
             run here.
 
     Returns:
-        The dataset info, or None for a Dataflow ``--dry_run`` (translated,
-        not submitted: nothing is written).
+        The dataset info, or for a ``--dry_run`` (translated, not submitted:
+        nothing is written) ``{"dry_run": True, "steps": [...]}``, the
+        pipeline's top-level steps in order.
 
     Raises:
         UserError: a mistake in the flags or inputs, found before any work.
@@ -134,16 +147,47 @@ def run(argv: list[str] | None = None, pipeline=None) -> dict | None:
     return convert(options, pipeline_args, pipeline)
 
 
-def convert(options: ConvertOptions, pipeline_args: list[str], pipeline=None) -> dict | None:
+def convert(options: ConvertOptions, pipeline_args: list[str], pipeline=None) -> dict:
     """Runs a conversion of parsed options; see :func:`run`."""
+    from apache_beam.options.pipeline_options import TestOptions
+
     from beam_jobs.runners import resolve_runner
 
     with resolve_runner(pipeline_args) as pipeline_args:
         beam_options = pipeline_options(pipeline_args)
-        return _run(preflight(options), beam_options, pipeline)
+        offline = bool(beam_options.view_as(TestOptions).dry_run)
+        return _run(preflight(options, offline), beam_options, pipeline)
 
 
-def _run(job: Job, beam_options, pipeline) -> dict | None:
+def _write_job_file(result, beam_options) -> None:
+    """Dry run with ``--dataflow_job_file``: Dataflow's runner stops before writing it.
+
+    Written here: the job request as far as it is built offline (name,
+    project, type) and the translated pipeline (Beam's runner-API proto, the
+    steps Dataflow would run), as JSON. The staging of the full job
+    description needs the cloud.
+    """
+    import json
+
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import DebugOptions
+    from google.protobuf import json_format
+
+    path = beam_options.view_as(DebugOptions).dataflow_job_file
+    job = getattr(result, "job", None)
+    if path and job is not None:
+        text = json.dumps(
+            {
+                "job": json.loads(job.json()),
+                "pipeline": json_format.MessageToDict(job.proto_pipeline),
+            },
+            indent=2,
+        )
+        with FileSystems.create(path) as f:
+            f.write(text.encode("utf-8"))
+
+
+def _run(job: Job, beam_options, pipeline) -> dict:
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import TestOptions
 
@@ -154,12 +198,20 @@ def _run(job: Job, beam_options, pipeline) -> dict | None:
     if pipeline is None:
         import apache_beam as beam
 
-        pipeline = beam.Pipeline(options=beam_options)
+        try:
+            pipeline = beam.Pipeline(options=beam_options)
+        except ValueError as e:  # Beam's option validation (Dataflow's project ID, ...)
+            raise UserError(" ".join(str(e).split())) from None
     build(pipeline, job)
     if dry_run:
         output.check_not_an_input(job)
-        pipeline.run().wait_until_finish()
-        return None
+        result = pipeline.run()
+        result.wait_until_finish()
+        _write_job_file(result, beam_options)
+        return {
+            "dry_run": True,
+            "steps": [t.full_label for t in pipeline.transforms_stack[0].parts],
+        }
     with output.claim(job):
         result = pipeline.run()
         try:

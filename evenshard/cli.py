@@ -147,8 +147,9 @@ def _convert(args: argparse.Namespace, pipeline_args: list[str]) -> int:
             raise
         _error("convert", found.group(1))
         return 1
-    if info is None:
+    if info.get("dry_run"):
         print("evenshard convert: dry run: the pipeline was translated, nothing was submitted")
+        print("  steps: " + " -> ".join(info["steps"]))
         return 0
     print(convert_summary(info, options.output_dir, time.monotonic() - start))
     return 0

@@ -101,3 +101,28 @@ def test_the_package_ships_with_setup_file(tmp_path):
         "setup.py",
     ):
         assert any(n.endswith(needed) for n in names), needed
+
+
+def test_the_readmes_dataflow_command_dry_runs_offline(tmp_path, capsys, caplog):
+    """The README's command as written, gs:// in and out, plus --dry_run=True: no network."""
+    import re
+    import shlex
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "README.md")) as f:
+        readme = f.read()
+    (command,) = re.findall(r"\n(evenshard convert --input gs://[^`]*?)\n```", readme)
+    argv = shlex.split(command.replace("\\\n", " "))[2:]
+    job = tmp_path / "job.json"
+    cwd = os.getcwd()
+    os.chdir(root)  # the README runs it from the project's root (--setup_file ./setup.py)
+    try:
+        code = cli.main(["convert", *argv, "--dry_run=True", f"--dataflow_job_file={job}"])
+    finally:
+        os.chdir(cwd)
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    steps = captured.out.splitlines()[-1]
+    assert steps.startswith("  steps: ReadInputs -> InspectImages") and "Finalize" in steps
+    assert "cloud checks skipped: --input exists" in caplog.text
+    assert "WriteShards" in job.read_text()
