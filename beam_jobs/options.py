@@ -177,7 +177,12 @@ DESCRIPTION = (
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of convert's own flags; no abbreviations (``--out`` is not ``--output_dir``)."""
-    p = _Parser(prog="evenshard convert", description=DESCRIPTION, allow_abbrev=False)
+    p = _Parser(
+        prog="evenshard convert",
+        description=DESCRIPTION,
+        allow_abbrev=False,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     add_flags(p)
     return p
 
@@ -187,17 +192,32 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     a = p.add_argument
     a("--input", required=True, help="image-folder root, or a .csv/.jsonl manifest (local, gs://)")
     a("--output_dir", required=True, help="where shards and dataset_info.json go")
-    a("--record_kind", default="image", help="image (bytes in the record) or path (path only)")
+    a(
+        "--record_kind",
+        default="image",
+        choices=RECORD_KINDS,
+        help="image: bytes in the record; path: the path only",
+    )
     a("--splits", default="train=0.8,val=0.1,test=0.1", help="NAME=FRACTION,... summing to 1")
-    a("--split_mode", default="hash", help="hash (stable as data grows) or exact (stratified)")
+    a(
+        "--split_mode",
+        default="hash",
+        choices=SPLIT_MODES,
+        help="hash: stable as data grows; exact: stratified counts",
+    )
     a("--split_seed", type=int, default=0, help="salt of the split assignment (not --seed)")
     a("--group_by", default=None, help="manifest column: a group never spans two splits")
-    a("--balance", default="none", help="none, or label: the same label mix in every shard")
+    a(
+        "--balance",
+        default="none",
+        choices=BALANCES,
+        help="label: the same label mix in every shard",
+    )
     a("--seed", type=int, default=0, help="seed of the global shuffle")
     a("--target_shard_mb", type=float, default=128.0, help="target shard size in MB")
     a("--num_shards", type=int, default=None, help="shards per split (overrides the size target)")
     a("--shard_multiple", type=int, default=1, help="round shard counts up to a multiple of K")
-    a("--compression", default="none", help="none or gzip (.tfrecord.gz)")
+    a("--compression", default="none", choices=COMPRESSIONS, help="gzip writes .tfrecord.gz")
     a("--max_reject_fraction", type=float, default=0.01, help="fail above this reject fraction")
     a("--path_root", default=None, help="path kind: paths are stored relative to this root")
     a(
@@ -212,7 +232,12 @@ def add_flags(p: argparse.ArgumentParser) -> None:
         default=ConvertOptions.max_image_mb,
         help="reject larger files (too_large) before reading them",
     )
-    a("--verify", default="full", help="full (decode every image) or header (size only)")
+    a(
+        "--verify",
+        default="full",
+        choices=VERIFY_MODES,
+        help="full: decode every image; header: format and size only",
+    )
     a("--overwrite", action="store_true", help="replace a finished dataset in --output_dir")
     a(
         "--labels",

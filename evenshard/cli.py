@@ -44,33 +44,38 @@ def _inspect_flags(p: argparse.ArgumentParser) -> None:
 def _shuffle_report_flags(p: argparse.ArgumentParser) -> None:
     a = p.add_argument
     a("data_dir", help="a folder written by evenshard convert")
-    a("--split", default="train")
+    a("--split", default="train", help="split to read")
     a("--out", default="shuffle_report.png", help="PNG to write")
-    a("--batch_size", type=int, default=256)
+    a(
+        "--batch_size",
+        type=int,
+        default=256,
+        help="examples a batch (the mix is measured per batch)",
+    )
     a("--epochs", type=int, default=2, help=">= 2 to measure neighbour repeats")
-    a("--seed", type=int, default=0)
-    a("--shuffle_buffer", type=int, default=1000)
-    a("--cycle_length", type=int, default=None)
-    a("--block_length", type=int, default=1)
+    a("--seed", type=int, default=0, help="the reader's seed")
+    a("--shuffle_buffer", type=int, default=1000, help="the reader's shuffle buffer")
+    a("--cycle_length", type=int, default=None, help="files read at once (None: min(16, files))")
+    a("--block_length", type=int, default=1, help="records taken from a file in turn")
     a("--no_shuffle", action="store_true", help="read in file order")
     a(
         "--baseline",
         action="store_true",
         help="compare with tf.data shuffle(buffer) of one sorted file",
     )
-    a("--baseline_buffer", type=int, default=10_000)
+    a("--baseline_buffer", type=int, default=10_000, help="shuffle buffer of the baseline")
     a("--json", action="store_true", help="print the figures as JSON")
 
 
 def _make_images_flags(p: argparse.ArgumentParser) -> None:
     a = p.add_argument
     a("root", help="folder to write (label sub-folders)")
-    a("--num_labels", type=int, default=5)
-    a("--per_label", type=int, default=100)
+    a("--num_labels", type=int, default=5, help="label folders")
+    a("--per_label", type=int, default=100, help="images per label")
     a("--formats", default="jpeg,png", help="comma list of jpeg,png,gif,bmp,webp")
-    a("--height", type=int, default=24)
-    a("--width", type=int, default=32)
-    a("--seed", type=int, default=0)
+    a("--height", type=int, default=24, help="image height (varies by up to 7)")
+    a("--width", type=int, default=32, help="image width (varies by up to 7)")
+    a("--seed", type=int, default=0, help="seed of the pixels and sizes")
     a("--broken", action="store_true", help="add files that must be rejected")
 
 
@@ -100,7 +105,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"evenshard {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND", required=True)
     for name, (add_flags, text) in COMMANDS.items():
-        p = sub.add_parser(name, help=text, description=text, allow_abbrev=False)
+        p = sub.add_parser(
+            name,
+            help=text,
+            description=text,
+            allow_abbrev=False,
+            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        )
         add_flags(p)
     return parser
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import tensorflow as tf
+from schemas import features, storage
 
-from schemas import features
+tf = storage.tensorflow()
 
 
 class Decoder:

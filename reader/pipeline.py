@@ -12,14 +12,14 @@ import dataclasses
 import logging
 import math
 
-import tensorflow as tf
-
 import schemas
 from reader.decode import Decoder
 from reader.info import check_path_root, default_path_root, split_shards
 from reader.options import ReadOptions
-from schemas import features, tfrecord
+from schemas import features, storage, tfrecord
 from schemas.info import DatasetError, load_info
+
+tf = storage.tensorflow()
 
 log = logging.getLogger(__name__)
 

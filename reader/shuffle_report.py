@@ -19,7 +19,7 @@ import tempfile
 import numpy as np
 
 from reader import mixing
-from schemas import features, layout, tfrecord
+from schemas import features, layout, storage, tfrecord
 
 
 def _read_order(ds) -> tuple[list[bytes], list[int]]:
@@ -48,7 +48,7 @@ def measure(
 
 def _baseline(data_dir: str, split: str, buffer: int, seed: int, epochs: int, batch_size: int):
     """tf.data shuffle(buffer) over one TFRecord file of the split in source (key) order."""
-    import tensorflow as tf
+    tf = storage.tensorflow()
 
     import reader
 

@@ -7,17 +7,47 @@ Beam, and ``inspect`` of a local folder imports neither Beam nor TensorFlow.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 
 
 def is_url(path: str) -> bool:
     return "://" in path
 
 
-def _gfile():
-    import tensorflow as tf
+def tensorflow():
+    """TensorFlow, imported without the lines its C++ core prints at start.
 
-    return tf.io.gfile
+    On a machine without a GPU, TensorFlow's import prints absl and CUDA
+    lines ("Could not find cuda drivers", "failed call to cuInit") straight
+    to the process's stderr, below Python. The import runs with file
+    descriptor 2 pointed at /dev/null (Python errors still raise), and
+    ``TF_CPP_MIN_LOG_LEVEL`` defaults to 3 so the runtime's own start-up
+    errors stay quiet too; set it yourself to see them.
+    """
+    if "tensorflow" not in sys.modules:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+        with _quiet_fd2():
+            import tensorflow  # noqa: F401
+    return sys.modules["tensorflow"]
+
+
+@contextlib.contextmanager
+def _quiet_fd2():
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _gfile():
+    return tensorflow().io.gfile
 
 
 def open_binary(path: str):

@@ -195,7 +195,7 @@ def _check_shard(
 
 def _check_content(path: str, records: list[bytes], first: int, info: dict) -> list[str]:
     """--full: image kind, every image decodes; path kind, every path resolves."""
-    import tensorflow as tf
+    tf = storage.tensorflow()
     from PIL import Image
 
     problems = []

@@ -85,3 +85,28 @@ def test_training_never_imports_beam(tmp_path):
         "next(iter(ds))"
     )
     assert "tensorflow" in loaded and "apache_beam" not in loaded
+
+
+def test_reading_and_validating_print_no_tensorflow_start_up_lines(tmp_path):
+    """No absl, CUDA or cuInit lines on a machine without a GPU (TF's C++ writes them to fd 2)."""
+    from evenshard.synthetic import make_image_folder
+
+    make_image_folder(str(tmp_path / "images"), num_labels=2, per_label=4)
+    from beam_jobs import convert
+
+    out = str(tmp_path / "out")
+    convert.run([f"--input={tmp_path / 'images'}", f"--output_dir={out}"])
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    code = (
+        "import reader\n"
+        f"ds = reader.make_dataset({out!r}, 'train', 2, image_size=(8, 8))\n"
+        "print(len(list(ds)))"
+    )
+    read = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT
+    )
+    assert read.returncode == 0 and read.stderr == "", read.stderr
+    evenshard = os.path.join(os.path.dirname(sys.executable), "evenshard")
+    for argv in (["validate", out, "--full"], ["inspect", out], ["--version"]):
+        done = subprocess.run([evenshard, *argv], capture_output=True, text=True, env=env)
+        assert done.returncode == 0 and done.stderr == "", (argv, done.stderr)
