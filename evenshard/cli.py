@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import re
 import sys
 import time
@@ -63,7 +62,12 @@ def _shuffle_report_flags(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="compare with tf.data shuffle(buffer) of one sorted file",
     )
-    a("--baseline_buffer", type=int, default=10_000, help="shuffle buffer of the baseline")
+    a(
+        "--baseline_buffer",
+        type=int,
+        default=None,
+        help="shuffle buffer of the baseline (default: a tenth of the split, at most 10,000)",
+    )
     a("--json", action="store_true", help="print the figures as JSON")
 
 
@@ -119,7 +123,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Runs one subcommand; returns the exit code (0 ok, 1 failed or problems, 2 usage)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
     parser = build_parser()
     try:

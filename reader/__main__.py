@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     data_dir = argv[0] if argv else "demo_data/out"
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import reader
 
     info = reader.load_info(data_dir)

@@ -78,21 +78,41 @@ def _baseline(data_dir: str, split: str, buffer: int, seed: int, epochs: int, ba
         return _read_order(ds)
 
 
-def plot(panels: list[tuple[str, list[int], list[int]]], out: str, num_labels: int) -> None:
-    """panels: (title, labels in read order, source index in read order), one column each."""
+MAX_LABEL_TICKS = 30
+
+METRICS_LEGEND = (
+    "label mix: batch label spread vs a random permutation (1 = random, lower = more even); "
+    "order mem: Spearman vs source order (0 = none); "
+    "repeats: neighbours adjacent again next epoch (x an independent shuffle)"
+)
+
+
+def _metrics_text(m: dict) -> str:
+    text = f"label mix {m['label_mix_ratio']:.2f}, order memory {m['order_memory']:.2f}"
+    if "neighbour_repeats_vs_independent" in m:
+        text += f", repeats {m['neighbour_repeats_vs_independent']:.2f}x"
+    return text
+
+
+def plot(panels: list[tuple[str, dict, list[int], list[int]]], out: str, labels: list[str]) -> None:
+    """panels: (title, metrics, labels in read order, source index in read order), one column
+    each; the label axis names the labels (up to 30), each title carries its metrics."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, len(panels), figsize=(6 * len(panels), 7), squeeze=False)
-    for col, (title, labels, source) in enumerate(panels):
-        x = np.arange(len(labels))
-        axes[0, col].scatter(x, labels, s=0.3, alpha=0.5)
-        axes[0, col].set(
-            title=title, xlabel="read position", ylabel="label", ylim=(-0.5, num_labels - 0.5)
-        )
-        axes[1, col].scatter(x, source, s=0.3, alpha=0.5)
+    fig, axes = plt.subplots(2, len(panels), figsize=(6 * len(panels), 7.5), squeeze=False)
+    for col, (title, metrics, read_labels, source) in enumerate(panels):
+        x = np.arange(len(read_labels))
+        size = float(np.clip(3000 / max(len(x), 1), 0.3, 12))  # visible on small splits too
+        top = axes[0, col]
+        top.scatter(x, read_labels, s=size, alpha=0.5)
+        top.set(xlabel="read position", ylabel="label", ylim=(-0.5, len(labels) - 0.5))
+        top.set_title(f"{title}\n{_metrics_text(metrics)}", fontsize=10)
+        if len(labels) <= MAX_LABEL_TICKS:
+            top.set_yticks(range(len(labels)), labels, fontsize=7)
+        axes[1, col].scatter(x, source, s=size, alpha=0.5)
         axes[1, col].set(xlabel="read position", ylabel="source index (key order)")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
@@ -104,12 +124,17 @@ def report(
     split: str = "train",
     out: str = "shuffle_report.png",
     baseline: bool = False,
-    baseline_buffer: int = 10_000,
+    baseline_buffer: int | None = None,
     epochs: int = 2,
     batch_size: int = 256,
     **reader_options,
 ) -> dict:
-    """Measures the split's read order (and the baseline's); writes the PNG; returns figures."""
+    """Measures the split's read order (and the baseline's); writes the PNG; returns figures.
+
+    ``baseline_buffer`` defaults to a tenth of the split (at most 10,000), so
+    the contrast with a buffer that cannot hold the split shows on small
+    splits too.
+    """
     import reader
 
     info = reader.load_info(data_dir)
@@ -131,6 +156,8 @@ def report(
     source_rank = {k: i for i, k in enumerate(sorted(set(keys)))}
     results = {"evenshard reader": measure(keys, labels, n, batch_size, source_rank)}
     panels = [("evenshard reader", labels[:n], [source_rank[k] for k in keys[:n]])]
+    if baseline_buffer is None:
+        baseline_buffer = min(10_000, max(1, n // 10))
     if baseline:
         b_keys, b_labels = _baseline(
             data_dir, split, baseline_buffer, reader_options["seed"], epochs, batch_size
@@ -138,7 +165,7 @@ def report(
         name = f"tf.data shuffle({baseline_buffer}) of one sorted file"
         results[name] = measure(b_keys, b_labels, n, batch_size, source_rank)
         panels.append((name, b_labels[:n], [source_rank[k] for k in b_keys[:n]]))
-    plot(panels, out, len(info["labels"]))
+    plot([(name, results[name], *rest) for name, *rest in panels], out, list(info["labels"]))
     return {
         "split": split,
         "num_examples": n,
@@ -146,6 +173,7 @@ def report(
         "epochs": epochs,
         "reader_options": reader_options,
         "png": out,
+        "baseline_buffer": baseline_buffer if baseline else None,
         "results": results,
     }
 
@@ -165,5 +193,6 @@ def render(r: dict) -> str:
         lines.append(
             f"  {name:<44}{m['label_mix_ratio']:>10.3f}{m['order_memory']:>11.3f}{rep:>20}"
         )
+    lines.append(f"  ({METRICS_LEGEND})")
     lines.append(f"  plot: {r['png']}")
     return "\n".join(lines)

@@ -107,6 +107,7 @@ def test_reading_and_validating_print_no_tensorflow_start_up_lines(tmp_path):
     )
     assert read.returncode == 0 and read.stderr == "", read.stderr
     evenshard = os.path.join(os.path.dirname(sys.executable), "evenshard")
-    for argv in (["validate", out, "--full"], ["inspect", out], ["--version"]):
+    report = ["shuffle-report", out, "--batch_size=2", f"--out={tmp_path / 'r.png'}"]
+    for argv in (["validate", out, "--full"], ["inspect", out], ["--version"], report):
         done = subprocess.run([evenshard, *argv], capture_output=True, text=True, env=env)
         assert done.returncode == 0 and done.stderr == "", (argv, done.stderr)

@@ -37,3 +37,18 @@ def test_report_writes_a_png_and_the_three_metrics(folder_500, tmp_path, capsys)
 def test_missing_dataset_is_an_error(tmp_path, capsys):
     assert cli.main(["shuffle-report", str(tmp_path), "--out", str(tmp_path / "x.png")]) == 1
     assert "dataset_info.json not found" in capsys.readouterr().err
+
+
+def test_baseline_buffer_defaults_to_a_tenth_of_the_split_and_the_table_explains(
+    folder_500, tmp_path, capsys
+):
+    data_dir = str(tmp_path / "ds")
+    info = run_convert(folder_500[0], data_dir, "--num_shards=4")
+    png = str(tmp_path / "report.png")
+    argv = ["shuffle-report", data_dir, "--out", png, "--batch_size=32", "--baseline"]
+    assert cli.main([*argv, "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["baseline_buffer"] == info["splits"]["train"]["num_examples"] // 10
+    assert cli.main(argv) == 0
+    table = capsys.readouterr().out
+    assert "1 = random" in table and "Spearman" in table and "independent shuffle" in table
