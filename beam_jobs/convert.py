@@ -136,7 +136,8 @@ def run(argv: list[str] | None = None, pipeline=None) -> dict:
             run here.
 
     Returns:
-        The dataset info, or for a ``--dry_run`` (translated, not submitted:
+        The dataset info (plus ``runner``: the runner and its workers in
+        words, which the file does not hold), or for a ``--dry_run`` (translated, not submitted:
         nothing is written) ``{"dry_run": True, "steps": [...]}``, the
         pipeline's top-level steps in order.
 
@@ -151,12 +152,16 @@ def convert(options: ConvertOptions, pipeline_args: list[str], pipeline=None) ->
     """Runs a conversion of parsed options; see :func:`run`."""
     from apache_beam.options.pipeline_options import TestOptions
 
-    from beam_jobs.runners import resolve_runner
+    from beam_jobs.runners import MULTI_PROCESSING_FROM, describe, local_default, resolve_runner
+    from beam_jobs.sources import has_at_least
 
-    with resolve_runner(pipeline_args) as pipeline_args:
+    many = has_at_least(options, MULTI_PROCESSING_FROM)
+    with resolve_runner(local_default(pipeline_args, many)) as pipeline_args:
         beam_options = pipeline_options(pipeline_args)
         offline = bool(beam_options.view_as(TestOptions).dry_run)
-        return _run(preflight(options, offline), beam_options, pipeline)
+        result = _run(preflight(options, offline), beam_options, pipeline)
+        result["runner"] = describe(beam_options)  # for the summary; not in the file
+        return result
 
 
 def _write_job_file(result, beam_options) -> None:

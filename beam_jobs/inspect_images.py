@@ -21,6 +21,7 @@ from apache_beam.metrics import Metrics
 from beam_jobs import paths
 from beam_jobs.dead_letters import SplitRejects
 from beam_jobs.paths import open_binary
+from beam_jobs.progress import Progress
 from beam_jobs.records import Candidate, Image, make_reject
 
 # Pillow format name -> the value of image/format. MPO is the multi-picture
@@ -149,6 +150,7 @@ class _InspectImage(beam.DoFn):
     def setup(self):
         from PIL import Image as PILImage
 
+        self._progress = Progress("inspect", "images")
         # Our own pixel limit applies (too_large); Pillow's global guard would
         # raise before we can say why.
         PILImage.MAX_IMAGE_PIXELS = None
@@ -166,6 +168,7 @@ class _InspectImage(beam.DoFn):
             return
         self._read.inc()
         self._bytes.inc(size)
+        self._progress.add()
         yield Image(
             c.key,
             c.source,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 
 from beam_jobs.options import UserError
 
@@ -72,3 +73,45 @@ def resolve_runner(pipeline_args: list[str]):
         yield [*args, f"--dask_client_address={cluster.scheduler_address}"]
     finally:
         cluster.close()
+
+
+_LOCAL_FLAGS = ("--runner", "--direct_running_mode", "--direct_num_workers", "--dask")
+
+
+# Measured (benchmarks/mode_bench.py, 2 cores): one in-memory worker wins
+# below about 15k small images (worker processes take ~3 s to start), every
+# core wins above (a third less time per image).
+MULTI_PROCESSING_FROM = 15_000
+
+
+def local_default(pipeline_args: list[str], many_inputs: bool) -> list[str]:
+    """With no runner flags: the faster local mode for the input's size.
+
+    ``many_inputs`` (at least ``MULTI_PROCESSING_FROM``): ``multi_processing``
+    with one worker a core; else Beam's default, one in-memory worker. Any
+    runner flag given by the user is left as it is.
+    """
+    if any(a.startswith(_LOCAL_FLAGS) for a in pipeline_args):
+        return pipeline_args
+    workers = os.cpu_count() or 1
+    if workers == 1 or not many_inputs:
+        return pipeline_args
+    return [
+        *pipeline_args,
+        "--direct_running_mode=multi_processing",
+        f"--direct_num_workers={workers}",
+    ]
+
+
+def describe(beam_options) -> str:
+    """The runner and its workers in words, for the summary."""
+    from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
+
+    runner = beam_options.view_as(StandardOptions).runner or "DirectRunner"
+    name = runner.rsplit(".", 1)[-1]
+    if name in ("DirectRunner", "FnApiRunner", "SwitchingDirectRunner"):
+        direct = beam_options.view_as(DirectOptions)
+        workers = direct.direct_num_workers or os.cpu_count()
+        mode = direct.direct_running_mode
+        return f"{name} ({mode}, {workers} worker{'s' if workers != 1 else ''})"
+    return name

@@ -23,6 +23,7 @@ from apache_beam.metrics import Metrics
 from beam_jobs import paths
 from beam_jobs.dead_letters import SplitRejects
 from beam_jobs.options import ConvertOptions, Job, UserError
+from beam_jobs.progress import Progress
 from beam_jobs.records import Candidate, Reject, make_reject
 from schemas.layout import SPLIT_NAME_RE
 
@@ -90,6 +91,33 @@ def check_input(options: ConvertOptions) -> list[str]:
             f"it has {', '.join(columns) or 'none'}"
         )
     return columns
+
+
+def has_at_least(options: ConvertOptions, n: int) -> bool:
+    """Whether the input lists at least ``n`` entries; stops counting at ``n``.
+
+    Cheap by construction: a walk or a read that ends early on large inputs.
+    URLs count as large (listing a bucket twice costs requests). Errors count
+    as small: preflight reports them properly.
+    """
+    if paths.is_url(options.input):
+        return True
+    count = 0
+    try:
+        if options.is_manifest:
+            with _open_text(options.input) as f:
+                for line in f:
+                    count += bool(line.strip())
+                    if count > n:  # the header line of a CSV
+                        return True
+            return False
+        for _, _, files in os.walk(options.input, followlinks=True):
+            count += len(files)
+            if count >= n:
+                return True
+    except (OSError, UnicodeDecodeError, EOFError):
+        return False
+    return False
 
 
 def _open_text(path: str) -> io.TextIOBase:
@@ -185,8 +213,10 @@ class _ListImageFolder(beam.DoFn):
         self._listed = Metrics.counter("evenshard", "files_listed")
 
     def process(self, root: str):
+        progress = Progress("list", "files")
         for source, rejected in self._walk(root):
             self._listed.inc()
+            progress.add()
             if rejected is None:
                 yield self._candidate(root, self._path_root, source)
             else:
@@ -324,9 +354,11 @@ class _ReadManifest(beam.DoFn):
         self._rows = Metrics.counter("evenshard", "manifest_rows")
 
     def process(self, manifest: str):
+        progress = Progress("list", "rows")
         with _open_text(manifest) as f:
             for row_number, row in self._rows_of(manifest, f):
                 self._rows.inc()
+                progress.add()
                 yield self._candidate(self._root, self._path_root, row_number, row)
 
     @staticmethod

@@ -21,6 +21,7 @@ from apache_beam.metrics import Metrics
 
 from beam_jobs import paths
 from beam_jobs.paths import open_binary
+from beam_jobs.progress import Progress
 from beam_jobs.records import Image
 from schemas import layout, tfrecord
 from schemas.example import encode_record
@@ -79,6 +80,9 @@ class _WriteShard(beam.DoFn):
         self._bytes = Metrics.counter("evenshard", "bytes_written")
         self._shards = Metrics.counter("evenshard", "shards_written")
 
+    def setup(self):
+        self._progress = Progress("write", "records")
+
     def process(self, element, plan, vocab, gate):
         (split, index), items = element
         if not gate["ok"]:  # too many rejects: finalize fails the job, write nothing
@@ -102,6 +106,7 @@ class _WriteShard(beam.DoFn):
                 sink.write(tfrecord.frame(record))
                 label_counts[im.label] = label_counts.get(im.label, 0) + 1
                 count += 1
+                self._progress.add()
             sink.finish()
         FileSystems.rename([tmp], [f"{self._out}/{name}"])
         self._records.inc(count)

@@ -186,6 +186,8 @@ def convert_summary(info: dict, output_dir: str, seconds: float) -> str:
         reasons = ", ".join(f"{r} {n}" for r, n in rejects["by_reason"].items())
         lines.append(f"  rejects: {reasons} (see {output_dir.rstrip('/')}/{rejects['file']})")
     lines.append(f"  labels: {len(info['labels'])}; output: {output_dir}")
+    if "runner" in info:
+        lines.append(f"  runner: {info['runner']}")
     return "\n".join(lines)
 
 

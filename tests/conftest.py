@@ -28,6 +28,10 @@ def folder_500(tmp_path_factory):
 def run_convert(input_path: str, output_dir: str, *flags: str) -> dict:
     """Runs convert in-process on the DirectRunner; returns dataset_info."""
     argv = [f"--input={input_path}", f"--output_dir={output_dir}", *flags]
+    if not any(f.startswith(("--runner", "--direct")) for f in flags):
+        # One in-memory worker: the quickest start for the tests' tiny inputs. The
+        # default (all cores) is pinned to the same bytes in test_runners.py.
+        argv.append("--direct_running_mode=in_memory")
     if not any(f.startswith("--max_reject_fraction") for f in flags):
         argv.append("--max_reject_fraction=0.05")
     return convert.run(argv)

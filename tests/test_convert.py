@@ -7,7 +7,7 @@ import os
 import shutil
 
 import pytest
-from conftest import keys_of, read_rejects, read_split, run_convert, write_manifest
+from conftest import keys_of, load_info, read_rejects, read_split, run_convert, write_manifest
 
 from beam_jobs.split import cut_points
 from evenshard import synthetic
@@ -272,3 +272,46 @@ def test_schema_and_labels_describe_the_dataset(converted):
     assert features["image/class/label"].int_domain.max == len(info["labels"]) - 1
     assert sorted(features["image/format"].string_domain.value) == info["formats"]
     assert "image/encoded" in features and "image/path" not in features
+
+
+@pytest.mark.slow
+def test_the_default_mode_shows_progress_names_the_runner_and_gives_the_same_bytes(
+    converted, folder_500, tmp_path
+):
+    """`evenshard convert` with no runner flags, as a user runs it; progress every element.
+    500 inputs are below the size where every core pays off: one in-memory worker."""
+    import subprocess
+    import sys
+
+    info, _, _ = converted
+    out = tmp_path / "default"
+    argv = [os.path.join(os.path.dirname(sys.executable), "evenshard"), "convert"]
+    argv += [f"--input={folder_500[0]}", f"--output_dir={out}", *SEEDED]
+    env = dict(os.environ, EVENSHARD_PROGRESS_SECONDS="0")
+    done = subprocess.run(
+        [*argv, "--max_reject_fraction=0.05"], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "runner: DirectRunner (in_memory, 1 worker)" in done.stdout
+    progress = [line for line in done.stderr.splitlines() if line.startswith("evenshard: ")]
+    stages = {line.split(":")[1].strip() for line in progress}
+    assert {"list", "inspect", "write"} <= stages, done.stderr[-2000:]
+    written = [line for line in progress if line.startswith("evenshard: write: ")]
+    assert all(" records (" in line and "/s, worker " in line for line in written)
+    assert shas(load_info(str(out))) == shas(info)
+
+
+def test_the_local_default_is_every_core_for_large_inputs_only():
+    from beam_jobs.runners import local_default
+
+    cores = os.cpu_count()
+    many = local_default(["--seed_flag_of_beam=1"], many_inputs=True)
+    if cores > 1:
+        assert many[-2:] == [
+            "--direct_running_mode=multi_processing",
+            f"--direct_num_workers={cores}",
+        ]
+    assert local_default([], many_inputs=False) == []
+    given = ["--direct_num_workers=3"]
+    assert local_default(given, many_inputs=True) == given
+    assert local_default(["--runner=dask"], many_inputs=True) == ["--runner=dask"]
