@@ -137,9 +137,9 @@ def run(argv: list[str] | None = None, pipeline=None) -> dict:
 
     Returns:
         The dataset info (plus ``runner``: the runner and its workers in
-        words, which the file does not hold), or for a ``--dry_run`` (translated, not submitted:
-        nothing is written) ``{"dry_run": True, "steps": [...]}``, the
-        pipeline's top-level steps in order.
+        words, which the file does not hold); for a ``--dry_run`` (translated,
+        not submitted: nothing is written) ``{"dry_run": True, "steps": [...]}``,
+        the pipeline's top-level steps in order.
 
     Raises:
         UserError: a mistake in the flags or inputs, found before any work.
@@ -155,7 +155,9 @@ def convert(options: ConvertOptions, pipeline_args: list[str], pipeline=None) ->
     from beam_jobs.runners import MULTI_PROCESSING_FROM, describe, local_default, resolve_runner
     from beam_jobs.sources import has_at_least
 
-    many = has_at_least(options, MULTI_PROCESSING_FROM)
+    def many() -> bool:
+        return has_at_least(options, MULTI_PROCESSING_FROM)
+
     with resolve_runner(local_default(pipeline_args, many)) as pipeline_args:
         beam_options = pipeline_options(pipeline_args)
         offline = bool(beam_options.view_as(TestOptions).dry_run)

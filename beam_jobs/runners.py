@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from collections.abc import Callable
 
 from beam_jobs.options import UserError
 
@@ -84,17 +85,18 @@ _LOCAL_FLAGS = ("--runner", "--direct_running_mode", "--direct_num_workers", "--
 MULTI_PROCESSING_FROM = 15_000
 
 
-def local_default(pipeline_args: list[str], many_inputs: bool) -> list[str]:
+def local_default(pipeline_args: list[str], many_inputs: Callable[[], bool]) -> list[str]:
     """With no runner flags: the faster local mode for the input's size.
 
-    ``many_inputs`` (at least ``MULTI_PROCESSING_FROM``): ``multi_processing``
-    with one worker a core; else Beam's default, one in-memory worker. Any
-    runner flag given by the user is left as it is.
+    ``many_inputs()`` (at least ``MULTI_PROCESSING_FROM``; asked only when
+    no runner flag is given): ``multi_processing`` with one worker a core;
+    else Beam's default, one in-memory worker. Any runner flag given by the
+    user is left as it is.
     """
     if any(a.startswith(_LOCAL_FLAGS) for a in pipeline_args):
         return pipeline_args
     workers = os.cpu_count() or 1
-    if workers == 1 or not many_inputs:
+    if workers == 1 or not many_inputs():
         return pipeline_args
     return [
         *pipeline_args,

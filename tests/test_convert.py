@@ -305,13 +305,17 @@ def test_the_local_default_is_every_core_for_large_inputs_only():
     from beam_jobs.runners import local_default
 
     cores = os.cpu_count()
-    many = local_default(["--seed_flag_of_beam=1"], many_inputs=True)
+    many = local_default(["--seed_flag_of_beam=1"], lambda: True)
     if cores > 1:
         assert many[-2:] == [
             "--direct_running_mode=multi_processing",
             f"--direct_num_workers={cores}",
         ]
-    assert local_default([], many_inputs=False) == []
+    assert local_default([], lambda: False) == []
+
+    def never() -> bool:
+        raise AssertionError("inputs are not counted when a runner flag is given")
+
     given = ["--direct_num_workers=3"]
-    assert local_default(given, many_inputs=True) == given
-    assert local_default(["--runner=dask"], many_inputs=True) == ["--runner=dask"]
+    assert local_default(given, never) == given
+    assert local_default(["--runner=dask"], never) == ["--runner=dask"]
