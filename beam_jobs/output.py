@@ -49,15 +49,11 @@ def check_not_an_input(job: Job) -> None:
         )
     files = (("--input", o.input if o.is_manifest else None), ("--labels", o.labels_file))
     for flag, path in files:
-        if path and _real(paths.normalize_root(_folder(path))) == out:
+        if path and _real(paths.normalize_root(paths.posix_dirname(path))) == out:
             raise UserError(
                 f"--output_dir {o.output_dir} holds the {flag} file {path}; choose another "
                 "folder (convert writes labels.txt, schema.pbtxt and rejects/ there)"
             )
-
-
-def _folder(path: str) -> str:
-    return path.rsplit("/", 1)[0] if "/" in path else "."
 
 
 @contextlib.contextmanager
@@ -124,11 +120,11 @@ def _holder(lock: str) -> dict | None:
     if host != socket.gethostname():
         return holder  # cannot tell from here: assume it runs
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # PermissionError: alive, another user's
     except ProcessLookupError:
         return None
     except PermissionError:
-        return holder
+        pass
     return holder
 
 

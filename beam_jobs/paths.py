@@ -21,6 +21,11 @@ def normalize_root(path: str) -> str:
     return os.path.abspath(path)
 
 
+def posix_dirname(path: str) -> str:
+    """The folder of a file path or URL ("." for a bare name)."""
+    return path.rsplit("/", 1)[0] if "/" in path else "."
+
+
 class BadPath(ValueError):
     """A path that cannot be used (escapes its root, NUL, not UTF-8)."""
 

@@ -33,12 +33,8 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
 def input_root(options: ConvertOptions) -> str:
     """The folder keys and relative paths are measured from."""
     if options.is_manifest:
-        return paths.normalize_root(posix_dirname(options.input))
+        return paths.normalize_root(paths.posix_dirname(options.input))
     return paths.normalize_root(options.input)
-
-
-def posix_dirname(path: str) -> str:
-    return path.rsplit("/", 1)[0] if "/" in path else "."
 
 
 def check_input(options: ConvertOptions) -> list[str]:
