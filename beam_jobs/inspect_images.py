@@ -13,6 +13,7 @@ import io
 import os
 import stat
 import warnings
+import zlib
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -112,6 +113,7 @@ def inspect_stream(f, size: int, *, full: bool, max_pixels: int):
         raise _Rejected("too_large", f"{width}x{height} = {width * height} pixels > {max_pixels}")
     if width < 1 or height < 1:
         raise _Rejected("corrupt", f"image has size {width}x{height}")
+    _check_reader_can_decode(fmt, im, f)
     if full:
         try:
             with warnings.catch_warnings():
@@ -119,10 +121,59 @@ def inspect_stream(f, size: int, *, full: bool, max_pixels: int):
                 im.load()
         except Exception as e:  # noqa: BLE001 - as above; the reason is recorded
             raise _classify_decode_error(e) from e
+        if fmt == "png":
+            f.seek(0)
+            _check_png_crcs(f.read())
     channels = _CHANNELS.get(im.mode, 3)
     if im.mode == "P" and "transparency" in im.info:
         channels = 4
     return fmt, height, width, channels
+
+
+def _check_reader_can_decode(fmt: str, im, f) -> None:
+    """Rejects what Pillow reads but the reader's decoder (TensorFlow) cannot read faithfully.
+
+    - BMP: TensorFlow reads uncompressed 24- and 32-bit BMP only; 1-bit
+      fails, and 8-bit (palette or gray) comes out as wrong pixels.
+    - Animated WebP: TensorFlow's WebP decoder reads still images only.
+    """
+    if fmt == "bmp":
+        f.seek(0)
+        head = f.read(34)
+        dib = int.from_bytes(head[14:18], "little")
+        if dib == 12:  # BITMAPCOREHEADER
+            bits, compression = int.from_bytes(head[24:26], "little"), 0
+        else:
+            bits = int.from_bytes(head[28:30], "little")
+            compression = int.from_bytes(head[30:34], "little")
+        if bits not in (24, 32) or compression != 0:
+            raise _Rejected(
+                "unsupported_format",
+                f"BMP of {bits} bits per pixel, compression {compression}: the reader decodes "
+                "uncompressed 24- and 32-bit BMP only; convert the file to PNG",
+            )
+    if fmt == "webp" and getattr(im, "is_animated", False):
+        raise _Rejected(
+            "unsupported_format",
+            "animated WebP: the reader decodes still WebP only; use its first frame, or GIF",
+        )
+
+
+def _check_png_crcs(data: bytes) -> None:
+    """Every PNG chunk's CRC, as libpng (the reader's decoder) checks them; Pillow does not."""
+    pos = 8
+    while pos + 12 <= len(data):
+        length = int.from_bytes(data[pos : pos + 4], "big")
+        kind = data[pos + 4 : pos + 8]
+        end = pos + 8 + length
+        if end + 4 > len(data):
+            return  # cut short: the decode above has said so, or it ends in padding
+        if zlib.crc32(data[pos + 4 : end]) != int.from_bytes(data[end : end + 4], "big"):
+            name = kind.decode("latin-1")
+            raise _Rejected("corrupt", f"PNG chunk {name} fails its CRC (the reader refuses it)")
+        if kind == b"IEND":
+            return
+        pos = end + 4
 
 
 def _classify_decode_error(e: Exception) -> _Rejected:

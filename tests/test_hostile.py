@@ -285,3 +285,73 @@ def test_inspect_validate_and_shuffle_report_errors_are_one_line(tmp_path, capsy
 def test_make_dataset_checks_options_when_built(options, message):
     with pytest.raises(ValueError, match=message):
         reader.make_dataset("/nonexistent/never/read", "train", **options)
+
+
+def _encoded(im, fmt, **params):
+    import io
+
+    out = io.BytesIO()
+    im.save(out, fmt, **params)
+    return out.getvalue()
+
+
+def _bad_idat_crc(png: bytes) -> bytes:
+    at = png.index(b"IDAT") - 4
+    length = int.from_bytes(png[at : at + 4], "big")
+    crc = at + 8 + length
+    return png[:crc] + bytes(b ^ 0xFF for b in png[crc : crc + 4]) + png[crc + 4 :]
+
+
+def test_what_convert_accepts_the_reader_decodes_to_pillows_pixels(tmp_path):
+    """Formats x modes x quirks: each rejected with a reason, or read back exactly."""
+    from PIL import Image
+
+    rng = np.random.default_rng(3)
+    base = Image.fromarray(rng.integers(0, 256, (9, 7, 3), dtype=np.uint8), "RGB")
+    frames = [base, Image.fromarray(255 - np.asarray(base))]
+    accepted = {
+        "bmp24.bmp": _encoded(base, "BMP"),
+        "bmp32.bmp": _encoded(base.convert("RGBA"), "BMP"),
+        "still.webp": _encoded(base, "WEBP", lossless=True),
+        "rgba.png": _encoded(base.convert("RGBA"), "PNG"),
+        "gray.png": _encoded(base.convert("L"), "PNG"),
+        "palette.png": _encoded(base.convert("P"), "PNG"),
+        "interlaced.png": _encoded(base, "PNG", interlace=1),
+        "anim.gif": _encoded(frames[0], "GIF", save_all=True, append_images=frames[1:]),
+    }
+    png = _encoded(base, "PNG")
+    rejected = {
+        "bmp1.bmp": (_encoded(base.convert("1"), "BMP"), "unsupported_format"),
+        "bmp8_palette.bmp": (_encoded(base.convert("P"), "BMP"), "unsupported_format"),
+        "bmp8_gray.bmp": (_encoded(base.convert("L"), "BMP"), "unsupported_format"),
+        "anim_lossy.webp": (
+            _encoded(frames[0], "WEBP", save_all=True, append_images=frames[1:], lossless=False),
+            "unsupported_format",
+        ),
+        "bad_crc.png": (_bad_idat_crc(png), "corrupt"),
+    }
+    for name, data in {**accepted, **{k: v for k, (v, _) in rejected.items()}}.items():
+        (tmp_path / "images" / "a").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "images" / "a" / name).write_bytes(data)
+    out = str(tmp_path / "out")
+    info = run_convert(str(tmp_path / "images"), out, "--splits=all=1.0", "--max_reject_fraction=1")
+    got = {os.path.basename(r["key"]): r["reason"] for r in read_rejects(out)}
+    assert got == {name: reason for name, (_, reason) in rejected.items()}
+    assert _accounted(info) == len(accepted)
+    for channels, mode in ((1, "L"), (3, "RGB"), (4, "RGBA")):
+        ds = reader.make_dataset(out, "all", batch_size=None, shuffle=False, channels=channels)
+        for ex in ds:
+            name = os.path.basename(ex["key"].numpy().decode())
+            with Image.open(tmp_path / "images" / "a" / name) as im:
+                if mode == "RGBA" or im.mode in ("L", "P", "RGB"):
+                    expected = np.asarray(im.convert("RGB").convert(mode))
+                else:
+                    expected = np.asarray(im.convert(mode))
+            if mode == "L":  # grey from colour: TF and Pillow round differently, by 1 at most
+                diff = np.abs(ex["image"].numpy()[..., 0].astype(int) - expected.astype(int))
+                assert diff.max() <= 1, name
+            else:
+                assert np.array_equal(ex["image"].numpy(), expected.reshape(ex["image"].shape)), (
+                    name,
+                    mode,
+                )
