@@ -113,7 +113,7 @@ def inspect_stream(f, size: int, *, full: bool, max_pixels: int):
         raise _Rejected("too_large", f"{width}x{height} = {width * height} pixels > {max_pixels}")
     if width < 1 or height < 1:
         raise _Rejected("corrupt", f"image has size {width}x{height}")
-    _check_reader_can_decode(fmt, im, f)
+    bmp_bits = _check_reader_can_decode(fmt, im, f)
     if full:
         try:
             with warnings.catch_warnings():
@@ -125,17 +125,21 @@ def inspect_stream(f, size: int, *, full: bool, max_pixels: int):
             f.seek(0)
             _check_png_crcs(f.read())
     channels = _CHANNELS.get(im.mode, 3)
-    if im.mode == "P" and "transparency" in im.info:
+    if (im.mode == "P" and "transparency" in im.info) or bmp_bits == 32:
         channels = 4
     return fmt, height, width, channels
 
 
-def _check_reader_can_decode(fmt: str, im, f) -> None:
+def _check_reader_can_decode(fmt: str, im, f) -> int | None:
     """Rejects what Pillow reads but the reader's decoder (TensorFlow) cannot read faithfully.
 
     - BMP: TensorFlow reads uncompressed 24- and 32-bit BMP only; 1-bit
       fails, and 8-bit (palette or gray) comes out as wrong pixels.
     - Animated WebP: TensorFlow's WebP decoder reads still images only.
+
+    Returns:
+        A BMP's bits per pixel (32-bit BMP decodes to 4 channels in
+        TensorFlow, where Pillow shows 3), else None.
     """
     if fmt == "bmp":
         f.seek(0)
@@ -157,6 +161,7 @@ def _check_reader_can_decode(fmt: str, im, f) -> None:
             "unsupported_format",
             "animated WebP: the reader decodes still WebP only; use its first frame, or GIF",
         )
+    return bits if fmt == "bmp" else None
 
 
 def _check_png_crcs(data: bytes) -> None:

@@ -196,7 +196,6 @@ def _check_shard(
 def _check_content(path: str, records: list[bytes], first: int, info: dict) -> list[str]:
     """--full: image kind, every image decodes; path kind, every path resolves."""
     tf = storage.tensorflow()
-    from PIL import Image
 
     problems = []
     for i, raw in enumerate(records):
@@ -207,17 +206,40 @@ def _check_content(path: str, records: list[bytes], first: int, info: dict) -> l
             continue
         if info["record_kind"] == "image":
             data = feature[features.ENCODED].bytes_list.value
-            try:
-                with Image.open(io.BytesIO(data[0])) as im:
-                    im.load()
-            except Exception as e:  # noqa: BLE001 - Pillow raises many types
-                problems.append(f"{path}: record {first + i}: image does not decode: {e}")
+            problem = _decode_problem(tf, data[0] if data else b"", feature)
+            if problem:
+                problems.append(f"{path}: record {first + i}: {problem}")
         else:
             rel = feature[features.PATH].bytes_list.value
             target = f"{info.get('path_root', '').rstrip('/')}/{rel[0].decode() if rel else ''}"
             if not rel or not storage.exists(target):
                 problems.append(f"{path}: record {first + i}: path {target} does not resolve")
     return problems
+
+
+def _decode_problem(tf, data: bytes, feature) -> str | None:
+    """Decodes an image as the reader does (TensorFlow) and checks it against its record."""
+    from PIL import Image
+
+    try:  # TensorFlow aborts the process on some animated WebP: never hand it one
+        with Image.open(io.BytesIO(data)) as im:
+            if im.format == "WEBP" and getattr(im, "is_animated", False):
+                return "image does not decode in the reader: an animated WebP"
+    except Exception as e:  # noqa: BLE001 - Pillow raises many types
+        return f"image does not decode: {e}"
+    try:
+        image = tf.io.decode_image(data, channels=0, expand_animations=False)
+    except tf.errors.OpError as e:
+        return f"image does not decode in the reader: {e.message.splitlines()[0]}"
+    got = tuple(int(d) for d in image.shape)
+
+    def value(name):
+        return feature[name].int64_list.value[0] if feature[name].int64_list.value else None
+
+    recorded = (value(features.HEIGHT), value(features.WIDTH), value(features.CHANNELS))
+    if got != recorded:
+        return f"image decodes to {got} (height, width, channels), the record says {recorded}"
+    return None
 
 
 def _check_strays(out: str, listed: set[str]) -> list[str]:

@@ -40,6 +40,12 @@ def test_every_odd_file_is_accepted_or_rejected_with_its_reason(folder, converte
     assert info["inputs"] == len(expected) == len(records) + info["rejects"]["total"]
 
 
+def test_validate_full_decodes_every_accepted_record_as_the_reader_does(converted):
+    from schemas.validate import validate
+
+    assert validate(converted[1], full=True) == []
+
+
 @pytest.mark.parametrize("channels", [1, 3, 4])
 def test_the_reader_decodes_every_accepted_record(folder, converted, channels):
     _, out = converted

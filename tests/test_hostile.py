@@ -338,6 +338,7 @@ def test_what_convert_accepts_the_reader_decodes_to_pillows_pixels(tmp_path):
     got = {os.path.basename(r["key"]): r["reason"] for r in read_rejects(out)}
     assert got == {name: reason for name, (_, reason) in rejected.items()}
     assert _accounted(info) == len(accepted)
+    assert validate(out, full=True) == []  # recorded shape = what the reader's decoder yields
     for channels, mode in ((1, "L"), (3, "RGB"), (4, "RGBA")):
         ds = reader.make_dataset(out, "all", batch_size=None, shuffle=False, channels=channels)
         for ex in ds:
