@@ -100,10 +100,21 @@ def build(pipeline, job: Job):
     inputs = pipeline | "ReadInputs" >> ReadInputs(job)
     # Candidate -> Image | Reject
     inspected = inputs["main"] | "InspectImages" >> InspectImages(
-        o.verify, o.max_image_pixels, root, int(o.max_image_mb * 10**6)
+        o.verify,
+        o.max_image_pixels,
+        root,
+        int(o.max_image_mb * 10**6),
+        hash_content=o.dedupe == "content",
     )
     images = inspected["main"]
-    rejects = (inputs["rejects"], inspected["rejects"]) | "AllRejects" >> beam.Flatten()
+    rejected = [inputs["rejects"], inspected["rejects"]]
+    if o.dedupe == "content":
+        from beam_jobs.dedupe import DedupeContent
+
+        unique = images | "DedupeContent" >> DedupeContent(root)
+        images = unique["main"]
+        rejected.append(unique["rejects"])
+    rejects = tuple(rejected) | "AllRejects" >> beam.Flatten()
     reject_summary = rejects | "WriteRejects" >> WriteRejects(o.output_dir)
     gate = pipeline | "RejectGate" >> RejectGate(
         o.max_reject_fraction, inputs["inputs"], reject_summary

@@ -122,6 +122,7 @@ def dataset_info(
         "balance": options.balance,
         "compression": options.compression,
         "verify": options.verify,
+        "dedupe": options.dedupe,
         "input": options.input,
         "split_options": {
             "splits": dict(options.splits),

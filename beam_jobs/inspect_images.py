@@ -9,6 +9,7 @@ file system: much faster, and still catches most broken files.
 from __future__ import annotations
 
 import errno
+import hashlib
 import io
 import os
 import stat
@@ -194,9 +195,15 @@ class _InspectImage(beam.DoFn):
     """Candidate -> Image, or a Reject (see dead_letters.py)."""
 
     def __init__(
-        self, verify: str, max_image_pixels: int, source_root: str | None, max_image_bytes: int
+        self,
+        verify: str,
+        max_image_pixels: int,
+        source_root: str | None,
+        max_image_bytes: int,
+        hash_content: bool = False,
     ):
         self._root = source_root
+        self._hash = hash_content
         self._full = verify == "full"
         self._max_pixels = max_image_pixels
         self._max_bytes = max_image_bytes
@@ -213,7 +220,7 @@ class _InspectImage(beam.DoFn):
 
     def process(self, c: Candidate):
         try:
-            fmt, height, width, channels, size = self._inspect(
+            fmt, height, width, channels, size, content = self._inspect(
                 paths.full_source(self._root, c.source, c.key)
             )
         except _Rejected as r:
@@ -237,6 +244,7 @@ class _InspectImage(beam.DoFn):
             width,
             channels,
             size,
+            content,
         )
 
     def _inspect(self, source: str):
@@ -264,14 +272,21 @@ class _InspectImage(beam.DoFn):
                 else:
                     f.seek(0)
                     stream = f
-                return (
-                    *inspect_stream(stream, size, full=self._full, max_pixels=self._max_pixels),
-                    size,
-                )
+                found = inspect_stream(stream, size, full=self._full, max_pixels=self._max_pixels)
+                return (*found, size, self._content_hash(stream) if self._hash else "")
         except _Rejected:
             raise
         except (OSError, ValueError) as e:  # BeamIOError is an OSError
             raise _open_error(e) from e
+
+    @staticmethod
+    def _content_hash(stream) -> str:
+        """sha256 of the whole file (``--dedupe content``), read in 1 MB chunks."""
+        digest = hashlib.sha256()
+        stream.seek(0)
+        while chunk := stream.read(1 << 20):
+            digest.update(chunk)
+        return digest.hexdigest()
 
 
 def _regular_file_size(source: str) -> int:
@@ -302,8 +317,10 @@ class InspectImages(beam.PTransform):
         max_image_pixels: int = 178_956_970,
         source_root: str | None = None,
         max_image_bytes: int = 256 * 10**6,
+        hash_content: bool = False,
     ):
         super().__init__()
+        self._hash = hash_content
         self._verify = verify
         self._max_pixels = max_image_pixels
         self._root = source_root
@@ -312,6 +329,6 @@ class InspectImages(beam.PTransform):
     def expand(self, candidates):
         # Candidate -> Image | Reject
         inspected = candidates | "Inspect" >> beam.ParDo(
-            _InspectImage(self._verify, self._max_pixels, self._root, self._max_bytes)
+            _InspectImage(self._verify, self._max_pixels, self._root, self._max_bytes, self._hash)
         )
         return inspected | "SplitRejects" >> SplitRejects()

@@ -18,6 +18,7 @@ from schemas.layout import COMPRESSIONS, SPLIT_NAME_RE
 SPLIT_MODES = ("hash", "exact")
 BALANCES = ("none", "label")
 VERIFY_MODES = ("full", "header")
+DEDUPE_MODES = ("none", "content")
 MANIFEST_SUFFIXES = (".csv", ".jsonl", ".csv.gz", ".jsonl.gz")
 
 
@@ -87,6 +88,7 @@ class ConvertOptions:
     max_image_pixels: int = 178_956_970  # Pillow's own bomb limit, 2x its warning level
     max_image_mb: float = 256.0  # larger files are too_large before a byte is read
     verify: str = "full"
+    dedupe: str = "none"
     overwrite: bool = False
     labels_file: str | None = None
 
@@ -100,6 +102,7 @@ class ConvertOptions:
         choice("balance", self.balance, BALANCES)
         choice("compression", self.compression, COMPRESSIONS)
         choice("verify", self.verify, VERIFY_MODES)
+        choice("dedupe", self.dedupe, DEDUPE_MODES)
         if not self.input:
             raise UserError("--input is required: an image folder or a .csv/.jsonl manifest")
         if not self.output_dir:
@@ -237,6 +240,13 @@ def add_flags(p: argparse.ArgumentParser) -> None:
         default="full",
         choices=VERIFY_MODES,
         help="full: decode every image; header: format and size only",
+    )
+    a(
+        "--dedupe",
+        default="none",
+        choices=DEDUPE_MODES,
+        help="content: byte-identical images under other names are rejected "
+        "(duplicate_content), so no copy lands in two splits",
     )
     a("--overwrite", action="store_true", help="replace a finished dataset in --output_dir")
     a(

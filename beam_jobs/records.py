@@ -25,6 +25,7 @@ REJECT_REASONS = {
     "too_large": "more bytes than --max_image_mb, or more pixels than --max_image_pixels",
     "duplicate_key": "a second input with a key already used; the first (lowest row) is kept",
     "duplicate_file": "a symlink (to a file or a folder) reaching a file already listed",
+    "duplicate_content": "--dedupe content: the same bytes as an input with a smaller key",
     "bad_label": "no label, an unusable label, or one outside the --labels vocabulary",
     "bad_path": "a path that escapes its root, holds NUL or is not valid UTF-8",
     "bad_split": "a manifest split value that is not a valid split name",
@@ -71,6 +72,7 @@ class Image(NamedTuple):
     width: int
     channels: int
     num_bytes: int
+    content: str = ""  # sha256 of the file with --dedupe content, else ""
 
 
 class Reject(NamedTuple):

@@ -38,6 +38,7 @@ def summarize(info: dict) -> dict:
         "seed": info.get("seed"),
         "balance": info.get("balance"),
         "compression": info.get("compression"),
+        "dedupe": info.get("dedupe", "none"),
         "split_options": info.get("split_options"),
         "shard_options": info.get("shard_options"),
         "labels": info["labels"],
@@ -68,7 +69,8 @@ def render(summary: dict, data_dir: str) -> str:
         f"{data_dir}: {summary['record_kind']} records, {summary['written']:,} written of "
         f"{summary['inputs']:,} inputs, {len(summary['labels'])} labels",
         f"  seed {summary['seed']}, balance {summary['balance']}, compression "
-        f"{summary['compression']}, {_split_options(summary['split_options'])}",
+        f"{summary['compression']}, dedupe {summary['dedupe']}, "
+        f"{_split_options(summary['split_options'])}",
         "",
         f"  {'split':<12}{'examples':>10}{'shards':>8}{'MB':>10}   per shard: examples, MB",
     ]

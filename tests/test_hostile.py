@@ -356,3 +356,27 @@ def test_what_convert_accepts_the_reader_decodes_to_pillows_pixels(tmp_path):
                     name,
                     mode,
                 )
+
+
+@pytest.mark.parametrize("verify", ["full", "header"])
+def test_dedupe_content_keeps_one_copy_of_each_image(tmp_path, verify):
+    root = tmp_path / "images"
+    _pngs(root, [f"a/{i}.png" for i in range(3)] + [f"b/{i}.png" for i in range(3)], seed=4)
+    copies = {"b/copy_of_a0.png": "a/0.png", "c/again.png": "a/0.png", "a/z.png": "b/2.png"}
+    for copy, original in copies.items():
+        (root / copy).parent.mkdir(exist_ok=True)
+        (root / copy).write_bytes((root / original).read_bytes())
+    flags = ["--max_reject_fraction=1", f"--verify={verify}", "--splits=train=0.5,test=0.5"]
+    plain = run_convert(str(root), str(tmp_path / "plain"), *flags)
+    assert _accounted(plain) == 9  # off by default: every copy is an example
+    out = str(tmp_path / "deduped")
+    info = run_convert(str(root), out, *flags, "--dedupe=content")
+    assert _accounted(info) == 6 and info["dedupe"] == "content"
+    assert info["rejects"]["by_reason"] == {"duplicate_content": 3}
+    got = {r["key"]: r["detail"] for r in read_rejects(out)}
+    # the smallest key of each content is kept: a/z.png sorts before b/2.png
+    assert got == {
+        "b/copy_of_a0.png": "the same bytes as a/0.png",
+        "c/again.png": "the same bytes as a/0.png",
+        "b/2.png": "the same bytes as a/z.png",
+    }
