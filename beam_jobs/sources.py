@@ -101,10 +101,11 @@ def has_at_least(options: ConvertOptions, n: int) -> bool:
     count = 0
     try:
         if options.is_manifest:
+            lines = n + 1 if is_csv(options.input) else n  # a CSV's header is no input
             with _open_text(options.input) as f:
                 for line in f:
                     count += bool(line.strip())
-                    if count > n:  # the header line of a CSV
+                    if count >= lines:
                         return True
             return False
         for _, _, files in os.walk(options.input, followlinks=True):
