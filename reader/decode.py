@@ -27,12 +27,14 @@ class Decoder:
             return ex[features.ENCODED]
         return tf.io.read_file(tf.strings.join([self.root, "/", ex[features.PATH]]))
 
-    def _image(self, ex):
+    def _image(self, ex, epoch):
         data = self._data(ex)
         if not self.decode:
             return data
         if self.random_crop:
-            image = _decode_random_crop(data, ex[features.FORMAT], self.channels, self.seed)
+            image = _decode_random_crop(
+                data, ex[features.FORMAT], self.channels, self._crop_seed(ex, epoch)
+            )
         else:
             image = decode_full(data, ex[features.FORMAT], self.channels)
         if self.image_size is not None:
@@ -40,18 +42,24 @@ class Decoder:
             image = tf.saturate_cast(tf.round(image), tf.uint8)
         return image
 
+    def _crop_seed(self, ex, epoch):
+        """A crop's seed from (seed, key, epoch): the same crop for the same example and
+        epoch whatever the worker count, parallelism or resume point; new each epoch."""
+        key = tf.strings.to_hash_bucket_strong(ex[features.KEY], 2**63 - 1, [self.seed, 0])
+        return tf.stack([key, tf.cast(epoch, tf.int64)])
+
     def _features(self, ex, image):
         out = {"image": image, "label": ex[features.LABEL], "key": ex[features.KEY]}
         if self.kind == "path":
             out["path"] = ex[features.PATH]
         return out
 
-    def one(self, serialized):
+    def one(self, serialized, epoch):
         ex = tf.io.parse_single_example(serialized, self.spec)
         ex = {k: tf.squeeze(v, 0) for k, v in ex.items()}
-        return self._features(ex, self._image(ex))
+        return self._features(ex, self._image(ex, epoch))
 
-    def batch(self, serialized):
+    def batch(self, serialized, epochs):
         ex = tf.io.parse_example(serialized, self.spec)
         ex = {k: tf.squeeze(v, 1) for k, v in ex.items()}
         if self.decode:
@@ -61,23 +69,30 @@ class Decoder:
         if self.kind == "image" and not self.decode:
             images = ex[features.ENCODED]
         else:
-            names = [k for k in (features.ENCODED, features.PATH, features.FORMAT) if k in ex]
+            names = [
+                k
+                for k in (features.ENCODED, features.PATH, features.FORMAT, features.KEY)
+                if k in ex
+            ]
             images = tf.map_fn(
-                lambda one: self._image(dict(zip(names, one))),
-                tuple(ex[k] for k in names),
+                lambda one: self._image(dict(zip(names, one[:-1])), one[-1]),
+                (*(ex[k] for k in names), epochs),
                 fn_output_signature=signature,
             )
         return self._features(ex, images)
 
 
 def _decode_random_crop(data, fmt, channels, seed):
-    """Random crop (8%-100% of the area, 3/4-4/3 aspect); JPEG decodes only the crop."""
+    """Random crop (8%-100% of the area, 3/4-4/3 aspect); JPEG decodes only the crop.
+
+    ``seed``: a shape [2] int64 tensor for the stateless box sampler.
+    """
 
     def box(shape):
         begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
             shape,
             tf.zeros([0, 0, 4]),
-            seed=tf.random.uniform([2], maxval=2**31 - 1, dtype=tf.int32, seed=seed),
+            seed=seed,
             min_object_covered=0.08,
             aspect_ratio_range=(0.75, 1.33),
             area_range=(0.08, 1.0),

@@ -15,9 +15,12 @@ class ReadOptions:
         shuffle: shuffle files and examples; default (None) True for "train" only.
         seed: makes every shuffle reproducible; also turns ``deterministic`` on.
         epochs: passes over the split; None repeats forever.
-        shuffle_buffer: examples in the shuffle buffer (0: files and
-            interleave only; the shards are already globally shuffled).
-        cycle_length: files read at once (default: min(16, files)).
+        shuffle_buffer: examples shuffled together: each window of this many
+            consecutive records is permuted, by a seeded permutation of
+            (seed, epoch, window), which a resumed read can recompute (0:
+            files and interleave only; the shards are already globally
+            shuffled).
+        cycle_length: files read at once, round-robin (default: min(16, files)).
         block_length: consecutive records taken from a file in turn.
         deterministic: fixed output order. Default: True with a seed or without
             shuffling (evaluation reads in one fixed order, the short batch last);
@@ -38,8 +41,12 @@ class ReadOptions:
             on padding, so Keras ``weighted_metrics`` count real examples only.
         path_root: path kind: the folder the stored paths are relative to
             (default: the one recorded at conversion).
-        cache: cache parsed records in memory after the first epoch (before
-            shuffling buffers; small datasets only).
+        cache: hold this worker's serialized records in memory, read once
+            when the dataset is built (small datasets only).
+        start_step: the batch to start at (an example, with batch_size=None),
+            counted over all epochs: the dataset yields exactly what the
+            uninterrupted read yields from there on, without reading or
+            decoding the skipped records (see :class:`reader.ReadState`).
         prefetch: batches to prefetch (None: no prefetch).
         prefetch_to_device: a device name such as "/gpu:0", True for the first
             GPU, False for none; default: the first GPU when one is visible.
@@ -65,6 +72,7 @@ class ReadOptions:
     as_supervised: bool = False
     path_root: str | None = None
     cache: bool = False
+    start_step: int = 0
     prefetch: int | None = AUTOTUNE
     prefetch_to_device: str | bool | None = None
     num_parallel_calls: int = AUTOTUNE
@@ -76,6 +84,8 @@ class ReadOptions:
             raise ValueError(f"channels must be 1, 3 or 4, got {self.channels}")
         if self.shuffle_buffer < 0:
             raise ValueError(f"shuffle_buffer must be >= 0, got {self.shuffle_buffer}")
+        if self.start_step < 0:
+            raise ValueError(f"start_step must be >= 0, got {self.start_step}")
         if self.cycle_length is not None and self.cycle_length < 1:
             raise ValueError(f"cycle_length must be >= 1 or None, got {self.cycle_length}")
         if self.block_length < 1:

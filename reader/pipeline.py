@@ -16,6 +16,7 @@ import schemas
 from reader.decode import Decoder
 from reader.info import check_path_root, default_path_root, split_shards
 from reader.options import ReadOptions
+from reader.plan import ReadPlan, Resume
 from schemas import features, storage, tfrecord
 from schemas.info import DatasetError, load_info
 
@@ -106,7 +107,7 @@ def make_dataset(
     _warn_uneven(split, len(shards), n_workers)
     mine, num_examples, stride = worker_plan(shards, n_workers, index)
     seed = o.seed
-    if seed is None and shuffle:
+    if seed is None and (shuffle or o.random_crop):
         seed = int(tf.random.uniform([], maxval=2**31 - 1, dtype=tf.int64))  # a fresh one
     kind = info["record_kind"]
     root = default_path_root(info, o.path_root)
@@ -130,21 +131,23 @@ def make_dataset(
         seed,
     )
 
-    records = _records(o, mine, info["compression"], shuffle, seed, deterministic)
-    if stride > 1:
-        records = records.shard(stride, index)
-    if o.cache:
-        records = records.cache()
-    if shuffle and o.shuffle_buffer > 0:
-        records = records.shuffle(o.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-    if o.epochs != 1:
-        records = records.repeat(o.epochs)
+    plan = ReadPlan(
+        counts=[s["num_examples"] for s in mine],
+        seed=seed if shuffle else None,
+        cycle=min(o.cycle_length or 16, len(mine)),
+        block=o.block_length,
+        window=o.shuffle_buffer,
+        stride=stride,
+        offset=index if stride > 1 else 0,
+    )
+    batches = _batch_count(o, batch_size, shards, n_workers, num_examples)
+    start = _start_position(o, batch_size, batches, num_examples)
+    stream = _Stream(plan, mine, info["compression"], o, deterministic)
+    records = stream.records(start, o.epochs)  # (serialized record, epoch)
 
     parallel = {"num_parallel_calls": o.num_parallel_calls, "deterministic": deterministic}
     if batch_size is None:
         ds = records.map(decoder.one, **parallel)
-        if o.epochs is not None:
-            ds = ds.apply(tf.data.experimental.assert_cardinality(num_examples * o.epochs))
     else:
         # Parse whole batches at once (parse_example is vectorized: ~5x faster
         # than a parse per record), then decode the images of each batch.
@@ -153,15 +156,13 @@ def make_dataset(
         if o.pad_final_batch:
             # Every worker yields the same batch count, so collective evaluation
             # steps never wait on a worker that ran out.
-            most = max(worker_plan(shards, n_workers, w)[1] for w in range(n_workers))
-            batches = math.ceil(most / batch_size)
-            ds = _pad_batches(ds, batch_size, math.ceil(num_examples / batch_size), batches)
-        elif o.epochs is not None:
-            # Batches come after repeat, so they run across epoch boundaries.
-            total = num_examples * o.epochs
-            batches = total // batch_size if o.drop_remainder else math.ceil(total / batch_size)
-        if o.epochs is not None:
-            ds = ds.apply(tf.data.experimental.assert_cardinality(batches))
+            real = math.ceil(num_examples / batch_size)
+            ds = _pad_batches(ds, batch_size, max(real - o.start_step, 0), batches - o.start_step)
+    ds = ds.apply(
+        tf.data.experimental.assert_cardinality(
+            tf.data.INFINITE_CARDINALITY if batches is None else batches - o.start_step
+        )
+    )
     if o.as_supervised and o.pad_final_batch:
         # Keras takes a third element as sample weights: padding rows weigh 0.
         ds = ds.map(lambda ex: (ex["image"], ex["label"], tf.cast(ex["mask"], tf.float32)))
@@ -178,6 +179,32 @@ def make_dataset(
     return ds
 
 
+def _batch_count(o: ReadOptions, batch_size, shards, n_workers, num_examples) -> int | None:
+    """Elements the dataset yields (batches, or examples without a batch size); None: endless.
+
+    Batches come after the epochs are joined, so they run across epoch boundaries.
+    """
+    if o.epochs is None:
+        return None
+    if batch_size is None:
+        return num_examples * o.epochs
+    if o.pad_final_batch:
+        most = max(worker_plan(shards, n_workers, w)[1] for w in range(n_workers))
+        return math.ceil(most / batch_size)
+    total = num_examples * o.epochs
+    return total // batch_size if o.drop_remainder else math.ceil(total / batch_size)
+
+
+def _start_position(o: ReadOptions, batch_size, batches, num_examples) -> int:
+    """The record (counted over all epochs) that ``start_step`` starts at."""
+    if batches is not None and o.start_step > batches:
+        raise ValueError(
+            f"start_step {o.start_step} is past the end: this read has {batches} "
+            f"{'batches' if batch_size else 'examples'}"
+        )
+    return min(o.start_step * (batch_size or 1), num_examples * (o.epochs or 1 << 62))
+
+
 def _check(o: ReadOptions, batch_size: int | None, shuffle: bool) -> None:
     """Options that only conflict given the batch size and the split's default shuffle."""
     if batch_size is not None and batch_size < 1:
@@ -191,26 +218,99 @@ def _check(o: ReadOptions, batch_size: int | None, shuffle: bool) -> None:
             "decoded images differ in size: give image_size=(height, width) to "
             "batch them, or batch_size=None, or decode=False"
         )
+    if o.start_step and (shuffle or o.random_crop) and o.seed is None:
+        raise ValueError(
+            "start_step resumes a seeded read: pass the seed of the run being resumed "
+            "(an unseeded shuffle cannot be repeated)"
+        )
 
 
-def _records(o: ReadOptions, mine: list[dict], compression: str, shuffle, seed, deterministic):
-    """The serialized records of this worker's files: file shuffle, then interleave."""
-    paths = tf.constant([s["path"] for s in mine])
-    counts = tf.constant([s["num_examples"] for s in mine], tf.int64)
-    files = tf.data.Dataset.from_tensor_slices((paths, counts))
-    if shuffle:
-        # A new file order every epoch: the repeat after this re-runs this shuffle.
-        files = files.shuffle(len(mine), seed=seed, reshuffle_each_iteration=True)
-    cycle = min(o.cycle_length or 16, len(mine))
-    parallel = cycle > 1
-    tf_compression = "GZIP" if compression == "gzip" else ""
-    return files.interleave(
-        lambda path, count: _checked_records(path, count, tf_compression),
-        cycle_length=cycle,
-        block_length=o.block_length,
-        num_parallel_calls=o.num_parallel_calls if parallel else None,
-        deterministic=deterministic if parallel else None,
-    )
+class _Stream:
+    """The worker's serialized records in :class:`ReadPlan` order, with their epoch."""
+
+    def __init__(self, plan: ReadPlan, mine: list[dict], compression: str, o, deterministic):
+        self.plan, self.o, self.deterministic = plan, o, deterministic
+        self.paths = tf.constant([s["path"] for s in mine])
+        self.counts = tf.constant([s["num_examples"] for s in mine], tf.int64)
+        self.compression = "GZIP" if compression == "gzip" else ""
+        self.placeholder = tf.data.Dataset.from_tensors(tf.constant(b""))
+        # cache: this worker's records in memory, read once now, in stored order.
+        self.cached = None
+        if o.cache:
+            self.cached = tf.constant(
+                [r for s in mine for r in tfrecord.iter_records(s["path"])], tf.string
+            )
+
+    def records(self, start: int, epochs: int | None):
+        """Records from ``start`` (counted over all epochs) to the end of the last epoch."""
+        plan = self.plan
+        epoch, position = divmod(start, plan.size)
+        end = (1 << 62) if epochs is None else epochs
+        if epoch >= end:  # resumed exactly at the end
+            return self._epoch(epoch, plan.resume(epoch, 0)).take(0)
+        first = self._epoch(epoch, plan.resume(epoch, position), position)
+        rest = tf.data.Dataset.range(epoch + 1, end).flat_map(self._whole_epoch)
+        return first.concatenate(rest)
+
+    def _whole_epoch(self, epoch):
+        n = len(self.plan.counts)
+        files, leads = tf.numpy_function(
+            self.plan.epoch_files, [epoch], (tf.int64, tf.int64), stateful=False
+        )
+        files.set_shape([n])
+        leads.set_shape([n])
+        skips = tf.zeros([n], tf.int64)
+        return self._epoch(epoch, Resume(files, leads, skips, self.plan.offset, 0, 0))
+
+    def _epoch(self, epoch, at: Resume, position: int = 0):
+        plan = self.plan
+        epoch = tf.cast(epoch, tf.int64)
+        if self.cached is not None:
+            ids = tf.numpy_function(plan.epoch_order, [epoch], tf.int64, stateful=False)
+            records = tf.data.Dataset.from_tensor_slices(ids[position:]).map(
+                lambda i: tf.gather(self.cached, i)
+            )
+            return records.map(lambda r: (r, epoch))
+        groups = tf.data.Dataset.from_tensor_slices((at.files, at.leads, at.skips))
+        records = groups.batch(plan.cycle).flat_map(self._group)
+        if plan.seed is not None:  # drop the placeholders of the leads
+            records = records.filter(lambda r: tf.strings.length(r) > 0)
+        records = records.skip(at.raw_skip)
+        if plan.stride > 1:
+            records = records.shard(plan.stride, 0)
+        if plan.windowed:
+
+            def permute(window, batch):
+                order = tf.numpy_function(
+                    plan.window_permutation,
+                    [epoch, window, tf.size(batch, out_type=tf.int64)],
+                    tf.int64,
+                    stateful=False,
+                )
+                return tf.gather(batch, order)
+
+            records = records.batch(plan.window).enumerate(at.first_window).map(permute)
+            records = records.unbatch()
+        return records.skip(at.tail_skip).map(lambda r: (r, epoch))
+
+    def _group(self, files, leads, skips):
+        """One group's files, read round-robin ``block`` records at a time; a file's
+        lead is that many empty placeholders before its records."""
+
+        def read(f, lead, skip):
+            records = _checked_records(
+                tf.gather(self.paths, f), tf.gather(self.counts, f), self.compression
+            )
+            return self.placeholder.repeat(lead).concatenate(records.skip(skip))
+
+        parallel = self.plan.cycle > 1
+        return tf.data.Dataset.from_tensor_slices((files, leads, skips)).interleave(
+            read,
+            cycle_length=self.plan.cycle,
+            block_length=self.plan.block,
+            num_parallel_calls=self.o.num_parallel_calls if parallel else None,
+            deterministic=self.deterministic if parallel else None,
+        )
 
 
 def _checked_records(path, expected, compression):
