@@ -6,13 +6,18 @@ ds = reader.make_dataset(data_dir, split="train", batch_size=256, image_size=(22
 # or: options = reader.ReadOptions(seed=0, image_size=(224, 224))
 #     ds = reader.make_dataset(data_dir, "train", 256, options)
 
+# resuming after preemption: save state.advance(steps).to_json() beside the checkpoint
+state = reader.ReadState(seed=0, batch_size=256)    # or ReadState.from_json(saved)
+ds, state = reader.resume(data_dir, "train", state, image_size=(224, 224))
+
 TensorFlow is imported on first use of ``make_dataset``, not by ``import reader``.
 """
 
 from reader.options import ReadOptions
+from reader.state import ReadState, resume
 from schemas.info import DatasetError, load_info
 
-__all__ = ["DatasetError", "ReadOptions", "load_info", "make_dataset"]
+__all__ = ["DatasetError", "ReadOptions", "ReadState", "load_info", "make_dataset", "resume"]
 
 
 def __getattr__(name: str):

@@ -43,10 +43,12 @@ class ReadOptions:
             (default: the one recorded at conversion).
         cache: hold this worker's serialized records in memory, read once
             when the dataset is built (small datasets only).
-        start_step: the batch to start at (an example, with batch_size=None),
-            counted over all epochs: the dataset yields exactly what the
-            uninterrupted read yields from there on, without reading or
-            decoding the skipped records (see :class:`reader.ReadState`).
+        start_epoch, start_step: where to start: batch ``start_step`` (an
+            example, with batch_size=None) counted from the start of epoch
+            ``start_epoch``. With start_epoch 0 the dataset yields exactly
+            what the uninterrupted read yields from that batch on, without
+            reading or decoding the skipped records; ``epochs`` still counts
+            from epoch 0. See :class:`reader.ReadState` and ``reader.resume``.
         prefetch: batches to prefetch (None: no prefetch).
         prefetch_to_device: a device name such as "/gpu:0", True for the first
             GPU, False for none; default: the first GPU when one is visible.
@@ -72,6 +74,7 @@ class ReadOptions:
     as_supervised: bool = False
     path_root: str | None = None
     cache: bool = False
+    start_epoch: int = 0
     start_step: int = 0
     prefetch: int | None = AUTOTUNE
     prefetch_to_device: str | bool | None = None
@@ -84,8 +87,11 @@ class ReadOptions:
             raise ValueError(f"channels must be 1, 3 or 4, got {self.channels}")
         if self.shuffle_buffer < 0:
             raise ValueError(f"shuffle_buffer must be >= 0, got {self.shuffle_buffer}")
-        if self.start_step < 0:
-            raise ValueError(f"start_step must be >= 0, got {self.start_step}")
+        if self.start_step < 0 or self.start_epoch < 0:
+            raise ValueError(
+                f"start_epoch and start_step must be >= 0, got {self.start_epoch}, "
+                f"{self.start_step}"
+            )
         if self.cycle_length is not None and self.cycle_length < 1:
             raise ValueError(f"cycle_length must be >= 1 or None, got {self.cycle_length}")
         if self.block_length < 1:

@@ -140,8 +140,8 @@ def make_dataset(
         stride=stride,
         offset=index if stride > 1 else 0,
     )
-    batches = _batch_count(o, batch_size, shards, n_workers, num_examples)
-    start = _start_position(o, batch_size, batches, num_examples)
+    start = (o.start_epoch * num_examples) + o.start_step * (batch_size or 1)
+    remaining = _remaining(o, batch_size, shards, n_workers, num_examples, start)
     stream = _Stream(plan, mine, info["compression"], o, deterministic)
     records = stream.records(start, o.epochs)  # (serialized record, epoch)
 
@@ -154,13 +154,11 @@ def make_dataset(
         ds = records.batch(batch_size, drop_remainder=o.drop_remainder)
         ds = ds.map(decoder.batch, **parallel)
         if o.pad_final_batch:
-            # Every worker yields the same batch count, so collective evaluation
-            # steps never wait on a worker that ran out.
-            real = math.ceil(num_examples / batch_size)
-            ds = _pad_batches(ds, batch_size, max(real - o.start_step, 0), batches - o.start_step)
+            real = math.ceil(max(num_examples - start, 0) / batch_size)
+            ds = _pad_batches(ds, batch_size, real, remaining)
     ds = ds.apply(
         tf.data.experimental.assert_cardinality(
-            tf.data.INFINITE_CARDINALITY if batches is None else batches - o.start_step
+            tf.data.INFINITE_CARDINALITY if remaining is None else remaining
         )
     )
     if o.as_supervised and o.pad_final_batch:
@@ -179,30 +177,28 @@ def make_dataset(
     return ds
 
 
-def _batch_count(o: ReadOptions, batch_size, shards, n_workers, num_examples) -> int | None:
-    """Elements the dataset yields (batches, or examples without a batch size); None: endless.
-
-    Batches come after the epochs are joined, so they run across epoch boundaries.
-    """
+def _remaining(o: ReadOptions, batch_size, shards, n_workers, num_examples, start):
+    """Elements (batches, or examples without a batch size) yielded from record ``start``
+    (counted over all epochs) on; None: endless. Batches come after the epochs are
+    joined, so they run across epoch boundaries."""
     if o.epochs is None:
         return None
-    if batch_size is None:
-        return num_examples * o.epochs
+    unit = batch_size or 1
     if o.pad_final_batch:
+        # Every worker yields the same batch count, so collective evaluation
+        # steps never wait on a worker that ran out.
         most = max(worker_plan(shards, n_workers, w)[1] for w in range(n_workers))
-        return math.ceil(most / batch_size)
-    total = num_examples * o.epochs
-    return total // batch_size if o.drop_remainder else math.ceil(total / batch_size)
-
-
-def _start_position(o: ReadOptions, batch_size, batches, num_examples) -> int:
-    """The record (counted over all epochs) that ``start_step`` starts at."""
-    if batches is not None and o.start_step > batches:
+        total = math.ceil(most / unit)
+        left = total - o.start_step
+    else:
+        records = num_examples * o.epochs - start
+        left = records // unit if o.drop_remainder else math.ceil(records / unit)
+    if left < 0:
         raise ValueError(
-            f"start_step {o.start_step} is past the end: this read has {batches} "
-            f"{'batches' if batch_size else 'examples'}"
+            f"start_epoch {o.start_epoch}, start_step {o.start_step} is past the end of "
+            f"this read ({o.epochs} epochs of {num_examples} examples on this worker)"
         )
-    return min(o.start_step * (batch_size or 1), num_examples * (o.epochs or 1 << 62))
+    return left
 
 
 def _check(o: ReadOptions, batch_size: int | None, shuffle: bool) -> None:
@@ -211,17 +207,20 @@ def _check(o: ReadOptions, batch_size: int | None, shuffle: bool) -> None:
         raise ValueError(f"batch_size must be >= 1 or None, got {batch_size}")
     if o.pad_final_batch and (batch_size is None or o.drop_remainder):
         raise ValueError("pad_final_batch needs a batch_size and drop_remainder=False")
-    if o.pad_final_batch and (shuffle or o.epochs != 1):
-        raise ValueError("pad_final_batch is for evaluation: use shuffle=False, epochs=1")
+    if o.pad_final_batch and (shuffle or o.epochs != 1 or o.start_epoch):
+        raise ValueError(
+            "pad_final_batch is for evaluation: use shuffle=False, epochs=1 (and start_step, "
+            "not start_epoch, to resume)"
+        )
     if o.decode and batch_size is not None and o.image_size is None:
         raise ValueError(
             "decoded images differ in size: give image_size=(height, width) to "
             "batch them, or batch_size=None, or decode=False"
         )
-    if o.start_step and (shuffle or o.random_crop) and o.seed is None:
+    if (o.start_step or o.start_epoch) and (shuffle or o.random_crop) and o.seed is None:
         raise ValueError(
-            "start_step resumes a seeded read: pass the seed of the run being resumed "
-            "(an unseeded shuffle cannot be repeated)"
+            "start_step and start_epoch resume a seeded read: pass the seed of the run "
+            "being resumed (an unseeded shuffle cannot be repeated)"
         )
 
 
@@ -246,8 +245,8 @@ class _Stream:
         plan = self.plan
         epoch, position = divmod(start, plan.size)
         end = (1 << 62) if epochs is None else epochs
-        if epoch >= end:  # resumed exactly at the end
-            return self._epoch(epoch, plan.resume(epoch, 0)).take(0)
+        if epoch >= end:  # resumed at the very end
+            return self._epoch(0, plan.resume(0, 0)).take(0)
         first = self._epoch(epoch, plan.resume(epoch, position), position)
         rest = tf.data.Dataset.range(epoch + 1, end).flat_map(self._whole_epoch)
         return first.concatenate(rest)
