@@ -16,7 +16,7 @@ import schemas
 from reader.decode import Decoder
 from reader.info import check_path_root, default_path_root, split_shards
 from reader.options import ReadOptions
-from reader.plan import ReadPlan, Resume
+from reader.plan import ReadPlan, Resume, segments
 from schemas import features, storage, tfrecord
 from schemas.info import DatasetError, load_info
 
@@ -131,10 +131,13 @@ def make_dataset(
         seed,
     )
 
+    at_once = o.cycle_length or 16
+    # Fewer shards than files read at once: read each as several runs (reader/plan.py).
+    units = segments([s["num_examples"] for s in mine], -(-at_once // len(mine)) if shuffle else 1)
     plan = ReadPlan(
-        counts=[s["num_examples"] for s in mine],
+        counts=[count for _, _, count in units],
         seed=seed if shuffle else None,
-        cycle=min(o.cycle_length or 16, len(mine)),
+        cycle=min(at_once, len(units)),
         block=o.block_length,
         window=o.shuffle_buffer,
         stride=stride,
@@ -142,7 +145,7 @@ def make_dataset(
     )
     start = (o.start_epoch * num_examples) + o.start_step * (batch_size or 1)
     remaining = _remaining(o, batch_size, shards, n_workers, num_examples, start)
-    stream = _Stream(plan, mine, info["compression"], o, deterministic)
+    stream = _Stream(plan, mine, units, info["compression"], o, deterministic)
     records = stream.records(start, o.epochs)  # (serialized record, epoch)
 
     parallel = {"num_parallel_calls": o.num_parallel_calls, "deterministic": deterministic}
@@ -227,10 +230,12 @@ def _check(o: ReadOptions, batch_size: int | None, shuffle: bool) -> None:
 class _Stream:
     """The worker's serialized records in :class:`ReadPlan` order, with their epoch."""
 
-    def __init__(self, plan: ReadPlan, mine: list[dict], compression: str, o, deterministic):
+    def __init__(self, plan: ReadPlan, mine: list[dict], units, compression: str, o, deterministic):
         self.plan, self.o, self.deterministic = plan, o, deterministic
-        self.paths = tf.constant([s["path"] for s in mine])
-        self.counts = tf.constant([s["num_examples"] for s in mine], tf.int64)
+        self.paths = tf.constant([mine[f]["path"] for f, _, _ in units])
+        self.totals = tf.constant([mine[f]["num_examples"] for f, _, _ in units], tf.int64)
+        self.firsts = tf.constant([first for _, first, _ in units], tf.int64)
+        self.counts = tf.constant([count for _, _, count in units], tf.int64)
         self.compression = "GZIP" if compression == "gzip" else ""
         self.placeholder = tf.data.Dataset.from_tensors(tf.constant(b""))
         # cache: this worker's records in memory, read once now, in stored order.
@@ -292,18 +297,20 @@ class _Stream:
             records = records.unbatch()
         return records.skip(at.tail_skip).map(lambda r: (r, epoch))
 
-    def _group(self, files, leads, skips):
-        """One group's files, read round-robin ``block`` records at a time; a file's
-        lead is that many empty placeholders before its records."""
+    def _group(self, units, leads, skips):
+        """One group's units (files or runs of a file), read round-robin ``block`` records
+        at a time; a unit's lead is that many empty placeholders before its records."""
 
-        def read(f, lead, skip):
+        def read(u, lead, skip):
             records = _checked_records(
-                tf.gather(self.paths, f), tf.gather(self.counts, f), self.compression
+                tf.gather(self.paths, u), tf.gather(self.totals, u), self.compression
             )
-            return self.placeholder.repeat(lead).concatenate(records.skip(skip))
+            count = tf.gather(self.counts, u)
+            records = records.skip(tf.gather(self.firsts, u) + skip).take(count - skip)
+            return self.placeholder.repeat(lead).concatenate(records)
 
         parallel = self.plan.cycle > 1
-        return tf.data.Dataset.from_tensor_slices((files, leads, skips)).interleave(
+        return tf.data.Dataset.from_tensor_slices((units, leads, skips)).interleave(
             read,
             cycle_length=self.plan.cycle,
             block_length=self.plan.block,

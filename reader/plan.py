@@ -18,6 +18,12 @@ more often than tf.data's shuffle buffer of the same size); with them, which
 records meet changes every epoch. A lead costs no IO: the reader pads the
 file with empty placeholders and drops them after the interleave.
 
+The plan's "files" may be segments of files (:func:`segments`): a worker
+with fewer shards than ``cycle`` reads each shard as several runs of
+records, so that one shard's records meet other records every epoch too.
+A run starting inside a shard costs a raw skip to its start (tf.data hops
+over record headers: about a third of a raw read).
+
 Every piece is a pure function of (seed, epoch, position), so a reader can
 start at any position without reading, parsing or decoding what comes before:
 it opens the group in flight, skips the raw records each of its files has
@@ -57,6 +63,17 @@ def permutation(n: int, *key: int) -> np.ndarray:
     for part in key:
         h = _mix(h ^ np.uint64(int(part) & _MASK64))
     return np.argsort(_mix(np.arange(n, dtype=np.uint64) ^ h), kind="stable").astype(np.int64)
+
+
+def segments(counts, parts: int) -> list[tuple[int, int, int]]:
+    """Each file cut into ``parts`` runs of records as equal as can be (none empty):
+    (file index, first record, records), in stored order."""
+    out = []
+    for f, n in enumerate(counts):
+        k = max(1, min(parts, n))
+        cuts = [n * i // k for i in range(k + 1)]
+        out += [(f, cuts[i], cuts[i + 1] - cuts[i]) for i in range(k)]
+    return out
 
 
 @dataclasses.dataclass(frozen=True)

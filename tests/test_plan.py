@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from reader.plan import ReadPlan, permutation
+from reader.plan import ReadPlan, permutation, segments
 
 PLANS = [
     # counts as convert writes them (equal +-1), groups of 2 of 5 files, windows
@@ -116,3 +116,9 @@ def test_permutations_are_pinned_across_installs():
 def test_positions_outside_the_epoch_are_refused():
     with pytest.raises(ValueError, match="outside"):
         PLANS[0].resume(0, PLANS[0].size)
+
+
+def test_segments_cut_files_into_runs():
+    assert segments([5, 2], 2) == [(0, 0, 2), (0, 2, 3), (1, 0, 1), (1, 1, 1)]
+    assert segments([1, 3], 4) == [(0, 0, 1), (1, 0, 1), (1, 1, 1), (1, 2, 1)]
+    assert segments([4], 1) == [(0, 0, 4)]
