@@ -53,8 +53,13 @@ def _shuffle_report_flags(p: argparse.ArgumentParser) -> None:
     )
     a("--epochs", type=int, default=2, help=">= 2 to measure neighbour repeats")
     a("--seed", type=int, default=0, help="the reader's seed")
-    a("--shuffle_buffer", type=int, default=1000, help="the reader's shuffle buffer")
-    a("--cycle_length", type=int, default=None, help="files read at once (None: min(16, files))")
+    a(
+        "--shuffle_buffer",
+        type=int,
+        default=1000,
+        help="records the reader permutes together (a window)",
+    )
+    a("--cycle_length", type=int, default=None, help="runs of records read at once (None: 16)")
     a("--block_length", type=int, default=1, help="records taken from a file in turn")
     a("--no_shuffle", action="store_true", help="read in file order")
     a(

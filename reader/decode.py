@@ -54,12 +54,14 @@ class Decoder:
             out["path"] = ex[features.PATH]
         return out
 
-    def one(self, serialized, epoch):
+    def one(self, serialized, epoch=None):
         ex = tf.io.parse_single_example(serialized, self.spec)
         ex = {k: tf.squeeze(v, 0) for k, v in ex.items()}
         return self._features(ex, self._image(ex, epoch))
 
-    def batch(self, serialized, epochs):
+    def batch(self, serialized, epochs=None):
+        """Parses a batch of records and decodes its images; ``epochs`` (a crop's epoch)
+        only with random_crop."""
         ex = tf.io.parse_example(serialized, self.spec)
         ex = {k: tf.squeeze(v, 1) for k, v in ex.items()}
         if self.decode:
@@ -74,6 +76,8 @@ class Decoder:
                 for k in (features.ENCODED, features.PATH, features.FORMAT, features.KEY)
                 if k in ex
             ]
+            if epochs is None:  # no random crop: no epoch
+                epochs = tf.zeros(tf.shape(ex[features.KEY]), tf.int64)
             images = tf.map_fn(
                 lambda one: self._image(dict(zip(names, one[:-1])), one[-1]),
                 (*(ex[k] for k in names), epochs),

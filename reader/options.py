@@ -20,8 +20,10 @@ class ReadOptions:
             (seed, epoch, window), which a resumed read can recompute (0:
             files and interleave only; the shards are already globally
             shuffled).
-        cycle_length: files read at once, round-robin (default: min(16, files)).
-        block_length: consecutive records taken from a file in turn.
+        cycle_length: runs of records read at once, round-robin (default 16;
+            shuffled, each file is cut into runs at seeded points, new every
+            epoch; unshuffled, a run is a file). See ``reader/plan.py``.
+        block_length: consecutive records taken from a run in turn.
         deterministic: fixed output order. Default: True with a seed or without
             shuffling (evaluation reads in one fixed order, the short batch last);
             False only for unseeded shuffling, whose order is random anyway.

@@ -1,9 +1,11 @@
 """``make_dataset``: a tf.data pipeline over one split of an evenshard dataset.
 
 Order of stages (each one's reason in its comment):
-files -> worker sharding -> seeded file shuffle (new order each epoch) ->
-parallel interleave -> shuffle buffer -> repeat -> parallel parse and decode
--> batch -> prefetch (to the GPU when there is one).
+files -> worker sharding -> runs of records in a seeded order (new each
+epoch) -> round-robin interleave -> seeded window permutation -> epochs
+joined -> batch -> parallel parse and decode -> prefetch (to the GPU when
+there is one). The order is a pure function of (seed, epoch, position)
+(``reader/plan.py``), so a read can start at any batch (``start_step``).
 """
 
 from __future__ import annotations
@@ -16,13 +18,15 @@ import schemas
 from reader.decode import Decoder
 from reader.info import check_path_root, default_path_root, split_shards
 from reader.options import ReadOptions
-from reader.plan import ReadPlan, Resume, segments
+from reader.plan import ReadPlan, Resume, Runs
 from schemas import features, storage, tfrecord
 from schemas.info import DatasetError, load_info
 
 tf = storage.tensorflow()
 
 log = logging.getLogger(__name__)
+
+_CHUNK = 1024  # records a vectorized step of the stream handles at once
 
 
 def worker_plan(shards: list[dict], num_workers: int, worker_index: int):
@@ -132,21 +136,22 @@ def make_dataset(
     )
 
     at_once = o.cycle_length or 16
-    # Fewer shards than files read at once: read each as several runs (reader/plan.py).
-    units = segments([s["num_examples"] for s in mine], -(-at_once // len(mine)) if shuffle else 1)
     plan = ReadPlan(
-        counts=[count for _, _, count in units],
+        counts=[s["num_examples"] for s in mine],
         seed=seed if shuffle else None,
-        cycle=min(at_once, len(units)),
+        cycle=at_once,
         block=o.block_length,
         window=o.shuffle_buffer,
         stride=stride,
         offset=index if stride > 1 else 0,
+        # fewer shards than runs read at once: cut each into more runs (reader/plan.py)
+        parts=-(-at_once // len(mine)),
     )
+    plan = dataclasses.replace(plan, cycle=min(at_once, plan.num_runs))
     start = (o.start_epoch * num_examples) + o.start_step * (batch_size or 1)
     remaining = _remaining(o, batch_size, shards, n_workers, num_examples, start)
-    stream = _Stream(plan, mine, units, info["compression"], o, deterministic)
-    records = stream.records(start, o.epochs)  # (serialized record, epoch)
+    stream = _Stream(plan, mine, info["compression"], o)
+    records = stream.records(start, o.epochs)  # records, or (record, epoch) with random_crop
 
     parallel = {"num_parallel_calls": o.num_parallel_calls, "deterministic": deterministic}
     if batch_size is None:
@@ -228,16 +233,15 @@ def _check(o: ReadOptions, batch_size: int | None, shuffle: bool) -> None:
 
 
 class _Stream:
-    """The worker's serialized records in :class:`ReadPlan` order, with their epoch."""
+    """The worker's serialized records in :class:`ReadPlan` order; (record, epoch) pairs
+    with ``o.random_crop``, whose crops are seeded by the epoch."""
 
-    def __init__(self, plan: ReadPlan, mine: list[dict], units, compression: str, o, deterministic):
-        self.plan, self.o, self.deterministic = plan, o, deterministic
-        self.paths = tf.constant([mine[f]["path"] for f, _, _ in units])
-        self.totals = tf.constant([mine[f]["num_examples"] for f, _, _ in units], tf.int64)
-        self.firsts = tf.constant([first for _, first, _ in units], tf.int64)
-        self.counts = tf.constant([count for _, _, count in units], tf.int64)
+    def __init__(self, plan: ReadPlan, mine: list[dict], compression: str, o: ReadOptions):
+        self.plan = plan
+        self.tagged = o.random_crop
+        self.paths = tf.constant([s["path"] for s in mine])
+        self.counts = tf.constant([s["num_examples"] for s in mine], tf.int64)
         self.compression = "GZIP" if compression == "gzip" else ""
-        self.placeholder = tf.data.Dataset.from_tensors(tf.constant(b""))
         # cache: this worker's records in memory, read once now, in stored order.
         self.cached = None
         if o.cache:
@@ -252,34 +256,38 @@ class _Stream:
         end = (1 << 62) if epochs is None else epochs
         if epoch >= end:  # resumed at the very end
             return self._epoch(0, plan.resume(0, 0)).take(0)
-        first = self._epoch(epoch, plan.resume(epoch, position), position)
-        rest = tf.data.Dataset.range(epoch + 1, end).flat_map(self._whole_epoch)
-        return first.concatenate(rest)
+        records = self._epoch(epoch, plan.resume(epoch, position), position)
+        if epoch + 1 < end:
+            rest = tf.data.Dataset.range(epoch + 1, end).flat_map(self._whole_epoch)
+            records = records.concatenate(rest)
+        # Reading runs in its own thread: with decoding on every core, a
+        # read that waited for the consumer cost 15-30% of the decode rate.
+        return records.prefetch(_CHUNK)
 
     def _whole_epoch(self, epoch):
-        n = len(self.plan.counts)
-        files, leads = tf.numpy_function(
-            self.plan.epoch_files, [epoch], (tf.int64, tf.int64), stateful=False
+        runs = tf.numpy_function(
+            lambda e: _columns(self.plan.runs(e)),
+            [epoch],
+            (tf.int64, tf.int64, tf.int64),
+            stateful=False,
         )
-        files.set_shape([n])
-        leads.set_shape([n])
-        skips = tf.zeros([n], tf.int64)
-        return self._epoch(epoch, Resume(files, leads, skips, self.plan.offset, 0, 0))
+        for part in runs:
+            part.set_shape([self.plan.num_runs])
+        return self._epoch(epoch, Resume(Runs(*runs), self.plan.offset, 0, 0))
 
     def _epoch(self, epoch, at: Resume, position: int = 0):
+        # No function of tf.data's runs per record here: a per-record map or
+        # filter cost 80% of the raw read rate.
         plan = self.plan
         epoch = tf.cast(epoch, tf.int64)
         if self.cached is not None:
             ids = tf.numpy_function(plan.epoch_order, [epoch], tf.int64, stateful=False)
-            records = tf.data.Dataset.from_tensor_slices(ids[position:]).map(
-                lambda i: tf.gather(self.cached, i)
-            )
-            return records.map(lambda r: (r, epoch))
-        groups = tf.data.Dataset.from_tensor_slices((at.files, at.leads, at.skips))
-        records = groups.batch(plan.cycle).flat_map(self._group)
-        if plan.seed is not None:  # drop the placeholders of the leads
-            records = records.filter(lambda r: tf.strings.length(r) > 0)
-        records = records.skip(at.raw_skip)
+            records = tf.data.Dataset.from_tensor_slices(ids[position:]).batch(_CHUNK)
+            return records.map(lambda i: self._tag(tf.gather(self.cached, i), epoch)).unbatch()
+        runs = tf.data.Dataset.from_tensor_slices(_columns(at.runs))
+        records = runs.batch(plan.cycle).flat_map(self._group)
+        if at.raw_skip:
+            records = records.skip(at.raw_skip)
         if plan.stride > 1:
             records = records.shard(plan.stride, 0)
         if plan.windowed:
@@ -291,44 +299,48 @@ class _Stream:
                     tf.int64,
                     stateful=False,
                 )
-                return tf.gather(batch, order)
+                return self._tag(tf.gather(batch, order), epoch)
 
             records = records.batch(plan.window).enumerate(at.first_window).map(permute)
             records = records.unbatch()
-        return records.skip(at.tail_skip).map(lambda r: (r, epoch))
+        elif self.tagged:
+            records = records.batch(_CHUNK).map(lambda b: self._tag(b, epoch)).unbatch()
+        return records.skip(at.tail_skip) if at.tail_skip else records
 
-    def _group(self, units, leads, skips):
-        """One group's units (files or runs of a file), read round-robin ``block`` records
-        at a time; a unit's lead is that many empty placeholders before its records."""
+    def _tag(self, records, epoch):
+        """A window or chunk of records, with its epoch when crops need it."""
+        return (records, tf.fill(tf.shape(records), epoch)) if self.tagged else records
 
-        def read(u, lead, skip):
-            records = _checked_records(
-                tf.gather(self.paths, u), tf.gather(self.totals, u), self.compression
-            )
-            count = tf.gather(self.counts, u)
-            records = records.skip(tf.gather(self.firsts, u) + skip).take(count - skip)
-            return self.placeholder.repeat(lead).concatenate(records)
+    def _group(self, files, starts, stops):
+        """One group of runs, read round-robin ``block`` records at a time."""
 
-        parallel = self.plan.cycle > 1
-        return tf.data.Dataset.from_tensor_slices((units, leads, skips)).interleave(
-            read,
-            cycle_length=self.plan.cycle,
-            block_length=self.plan.block,
-            num_parallel_calls=self.o.num_parallel_calls if parallel else None,
-            deterministic=self.deterministic if parallel else None,
+        def read(f, start, stop):
+            path, listed = tf.gather(self.paths, f), tf.gather(self.counts, f)
+            return _checked_records(path, listed, self.compression, start, stop)
+
+        # A sequential interleave: a parallel one nested in flat_map is not
+        # autotuned, and its threads cost 30% of the decode rate on 2 cores.
+        return tf.data.Dataset.from_tensor_slices((files, starts, stops)).interleave(
+            read, cycle_length=self.plan.cycle, block_length=self.plan.block
         )
 
 
-def _checked_records(path, expected, compression):
-    """The records of one shard; a corrupt or short shard raises an error naming it.
+def _columns(runs: Runs) -> tuple:
+    return runs.file, runs.start, runs.stop
+
+
+def _checked_records(path, listed, compression, start=0, stop=None):
+    """Records ``start`` to ``stop`` (default: all ``listed``) of one shard; a corrupt or
+    short shard raises an error naming it.
 
     TensorFlow's own DataLossError does not say which file failed. Here a read
     error ends the file (``ignore_errors``), and a sentinel that raises an
-    error naming the shard follows its records; ``take(expected)`` stops
-    before the sentinel when every record listed in dataset_info.json was
-    read, and reaches it only when the shard came up short. All of it runs in
+    error naming the shard follows its records; ``take(stop)`` stops before
+    the sentinel when the shard holds the records dataset_info.json lists,
+    and reaches it only when the shard came up short. All of it runs in
     tf.data's C++ ops: no Python function per record (a per-record check cost
-    90% of the read rate, a per-chunk one 40%).
+    90% of the read rate, a per-chunk one 40%). ``skip`` hops over record
+    headers without checking or copying the skipped records.
     """
     records = tf.data.TFRecordDataset(
         path, compression_type=compression, buffer_size=1 << 20
@@ -341,7 +353,7 @@ def _checked_records(path, expected, compression):
                 "evenshard: shard",
                 shard,
                 "is corrupt (CRC mismatch or truncated): it holds fewer good records than the",
-                expected,
+                listed,
                 "listed in dataset_info.json",
             ],
         )
@@ -349,7 +361,7 @@ def _checked_records(path, expected, compression):
             return tf.constant(b"")
 
     sentinel = tf.data.Dataset.from_tensors(path).map(fail)
-    return records.concatenate(sentinel).take(expected)
+    return records.concatenate(sentinel).take(listed if stop is None else stop).skip(start)
 
 
 def _pad_batches(ds, batch_size: int, real_batches: int, total_batches: int):

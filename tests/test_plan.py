@@ -7,13 +7,15 @@ import itertools
 import numpy as np
 import pytest
 
-from reader.plan import ReadPlan, permutation, segments
+from reader.plan import ReadPlan, permutation
 
 PLANS = [
-    # counts as convert writes them (equal +-1), groups of 2 of 5 files, windows
+    # counts as convert writes them (equal +-1), runs read 2 or 3 at once, windows
     ReadPlan(counts=(21, 21, 20, 20, 20), seed=7, cycle=2, block=1, window=16),
     ReadPlan(counts=(21, 21, 20, 20, 20), seed=7, cycle=3, block=4, window=10),
-    ReadPlan(counts=(9, 9, 8), seed=3, cycle=3, block=2, window=0),
+    ReadPlan(counts=(9, 9, 8), seed=3, cycle=3, block=2, window=0, parts=2),
+    # one file cut into 5 runs
+    ReadPlan(counts=(40,), seed=2, cycle=4, window=7, parts=4),
     # fewer files than workers: every 3rd record from offset 2
     ReadPlan(counts=(11, 10), seed=1, cycle=2, block=1, window=5, stride=3, offset=2),
     ReadPlan(counts=(11, 10, 10), seed=None, cycle=2, block=3),
@@ -25,25 +27,20 @@ def simulate(plan: ReadPlan, epoch: int, position: int) -> list[int]:
     independent of ``epoch_order``'s sort-based construction."""
     at = plan.resume(epoch, position)
     starts = np.concatenate([[0], np.cumsum(plan.counts)[:-1]])
+    runs = [
+        iter(range(starts[f] + a, starts[f] + b))
+        for f, a, b in zip(at.runs.file, at.runs.start, at.runs.stop)
+    ]
     raw = []
-    for g in range(0, len(at.files), plan.cycle):
-        streams = [
-            iter([None] * int(lead) + list(range(skip, plan.counts[f])))
-            for f, lead, skip in zip(
-                at.files[g : g + plan.cycle],
-                at.leads[g : g + plan.cycle],
-                at.skips[g : g + plan.cycle],
-            )
-        ]
-        streams = [(s, int(starts[f])) for s, f in zip(streams, at.files[g : g + plan.cycle])]
-        open_ = list(streams)
+    for g in range(0, len(runs), plan.cycle):
+        open_ = runs[g : g + plan.cycle]
         while open_:
             still = []
-            for s, start in open_:
-                block = list(itertools.islice(s, plan.block))
-                raw += [start + r for r in block if r is not None]
+            for run in open_:
+                block = list(itertools.islice(run, plan.block))
+                raw += block
                 if len(block) == plan.block:
-                    still.append((s, start))
+                    still.append(run)
             open_ = still
     mine = raw[at.raw_skip :][:: plan.stride]
     out = []
@@ -96,16 +93,27 @@ def test_unseeded_plans_read_files_round_robin_in_stored_order():
     assert (plan.epoch_order(5) == plan.epoch_order(0)).all()
 
 
-def test_leads_change_which_records_meet():
-    """Without leads, record j of every file lands in the same window every epoch."""
+def test_runs_change_which_records_meet():
+    """With whole files, record j of every file lands in the same window every epoch."""
     plan = ReadPlan((100,) * 8, seed=0, cycle=8, window=40)
     windows = [
         {frozenset(plan.epoch_order(e)[i : i + 40].tolist()) for i in range(0, 800, 40)}
         for e in range(2)
     ]
     assert not windows[0] & windows[1]
-    leads = plan.leads(0)
-    assert leads.min() >= 0 and leads.max() < 100 and len(set(leads.tolist())) > 1
+
+
+def test_runs_cover_each_file_once_and_cut_it_anew_every_epoch():
+    plan = ReadPlan((10, 7, 1, 0), seed=5, cycle=4, parts=3)
+    for epoch in range(2):
+        runs = plan.runs(epoch)
+        assert len(runs.file) == plan.num_runs == 16
+        for f, n in enumerate(plan.counts):
+            mine = sorted((a, b) for g, a, b in zip(runs.file, runs.start, runs.stop) if g == f)
+            assert mine[0][0] == 0 and mine[-1][1] == n
+            assert all(b == a2 for (_, b), (a2, _) in zip(mine, mine[1:]))  # contiguous
+    cuts = [sorted(plan.runs(e).start[plan.runs(e).file == 0].tolist()) for e in range(2)]
+    assert cuts[0] != cuts[1]
 
 
 def test_permutations_are_pinned_across_installs():
@@ -116,9 +124,3 @@ def test_permutations_are_pinned_across_installs():
 def test_positions_outside_the_epoch_are_refused():
     with pytest.raises(ValueError, match="outside"):
         PLANS[0].resume(0, PLANS[0].size)
-
-
-def test_segments_cut_files_into_runs():
-    assert segments([5, 2], 2) == [(0, 0, 2), (0, 2, 3), (1, 0, 1), (1, 1, 1)]
-    assert segments([1, 3], 4) == [(0, 0, 1), (1, 0, 1), (1, 1, 1), (1, 2, 1)]
-    assert segments([4], 1) == [(0, 0, 4)]

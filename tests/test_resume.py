@@ -13,7 +13,7 @@ from conftest import read_split, run_convert
 import reader
 from evenshard import synthetic
 from reader.pipeline import worker_plan
-from reader.plan import ReadPlan, segments
+from reader.plan import ReadPlan
 
 BATCH = 16
 OPTS = dict(seed=11, shuffle_buffer=24, cycle_length=4, block_length=2, decode=False)
@@ -57,16 +57,15 @@ def test_the_reader_reads_in_the_plans_order(data_241, workers):
         ids = [
             i for s in mine for i in range(first[s["file"]], first[s["file"]] + s["num_examples"])
         ]
-        # fewer files than cycle_length: each file is read as several runs
-        units = segments([s["num_examples"] for s in mine], -(-4 // len(mine)))
         plan = ReadPlan(
-            counts=[count for _, _, count in units],
+            counts=[s["num_examples"] for s in mine],
             seed=11,
-            cycle=min(4, len(units)),
+            cycle=4,
             block=2,
             window=24,
             stride=stride,
             offset=w if stride > 1 else 0,
+            parts=-(-4 // len(mine)),  # fewer files than cycle_length: more runs a file
         )
         ds = reader.make_dataset(
             data_dir, "train", None, epochs=2, num_workers=workers, worker_index=w, **OPTS
