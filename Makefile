@@ -10,10 +10,10 @@ venv: $(STAMP)
 
 # Re-installs when setup.py changes; the package is installed editable, so
 # code changes need no reinstall.
-$(STAMP): setup.py pyproject.toml
+$(STAMP): setup.py pyproject.toml constraints-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip install -q -e ".[dev]" -c constraints-dev.txt
 	touch $(STAMP)
 
 demo: venv

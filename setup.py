@@ -36,8 +36,16 @@ setup(
             "scipy>=1.11",
             "apache-beam[dask]>=2.60,<3",
             "dask[distributed]",  # the Dask runner test
+            # the DALI, PyTorch and JAX readers are tested too (make test)
+            "nvidia-dali-cuda120>=2.4",
+            "torch>=2.4",
+            "jax>=0.4.30",
         ],
         "dask": ["apache-beam[dask]>=2.60,<3", "dask[distributed]"],
+        # DALI decodes on the GPU (nvJPEG); its CPU pipelines run anywhere
+        "dali": ["nvidia-dali-cuda120>=2.4"],
+        "torch": ["torch>=2.4"],
+        "jax": ["jax>=0.4.30"],
     },
     entry_points={"console_scripts": ["evenshard=evenshard.cli:main"]},
 )

@@ -93,6 +93,7 @@ class _WriteShard(beam.DoFn):
         # share a half-written file; the rename makes the shard appear whole.
         tmp = f"{self._out}/{INCOMPLETE_DIR}/{name}.{uuid.uuid4().hex}"
         label_counts: dict[str, int] = {}
+        lengths: list[int] = []  # for the DALI index (a shard's metadata)
         count = 0
         with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
             sink = _Sink(f, gzip=self._compression == "gzip")
@@ -104,10 +105,17 @@ class _WriteShard(beam.DoFn):
                     )
                 record = example_bytes(im, label_ids[im.label], self._kind, data)
                 sink.write(tfrecord.frame(record))
+                lengths.append(len(record))
                 label_counts[im.label] = label_counts.get(im.label, 0) + 1
                 count += 1
                 self._progress.add()
             sink.finish()
+        index_file = layout.index_name(name)
+        if index_file:
+            with FileSystems.create(f"{tmp}.idx") as f:
+                f.write(tfrecord.index_text(lengths))
+            # the index lands first: a shard in place always has its index
+            FileSystems.rename([f"{tmp}.idx"], [f"{self._out}/{index_file}"])
         FileSystems.rename([tmp], [f"{self._out}/{name}"])
         self._records.inc(count)
         self._bytes.inc(sink.num_bytes)
@@ -116,6 +124,7 @@ class _WriteShard(beam.DoFn):
             "split": split,
             "index": index,
             "file": name,
+            **({"dali_index": index_file} if index_file else {}),
             "num_examples": count,
             "num_bytes": sink.num_bytes,
             "sha256": sink.sha256.hexdigest(),

@@ -52,6 +52,11 @@ def parse_info(data: bytes | str, where: str = layout.INFO_FILE) -> dict:
                     f"{where}: split {split}: shard {name!r} is not a plain shard file name "
                     "inside the dataset folder"
                 )
+            if "dali_index" in shard and shard["dali_index"] != layout.index_name(name):
+                raise DatasetError(
+                    f"{where}: split {split}: shard {name}: dali_index "
+                    f"{shard['dali_index']!r} is not {layout.index_name(name)!r}"
+                )
     return info
 
 

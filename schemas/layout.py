@@ -3,6 +3,7 @@
 ```
 OUT/
   train-00000-of-00016.tfrecord ...  (.tfrecord.gz with gzip compression)
+  train-00000-of-00016.tfrecord.idx  DALI's record index, uncompressed shards only
   schema.pbtxt, labels.txt
   rejects/rejects.jsonl
   .incomplete/                        shards being written (gone when done)
@@ -60,6 +61,18 @@ def shard_name(split: str, index: int, count: int, compression: str = "none") ->
     if not 0 <= index < count:
         raise ValueError(f"shard index {index} is not in [0, {count})")
     return f"{split}-{index:05d}-of-{count:05d}{shard_suffix(compression)}"
+
+
+INDEX_SUFFIX = ".idx"
+
+
+def index_name(shard_file: str) -> str | None:
+    """The DALI index beside an uncompressed shard (``offset size`` a record, the format
+    of DALI's ``tfrecord2idx``); None for a compressed one: DALI reads uncompressed
+    TFRecord only."""
+    if not is_shard_name(shard_file):
+        raise ValueError(f"{shard_file!r} is not a shard file name")
+    return None if shard_file.endswith(".gz") else shard_file + INDEX_SUFFIX
 
 
 def is_shard_name(name: str) -> bool:

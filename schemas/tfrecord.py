@@ -38,6 +38,20 @@ def frame(record: bytes) -> bytes:
     )
 
 
+FRAME_OVERHEAD = 16  # length, its CRC, and the data's CRC
+
+
+def index_text(lengths) -> bytes:
+    """DALI's index of an uncompressed file of records of these lengths: one
+    ``offset size`` line a record, exactly as DALI's ``tfrecord2idx`` writes it."""
+    lines, offset = [], 0
+    for n in lengths:
+        size = n + FRAME_OVERHEAD
+        lines.append(f"{offset} {size}\n")
+        offset += size
+    return "".join(lines).encode("ascii")
+
+
 class CorruptRecord(ValueError):
     """A record whose framing or checksum is wrong; says which one."""
 

@@ -108,6 +108,7 @@ def validate(
         split_labels: dict[str, int] = {}
         for shard in s["shards"]:
             listed.add(shard["file"])
+            listed.add(shard.get("dali_index"))
             path = layout.join(out, shard["file"])
             problems += _check_shard(
                 path,
@@ -146,6 +147,7 @@ def _check_shard(
     counts: dict[str, int] = {}
     n = 0
     batch: list[bytes] = []
+    lengths: list[int] = []
 
     def flush():
         first = n - len(batch)
@@ -171,6 +173,7 @@ def _check_shard(
         try:
             for record in tfrecord.iter_records(path, raw=hashed):
                 batch.append(record)
+                lengths.append(len(record))
                 n += 1
                 if len(batch) >= BATCH:
                     flush()
@@ -188,6 +191,7 @@ def _check_shard(
     recorded = {k: v for k, v in shard.get("label_counts", {}).items() if v}
     if counts != recorded:
         problems.append(f"{path}: label counts {counts} differ from {INFO} {recorded}")
+    problems += _check_dali_index(path, shard, lengths)
     for k, v in counts.items():
         split_labels[k] = split_labels.get(k, 0) + v
     return problems
@@ -240,6 +244,20 @@ def _decode_problem(tf, data: bytes, feature) -> str | None:
     if got != recorded:
         return f"image decodes to {got} (height, width, channels), the record says {recorded}"
     return None
+
+
+def _check_dali_index(path: str, shard: dict, lengths: list[int]) -> list[str]:
+    """The DALI index beside an uncompressed shard matches the records read."""
+    if "dali_index" not in shard:
+        return []
+    index_path = f"{path.rsplit('/', 1)[0]}/{shard['dali_index']}"
+    try:
+        text = storage.read_bytes(index_path)
+    except OSError:
+        return [f"{index_path}: listed in {INFO} but missing"]
+    if text != tfrecord.index_text(lengths):
+        return [f"{index_path}: does not match the records of {path} (rewrite it or convert again)"]
+    return []
 
 
 def _check_strays(out: str, listed: set[str]) -> list[str]:

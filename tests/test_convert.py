@@ -55,6 +55,7 @@ def test_shards_are_balanced_and_splits_disjoint(converted):
     assert sorted(os.listdir(out)) == sorted(
         [".evenshard", "dataset_info.json", "labels.txt", "schema.pbtxt", "rejects"]
         + [sh["file"] for s in info["splits"].values() for sh in s["shards"]]
+        + [sh["file"] + ".idx" for s in info["splits"].values() for sh in s["shards"]]
     )
 
 

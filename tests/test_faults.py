@@ -98,7 +98,12 @@ def test_sigkill_part_way_then_rerun(folder_500, clean_run, tmp_path):
 
     info = run_convert(folder_500[0], str(out), *FLAGS)  # no --overwrite needed: not finished
     assert shas(info) == shas(clean_run)
-    listed = {sh["file"] for s in info["splits"].values() for sh in s["shards"]}
+    listed = {
+        name
+        for s in info["splits"].values()
+        for sh in s["shards"]
+        for name in (sh["file"], sh["dali_index"])
+    }
     assert set(os.listdir(out)) == listed | {
         ".evenshard",  # the marker: convert owns the files of its names here
         "dataset_info.json",
