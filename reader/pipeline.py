@@ -11,61 +11,20 @@ there is one). The order is a pure function of (seed, epoch, position)
 from __future__ import annotations
 
 import dataclasses
-import logging
-import math
 
 import schemas
 from reader.decode import Decoder
-from reader.info import check_path_root, default_path_root, split_shards
+from reader.info import check_path_root, default_path_root
 from reader.options import ReadOptions
 from reader.plan import ReadPlan, Resume, Runs
+from reader.worker import WorkerRead
 from schemas import features, storage, tfrecord
-from schemas.info import DatasetError, load_info
+from schemas.info import load_info
 
 tf = storage.tensorflow()
 
-log = logging.getLogger(__name__)
 
 _CHUNK = 1024  # records a vectorized step of the stream handles at once
-
-
-def worker_plan(shards: list[dict], num_workers: int, worker_index: int):
-    """Which files a worker reads, and how many examples it gets.
-
-    Files are dealt round-robin (disjoint). With fewer files than workers,
-    every worker reads all files and keeps every num_workers-th record.
-
-    Returns:
-        (files, examples of this worker, record-level stride)
-    """
-    if len(shards) < num_workers:
-        total = sum(s["num_examples"] for s in shards)
-        return shards, len(range(worker_index, total, num_workers)), num_workers
-    mine = shards[worker_index::num_workers]
-    return mine, sum(s["num_examples"] for s in mine), 1
-
-
-def _warn_uneven(split: str, n_files: int, num_workers: int) -> None:
-    if n_files < num_workers:
-        log.warning(
-            "split %s has %d shards for %d workers: every worker reads every shard "
-            "and keeps 1 record in %d; convert with --shard_multiple %d to read "
-            "disjoint files",
-            split,
-            n_files,
-            num_workers,
-            num_workers,
-            num_workers,
-        )
-    elif n_files % num_workers:
-        log.warning(
-            "split %s has %d shards, not a multiple of %d workers: workers get "
-            "unequal example counts; convert with --shard_multiple %d to fix it",
-            split,
-            n_files,
-            num_workers,
-            num_workers,
-        )
 
 
 def make_dataset(
@@ -99,20 +58,11 @@ def make_dataset(
     """
     o = dataclasses.replace(options or ReadOptions(), **overrides)
     info = load_info(data_dir)
-    shards = split_shards(info, data_dir, split)
-    shuffle = (split == "train") if o.shuffle is None else o.shuffle
+    w = WorkerRead.of(info, data_dir, split, batch_size, o)
     deterministic = o.deterministic
     if deterministic is None:
-        deterministic = o.seed is not None or not shuffle
-    _check(o, batch_size, shuffle)
-    if not shards:
-        raise DatasetError(f"split {split!r} of {data_dir} has no examples")
-    n_workers, index = o.workers()
-    _warn_uneven(split, len(shards), n_workers)
-    mine, num_examples, stride = worker_plan(shards, n_workers, index)
-    seed = o.seed
-    if seed is None and (shuffle or o.random_crop):
-        seed = int(tf.random.uniform([], maxval=2**31 - 1, dtype=tf.int64))  # a fresh one
+        deterministic = o.seed is not None or not w.shuffle
+    mine, seed = w.shards, w.seed
     kind = info["record_kind"]
     root = default_path_root(info, o.path_root)
     if kind == "path":
@@ -135,23 +85,8 @@ def make_dataset(
         seed,
     )
 
-    at_once = o.cycle_length or 16
-    plan = ReadPlan(
-        counts=[s["num_examples"] for s in mine],
-        seed=seed if shuffle else None,
-        cycle=at_once,
-        block=o.block_length,
-        window=o.shuffle_buffer,
-        stride=stride,
-        offset=index if stride > 1 else 0,
-        # fewer shards than runs read at once: cut each into more runs (reader/plan.py)
-        parts=-(-at_once // len(mine)),
-    )
-    plan = dataclasses.replace(plan, cycle=min(at_once, plan.num_runs))
-    start = (o.start_epoch * num_examples) + o.start_step * (batch_size or 1)
-    remaining = _remaining(o, batch_size, shards, n_workers, num_examples, start)
-    stream = _Stream(plan, mine, info["compression"], o)
-    records = stream.records(start, o.epochs)  # records, or (record, epoch) with random_crop
+    stream = _Stream(w.plan, mine, info["compression"], o)
+    records = stream.records(w.start, o.epochs)  # records, or (record, epoch) with random_crop
 
     parallel = {"num_parallel_calls": o.num_parallel_calls, "deterministic": deterministic}
     if batch_size is None:
@@ -162,11 +97,10 @@ def make_dataset(
         ds = records.batch(batch_size, drop_remainder=o.drop_remainder)
         ds = ds.map(decoder.batch, **parallel)
         if o.pad_final_batch:
-            real = math.ceil(max(num_examples - start, 0) / batch_size)
-            ds = _pad_batches(ds, batch_size, real, remaining)
+            ds = _pad_batches(ds, batch_size, w.real_batches, w.remaining)
     ds = ds.apply(
         tf.data.experimental.assert_cardinality(
-            tf.data.INFINITE_CARDINALITY if remaining is None else remaining
+            tf.data.INFINITE_CARDINALITY if w.remaining is None else w.remaining
         )
     )
     if o.as_supervised and o.pad_final_batch:
@@ -183,53 +117,6 @@ def make_dataset(
     elif o.prefetch is not None:
         ds = ds.prefetch(o.prefetch)
     return ds
-
-
-def _remaining(o: ReadOptions, batch_size, shards, n_workers, num_examples, start):
-    """Elements (batches, or examples without a batch size) yielded from record ``start``
-    (counted over all epochs) on; None: endless. Batches come after the epochs are
-    joined, so they run across epoch boundaries."""
-    if o.epochs is None:
-        return None
-    unit = batch_size or 1
-    if o.pad_final_batch:
-        # Every worker yields the same batch count, so collective evaluation
-        # steps never wait on a worker that ran out.
-        most = max(worker_plan(shards, n_workers, w)[1] for w in range(n_workers))
-        total = math.ceil(most / unit)
-        left = total - o.start_step
-    else:
-        records = num_examples * o.epochs - start
-        left = records // unit if o.drop_remainder else math.ceil(records / unit)
-    if left < 0:
-        raise ValueError(
-            f"start_epoch {o.start_epoch}, start_step {o.start_step} is past the end of "
-            f"this read ({o.epochs} epochs of {num_examples} examples on this worker)"
-        )
-    return left
-
-
-def _check(o: ReadOptions, batch_size: int | None, shuffle: bool) -> None:
-    """Options that only conflict given the batch size and the split's default shuffle."""
-    if batch_size is not None and batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1 or None, got {batch_size}")
-    if o.pad_final_batch and (batch_size is None or o.drop_remainder):
-        raise ValueError("pad_final_batch needs a batch_size and drop_remainder=False")
-    if o.pad_final_batch and (shuffle or o.epochs != 1 or o.start_epoch):
-        raise ValueError(
-            "pad_final_batch is for evaluation: use shuffle=False, epochs=1 (and start_step, "
-            "not start_epoch, to resume)"
-        )
-    if o.decode and batch_size is not None and o.image_size is None:
-        raise ValueError(
-            "decoded images differ in size: give image_size=(height, width) to "
-            "batch them, or batch_size=None, or decode=False"
-        )
-    if (o.start_step or o.start_epoch) and (shuffle or o.random_crop) and o.seed is None:
-        raise ValueError(
-            "start_step and start_epoch resume a seeded read: pass the seed of the run "
-            "being resumed (an unseeded shuffle cannot be repeated)"
-        )
 
 
 class _Stream:

@@ -84,7 +84,8 @@ def resume(data_dir: str, split: str, state: ReadState, options=None, **override
     """
     from reader.info import split_shards
     from reader.options import ReadOptions
-    from reader.pipeline import make_dataset, worker_plan
+    from reader.pipeline import make_dataset
+    from reader.worker import worker_plan
     from schemas.info import load_info
 
     o = dataclasses.replace(options or ReadOptions(), **overrides)

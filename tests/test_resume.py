@@ -12,8 +12,8 @@ from conftest import read_split, run_convert
 
 import reader
 from evenshard import synthetic
-from reader.pipeline import worker_plan
 from reader.plan import ReadPlan
+from reader.worker import worker_plan
 
 BATCH = 16
 OPTS = dict(seed=11, shuffle_buffer=24, cycle_length=4, block_length=2, decode=False)
