@@ -109,3 +109,65 @@ def encode_record(
             features.payload(kind): payload,
         }
     )
+
+
+@functools.lru_cache(maxsize=1)
+def _example_class():
+    """tf.train.Example as a protobuf class built here, in a pool of its own (parsing
+    in C through protobuf's upb, without importing TensorFlow)."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    F = descriptor_pb2.FieldDescriptorProto
+    fd = descriptor_pb2.FileDescriptorProto(
+        name="evenshard/example.proto", package="evenshard", syntax="proto3"
+    )
+
+    def message(name, *fields, nested=()):
+        m = fd.message_type.add(name=name)
+        for number, fname, ftype, label, type_name in fields:
+            f = m.field.add(name=fname, number=number, type=ftype, label=label)
+            if type_name:
+                f.type_name = type_name
+        for n in nested:
+            m.nested_type.add().CopyFrom(n)
+        return m
+
+    rep, opt = F.LABEL_REPEATED, F.LABEL_OPTIONAL
+    message("BytesList", (1, "value", F.TYPE_BYTES, rep, None))
+    message("Int64List", (1, "value", F.TYPE_INT64, rep, None))
+    message("FloatList", (1, "value", F.TYPE_FLOAT, rep, None))
+    feature = message(
+        "Feature",
+        (1, "bytes_list", F.TYPE_MESSAGE, opt, ".evenshard.BytesList"),
+        (2, "float_list", F.TYPE_MESSAGE, opt, ".evenshard.FloatList"),
+        (3, "int64_list", F.TYPE_MESSAGE, opt, ".evenshard.Int64List"),
+    )
+    feature.oneof_decl.add(name="kind")
+    for f in feature.field:
+        f.oneof_index = 0
+    entry = descriptor_pb2.DescriptorProto(name="FeatureEntry")
+    entry.options.map_entry = True
+    entry.field.add(name="key", number=1, type=F.TYPE_STRING, label=opt)
+    entry.field.add(
+        name="value", number=2, type=F.TYPE_MESSAGE, label=opt, type_name=".evenshard.Feature"
+    )
+    message(
+        "Features",
+        (1, "feature", F.TYPE_MESSAGE, rep, ".evenshard.Features.FeatureEntry"),
+        nested=[entry],
+    )
+    message("Example", (1, "features", F.TYPE_MESSAGE, opt, ".evenshard.Features"))
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fd)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("evenshard.Example"))
+
+
+def parse_example(data: bytes) -> dict[str, bytes | int]:
+    """``{name: first value}`` of a serialized tf.train.Example (bytes or int features)."""
+    example = _example_class().FromString(data)
+    out = {}
+    for name, feature in example.features.feature.items():
+        kind = feature.WhichOneof("kind")
+        values = getattr(feature, kind).value if kind else ()
+        out[name] = values[0] if len(values) else None
+    return out

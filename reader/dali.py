@@ -1,0 +1,156 @@
+"""NVIDIA DALI pipelines over a split: decoding on the GPU (nvJPEG) when there is one.
+
+``make_dali_pipeline`` feeds DALI from :class:`reader.source.RecordSource`,
+so it reads exactly what ``reader.make_dataset`` reads, in the same order
+(the same files per worker, equal counts, the seeded order that changes
+every epoch, batches across epoch boundaries, ``start_step``, padding and
+mask), and DALI decodes, crops and resizes: ``device="gpu"`` decodes with
+``"mixed"`` (nvJPEG), ``"cpu"`` on the CPU.
+
+Why not DALI's own ``fn.readers.tfrecord``: its shuffle is a buffer of its
+own and its sharding splits records, not files, so it could not promise the
+reader's order, exact-once padding or resuming. The DALI index files that
+convert writes serve both: this reader fetches records by their offsets, and
+``fn.readers.tfrecord(index_path=...)`` takes them as they are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from reader.options import ReadOptions
+from reader.source import Batch, RecordSource
+from schemas.info import DatasetError
+
+# Formats DALI's image decoder reads (nvImageCodec): no GIF.
+DALI_FORMATS = ("jpeg", "png", "bmp", "webp")
+
+
+class DaliReader:
+    """A built DALI pipeline and the records that feed it; iterate for batches.
+
+    Each batch is a dict: ``image`` (uint8, NHWC; a DALI ``TensorListGPU``
+    on the GPU, a numpy array on the CPU), ``label`` (int64), ``key`` (list of
+    str), ``mask`` (bool: False on padding, whose image is zeros).
+    ``pipeline`` is the DALI pipeline itself (an external source named
+    "encoded" in, the images out), ``len()`` the number of batches.
+    """
+
+    def __init__(self, source: RecordSource, pipeline, device: str):
+        self.source, self.pipeline, self.device = source, pipeline, device
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def __iter__(self):
+        # One batch fed, one run: DALI decodes the batch with its threads (and
+        # the GPU) while nothing else waits on it. A smaller final batch is fed
+        # as is: DALI runs batches of any size up to batch_size.
+        for batch in self.source:
+            self.pipeline.feed_input("encoded", batch.encoded)
+            (images,) = self.pipeline.run()
+            yield self._output(images, batch)
+
+    def _output(self, images, batch: Batch) -> dict:
+        if self.device == "gpu":
+            image = images  # TensorListGPU: reader.torch moves it into a torch tensor
+        else:
+            image = images.as_array()
+            if not batch.mask.all():
+                image = image.copy()
+                image[~batch.mask] = 0
+        return {"image": image, "label": batch.label, "key": batch.key, "mask": batch.mask}
+
+
+def make_dali_pipeline(
+    data_dir: str,
+    split: str = "train",
+    batch_size: int = 32,
+    options: ReadOptions | None = None,
+    *,
+    device: str | None = None,
+    num_threads: int = 2,
+    **overrides,
+) -> DaliReader:
+    """A DALI pipeline over one split, with the reader's semantics.
+
+    Args:
+        data_dir, split, batch_size, options, overrides: as for
+            ``reader.make_dataset`` (``image_size`` is required: DALI batches
+            images of one size; ``channels`` 1 or 3; ``random_crop`` crops
+            8%-100% of the area, aspect 3/4-4/3, before resizing).
+        device: "gpu" (decode with nvJPEG: DALI's "mixed"), "cpu", or None:
+            the GPU when DALI sees one.
+        num_threads: DALI's CPU threads.
+
+    Raises:
+        DatasetError: the dataset holds a format DALI does not decode (GIF),
+            or has no DALI index (gzip shards).
+        ImportError: DALI is not installed (``pip install "evenshard[dali]"``).
+    """
+    try:
+        from nvidia import dali
+        from nvidia.dali import fn, types
+    except ImportError as e:
+        raise ImportError(f'DALI is not installed: pip install "evenshard[dali]" ({e})') from None
+    o = dataclasses.replace(options or ReadOptions(), **overrides)
+    if o.image_size is None or not o.decode:
+        raise ValueError("make_dali_pipeline decodes and batches images: give image_size")
+    if o.channels not in (1, 3):
+        raise ValueError(f"DALI decodes to 1 or 3 channels, got channels={o.channels}")
+    source = RecordSource(data_dir, split, batch_size, o)
+    unsupported = sorted(set(source.info.get("formats", [])) - set(DALI_FORMATS))
+    if unsupported:
+        raise DatasetError(
+            f"{data_dir} holds {', '.join(unsupported)} images, which DALI cannot decode "
+            f"(it reads {', '.join(DALI_FORMATS)}): read it with reader.make_dataset, or "
+            "convert the images to PNG or JPEG first"
+        )
+    if device is None:
+        device = "gpu" if _gpus() else "cpu"
+    if device not in ("gpu", "cpu"):
+        raise ValueError(f'device must be "gpu", "cpu" or None, got {device!r}')
+    decoder_device = "mixed" if device == "gpu" else "cpu"
+    seed = source.read.seed if source.read.seed is not None else 0
+
+    @dali.pipeline_def(
+        batch_size=batch_size,
+        num_threads=num_threads,
+        device_id=0 if device == "gpu" else None,
+        seed=seed % (2**31),
+        prefetch_queue_depth=1,
+        exec_async=False,
+        exec_pipelined=False,
+    )
+    def pipeline():
+        encoded = fn.external_source(name="encoded", dtype=types.UINT8, no_copy=False)
+        kind = types.RGB if o.channels == 3 else types.GRAY
+        if o.random_crop:
+            images = fn.decoders.image_random_crop(
+                encoded,
+                device=decoder_device,
+                output_type=kind,
+                random_area=[0.08, 1.0],
+                random_aspect_ratio=[0.75, 4 / 3],
+                num_attempts=10,
+            )
+        else:
+            images = fn.decoders.image(encoded, device=decoder_device, output_type=kind)
+        height, width = o.image_size
+        return fn.resize(images, resize_y=height, resize_x=width, antialias=False)
+
+    pipe = pipeline()
+    pipe.build()
+    return DaliReader(source, pipe, device)
+
+
+def _gpus() -> int:
+    try:
+        from nvidia.dali.backend import GetCUDADeviceCount
+
+        return GetCUDADeviceCount()
+    except Exception:  # noqa: BLE001 - no driver, no GPU
+        return 0
+
+
+__all__ = ["DALI_FORMATS", "DaliReader", "make_dali_pipeline"]

@@ -1,0 +1,165 @@
+"""The worker's records in read-plan order, fetched by offset, without TensorFlow.
+
+The DALI pipeline and the PyTorch iterable read through here: the same
+:class:`reader.worker.WorkerRead` as ``make_dataset`` (files, counts, order,
+batches across epoch boundaries, padding, ``start_step``), with records
+fetched by their offsets in the DALI index convert writes beside each
+uncompressed shard, so any position is one ``pread`` away.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import struct
+
+import numpy as np
+
+from reader.info import default_path_root
+from reader.options import ReadOptions
+from reader.worker import WorkerRead
+from schemas import features, layout, storage, tfrecord
+from schemas.example import parse_example
+from schemas.info import DatasetError, load_info
+
+
+@dataclasses.dataclass
+class Batch:
+    """One batch: encoded images and their records' fields, in read order.
+
+    ``mask`` is False on padding rows (``pad_final_batch``), whose encoded
+    image repeats a real one so that decoders see a valid image; their
+    label is 0 and key empty, as in ``make_dataset``.
+    """
+
+    encoded: list[np.ndarray]
+    label: np.ndarray
+    key: list[str]
+    format: list[str]
+    mask: np.ndarray
+
+
+class RecordSource:
+    """Batches of one worker's share of a split (see the module docstring).
+
+    Args:
+        data_dir, split, batch_size, options: as for ``reader.make_dataset``
+            (``image_size`` and the like are the decoder's business).
+
+    Raises:
+        DatasetError: as ``make_dataset``; also for gzip-compressed shards
+            (no index: convert without ``--compression gzip``) and for
+            datasets outside the local file system.
+    """
+
+    def __init__(self, data_dir: str, split: str, batch_size: int, options: ReadOptions):
+        info = load_info(data_dir)
+        if info["compression"] != "none":
+            raise DatasetError(
+                f"{data_dir} has {info['compression']} shards: this reader fetches records "
+                "by offset from the DALI index, which only uncompressed shards have; "
+                "convert without --compression"
+            )
+        if storage.is_url(data_dir):
+            raise DatasetError(f"{data_dir}: this reader reads local folders (use make_dataset)")
+        self.info, self.options, self.batch_size = info, options, batch_size
+        self.read = WorkerRead.of(info, data_dir, split, batch_size, options)
+        self.kind = info["record_kind"]
+        self.root = default_path_root(info, options.path_root)
+        listed = {s["file"]: s for s in info["splits"][split]["shards"]}
+        self._paths, self._offsets, self._sizes = [], [], []
+        for shard in self.read.shards:
+            name = os.path.basename(shard["path"])
+            index = listed[name].get("dali_index") or layout.index_name(name)
+            table = _load_index(layout.join(data_dir, index), shard["num_examples"])
+            self._paths.append(shard["path"])
+            self._offsets.append(table[:, 0])
+            self._sizes.append(table[:, 1])
+        counts = [s["num_examples"] for s in self.read.shards]
+        self._firsts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        self._fds: list[int] = []
+
+    def __len__(self) -> int:
+        if self.read.remaining is None:
+            raise TypeError("an endless read (epochs=None) has no length")
+        return self.read.remaining
+
+    def __iter__(self):
+        """Batches from ``start_step`` on, as ``make_dataset`` yields them."""
+        o, size = self.options, self.batch_size
+        plan, n = self.read.plan, self.read.num_examples
+        epoch, position = divmod(self.read.start, n)
+        left = self.read.remaining
+        pending: list[tuple] = []
+        self._fds = [os.open(p, os.O_RDONLY) for p in self._paths]
+        try:
+            while (o.epochs is None or epoch < o.epochs) and left != 0:
+                for gid in plan.epoch_order(epoch)[position:]:
+                    pending.append(self._example(int(gid)))
+                    if len(pending) == size:
+                        yield self._batch(pending, size)
+                        pending, left = [], None if left is None else left - 1
+                        if left == 0:
+                            return
+                epoch, position = epoch + 1, 0
+            if pending and not o.drop_remainder:
+                yield self._batch(pending, size if o.pad_final_batch else len(pending))
+                left -= 1
+            while o.pad_final_batch and left > 0:  # all-padding batches, as every worker
+                yield self._batch([], size, like=self._example(0))
+                left -= 1
+        finally:
+            for fd in self._fds:
+                os.close(fd)
+            self._fds = []
+
+    def _example(self, gid: int) -> tuple:
+        """(encoded image, label, key, format) of the worker's record ``gid``."""
+        f = int(np.searchsorted(self._firsts, gid, side="right")) - 1
+        r = gid - int(self._firsts[f])
+        offset, size = int(self._offsets[f][r]), int(self._sizes[f][r])
+        frame = os.pread(self._fds[f], size, offset)
+        data = frame[12:-4]
+        if len(frame) != size or struct.unpack("<I", frame[-4:])[0] != tfrecord.masked_crc(data):
+            raise DatasetError(
+                f"{self._paths[f]}: record {r} (byte {offset}) is corrupt or truncated"
+            )
+        ex = parse_example(data)
+        if self.kind == "image":
+            encoded = ex[features.ENCODED]
+        else:
+            encoded = storage.read_bytes(layout.join(self.root, ex[features.PATH].decode()))
+        return (
+            np.frombuffer(encoded, np.uint8),
+            ex[features.LABEL],
+            ex[features.KEY].decode(),
+            ex[features.FORMAT].decode(),
+        )
+
+    @staticmethod
+    def _batch(rows: list[tuple], size: int, like: tuple | None = None) -> Batch:
+        real = len(rows)
+        filler = rows[0] if rows else like
+        rows = rows + [(filler[0], 0, "", filler[3])] * (size - real)
+        return Batch(
+            encoded=[r[0] for r in rows],
+            label=np.array([r[1] for r in rows], np.int64),
+            key=[r[2] for r in rows],
+            format=[r[3] for r in rows],
+            mask=np.arange(size) < real,
+        )
+
+
+def _load_index(path: str, expected: int) -> np.ndarray:
+    """[[offset, size]] of a DALI index, checked against the shard's record count."""
+    try:
+        text = storage.read_bytes(path)
+    except OSError:
+        raise DatasetError(
+            f"{path} is missing: this reader fetches records by the DALI index that "
+            "convert writes beside each uncompressed shard (convert again to get it)"
+        ) from None
+    table = np.array(text.split(), np.int64).reshape(-1, 2)
+    if len(table) != expected:
+        raise DatasetError(f"{path}: {len(table)} records indexed, the shard lists {expected}")
+    return table
