@@ -1,0 +1,152 @@
+"""PyTorch: an evenshard split as batches of torch tensors, with the reader's guarantees.
+
+    from reader.torch import TorchReader
+    train = TorchReader("out/", "train", 256, image_size=(224, 224), seed=0, epochs=None)
+    for batch in train:   # {"image": uint8 NHWC (or NCHW), "label", "key", "mask"}
+        ...
+
+Two backends read the same records in the same order (``reader.worker``):
+``"dali"`` decodes with DALI (on the GPU when there is one: the images come
+as CUDA tensors) and ``"tf"`` with the tf.data reader on the CPU. The
+default is DALI when it is installed and decodes the dataset's formats.
+Workers of ``torch.distributed`` (or ``RANK``/``WORLD_SIZE``) read disjoint
+files with equal step counts, as ``num_workers``/``worker_index`` do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import numpy as np
+import torch
+
+from reader.options import ReadOptions
+
+
+def distributed_workers() -> tuple[int, int] | None:
+    """(world size, rank) of torch.distributed, else of RANK/WORLD_SIZE, else None."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_world_size(), torch.distributed.get_rank()
+    if "WORLD_SIZE" in os.environ and "RANK" in os.environ:
+        return int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
+    return None
+
+
+class TorchReader(torch.utils.data.IterableDataset):
+    """Batches of one split as torch tensors; ``len()`` is the number of batches.
+
+    Args:
+        data_dir, split, batch_size, options, overrides: as for
+            ``reader.make_dataset`` (``image_size`` required).
+        backend: "dali", "tf", or None (DALI when installed and the
+            dataset's formats allow it, else tf.data).
+        layout: "NHWC" or "NCHW" for ``image``.
+
+    Each batch: ``image`` uint8 [N, H, W, C] (or [N, C, H, W]), ``label``
+    int64 [N], ``key`` list of N str, ``mask`` bool [N] (False on the
+    padding of ``pad_final_batch``). Use it directly, or in a
+    ``DataLoader(reader, batch_size=None)`` with at most one worker: it
+    batches, shuffles and splits work across ranks itself.
+    """
+
+    def __init__(
+        self,
+        data_dir: str,
+        split: str = "train",
+        batch_size: int = 32,
+        options: ReadOptions | None = None,
+        *,
+        backend: str | None = None,
+        layout: str = "NHWC",
+        **overrides,
+    ):
+        super().__init__()
+        o = dataclasses.replace(options or ReadOptions(), **overrides)
+        if o.input_context is None and o.num_workers is None:
+            ranks = distributed_workers()
+            if ranks:
+                o = dataclasses.replace(o, num_workers=ranks[0], worker_index=ranks[1])
+        if layout not in ("NHWC", "NCHW"):
+            raise ValueError(f'layout must be "NHWC" or "NCHW", got {layout!r}')
+        if o.image_size is None:
+            raise ValueError("TorchReader batches decoded images: give image_size")
+        self.layout, self.options = layout, o
+        self.backend = backend or _default_backend(data_dir)
+        if self.backend == "dali":
+            from reader.dali import make_dali_pipeline
+
+            self._reader = make_dali_pipeline(data_dir, split, batch_size, o)
+            self._len = len(self._reader)
+        elif self.backend == "tf":
+            from reader.pipeline import make_dataset
+
+            self._reader = make_dataset(data_dir, split, batch_size, o, prefetch_to_device=False)
+            n = int(self._reader.cardinality().numpy())
+            self._len = None if n < 0 else n
+        else:
+            raise ValueError(f'backend must be "dali", "tf" or None, got {backend!r}')
+
+    def __len__(self) -> int:
+        if self._len is None:
+            raise TypeError("an endless read (epochs=None) has no length")
+        return self._len
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        if info is not None and info.num_workers > 1:
+            raise RuntimeError(
+                "TorchReader splits work across ranks itself: use DataLoader(reader, "
+                "batch_size=None, num_workers=0 or 1), and num_workers/worker_index or "
+                "torch.distributed for more readers"
+            )
+        convert = self._from_dali if self.backend == "dali" else self._from_tf
+        for batch in self._reader:
+            out = convert(batch)
+            if self.layout == "NCHW":
+                out["image"] = out["image"].permute(0, 3, 1, 2)
+            yield out
+
+    @staticmethod
+    def _from_tf(batch) -> dict:
+        n = int(batch["label"].shape[0])
+        mask = batch["mask"].numpy() if "mask" in batch else np.ones(n, bool)
+        return {
+            "image": torch.from_numpy(batch["image"].numpy()),
+            "label": torch.from_numpy(batch["label"].numpy()),
+            "key": [k.decode() for k in batch["key"].numpy()],
+            "mask": torch.from_numpy(mask),
+        }
+
+    @staticmethod
+    def _from_dali(batch) -> dict:
+        image = batch["image"]
+        if isinstance(image, np.ndarray):
+            image = torch.from_numpy(image)
+        else:  # a DALI TensorListGPU: copy into a CUDA tensor on DALI's stream
+            from nvidia.dali.plugin.pytorch import feed_ndarray
+
+            tensor = image.as_tensor()
+            out = torch.empty(tensor.shape(), dtype=torch.uint8, device="cuda")
+            feed_ndarray(tensor, out, cuda_stream=torch.cuda.current_stream())
+            mask = torch.from_numpy(batch["mask"]).to("cuda")
+            image = out * mask[:, None, None, None].to(torch.uint8)  # padding is zeros
+        return {
+            "image": image,
+            "label": torch.from_numpy(batch["label"]),
+            "key": batch["key"],
+            "mask": torch.from_numpy(batch["mask"]),
+        }
+
+
+def _default_backend(data_dir: str) -> str:
+    from reader.dali import DALI_FORMATS
+    from schemas.info import load_info
+
+    try:
+        import nvidia.dali  # noqa: F401
+    except ImportError:
+        return "tf"
+    info = load_info(data_dir)
+    fits = set(info.get("formats", [])) <= set(DALI_FORMATS) and info["compression"] == "none"
+    return "dali" if fits else "tf"

@@ -1,0 +1,217 @@
+"""DALI, PyTorch and JAX readers (issue 12): the tf.data reader's guarantees, on the CPU here."""
+
+from __future__ import annotations
+
+import collections
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import run_convert
+
+import reader
+from evenshard import synthetic
+from reader.dali import make_dali_pipeline
+from reader.torch import TorchReader
+
+SIZE = (16, 16)
+
+
+@pytest.fixture(scope="module")
+def data_761(tmp_path_factory):
+    """761 examples (prime), every format DALI decodes: "eval" (3 shards) and a copy as
+    "train" (6 shards); and a dataset with GIFs."""
+    root = tmp_path_factory.mktemp("fw") / "images"
+    synthetic.make_image_folder(
+        str(root), num_labels=4, per_label=190, formats=("jpeg", "png", "bmp", "webp")
+    )
+    (root / "label_0" / "extra.png").write_bytes(
+        synthetic.image_bytes("png", 20, 20, np.random.default_rng(1))
+    )
+    out = tmp_path_factory.mktemp("fw_out")
+    run_convert(str(root), str(out / "eval"), "--splits=eval=1.0", "--num_shards=3")
+    run_convert(str(root), str(out / "train"), "--splits=train=1.0", "--num_shards=6")
+    gif = tmp_path_factory.mktemp("fw_gif") / "images"
+    synthetic.make_image_folder(str(gif), num_labels=2, per_label=10, formats=("jpeg", "gif"))
+    run_convert(str(gif), str(out / "gif"), "--splits=train=1.0")
+    return str(out / "eval"), str(out / "train"), str(out / "gif")
+
+
+def tf_keys(data_dir, split, batch_size, **kw) -> list[list[str]]:
+    ds = reader.make_dataset(data_dir, split, batch_size, image_size=SIZE, **kw)
+    return [[k.decode() for k in b["key"].numpy()] for b in ds]
+
+
+def readers(data_dir, split, batch_size, **kw):
+    yield "dali", make_dali_pipeline(data_dir, split, batch_size, image_size=SIZE, **kw)
+    for backend in ("dali", "tf"):
+        yield (
+            f"torch-{backend}",
+            TorchReader(data_dir, split, batch_size, image_size=SIZE, backend=backend, **kw),
+        )
+
+
+def as_numpy(batch) -> dict:
+    return {k: v if isinstance(v, list) else np.asarray(v) for k, v in batch.items()}
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_exact_once_evaluation(data_761, workers):
+    """761 keys once, no more: padded batches, masks, equal batch counts per worker."""
+    for name in ("dali", "torch-dali", "torch-tf"):
+        seen, counts = [], []
+        for w in range(workers):
+            kw = dict(shuffle=False, pad_final_batch=True, num_workers=workers, worker_index=w)
+            r = dict(readers(data_761[0], "eval", 32, **kw))[name]
+            batches = [as_numpy(b) for b in r]
+            counts.append(len(batches))
+            assert len(batches) == len(r)
+            for b in batches:
+                assert b["image"].shape == (32, *SIZE, 3) and b["image"].dtype == np.uint8
+                assert b["mask"].shape == (32,)
+                seen += [k for k, m in zip(b["key"], b["mask"]) if m]
+                assert not b["image"][~b["mask"]].any()  # padding is zeros
+            # the same keys, in the same order, as the tf.data reader
+            want = tf_keys(data_761[0], "eval", 32, **kw)
+            assert [[k for k in b["key"] if k] for b in batches] == [
+                [k for k in b if k] for b in want
+            ]
+        assert len(set(counts)) == 1, (name, counts)
+        assert len(seen) == len(set(seen)) == 761, name
+
+
+def test_seeded_order_repeats_and_changes_every_epoch(data_761):
+    for name, r in readers(data_761[1], "train", 64, seed=4, epochs=2, drop_remainder=True):
+        keys = [k for b in r for k in b["key"]]
+        again = [
+            k
+            for b in dict(readers(data_761[1], "train", 64, seed=4, epochs=2))[name]
+            for k in b["key"]
+        ]
+        assert keys == again[: len(keys)], name
+        first, second = again[:761], again[761:]
+        assert collections.Counter(first) == collections.Counter(second), name
+        assert first != second, name
+        assert keys == [
+            k
+            for b in tf_keys(data_761[1], "train", 64, seed=4, epochs=2, drop_remainder=True)
+            for k in b
+        ]
+
+
+def test_workers_read_disjoint_files_with_equal_steps(data_761):
+    parts, steps = [], []
+    for w in range(3):
+        r = make_dali_pipeline(
+            data_761[1],
+            "train",
+            16,
+            image_size=SIZE,
+            seed=1,
+            num_workers=3,
+            worker_index=w,
+            drop_remainder=True,
+        )
+        keys = [k for b in r for k in b["key"]]
+        parts.append(set(keys))
+        steps.append(len(r))
+    assert len(set(steps)) == 1
+    assert not (parts[0] & parts[1]) and not (parts[1] & parts[2])
+
+
+def test_torch_ranks_come_from_the_environment(data_761, monkeypatch):
+    seen = []
+    for rank in range(2):
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        monkeypatch.setenv("RANK", str(rank))
+        r = TorchReader(
+            data_761[0],
+            "eval",
+            32,
+            image_size=SIZE,
+            shuffle=False,
+            pad_final_batch=True,
+            backend="tf",
+        )
+        assert r.options.num_workers == 2 and r.options.worker_index == rank
+        seen += [k for b in r for k, m in zip(b["key"], b["mask"].tolist()) if m]
+    assert len(seen) == len(set(seen)) == 761
+
+
+def test_dali_and_torch_resume_mid_epoch(data_761):
+    kw = dict(seed=9, epochs=2)
+    for name, r in readers(data_761[1], "train", 32, **kw):
+        whole = [b["key"] for b in r]
+        tail = [
+            b["key"] for b in dict(readers(data_761[1], "train", 32, start_step=30, **kw))[name]
+        ]
+        assert tail == whole[30:], name
+
+
+def test_images_match_the_tf_reader(data_761):
+    """Same pixels as TensorFlow's decoders, up to resize filter differences (JPEG/PNG/BMP/WebP)."""
+    dali = next(
+        iter(make_dali_pipeline(data_761[0], "eval", 64, image_size=(20, 20), shuffle=False))
+    )
+    tf_batch = next(
+        iter(reader.make_dataset(data_761[0], "eval", 64, image_size=(20, 20), shuffle=False))
+    )
+    diff = np.abs(dali["image"].astype(int) - tf_batch["image"].numpy().astype(int))
+    assert diff.mean() < 12, diff.mean()
+
+
+def test_gif_datasets_are_refused_with_the_fix(data_761):
+    with pytest.raises(reader.DatasetError, match="gif images, which DALI cannot decode"):
+        make_dali_pipeline(data_761[2], "train", 8, image_size=SIZE)
+    with pytest.raises(reader.DatasetError, match="gif"):
+        TorchReader(data_761[2], "train", 8, image_size=SIZE, backend="dali")
+    assert TorchReader(data_761[2], "train", 8, image_size=SIZE).backend == "tf"
+
+
+def test_torch_layout_and_dataloader(data_761):
+    import torch
+
+    r = TorchReader(
+        data_761[0], "eval", 32, image_size=SIZE, shuffle=False, layout="NCHW", backend="tf"
+    )
+    loader = torch.utils.data.DataLoader(r, batch_size=None)
+    first = next(iter(loader))
+    assert first["image"].shape == (32, 3, *SIZE) and first["label"].dtype == torch.int64
+
+
+JAX_RECIPE = r"""
+import os, sys
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+import jax, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+import reader
+
+data_dir = sys.argv[1]
+mesh = Mesh(np.array(jax.devices()), ("data",))
+sharding = NamedSharding(mesh, P("data"))  # batch rows split across devices
+ds = reader.make_dataset(data_dir, "eval", 32, image_size=(16, 16), shuffle=False,
+                         pad_final_batch=True)
+seen, total = [], 0
+for batch in ds.as_numpy_iterator():
+    images = jax.device_put(batch["image"], sharding)
+    mask = jax.device_put(batch["mask"], sharding)
+    assert len(images.sharding.device_set) == 2
+    total += int(jax.numpy.sum(mask))   # a stand-in for a masked metric
+    seen += [k for k, m in zip(batch["key"], batch["mask"]) if m]
+print(total, len(seen), len(set(seen)))
+"""
+
+
+def test_jax_recipe_shards_batches_across_devices_exactly_once(data_761, tmp_path):
+    script = tmp_path / "jax_recipe.py"
+    script.write_text(JAX_RECIPE)
+    out = subprocess.run(
+        [sys.executable, str(script), data_761[0]],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=dict(os.environ, JAX_PLATFORMS="cpu"),
+    )
+    assert out.stdout.split() == ["761", "761", "761"]
