@@ -25,6 +25,7 @@ BENCHES = {
     "shuffle": "shuffle_bench.py",
     "mode": "mode_bench.py",
     "resume": "resume_bench.py",
+    "frameworks": "frameworks_bench.py",
 }
 
 
@@ -57,7 +58,7 @@ def verdict(value: float, limit: float, below: bool = True) -> str:
 
 def render() -> str:
     c, r, s, mode = load("convert"), load("read"), load("shuffle"), load("mode")
-    resume = load("resume")
+    resume, fw = load("resume"), load("frameworks")
     cs, rr = c["seconds"], r["records_per_s"]
     eps = c["examples_per_s"]
     rss = c["peak_rss_mb"]
@@ -218,7 +219,38 @@ Command: `.venv/bin/python benchmarks/run_all.py mode` (this section only).
         )
         + "\n\n"
         + _render_resume(resume)
+        + "\n"
+        + _render_frameworks(fw)
     )
+
+
+def _render_frameworks(f: dict) -> str:
+    names = {
+        "a_tf_data": "`reader.make_dataset` (tf.data)",
+        "b_dali_cpu": '`reader.make_dali_pipeline(device="cpu")`',
+        "c_torch_dali_cpu": "`reader.torch.TorchReader`, DALI backend (CPU)",
+        "d_torch_tf": "`reader.torch.TorchReader`, tf.data backend",
+        "e_record_source": "`reader.source.RecordSource` alone: fetch + parse, no decode",
+    }
+    rows = "\n".join(
+        f"| {k[0]} | {names[k]} | {v:,.0f} | {f['ratios_to_tf_data'][k]:.2f} |"
+        for k, v in f["records_per_s"].items()
+    )
+    return f"""## DALI and PyTorch readers — `benchmarks/frameworks_bench.py` ({f["wall_seconds"]} s)
+
+Command: `.venv/bin/python benchmarks/run_all.py frameworks` (this section only).
+The same {f["images"]:,} JPEGs in 16 shards as the reader section, decode + resize to
+64×64, batch 256, seed 0; each reader made anew and read for one epoch, best of
+3 passes, round-robin. All read the same records in the same order.
+
+| | reader | records/s | / tf.data |
+|---|---|---:|---:|
+{rows}
+
+GPU: {f["gpu"]}. The DALI GPU path (`device="gpu"`, nvJPEG through DALI's
+"mixed" decoder, images handed to PyTorch as CUDA tensors) and its feed rate
+on 224×224 JPEGs against `prefetch_to_device` are therefore not measured here.
+"""
 
 
 def _render_resume(r: dict) -> str:

@@ -1,0 +1,77 @@
+"""Decode + resize rates of the DALI and PyTorch readers against the tf.data reader.
+
+The same 20,000 JPEGs in 16 shards as read_bench, decode + resize to 64x64,
+batch 256, one epoch a pass, best of 3 passes measured round-robin:
+(a) reader.make_dataset (tf.data), (b) reader.make_dali_pipeline on the CPU,
+(c) reader.torch.TorchReader with the DALI backend, (d) with the tf.data
+backend, and (e) reader.source.RecordSource alone (fetch by DALI index
+offset + parse, no decode): the rate at which Python feeds DALI.
+
+    .venv/bin/python benchmarks/frameworks_bench.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import WORK, convert_once, machine, make_jpegs  # noqa: E402
+
+SIZE = (64, 64)
+BATCH = 256
+
+
+def one_pass(make, n_expected: int) -> float:
+    """Records/s of one full pass over a freshly made reader."""
+    reader = make()
+    start = time.perf_counter()
+    n = 0
+    for batch in reader:
+        n += len(batch["key"] if isinstance(batch, dict) else batch.key)
+    if n != n_expected:
+        raise RuntimeError(f"read {n} records, expected {n_expected}")
+    return n / (time.perf_counter() - start)
+
+
+def main() -> dict:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import reader
+    from reader.dali import make_dali_pipeline
+    from reader.source import RecordSource
+    from reader.torch import TorchReader
+
+    src = make_jpegs(os.path.join(WORK, "jpegs_20000"), 20_000)
+    data_dir = convert_once(
+        src, os.path.join(WORK, "read_20000"), "--splits=train=1.0", "--num_shards=16"
+    )
+    n = reader.load_info(data_dir)["splits"]["train"]["num_examples"]
+    common = dict(image_size=SIZE, seed=0)
+    pipelines = {
+        "a_tf_data": lambda: reader.make_dataset(data_dir, "train", BATCH, **common),
+        "b_dali_cpu": lambda: make_dali_pipeline(data_dir, "train", BATCH, device="cpu", **common),
+        "c_torch_dali_cpu": lambda: TorchReader(data_dir, "train", BATCH, backend="dali", **common),
+        "d_torch_tf": lambda: TorchReader(data_dir, "train", BATCH, backend="tf", **common),
+        "e_record_source": lambda: RecordSource(
+            data_dir, "train", BATCH, reader.ReadOptions(**common)
+        ),
+    }
+    best = dict.fromkeys(pipelines, 0.0)
+    for _ in range(3):
+        for name, make in pipelines.items():
+            best[name] = max(best[name], one_pass(make, n))
+    result = {
+        "machine": machine(),
+        "images": n,
+        "records_per_s": best,
+        "ratios_to_tf_data": {k: best[k] / best["a_tf_data"] for k in best},
+        "gpu": "none: no GPU was lent to this work (the device tool's status)",
+    }
+    print(json.dumps(result, indent=2))
+    return result
+
+
+if __name__ == "__main__":
+    main()
