@@ -16,6 +16,7 @@ convert writes serve both: this reader fetches records by their offsets, and
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 
 from reader.options import ReadOptions
@@ -32,24 +33,41 @@ class DaliReader:
     Each batch is a dict: ``image`` (uint8, NHWC; a DALI ``TensorListGPU``
     on the GPU, a numpy array on the CPU), ``label`` (int64), ``key`` (list of
     str), ``mask`` (bool: False on padding, whose image is zeros).
-    ``pipeline`` is the DALI pipeline itself (an external source named
-    "encoded" in, the images out), ``len()`` the number of batches.
+    ``pipeline`` is the DALI pipeline itself (its external source, named
+    "encoded", pulls the encoded images; out come the images), ``len()`` the
+    number of batches. Iterating again starts the read again.
     """
 
-    def __init__(self, source: RecordSource, pipeline, device: str):
-        self.source, self.pipeline, self.device = source, pipeline, device
+    def __init__(self, source: RecordSource, device: str):
+        self.source, self.device = source, device
+        self.pipeline = None  # built by make_dali_pipeline
+        self._batches = iter(())
+        self._fed: collections.deque[Batch] = collections.deque()
+        self._fresh = True
 
     def __len__(self) -> int:
         return len(self.source)
 
+    def _next_encoded(self):
+        """The external source: DALI calls it from its own thread, ahead of the runs
+        (prefetch), so Python fetches the next batch while DALI decodes this one.
+        StopIteration ends DALI's epoch."""
+        batch = next(self._batches)
+        self._fed.append(batch)  # runs come out in the order batches went in
+        return batch.encoded
+
     def __iter__(self):
-        # One batch fed, one run: DALI decodes the batch with its threads (and
-        # the GPU) while nothing else waits on it. A smaller final batch is fed
-        # as is: DALI runs batches of any size up to batch_size.
-        for batch in self.source:
-            self.pipeline.feed_input("encoded", batch.encoded)
-            (images,) = self.pipeline.run()
-            yield self._output(images, batch)
+        if not self._fresh:
+            self.pipeline.reset()
+        self._fresh = False
+        self._fed.clear()
+        self._batches = iter(self.source)
+        while True:
+            try:
+                (images,) = self.pipeline.run()
+            except StopIteration:
+                return
+            yield self._output(images, self._fed.popleft())
 
     def _output(self, images, batch: Batch) -> dict:
         if self.device == "gpu":
@@ -113,17 +131,21 @@ def make_dali_pipeline(
     decoder_device = "mixed" if device == "gpu" else "cpu"
     seed = source.read.seed if source.read.seed is not None else 0
 
+    reader = DaliReader(source, device)
+
     @dali.pipeline_def(
         batch_size=batch_size,
         num_threads=num_threads,
         device_id=0 if device == "gpu" else None,
         seed=seed % (2**31),
-        prefetch_queue_depth=1,
-        exec_async=False,
-        exec_pipelined=False,
+        prefetch_queue_depth=2,
     )
     def pipeline():
-        encoded = fn.external_source(name="encoded", dtype=types.UINT8, no_copy=False)
+        # A smaller final batch passes as is: DALI runs batches of any size
+        # up to batch_size.
+        encoded = fn.external_source(
+            source=reader._next_encoded, batch=True, dtype=types.UINT8, name="encoded"
+        )
         kind = types.RGB if o.channels == 3 else types.GRAY
         if o.random_crop:
             images = fn.decoders.image_random_crop(
@@ -139,9 +161,9 @@ def make_dali_pipeline(
         height, width = o.image_size
         return fn.resize(images, resize_y=height, resize_x=width, antialias=False)
 
-    pipe = pipeline()
-    pipe.build()
-    return DaliReader(source, pipe, device)
+    reader.pipeline = pipeline()
+    reader.pipeline.build()
+    return reader
 
 
 def _gpus() -> int:
