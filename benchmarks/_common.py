@@ -54,10 +54,17 @@ def list_images(root: str) -> list[tuple[str, str]]:
 
 
 def convert_once(src: str, out: str, *flags: str) -> str:
-    """Converts ``src`` into ``out`` with ``evenshard convert`` unless already done."""
+    """Converts ``src`` into ``out`` with ``evenshard convert`` unless a conversion by this
+    version is there (one from before DALI indexes is converted again)."""
+    import schemas
     from schemas import layout
 
-    if not os.path.exists(layout.join(out, layout.INFO_FILE)):
+    done = os.path.exists(layout.join(out, layout.INFO_FILE))
+    if done:
+        info = schemas.load_info(out)
+        shards = [sh for s in info["splits"].values() for sh in s["shards"]]
+        done = info["compression"] != "none" or all("dali_index" in sh for sh in shards)
+    if not done:
         subprocess.run(
             [
                 os.path.join(BIN, "evenshard"),
