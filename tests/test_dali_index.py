@@ -25,8 +25,8 @@ def test_indexes_equal_dalis_tfrecord2idx_byte_for_byte(converted, tmp_path):
     info = load_info(converted)
     shards = [sh for s in info["splits"].values() for sh in s["shards"]]
     assert len(shards) == 9
-    for shard in shards:
-        assert shard["dali_index"] == shard["file"] + ".idx"
+    assert all(sh["dali_index"] == sh["file"] + ".idx" for sh in shards)
+    for shard in shards[::3]:  # one a split: DALI's tool takes seconds to start
         theirs = tmp_path / (shard["file"] + ".idx")
         subprocess.run([tool, os.path.join(converted, shard["file"]), str(theirs)], check=True)
         with open(os.path.join(converted, shard["dali_index"]), "rb") as f:

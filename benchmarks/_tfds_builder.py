@@ -1,0 +1,77 @@
+"""TFDS builders over an image folder: the competitor in tfds_bench.py (benchmark tooling only).
+
+    python _tfds_builder.py SRC OUT single|beam
+
+``single``: a ``GeneratorBasedBuilder`` whose generator yields paths (TFDS
+reads the bytes, hashes keys to shuffle, writes TFRecord shards; no decode).
+``beam``: the same builder with ``_generate_examples`` returning a Beam
+PTransform, run by TFDS on the DirectRunner with 2 worker processes.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import tensorflow_datasets as tfds
+
+
+def _items(src: str) -> list[tuple[str, dict]]:
+    labels = sorted(d for d in os.listdir(src) if os.path.isdir(os.path.join(src, d)))
+    return [
+        (f"{label}/{name}", {"image": os.path.join(src, label, name), "label": label})
+        for label in labels
+        for name in sorted(os.listdir(os.path.join(src, label)))
+    ]
+
+
+def make_builder(src: str, beam: bool):
+    labels = sorted(d for d in os.listdir(src) if os.path.isdir(os.path.join(src, d)))
+
+    class Folder(tfds.core.GeneratorBasedBuilder):
+        VERSION = tfds.core.Version("1.0.0")
+
+        def _info(self):
+            return tfds.core.DatasetInfo(
+                builder=self,
+                features=tfds.features.FeaturesDict(
+                    {
+                        "image": tfds.features.Image(encoding_format="jpeg"),
+                        "label": tfds.features.ClassLabel(names=labels),
+                    }
+                ),
+            )
+
+        def _split_generators(self, dl_manager):
+            return {"train": self._generate_examples(src)}
+
+        def _generate_examples(self, folder):
+            yield from _items(folder)
+
+    class FolderBeam(Folder):
+        def _generate_examples(self, folder):
+            import apache_beam as b
+
+            return b.Create(_items(folder))
+
+    return FolderBeam if beam else Folder
+
+
+def main(argv: list[str]) -> None:
+    src, out, mode = argv
+    beam = mode == "beam"
+    builder = make_builder(src, beam)(data_dir=out)
+    config = None
+    if beam:
+        from apache_beam.options.pipeline_options import PipelineOptions
+
+        config = tfds.download.DownloadConfig(
+            beam_options=PipelineOptions(
+                ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
+            )
+        )
+    builder.download_and_prepare(download_config=config)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
