@@ -35,8 +35,10 @@ format: venv
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-# Runs every benchmark and rewrites benchmarks/RESULTS.md (about 10 minutes on 2 cores).
+# Runs every benchmark and rewrites benchmarks/RESULTS.md (about 20 minutes on 2 cores);
+# installs TFDS, the competitor of benchmarks/tfds_bench.py, first.
 bench: venv
+	$(BIN)/pip install -q -e ".[bench]" -c constraints-dev.txt
 	$(BIN)/python benchmarks/run_all.py
 
 clean:

@@ -46,6 +46,8 @@ setup(
         "dali": ["nvidia-dali-cuda120>=2.4"],
         "torch": ["torch>=2.4"],
         "jax": ["jax>=0.4.30"],
+        # benchmark tooling only: TFDS is the competitor in benchmarks/tfds_bench.py
+        "bench": ["tensorflow-datasets>=4.9"],
     },
     entry_points={"console_scripts": ["evenshard=evenshard.cli:main"]},
 )

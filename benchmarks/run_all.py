@@ -26,6 +26,7 @@ BENCHES = {
     "mode": "mode_bench.py",
     "resume": "resume_bench.py",
     "frameworks": "frameworks_bench.py",
+    "tfds": "tfds_bench.py",
 }
 
 
@@ -58,7 +59,7 @@ def verdict(value: float, limit: float, below: bool = True) -> str:
 
 def render() -> str:
     c, r, s, mode = load("convert"), load("read"), load("shuffle"), load("mode")
-    resume, fw = load("resume"), load("frameworks")
+    resume, fw, tfds = load("resume"), load("frameworks"), load("tfds")
     cs, rr = c["seconds"], r["records_per_s"]
     eps = c["examples_per_s"]
     rss = c["peak_rss_mb"]
@@ -221,7 +222,43 @@ Command: `.venv/bin/python benchmarks/run_all.py mode` (this section only).
         + _render_resume(resume)
         + "\n"
         + _render_frameworks(fw)
+        + "\n"
+        + _render_tfds(tfds)
     )
+
+
+def _render_tfds(t: dict) -> str:
+    names = {
+        "a_naive": "naive loop: read → tf.train.Example → TFRecordWriter (no checks, no shuffle)",
+        "b_tfds_single": "TFDS `GeneratorBasedBuilder`, single process (hash shuffle, no decode)",
+        "c_tfds_beam": "TFDS Beam path, DirectRunner, 2 worker processes",
+        "d_evenshard_header": "`evenshard convert --verify header`, default runner (every core)",
+        "e_evenshard_full": "`evenshard convert --verify full`, default runner",
+    }
+    rows = "\n".join(
+        f"| {k[0]} | {names[k]} | {v['seconds']:.1f} | {v['cpu_seconds']:.1f} | "
+        f"{v['cores_used']:.2f} | {v['peak_rss_mb']:,} |"
+        for k, v in t["results"].items()
+    )
+    return f"""## convert against TFDS — `benchmarks/tfds_bench.py` ({t["wall_seconds"]} s)
+
+Command: `.venv/bin/python benchmarks/run_all.py tfds` (this section only; `make bench`
+installs TFDS first). {t["images"]:,} JPEGs (the 20,000 generated ones hard-linked 5
+times, 10 labels), each contender a process of its own, one after another, one
+run each. CPU: user + system seconds of the process and its children.
+
+| | contender | wall (s) | CPU (s) | cores used | peak RSS (MB) |
+|---|---|---:|---:|---:|---:|
+{rows}
+
+| target (issue 11) | measured | aim |
+|---|---:|---|
+| d / b, wall | **{t["header_over_tfds"]:.2f}** | ≤ 1.0 — {verdict(t["header_over_tfds"], 1.0)} |
+| d / c, wall | **{t["header_over_tfds_beam"]:.2f}** | ≤ 0.5 — {verdict(t["header_over_tfds_beam"], 0.5)} |
+| e / b, wall | **{t["full_over_tfds"]:.2f}** | ≤ 1.3 — {verdict(t["full_over_tfds"], 1.3)} |
+| e, cores used | **{t["full_cores"]:.2f}** | ≥ 1.8 — {verdict(t["full_cores"], 1.8, below=False)} |
+| peak RSS of d and e / b | **{t["rss_over_tfds"]:.2f}** | ≤ 1.0 — {verdict(t["rss_over_tfds"], 1.0)} |
+"""
 
 
 def _render_frameworks(f: dict) -> str:
