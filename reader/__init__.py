@@ -10,6 +10,8 @@ ds = reader.make_dataset(data_dir, split="train", batch_size=256, image_size=(22
 state = reader.ReadState(seed=0, batch_size=256)    # or ReadState.from_json(saved)
 ds, state = reader.resume(data_dir, "train", state, image_size=(224, 224))
 
+# PyTorch and DALI: reader.torch.TorchReader, reader.dali.make_dali_pipeline (same order)
+
 TensorFlow is imported on first use of ``make_dataset``, not by ``import reader``.
 """
 

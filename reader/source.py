@@ -35,7 +35,6 @@ class Batch:
     encoded: list[np.ndarray]
     label: np.ndarray
     key: list[str]
-    format: list[str]
     mask: np.ndarray
 
 
@@ -114,7 +113,7 @@ class RecordSource:
             self._fds = []
 
     def _example(self, gid: int) -> tuple:
-        """(encoded image, label, key, format) of the worker's record ``gid``."""
+        """(encoded image, label, key) of the worker's record ``gid``."""
         f = int(np.searchsorted(self._firsts, gid, side="right")) - 1
         r = gid - int(self._firsts[f])
         offset, size = int(self._offsets[f][r]), int(self._sizes[f][r])
@@ -133,19 +132,17 @@ class RecordSource:
             np.frombuffer(encoded, np.uint8),
             ex[features.LABEL],
             ex[features.KEY].decode(),
-            ex[features.FORMAT].decode(),
         )
 
     @staticmethod
     def _batch(rows: list[tuple], size: int, like: tuple | None = None) -> Batch:
         real = len(rows)
         filler = rows[0] if rows else like
-        rows = rows + [(filler[0], 0, "", filler[3])] * (size - real)
+        rows = rows + [(filler[0], 0, "")] * (size - real)
         return Batch(
             encoded=[r[0] for r in rows],
             label=np.array([r[1] for r in rows], np.int64),
             key=[r[2] for r in rows],
-            format=[r[3] for r in rows],
             mask=np.arange(size) < real,
         )
 
