@@ -216,9 +216,9 @@ def _columns(runs: Runs) -> tuple:
     return runs.file, runs.start, runs.stop
 
 
-def _checked_records(path, listed, compression, start=0, stop=None):
-    """Records ``start`` to ``stop`` (default: all ``listed``) of one shard; a corrupt or
-    short shard raises an error naming it.
+def _checked_records(path, listed, compression, start, stop):
+    """Records ``start`` to ``stop`` of one shard (``listed`` records in
+    dataset_info.json); a corrupt or short shard raises an error naming it.
 
     TensorFlow's own DataLossError does not say which file failed. Here a read
     error ends the file (``ignore_errors``), and a sentinel that raises an
@@ -248,7 +248,7 @@ def _checked_records(path, listed, compression, start=0, stop=None):
             return tf.constant(b"")
 
     sentinel = tf.data.Dataset.from_tensors(path).map(fail)
-    return records.concatenate(sentinel).take(listed if stop is None else stop).skip(start)
+    return records.concatenate(sentinel).take(stop).skip(start)
 
 
 def _pad_batches(ds, batch_size: int, real_batches: int, total_batches: int):
