@@ -42,9 +42,10 @@ def write_atomically(path: str, data: bytes) -> None:
 
 
 class WriteRejects(beam.PTransform):
-    """Reject -> one summary {reason: count}; writes rejects/rejects.jsonl sorted by key.
+    """Reject -> one summary {reason: count}; writes rejects/rejects.jsonl.
 
-    All rejects go to one file in one worker. Rejects are few by construction
+    All rejects go to one file in one worker, sorted by (key, source, reason,
+    detail). Rejects are few by construction
     (the job fails above --max_reject_fraction, default 1%), so this is the
     metadata of about one shard at worst.
     """
@@ -57,7 +58,9 @@ class WriteRejects(beam.PTransform):
         path = self._path
 
         def write(all_rejects):
-            lines = [r.to_json() for r in sorted(all_rejects, key=lambda r: (r.key, r.source))]
+            # the whole reject sorts: one input can be rejected twice (a duplicate
+            # row of an empty file), and the runner decides which arrives first
+            lines = [r.to_json() for r in sorted(all_rejects)]
             write_atomically(path, "".join(line + "\n" for line in lines).encode("utf-8"))
             summary: dict[str, int] = {}
             for r in all_rejects:

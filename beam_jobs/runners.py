@@ -18,8 +18,11 @@ from beam_jobs.options import UserError
 
 log = logging.getLogger(__name__)
 
-DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
-_ALIASES = {"dask": DASK_RUNNER, "daskrunner": DASK_RUNNER}
+# Beam's DaskRunner with side inputs computed once (beam_jobs/dask_runner.py);
+# Beam's own class name is taken to mean it too.
+DASK_RUNNER = "beam_jobs.dask_runner.DaskRunner"
+_BEAM_DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
+_ALIASES = {name.lower(): DASK_RUNNER for name in ("dask", "DaskRunner", _BEAM_DASK_RUNNER)}
 
 
 def _flag(args: list[str], name: str) -> tuple[str | None, list[str]]:

@@ -6,7 +6,7 @@ import os
 import tarfile
 
 import pytest
-from conftest import run_convert
+from conftest import run_convert, write_manifest
 
 from evenshard import cli
 
@@ -53,6 +53,32 @@ def test_dask_alias_starts_and_stops_a_loopback_cluster(folder_500, direct, tmp_
         "--dask_workers=2",
     )
     assert shas(info) == shas(direct)
+
+
+@pytest.mark.slow
+def test_dask_manifest_with_rejects_gives_the_direct_runner_bytes(folder_500, tmp_path):
+    """The default options (global rank, hash split) from a manifest with duplicates and
+    missing files: every step that several steps read (the plan, the rank table, the
+    dedupe) runs once on Dask, and the shards and rejects equal the DirectRunner's."""
+    root = folder_500[0]
+    rows = [
+        {"path": os.path.join(root, label, name), "label": label}
+        for label in sorted(os.listdir(root))
+        if os.path.isdir(os.path.join(root, label))
+        for name in sorted(os.listdir(os.path.join(root, label)))
+    ]
+    rows += [dict(rows[0]), {"path": "gone/never.jpg", "label": "gone"}]  # duplicate, missing
+    manifest = write_manifest(str(tmp_path / "m.csv"), rows, ["path", "label"])
+    flags = ["--target_shard_mb=0.05", "--max_reject_fraction=0.2"]
+    direct = run_convert(manifest, str(tmp_path / "direct"), *flags)
+    dask = run_convert(manifest, str(tmp_path / "dask"), *flags, "--runner=dask")
+    assert sum(s["num_shards"] for s in direct["splits"].values()) > 3
+    assert shas(dask) == shas(direct)
+    assert dask["rejects"] == direct["rejects"]
+    assert dask["rejects"]["by_reason"]["duplicate_key"] == 1
+    with open(tmp_path / "direct" / "rejects" / "rejects.jsonl", "rb") as a:
+        with open(tmp_path / "dask" / "rejects" / "rejects.jsonl", "rb") as b:
+            assert a.read() == b.read()
 
 
 def convert_runner() -> str:
