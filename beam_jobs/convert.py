@@ -125,7 +125,7 @@ def build(pipeline, job: Job):
     plan = split_images | "PlanShards" >> PlanShards(
         o.split_names, o.record_kind, o.target_shard_mb, o.shard_multiple, o.num_shards
     )
-    # (split, Image) -> ((split, shard), (sort_key, Image))
+    # (split, Image) -> ((split, shard), [Image] in order)
     sharded = split_images | "OrderAndShard" >> OrderAndShard(o.seed, o.balance, plan)
     # -> shard info dicts
     shards = sharded | "WriteShards" >> WriteShards(

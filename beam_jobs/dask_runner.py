@@ -122,8 +122,7 @@ class _Translate(PipelineVisitor):
         transform = node.transform
         if transform.__class__ is te.apache_beam.ParDo:  # exact: subclasses are NoOps there
             sides = [
-                self.bags[si.pvalue.producer].reduction(_whole, _concat)
-                for si in node.side_inputs
+                self.bags[si.pvalue.producer].reduction(_whole, _concat) for si in node.side_inputs
             ]
             bag = _par_do(node, inputs[0], sides)
         elif isinstance(transform, _Reshuffle):

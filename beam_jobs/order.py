@@ -21,7 +21,15 @@ import math
 import apache_beam as beam
 
 from beam_jobs.fingerprint import fp, unit
-from beam_jobs.rank import LABEL_BUCKET_BITS, ExactRank, top_bucket
+from beam_jobs.rank import (
+    BUCKET_BITS,
+    LABEL_BUCKET_BITS,
+    BucketTable,
+    ExactRank,
+    ranked_bucket,
+    sort_key,
+    top_bucket,
+)
 from beam_jobs.records import Image
 
 RECORD_OVERHEAD = 160  # bytes of features besides the image, a rough upper bound
@@ -121,36 +129,88 @@ class PlanShards(beam.PTransform):
         )
 
 
-class OrderAndShard(beam.PTransform):
-    """(split, Image) -> ((split, shard), (sort_key, Image)), given the plan side input."""
+def _shard_of(rank: int, num_shards: int, total: int) -> int:
+    return rank * num_shards // total
 
-    def __init__(self, seed: int, balance: str, plan):
+
+def _to_shards(element, table, plan):
+    """(split, r, bucket, Image) -> ((split, shard), (bucket, r, Image)) for every shard
+    that the bucket's ranks reach: one, or a few for a bucket across a shard boundary."""
+    split, r, bucket, im = element
+    shards, total = plan[split]["num_shards"], table["totals"][split]
+    first = table["offsets"][(split, bucket)]
+    last = first + table["sizes"][(split, bucket)] - 1
+    for shard in range(_shard_of(first, shards, total), _shard_of(last, shards, total) + 1):
+        yield (split, shard), (bucket, r, im)
+
+
+def _rank_in_shard(element, table, plan):
+    """((split, shard), [(bucket, r, Image)]) -> ((split, shard), [Image] in rank order).
+
+    Every bucket reaching the shard arrives whole, so each is ranked as
+    ExactRank ranks it, and the shard keeps the ranks that fall in it.
+    """
+    (split, shard), items = element
+    shards, total = plan[split]["num_shards"], table["totals"][split]
+    buckets: dict[int, list] = {}
+    for bucket, r, im in items:
+        buckets.setdefault(bucket, []).append((r, im))
+    ranked = [
+        (rank, im)
+        for bucket, members in buckets.items()
+        for rank, im in ranked_bucket(split, bucket, members, table)
+        if _shard_of(rank, shards, total) == shard
+    ]
+    ranked.sort(key=lambda item: item[0])
+    return (split, shard), [im for _, im in ranked]
+
+
+def _in_order(element):
+    """((split, shard), [(sort_key, Image)]) -> ((split, shard), [Image] in order)."""
+    shard, items = element
+    return shard, [im for _, im in sorted(items, key=sort_key)]
+
+
+class OrderAndShard(beam.PTransform):
+    """(split, Image) -> ((split, shard), [Image] in the shard's order), given the plan.
+
+    ``balance="none"`` needs one shuffle of the images: a shard is a range of
+    ranks, a bucket (rank.py) is one too, so each image goes straight to the
+    shard its bucket's ranks reach (two for the few buckets across a shard
+    boundary: ``S - 1`` of 4096 buckets a split) and is ranked there.
+    ``bucket_bits``: buckets a split, 2**bits (tests use few, to cross
+    boundaries often).
+    """
+
+    def __init__(self, seed: int, balance: str, plan, bucket_bits: int = BUCKET_BITS):
         super().__init__()
         self._seed = seed
         self._balance = balance
         self._plan = plan
+        self._bits = bucket_bits
 
     def expand(self, split_images):
-        seed = self._seed
+        seed, bits = self._seed, self._bits
         plan = beam.pvalue.AsSingleton(self._plan)
         if self._balance == "none":
 
-            def to_rank(element):
+            def to_bucket(element):
                 split, im = element
                 r = fp(seed, "order", im.key)
-                return split, r, top_bucket(r), im
+                return split, r, top_bucket(r, bits), im
 
-            def to_shard(ranked, plan):
-                split, rank, total, im = ranked
-                shards = plan[split]["num_shards"]
-                return (split, rank * shards // total), (rank, im)
-
+            ordered = split_images | "OrderKey" >> beam.Map(to_bucket)
+            # (split, r, bucket, Image)
+            table = beam.pvalue.AsSingleton(
+                ordered
+                | "KeyByBucket" >> beam.Map(lambda e: ((e[0], e[2]), None))
+                | "Buckets" >> BucketTable()
+            )
             return (
-                split_images
-                | "OrderKey" >> beam.Map(to_rank)
-                # (split, rank, split size, Image)
-                | "GlobalRank" >> ExactRank()
-                | "ShardOfRank" >> beam.Map(to_shard, plan)
+                ordered
+                | "ToShards" >> beam.FlatMap(_to_shards, table, plan)
+                | "GroupByShard" >> beam.GroupByKey()
+                | "RankInShard" >> beam.Map(_rank_in_shard, table, plan)
             )
 
         def to_label_rank(element):
@@ -163,8 +223,8 @@ class OrderAndShard(beam.PTransform):
             info = plan[split]
             offset = info["label_offsets"][label]
             position = (i + unit(seed, "jitter", im.key)) / n_label
-            sort_key = (position, fp(seed, "order", im.key))
-            return (split, (offset + i) % info["num_shards"]), (sort_key, im)
+            key = (position, fp(seed, "order", im.key))
+            return (split, (offset + i) % info["num_shards"]), (key, im)
 
         return (
             split_images
@@ -172,4 +232,6 @@ class OrderAndShard(beam.PTransform):
             # ((split, label), rank within label, label count, Image)
             | "RankInLabel" >> ExactRank()
             | "DealToShards" >> beam.Map(to_balanced_shard, plan)
+            | "GroupByShard" >> beam.GroupByKey()
+            | "InOrder" >> beam.Map(_in_order)
         )

@@ -27,25 +27,48 @@ def top_bucket(value: int, bits: int = BUCKET_BITS) -> int:
 
 
 def _prefix_sums(counts: list) -> dict:
-    """[((part, bucket), n)] -> {"offsets": {(part, bucket): first rank}, "totals": {part: n}}."""
-    offsets, totals = {}, {}
+    """[((part, bucket), n)] -> {"offsets": {(part, bucket): first rank},
+    "sizes": {(part, bucket): n}, "totals": {part: n}}."""
+    offsets, sizes, totals = {}, {}, {}
     for (part, bucket), n in sorted(counts):
         offsets[(part, bucket)] = totals.get(part, 0)
+        sizes[(part, bucket)] = n
         totals[part] = totals.get(part, 0) + n
-    return {"offsets": offsets, "totals": totals}
+    return {"offsets": offsets, "sizes": sizes, "totals": totals}
 
 
-def _sort_key(item):
-    sort_key, value = item
-    return sort_key, value.key  # ties (equal fingerprints) broken by the unique key
+class BucketTable(beam.PTransform):
+    """((part, bucket), anything) -> one table: each bucket's first rank and size, each
+    part's total (see ``_prefix_sums``). Its size is the number of buckets."""
+
+    def expand(self, keyed):
+        return (
+            keyed
+            | "One" >> beam.Map(lambda kv: (kv[0], 1))
+            | "CountPerBucket" >> beam.CombinePerKey(sum)
+            | "AllCounts" >> beam.combiners.ToList()
+            | "PrefixSums" >> beam.Map(_prefix_sums)
+        )
+
+
+def sort_key(item):
+    """(sort_key, value) -> its place: ties (equal fingerprints) broken by the unique key."""
+    key, value = item
+    return key, value.key
+
+
+def ranked_bucket(part, bucket, items, table):
+    """(rank, value) of one whole bucket's (sort_key, value) items, in rank order."""
+    offset = table["offsets"][(part, bucket)]
+    for index, (_, value) in enumerate(sorted(items, key=sort_key)):
+        yield offset + index, value
 
 
 def _rank_bucket(element, table):
     (part, bucket), items = element
-    offset = table["offsets"][(part, bucket)]
     total = table["totals"][part]
-    for index, (_, value) in enumerate(sorted(items, key=_sort_key)):
-        yield part, offset + index, total, value
+    for rank, value in ranked_bucket(part, bucket, items, table):
+        yield part, rank, total, value
 
 
 class ExactRank(beam.PTransform):
@@ -61,13 +84,7 @@ class ExactRank(beam.PTransform):
     def expand(self, elements):
         # (part, bucket) -> (sort_key, value)
         keyed = elements | "KeyByBucket" >> beam.Map(lambda e: ((e[0], e[2]), (e[1], e[3])))
-        table = (
-            keyed
-            | "One" >> beam.Map(lambda kv: (kv[0], 1))
-            | "CountPerBucket" >> beam.CombinePerKey(sum)
-            | "AllCounts" >> beam.combiners.ToList()
-            | "PrefixSums" >> beam.Map(_prefix_sums)
-        )
+        table = keyed | "Table" >> BucketTable()
         return (
             keyed
             | "GroupByBucket" >> beam.GroupByKey()

@@ -67,7 +67,7 @@ def example_bytes(im: Image, label_id: int, record_kind: str, data: bytes | None
 
 
 class _WriteShard(beam.DoFn):
-    """((split, shard), [(sort_key, Image)]) -> shard info dict."""
+    """((split, shard), [Image] in order) -> shard info dict."""
 
     def __init__(
         self, output_dir: str, record_kind: str, compression: str, source_root: str | None
@@ -84,7 +84,7 @@ class _WriteShard(beam.DoFn):
         self._progress = Progress("write", "records")
 
     def process(self, element, plan, vocab, gate):
-        (split, index), items = element
+        (split, index), images = element
         if not gate["ok"]:  # too many rejects: finalize fails the job, write nothing
             return
         label_ids = {label: i for i, label in enumerate(vocab["labels"])}
@@ -97,7 +97,7 @@ class _WriteShard(beam.DoFn):
         count = 0
         with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
             sink = _Sink(f, gzip=self._compression == "gzip")
-            for _, im in sorted(items, key=lambda item: (item[0], item[1].key)):
+            for im in images:
                 data = None
                 if self._kind == "image":
                     data = _read_source(
@@ -144,7 +144,7 @@ def _read_source(path: str, num_bytes: int) -> bytes:
 
 
 class WriteShards(beam.PTransform):
-    """((split, shard), (sort_key, Image)) -> shard info dicts.
+    """((split, shard), [Image] in order) -> shard info dicts.
 
     ``source_root``: what relative ``Image.source`` values are under (None:
     sources are full paths).
@@ -165,14 +165,9 @@ class WriteShards(beam.PTransform):
         self._plan, self._vocab, self._gate = plan, vocab, gate
 
     def expand(self, sharded):
-        return (
-            sharded
-            | "GroupByShard" >> beam.GroupByKey()
-            | "WriteShard"
-            >> beam.ParDo(
-                _WriteShard(*self._args),
-                beam.pvalue.AsSingleton(self._plan),
-                beam.pvalue.AsSingleton(self._vocab),
-                beam.pvalue.AsSingleton(self._gate),
-            )
+        return sharded | "WriteShard" >> beam.ParDo(
+            _WriteShard(*self._args),
+            beam.pvalue.AsSingleton(self._plan),
+            beam.pvalue.AsSingleton(self._vocab),
+            beam.pvalue.AsSingleton(self._gate),
         )

@@ -7,6 +7,7 @@ import itertools
 
 import apache_beam as beam
 import numpy as np
+import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
@@ -103,18 +104,30 @@ def test_group_keeps_one_split_in_hash_mode():
     assert all(len(s) == 1 for s in by_group.values())
 
 
-def test_order_and_shard_follows_the_fingerprint_order():
-    images = [image(f"k{i}") for i in range(50)]
-    plan = {"train": {"num_shards": 3, "label_counts": {"a": 50}, "num_examples": 50}}
-    order = sorted(images, key=lambda im: fp(4, "order", im.key))
-    expected = [(("train", rank * 3 // 50), (rank, im.key)) for rank, im in enumerate(order)]
+@pytest.mark.parametrize("num_shards, bucket_bits", [(3, 12), (7, 2), (50, 1), (1, 0)])
+def test_order_and_shard_follows_the_fingerprint_order(num_shards, bucket_bits):
+    """Shard = rank * S // N, ranks in fingerprint order; with few buckets every
+    bucket crosses shard boundaries, and shards still get exactly their ranks."""
+    images = [image(f"k{i}") for i in range(50)] + [image(f"v{i}") for i in range(9)]
+    splits = [("train", im) for im in images[:50]] + [("val", im) for im in images[50:]]
+    plan = {
+        "train": {"num_shards": num_shards, "num_examples": 50},
+        "val": {"num_shards": 2, "num_examples": 9},
+    }
+    expected = []
+    for split, members in (("train", images[:50]), ("val", images[50:])):
+        order = sorted(members, key=lambda im: (fp(4, "order", im.key), im.key))
+        n, shards = len(order), plan[split]["num_shards"]
+        for shard in range(shards):
+            keys = [im.key for rank, im in enumerate(order) if rank * shards // n == shard]
+            expected.append(((split, shard), keys))
     with TestPipeline() as p:
         plan_pc = p | "Plan" >> beam.Create([plan])
         got = (
             p
-            | beam.Create([("train", im) for im in images])
-            | OrderAndShard(4, "none", plan_pc)
-            | beam.Map(lambda e: (e[0], (e[1][0], e[1][1].key)))
+            | beam.Create(splits)
+            | OrderAndShard(4, "none", plan_pc, bucket_bits=bucket_bits)
+            | beam.Map(lambda e: (e[0], [im.key for im in e[1]]))
         )
         assert_that(got, equal_to(expected))
 
