@@ -283,19 +283,9 @@ def _walk_local(root: str):
     real_root = os.path.realpath(root)
     listed: dict[str, str] = {}  # real path -> the path it was listed under
     links: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        names = _visible(dirnames)
-        links += [
-            os.path.join(dirpath, d) for d in names if os.path.islink(os.path.join(dirpath, d))
-        ]
-        dirnames[:] = [d for d in names if not os.path.islink(os.path.join(dirpath, d))]
-        for name in _visible(filenames):
-            path = os.path.join(dirpath, name)
-            if os.path.islink(path):
-                links.append(path)
-                continue
-            listed[os.path.join(real_root, os.path.relpath(path, root))] = path
-            yield path, None
+    for path, rel in _real_files(root, links):
+        listed[f"{real_root}/{rel}"] = path
+        yield path, None
     walked: dict[str, str] = {}  # real folder -> the link it was walked through
     while links:
         nested: list[str] = []
@@ -322,6 +312,44 @@ def _walk_local(root: str):
                     path = os.path.join(dirpath, name)
                     yield path, _alias(path, listed)
         links = nested
+
+
+def _real_files(root: str, links: list[str]):
+    """Pass 1: (path, path relative to root) of every file under root that is not
+    a symlink, without following symlinks (each is appended to ``links``).
+
+    Top-down like ``os.walk`` (a folder's files sorted, then its sub-folders
+    sorted), hidden names skipped, unreadable folders skipped as os.walk does;
+    ``os.scandir`` tells links and folders apart without a stat a file.
+    """
+    stack = [(root, "")]
+    while stack:
+        folder, rel = stack.pop()
+        try:
+            with os.scandir(folder) as it:
+                entries = sorted((e for e in it if not e.name.startswith(".")), key=_name)
+        except OSError:
+            continue
+        folders = []
+        for e in entries:
+            if e.is_symlink():
+                links.append(e.path)
+            elif _is_folder(e):
+                folders.append((e.path, f"{rel}/{e.name}" if rel else e.name))
+            else:
+                yield e.path, f"{rel}/{e.name}" if rel else e.name
+        stack.extend(reversed(folders))
+
+
+def _name(entry) -> str:
+    return entry.name
+
+
+def _is_folder(entry) -> bool:
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
 
 
 def _alias(path: str, listed: dict[str, str]) -> tuple[str, str] | None:
