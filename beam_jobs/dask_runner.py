@@ -11,14 +11,16 @@ time (measured on 5,000 images, benchmarks/RESULTS.md):
   plan, vocabulary, gate or rank table.
 - **Reshuffle does nothing**, so a folder listed in one task stays one
   partition and every image is inspected by one worker.
+- **What a DoFn emits in finish_bundle is lost**: the task collects its
+  outputs before calling it (convert's shard batches are sent there).
 
 This runner keeps Beam's translation of each transform (Create, ParDo run a
 partition at a time, GroupByKey as ``bag.groupby``, Flatten) and changes how
 the steps are tied together: a step whose output has more than one consumer
 (side inputs included) is persisted on the cluster when the graph is built,
 so it runs once and its consumers read the result; side inputs reach a task
-as computed lists; Reshuffle repartitions the bag into
-``--dask_npartitions`` parts (default: 4 a worker). ``--runner=dask`` selects
+as computed lists; finish_bundle's outputs are kept; Reshuffle repartitions
+the bag into ``--dask_npartitions`` parts (default: 4 a worker). ``--runner=dask`` selects
 it (beam_jobs/runners.py).
 """
 
@@ -68,19 +70,25 @@ def _bundle(items, step, views, *side_values):
         process_yields_batches=False,
         process_batch_yields_elements=False,
     )
-    return te.apply_dofn_to_bundle(
-        items,
-        [te.DoFnSignature(fn), handler],
-        dict(
-            context=te.DoFnContext(label, state=None),
-            side_inputs=sides,
-            input_args=list(args),
-            input_kwargs=kwargs,
-            user_state_context=None,
-            bundle_finalizer_param=te.DoFn.BundleFinalizerParam(),
-        ),
-        receivers,
+    invoker = te.DoFnInvoker.create_invoker(
+        te.DoFnSignature(fn),
+        handler,
+        context=te.DoFnContext(label, state=None),
+        side_inputs=sides,
+        input_args=list(args),
+        input_kwargs=kwargs,
+        user_state_context=None,
+        bundle_finalizer_param=te.DoFn.BundleFinalizerParam(),
     )
+    invoker.invoke_setup()
+    invoker.invoke_start_bundle()
+    for item in items:
+        invoker.invoke_process(item)
+    # Beam's apply_dofn_to_bundle collects the outputs before finish_bundle, so
+    # what a DoFn emits there is lost; here they are collected after it.
+    invoker.invoke_finish_bundle()
+    invoker.invoke_teardown()
+    return [v.value for v in receivers.values]
 
 
 def _par_do(applied, input_bag, side_items):

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import itertools
 import math
+import pickle
 
 import apache_beam as beam
+from apache_beam.transforms.window import GlobalWindows
 
 from beam_jobs.fingerprint import fp, unit
 from beam_jobs.rank import (
@@ -144,17 +146,58 @@ def _to_shards(element, table, plan):
         yield (split, shard), (bucket, r, im)
 
 
+# Items a batch that crosses the shuffle, and items a worker holds at most
+# before it sends what it has.
+BATCH = 512
+MAX_HELD = 8192
+
+
+class _ToShardBatches(beam.DoFn):
+    """(split, r, bucket, Image) -> ((split, shard), pickled [(bucket, r, Image)]).
+
+    The items bound for one shard travel in batches of up to BATCH, pickled:
+    the shuffle then moves a few hundred opaque values instead of an element
+    an image (a local runner's main process decodes, groups and re-encodes
+    every element it shuffles, alone, while the workers wait). A worker holds
+    at most MAX_HELD items.
+    """
+
+    def start_bundle(self):
+        self._held: dict[tuple, list] = {}
+        self._count = 0
+
+    def process(self, element, table, plan):
+        for key, item in _to_shards(element, table, plan):
+            batch = self._held.setdefault(key, [])
+            batch.append(item)
+            self._count += 1
+            if len(batch) == BATCH:
+                yield self._send(key)
+        if self._count >= MAX_HELD:
+            yield from [self._send(key) for key in list(self._held)]
+
+    def finish_bundle(self):
+        for key in list(self._held):
+            yield GlobalWindows.windowed_value(self._send(key))
+
+    def _send(self, key):
+        batch = self._held.pop(key)
+        self._count -= len(batch)
+        return key, pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)
+
+
 def _rank_in_shard(element, table, plan):
-    """((split, shard), [(bucket, r, Image)]) -> ((split, shard), [Image] in rank order).
+    """((split, shard), [pickled batches]) -> ((split, shard), [Image] in rank order).
 
     Every bucket reaching the shard arrives whole, so each is ranked as
     ExactRank ranks it, and the shard keeps the ranks that fall in it.
     """
-    (split, shard), items = element
+    (split, shard), batches = element
     shards, total = plan[split]["num_shards"], table["totals"][split]
     buckets: dict[int, list] = {}
-    for bucket, r, im in items:
-        buckets.setdefault(bucket, []).append((r, im))
+    for batch in batches:
+        for bucket, r, im in pickle.loads(batch):
+            buckets.setdefault(bucket, []).append((r, im))
     ranked = [
         (rank, im)
         for bucket, members in buckets.items()
@@ -208,7 +251,7 @@ class OrderAndShard(beam.PTransform):
             )
             return (
                 ordered
-                | "ToShards" >> beam.FlatMap(_to_shards, table, plan)
+                | "ToShards" >> beam.ParDo(_ToShardBatches(), table, plan)
                 | "GroupByShard" >> beam.GroupByKey()
                 | "RankInShard" >> beam.Map(_rank_in_shard, table, plan)
             )

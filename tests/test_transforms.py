@@ -105,9 +105,15 @@ def test_group_keeps_one_split_in_hash_mode():
 
 
 @pytest.mark.parametrize("num_shards, bucket_bits", [(3, 12), (7, 2), (50, 1), (1, 0)])
-def test_order_and_shard_follows_the_fingerprint_order(num_shards, bucket_bits):
+def test_order_and_shard_follows_the_fingerprint_order(num_shards, bucket_bits, monkeypatch):
     """Shard = rank * S // N, ranks in fingerprint order; with few buckets every
-    bucket crosses shard boundaries, and shards still get exactly their ranks."""
+    bucket crosses shard boundaries, and shards still get exactly their ranks.
+    Tiny batches: items cross the shuffle in full batches, in batches sent when a
+    worker holds too many, and in those left at the end of a bundle."""
+    from beam_jobs import order
+
+    monkeypatch.setattr(order, "BATCH", 3)
+    monkeypatch.setattr(order, "MAX_HELD", 7)
     images = [image(f"k{i}") for i in range(50)] + [image(f"v{i}") for i in range(9)]
     splits = [("train", im) for im in images[:50]] + [("val", im) for im in images[50:]]
     plan = {
