@@ -123,7 +123,12 @@ def build(pipeline, job: Job):
     # Image -> (split, Image)
     split_images = images | "AssignSplits" >> AssignSplits(o.splits, o.split_mode, o.split_seed)
     plan = split_images | "PlanShards" >> PlanShards(
-        o.split_names, o.record_kind, o.target_shard_mb, o.shard_multiple, o.num_shards
+        o.split_names,
+        o.record_kind,
+        o.target_shard_mb,
+        o.shard_multiple,
+        o.num_shards,
+        seed=o.seed if o.balance == "none" else None,  # the global rank's bucket table
     )
     # (split, Image) -> ((split, shard), [Image] in order)
     sharded = split_images | "OrderAndShard" >> OrderAndShard(o.seed, o.balance, plan)

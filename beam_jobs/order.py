@@ -26,7 +26,6 @@ from beam_jobs.fingerprint import fp, unit
 from beam_jobs.rank import (
     BUCKET_BITS,
     LABEL_BUCKET_BITS,
-    BucketTable,
     ExactRank,
     ranked_bucket,
     sort_key,
@@ -54,31 +53,45 @@ def shard_count(
 
 
 class _SplitStats(beam.CombineFn):
-    """(split, Image) -> {split: [count, est_bytes, {label: count}]}."""
+    """(split, Image) -> {split: [count, est_bytes, {label: count}, {bucket: count}]}.
 
-    def __init__(self, record_kind: str):
+    ``seed`` given (balance none): each image's rank bucket (rank.py) is
+    counted too, so the plan carries the split's bucket table and the global
+    rank needs no combine of its own.
+    """
+
+    def __init__(self, record_kind: str, seed: int | None = None, bucket_bits: int = BUCKET_BITS):
         self._kind = record_kind
+        self._seed = seed
+        self._bits = bucket_bits
 
     def create_accumulator(self):
         return {}
 
     def add_input(self, acc, element):
         split, im = element
-        stats = acc.setdefault(split, [0, 0, {}])
+        stats = acc.get(split)
+        if stats is None:
+            stats = acc[split] = [0, 0, {}, {}]
         stats[0] += 1
         stats[1] += estimated_record_bytes(im, self._kind)
-        stats[2][im.label] = stats[2].get(im.label, 0) + 1
+        labels = stats[2]
+        labels[im.label] = labels.get(im.label, 0) + 1
+        if self._seed is not None:
+            bucket = top_bucket(fp(self._seed, "order", im.key), self._bits)
+            stats[3][bucket] = stats[3].get(bucket, 0) + 1
         return acc
 
     def merge_accumulators(self, accs):
         out = {}
         for acc in accs:
-            for split, (n, b, labels) in acc.items():
-                stats = out.setdefault(split, [0, 0, {}])
+            for split, (n, b, labels, buckets) in acc.items():
+                stats = out.setdefault(split, [0, 0, {}, {}])
                 stats[0] += n
                 stats[1] += b
-                for label, c in labels.items():
-                    stats[2][label] = stats[2].get(label, 0) + c
+                for counts, into in ((labels, stats[2]), (buckets, stats[3])):
+                    for k, c in counts.items():
+                        into[k] = into.get(k, 0) + c
         return out
 
     def extract_output(self, acc):
@@ -87,9 +100,12 @@ class _SplitStats(beam.CombineFn):
 
 class PlanShards(beam.PTransform):
     """(split, Image) -> one dict: {split: {num_examples, est_bytes, num_shards, label_counts,
-    label_offsets}}.
+    label_offsets, buckets}}.
 
     Every split named in ``splits`` appears, empty ones with zero shards.
+    ``buckets`` (only with the order ``seed``, for balance none): {bucket:
+    (first rank, size)} of the split's rank buckets (``bucket_bits`` a split,
+    as OrderAndShard's), in rank order.
     """
 
     def __init__(
@@ -99,6 +115,8 @@ class PlanShards(beam.PTransform):
         target_shard_mb: float,
         shard_multiple: int,
         num_shards: int | None,
+        seed: int | None = None,
+        bucket_bits: int = BUCKET_BITS,
     ):
         super().__init__()
         self._splits = splits
@@ -106,14 +124,18 @@ class PlanShards(beam.PTransform):
         self._target = target_shard_mb * 1e6
         self._multiple = shard_multiple
         self._fixed = num_shards
+        self._seed = seed
+        self._bits = bucket_bits
 
     def expand(self, split_images):
         def plan(stats):
             out = {}
             for split in sorted(set(self._splits) | set(stats)):
-                n, est, labels = stats.get(split, (0, 0, {}))
+                n, est, labels, buckets = stats.get(split, (0, 0, {}, {}))
                 label_counts = dict(sorted(labels.items()))
                 offsets = itertools.accumulate(label_counts.values(), initial=0)
+                sizes = dict(sorted(buckets.items()))
+                firsts = itertools.accumulate(sizes.values(), initial=0)
                 out[split] = {
                     "num_examples": n,
                     "est_bytes": est,
@@ -121,12 +143,15 @@ class PlanShards(beam.PTransform):
                     "label_counts": label_counts,
                     # where each label starts when labels are laid end to end (balance=label)
                     "label_offsets": dict(zip(label_counts, offsets)),
+                    "buckets": {
+                        b: (first, size) for (b, size), first in zip(sizes.items(), firsts)
+                    },
                 }
             return out
 
         return (
             split_images
-            | "Stats" >> beam.CombineGlobally(_SplitStats(self._kind))
+            | "Stats" >> beam.CombineGlobally(_SplitStats(self._kind, self._seed, self._bits))
             | "Plan" >> beam.Map(plan)
         )
 
@@ -135,13 +160,12 @@ def _shard_of(rank: int, num_shards: int, total: int) -> int:
     return rank * num_shards // total
 
 
-def _to_shards(element, table, plan):
-    """(split, r, bucket, Image) -> ((split, shard), (bucket, r, Image)) for every shard
-    that the bucket's ranks reach: one, or a few for a bucket across a shard boundary."""
-    split, r, bucket, im = element
-    shards, total = plan[split]["num_shards"], table["totals"][split]
-    first = table["offsets"][(split, bucket)]
-    last = first + table["sizes"][(split, bucket)] - 1
+def _to_shards(split, r, bucket, im, plan):
+    """-> ((split, shard), (bucket, r, Image)) for every shard that the bucket's ranks
+    reach: one, or a few for a bucket across a shard boundary."""
+    shards, total = plan[split]["num_shards"], plan[split]["num_examples"]
+    first, size = plan[split]["buckets"][bucket]
+    last = first + size - 1
     for shard in range(_shard_of(first, shards, total), _shard_of(last, shards, total) + 1):
         yield (split, shard), (bucket, r, im)
 
@@ -153,7 +177,7 @@ MAX_HELD = 8192
 
 
 class _ToShardBatches(beam.DoFn):
-    """(split, r, bucket, Image) -> ((split, shard), pickled [(bucket, r, Image)]).
+    """(split, Image) -> ((split, shard), pickled [(bucket, r, Image)]).
 
     The items bound for one shard travel in batches of up to BATCH, pickled:
     the shuffle then moves a few hundred opaque values instead of an element
@@ -162,12 +186,17 @@ class _ToShardBatches(beam.DoFn):
     at most MAX_HELD items.
     """
 
+    def __init__(self, seed: int, bucket_bits: int):
+        self._seed, self._bits = seed, bucket_bits
+
     def start_bundle(self):
         self._held: dict[tuple, list] = {}
         self._count = 0
 
-    def process(self, element, table, plan):
-        for key, item in _to_shards(element, table, plan):
+    def process(self, element, plan):
+        split, im = element
+        r = fp(self._seed, "order", im.key)
+        for key, item in _to_shards(split, r, top_bucket(r, self._bits), im, plan):
             batch = self._held.setdefault(key, [])
             batch.append(item)
             self._count += 1
@@ -186,14 +215,15 @@ class _ToShardBatches(beam.DoFn):
         return key, pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def _rank_in_shard(element, table, plan):
+def _rank_in_shard(element, plan):
     """((split, shard), [pickled batches]) -> ((split, shard), [Image] in rank order).
 
     Every bucket reaching the shard arrives whole, so each is ranked as
     ExactRank ranks it, and the shard keeps the ranks that fall in it.
     """
     (split, shard), batches = element
-    shards, total = plan[split]["num_shards"], table["totals"][split]
+    info = plan[split]
+    shards, total = info["num_shards"], info["num_examples"]
     buckets: dict[int, list] = {}
     for batch in batches:
         for bucket, r, im in pickle.loads(batch):
@@ -201,7 +231,7 @@ def _rank_in_shard(element, table, plan):
     ranked = [
         (rank, im)
         for bucket, members in buckets.items()
-        for rank, im in ranked_bucket(split, bucket, members, table)
+        for rank, im in ranked_bucket(info["buckets"][bucket][0], members)
         if _shard_of(rank, shards, total) == shard
     ]
     ranked.sort(key=lambda item: item[0])
@@ -233,27 +263,15 @@ class OrderAndShard(beam.PTransform):
         self._bits = bucket_bits
 
     def expand(self, split_images):
-        seed, bits = self._seed, self._bits
+        seed = self._seed
         plan = beam.pvalue.AsSingleton(self._plan)
         if self._balance == "none":
-
-            def to_bucket(element):
-                split, im = element
-                r = fp(seed, "order", im.key)
-                return split, r, top_bucket(r, bits), im
-
-            ordered = split_images | "OrderKey" >> beam.Map(to_bucket)
-            # (split, r, bucket, Image)
-            table = beam.pvalue.AsSingleton(
-                ordered
-                | "KeyByBucket" >> beam.Map(lambda e: ((e[0], e[2]), None))
-                | "Buckets" >> BucketTable()
-            )
+            # the plan's bucket table (PlanShards with the seed) gives the ranks
             return (
-                ordered
-                | "ToShards" >> beam.ParDo(_ToShardBatches(), table, plan)
+                split_images
+                | "ToShards" >> beam.ParDo(_ToShardBatches(seed, self._bits), plan)
                 | "GroupByShard" >> beam.GroupByKey()
-                | "RankInShard" >> beam.Map(_rank_in_shard, table, plan)
+                | "RankInShard" >> beam.Map(_rank_in_shard, plan)
             )
 
         def to_label_rank(element):

@@ -27,28 +27,12 @@ def top_bucket(value: int, bits: int = BUCKET_BITS) -> int:
 
 
 def _prefix_sums(counts: list) -> dict:
-    """[((part, bucket), n)] -> {"offsets": {(part, bucket): first rank},
-    "sizes": {(part, bucket): n}, "totals": {part: n}}."""
-    offsets, sizes, totals = {}, {}, {}
+    """[((part, bucket), n)] -> {"offsets": {(part, bucket): first rank}, "totals": {part: n}}."""
+    offsets, totals = {}, {}
     for (part, bucket), n in sorted(counts):
         offsets[(part, bucket)] = totals.get(part, 0)
-        sizes[(part, bucket)] = n
         totals[part] = totals.get(part, 0) + n
-    return {"offsets": offsets, "sizes": sizes, "totals": totals}
-
-
-class BucketTable(beam.PTransform):
-    """((part, bucket), anything) -> one table: each bucket's first rank and size, each
-    part's total (see ``_prefix_sums``). Its size is the number of buckets."""
-
-    def expand(self, keyed):
-        return (
-            keyed
-            | "One" >> beam.Map(lambda kv: (kv[0], 1))
-            | "CountPerBucket" >> beam.CombinePerKey(sum)
-            | "AllCounts" >> beam.combiners.ToList()
-            | "PrefixSums" >> beam.Map(_prefix_sums)
-        )
+    return {"offsets": offsets, "totals": totals}
 
 
 def sort_key(item):
@@ -57,9 +41,9 @@ def sort_key(item):
     return key, value.key
 
 
-def ranked_bucket(part, bucket, items, table):
-    """(rank, value) of one whole bucket's (sort_key, value) items, in rank order."""
-    offset = table["offsets"][(part, bucket)]
+def ranked_bucket(offset: int, items):
+    """(rank, value) of one whole bucket's (sort_key, value) items, in rank order;
+    ``offset``: the bucket's first rank."""
     for index, (_, value) in enumerate(sorted(items, key=sort_key)):
         yield offset + index, value
 
@@ -67,7 +51,7 @@ def ranked_bucket(part, bucket, items, table):
 def _rank_bucket(element, table):
     (part, bucket), items = element
     total = table["totals"][part]
-    for rank, value in ranked_bucket(part, bucket, items, table):
+    for rank, value in ranked_bucket(table["offsets"][(part, bucket)], items):
         yield part, rank, total, value
 
 
@@ -84,7 +68,13 @@ class ExactRank(beam.PTransform):
     def expand(self, elements):
         # (part, bucket) -> (sort_key, value)
         keyed = elements | "KeyByBucket" >> beam.Map(lambda e: ((e[0], e[2]), (e[1], e[3])))
-        table = keyed | "Table" >> BucketTable()
+        table = (
+            keyed
+            | "One" >> beam.Map(lambda kv: (kv[0], 1))
+            | "CountPerBucket" >> beam.CombinePerKey(sum)
+            | "AllCounts" >> beam.combiners.ToList()
+            | "PrefixSums" >> beam.Map(_prefix_sums)
+        )
         return (
             keyed
             | "GroupByBucket" >> beam.GroupByKey()

@@ -58,6 +58,15 @@ class AssignSplits(beam.PTransform):
         self._seed = split_seed
 
     def expand(self, images):
+        if self._mode == "hash":  # one step: a given split, else the key's hash bucket
+            cuts = cut_points(self._fractions, HASH_BUCKETS)
+            names, seed = self._names, self._seed
+            return images | "HashSplit" >> beam.Map(
+                lambda im: (
+                    im.split if im.split is not None else hash_split(im, names, cuts, seed),
+                    im,
+                )
+            )
         # Two Filters rather than beam.Partition: see dead_letters.py (Dask).
         honoured = (
             images
@@ -65,14 +74,7 @@ class AssignSplits(beam.PTransform):
             | "GivenSplit" >> beam.Map(lambda im: (im.split, im))
         )
         rest = images | "NoGivenSplit" >> beam.Filter(lambda im: im.split is None)
-        if self._mode == "hash":
-            cuts = cut_points(self._fractions, HASH_BUCKETS)
-            names, seed = self._names, self._seed
-            assigned = rest | "HashSplit" >> beam.Map(
-                lambda im: (hash_split(im, names, cuts, seed), im)
-            )
-        else:
-            assigned = rest | "ExactSplit" >> _ExactSplit(self._names, self._fractions, self._seed)
+        assigned = rest | "ExactSplit" >> _ExactSplit(self._names, self._fractions, self._seed)
         return (honoured, assigned) | "AllSplits" >> beam.Flatten()
 
 

@@ -19,15 +19,34 @@ class Vocabulary(beam.PTransform):
     def expand(self, images):
         fixed = self._fixed
 
-        def collect(pairs):
-            labels = fixed or sorted({v for k, v in pairs if k == "label"})
-            return {"labels": labels, "formats": sorted({v for k, v in pairs if k == "format"})}
+        def collect(found):
+            labels, formats = found
+            return {"labels": fixed or sorted(labels), "formats": sorted(formats)}
 
         return (
             images
-            | "LabelAndFormat"
-            >> beam.FlatMap(lambda im: [("label", im.label), ("format", im.format)])
-            | "Distinct" >> beam.Distinct()
-            | "ToList" >> beam.combiners.ToList()
+            | "LabelsAndFormats" >> beam.CombineGlobally(_LabelsAndFormats())
             | "Collect" >> beam.Map(collect)
         )
+
+
+class _LabelsAndFormats(beam.CombineFn):
+    """Image -> (set of labels, set of formats): one add a image, lifted before the shuffle."""
+
+    def create_accumulator(self):
+        return set(), set()
+
+    def add_input(self, acc, im):
+        acc[0].add(im.label)
+        acc[1].add(im.format)
+        return acc
+
+    def merge_accumulators(self, accs):
+        labels, formats = set(), set()
+        for a, b in accs:
+            labels |= a
+            formats |= b
+        return labels, formats
+
+    def extract_output(self, acc):
+        return acc

@@ -13,7 +13,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from beam_jobs.fingerprint import fp
 from beam_jobs.inspect_images import InspectImages
-from beam_jobs.order import OrderAndShard, shard_count
+from beam_jobs.order import OrderAndShard, PlanShards, shard_count
 from beam_jobs.rank import ExactRank, top_bucket
 from beam_jobs.records import Candidate, Image
 from beam_jobs.split import HASH_BUCKETS, AssignSplits, cut_points, hash_split
@@ -116,23 +116,23 @@ def test_order_and_shard_follows_the_fingerprint_order(num_shards, bucket_bits, 
     monkeypatch.setattr(order, "MAX_HELD", 7)
     images = [image(f"k{i}") for i in range(50)] + [image(f"v{i}") for i in range(9)]
     splits = [("train", im) for im in images[:50]] + [("val", im) for im in images[50:]]
-    plan = {
-        "train": {"num_shards": num_shards, "num_examples": 50},
-        "val": {"num_shards": 2, "num_examples": 9},
-    }
+    shards = {"train": num_shards, "val": 2}
     expected = []
     for split, members in (("train", images[:50]), ("val", images[50:])):
         order = sorted(members, key=lambda im: (fp(4, "order", im.key), im.key))
-        n, shards = len(order), plan[split]["num_shards"]
-        for shard in range(shards):
-            keys = [im.key for rank, im in enumerate(order) if rank * shards // n == shard]
+        n, s = len(order), shards[split]
+        for shard in range(s):
+            keys = [im.key for rank, im in enumerate(order) if rank * s // n == shard]
             expected.append(((split, shard), keys))
     with TestPipeline() as p:
-        plan_pc = p | "Plan" >> beam.Create([plan])
+        split_images = p | beam.Create(splits)
+        plan = split_images | PlanShards(
+            ("train", "val"), "path", 1.0, 1, None, seed=4, bucket_bits=bucket_bits
+        )
+        plan = plan | beam.Map(lambda pl: {k: dict(v, num_shards=shards[k]) for k, v in pl.items()})
         got = (
-            p
-            | beam.Create(splits)
-            | OrderAndShard(4, "none", plan_pc, bucket_bits=bucket_bits)
+            split_images
+            | OrderAndShard(4, "none", plan, bucket_bits=bucket_bits)
             | beam.Map(lambda e: (e[0], [im.key for im in e[1]]))
         )
         assert_that(got, equal_to(expected))
