@@ -168,12 +168,19 @@ def convert(options: ConvertOptions, pipeline_args: list[str], pipeline=None) ->
     """Runs a conversion of parsed options; see :func:`run`."""
     from apache_beam.options.pipeline_options import TestOptions
 
-    from beam_jobs.runners import MULTI_PROCESSING_FROM, describe, local_default, resolve_runner
+    from beam_jobs.runners import (
+        MULTI_PROCESSING_FROM,
+        describe,
+        lean_malloc,
+        local_default,
+        resolve_runner,
+    )
     from beam_jobs.sources import has_at_least
 
     def many() -> bool:
         return has_at_least(options, MULTI_PROCESSING_FROM)
 
+    lean_malloc()
     with resolve_runner(local_default(pipeline_args, many)) as pipeline_args:
         beam_options = pipeline_options(pipeline_args)
         offline = bool(beam_options.view_as(TestOptions).dry_run)
