@@ -119,6 +119,11 @@ def inspect_stream(f, size: int, *, full: bool, max_pixels: int):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
+                if fmt == "jpeg":
+                    # libjpeg's DCT scaling: every block is still entropy-decoded
+                    # (a cut or garbled body still fails), the inverse DCT runs
+                    # at 1/8 size: a third less time on 64 px, more on photos
+                    im.draft(None, (max(1, width // 8), max(1, height // 8)))
                 im.load()
         except Exception as e:  # noqa: BLE001 - as above; the reason is recorded
             raise _classify_decode_error(e) from e

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import resource
 import subprocess
 import sys
 import threading
@@ -96,17 +97,53 @@ def _tree_rss(pid: int) -> int:
     return total
 
 
-def run_measured(cmd: list[str]) -> tuple[float, int]:
-    """Runs a command; returns (seconds, peak RSS of its process tree in bytes)."""
+def _tree_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds (user + system) so far of a process and each of its descendants."""
+    out, stack, tick = {}, [pid], os.sysconf("SC_CLK_TCK")
+    while stack:
+        p = stack.pop()
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            out[p] = (int(fields[11]) + int(fields[12])) / tick
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    stack += [int(c) for c in f.read().split()]
+        except (FileNotFoundError, ProcessLookupError, ValueError, IndexError):
+            continue
+    return out
+
+
+def run_measured(cmd: list[str], phases: dict | None = None) -> tuple[float, int]:
+    """Runs a command; returns (seconds, peak RSS of its process tree in bytes).
+
+    ``phases``: filled with where the cores went, sampled every 0.25 s:
+    ``one_core_seconds`` (intervals using under 1.25 cores), of which
+    ``main_alone_seconds`` (only the command's own process busy) and
+    ``one_child_seconds`` (one child process busy, e.g. one Beam worker).
+    """
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     peak = [0]
+    counts = {"one_core_seconds": 0.0, "main_alone_seconds": 0.0, "one_child_seconds": 0.0}
 
     def sample():
+        last, last_t = {}, time.perf_counter()
         while proc.poll() is None:
             peak[0] = max(peak[0], _tree_rss(proc.pid))
-            time.sleep(0.05)
+            if phases is not None:
+                now, t = _tree_cpu(proc.pid), time.perf_counter()
+                busy = {p: (c - last.get(p, c)) / (t - last_t) for p, c in now.items()}
+                if last and sum(busy.values()) < 1.25:
+                    counts["one_core_seconds"] += t - last_t
+                    working = [p for p, b in busy.items() if b > 0.5]
+                    if working == [proc.pid]:
+                        counts["main_alone_seconds"] += t - last_t
+                    elif len(working) == 1:
+                        counts["one_child_seconds"] += t - last_t
+                last, last_t = now, t
+            time.sleep(0.25 if phases is not None else 0.05)
 
     t = threading.Thread(target=sample, daemon=True)
     t.start()
@@ -115,4 +152,23 @@ def run_measured(cmd: list[str]) -> tuple[float, int]:
     t.join()
     if proc.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{err.decode()[-3000:]}")
+    if phases is not None:
+        phases.update({k: round(v, 1) for k, v in counts.items()})
     return seconds, peak[0]
+
+
+def measured(cmd: list[str], phases: bool = False) -> dict:
+    """Wall seconds, CPU seconds (the process and every child it waited for), peak RSS;
+    with ``phases``, where the cores went (``run_measured``)."""
+    where: dict | None = {} if phases else None
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    seconds, rss = run_measured(cmd, where)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {
+        "seconds": round(seconds, 1),
+        "cpu_seconds": round(cpu, 1),
+        "cores_used": round(cpu / seconds, 2),
+        "peak_rss_mb": round(rss / 1e6),
+        **({"phases": where} if phases else {}),
+    }

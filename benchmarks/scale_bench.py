@@ -3,7 +3,9 @@
 Path records (``--record_kind=path``), ``--verify header``, the default
 runner (every core), on 10,000, 100,000 and 500,000 files: hard links that
 cycle over the 20,000 generated JPEGs. Linear time shows as a flat time per
-example; bounded memory as a small RSS growth per example.
+example; bounded memory as a small RSS growth per example. At each size TFDS's
+single-process builder (``_tfds_builder.py``, image records: the only kind it
+has) runs on the same folder for its peak RSS, the issue's memory bar.
 
     .venv/bin/python benchmarks/scale_bench.py [--sizes 10000,100000,500000]
 """
@@ -17,7 +19,7 @@ import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import BIN, WORK, list_images, machine, make_jpegs, run_measured  # noqa: E402
+from _common import BIN, HERE, WORK, list_images, machine, make_jpegs, measured  # noqa: E402
 
 
 def linked(n: int) -> str:
@@ -51,12 +53,17 @@ def main(argv=None) -> dict:
             "--verify=header",
             "--overwrite",
         ]
-        seconds, rss = run_measured(cmd)
+        m = measured(cmd)
+        shutil.rmtree(out, ignore_errors=True)
+        tfds = measured(
+            [sys.executable, os.path.join(HERE, "_tfds_builder.py"), src, out, "single"]
+        )
         shutil.rmtree(out, ignore_errors=True)
         runs[n] = {
-            "seconds": round(seconds, 1),
-            "us_per_example": round(seconds / n * 1e6, 1),
-            "peak_rss_mb": round(rss / 1e6),
+            **m,
+            "us_per_example": round(m["seconds"] / n * 1e6, 1),
+            "tfds_seconds": tfds["seconds"],
+            "tfds_peak_rss_mb": tfds["peak_rss_mb"],
         }
     sizes = sorted(runs)
     lo, hi = sizes[0], sizes[-1]
@@ -67,6 +74,7 @@ def main(argv=None) -> dict:
         * 1e6
         / (hi - lo),
         "marginal_us_per_example": (runs[hi]["seconds"] - runs[lo]["seconds"]) / (hi - lo) * 1e6,
+        "rss_over_tfds": {n: r["peak_rss_mb"] / r["tfds_peak_rss_mb"] for n, r in runs.items()},
     }
     print(json.dumps(result, indent=2))
     return result

@@ -203,3 +203,50 @@ def test_finished_dataset_needs_overwrite(crafted, tmp_path, capsys):
     )
     assert not os.path.exists(stray)
     assert load_info(out)["inputs"] == before["inputs"]
+
+
+@pytest.mark.parametrize("progressive", [False, True])
+def test_full_verify_of_jpeg_rejects_what_a_full_decode_rejects(progressive):
+    """--verify full decodes JPEGs with libjpeg's DCT scaling (every block entropy-
+    decoded, the inverse DCT at 1/8 size): cut, garbled and holed bodies get the
+    verdict a full-size decode gives them."""
+    import io
+    import random
+    import warnings
+
+    from PIL import Image as PILImage
+
+    from beam_jobs.inspect_images import _Rejected, inspect_stream
+
+    rng = np.random.default_rng(3)
+    pixels = rng.integers(0, 255, (96, 128, 3), dtype=np.uint8)
+    out = io.BytesIO()
+    PILImage.fromarray(pixels).save(out, "JPEG", quality=90, progressive=progressive)
+    data = out.getvalue()
+    pick = random.Random(1)
+    rejected = 0
+    for k in range(90):
+        b = bytearray(data)
+        if k % 3 == 0:
+            b = b[: pick.randrange(len(b) // 4, len(b))]
+        elif k % 3 == 1:
+            i = pick.randrange(len(b) // 3, len(b) - 8)
+            b[i : i + 8] = bytes(pick.randrange(256) for _ in range(8))
+        else:
+            i = pick.randrange(len(b) // 3, len(b) - 60)
+            del b[i : i + pick.randrange(1, 50)]
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                PILImage.open(io.BytesIO(bytes(b))).load()
+            expected = True
+        except Exception:  # noqa: BLE001 - any failure is a reject
+            expected = False
+        try:
+            inspect_stream(io.BytesIO(bytes(b)), len(b), full=True, max_pixels=10**9)
+            got = True
+        except _Rejected:
+            got = False
+        assert got == expected, k
+        rejected += not got
+    assert 10 < rejected < 80  # both verdicts were exercised
