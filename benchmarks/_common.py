@@ -123,6 +123,7 @@ def run_measured(cmd: list[str], phases: dict | None = None) -> tuple[float, int
     ``one_child_seconds`` (one child process busy, e.g. one Beam worker).
     """
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    os.sync()  # the previous contender's writes are flushed before this one starts
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     peak = [0]
