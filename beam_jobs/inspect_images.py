@@ -22,7 +22,7 @@ from apache_beam.metrics import Metrics
 
 from beam_jobs import paths
 from beam_jobs.dead_letters import SplitRejects
-from beam_jobs.paths import open_binary
+from beam_jobs.paths import open_binary, read_bytes
 from beam_jobs.progress import Progress
 from beam_jobs.records import Candidate, Image, make_reject
 
@@ -257,8 +257,9 @@ class _InspectImage(beam.DoFn):
 
         Nothing is read from a file that is not a regular file (a FIFO would
         block forever, a device never ends) or that is larger than
-        ``--max_image_mb``; the body is read only after its first bytes look
-        like an image.
+        ``--max_image_mb``. A file up to 1 MB is read whole in one call; a
+        larger one's body is read only after its first bytes look like an
+        image.
         """
         try:
             size = _regular_file_size(source)
@@ -266,25 +267,35 @@ class _InspectImage(beam.DoFn):
                 raise _Rejected(
                     "too_large", f"{size:,} bytes > --max_image_mb ({self._max_bytes:,} bytes)"
                 )
+            if size <= _SMALL_FILE:
+                # one read: Pillow's header parsers make ~40 small reads an
+                # image, several times dearer on a file than in memory
+                data = read_bytes(source, size + 1)
+                if size and not data.startswith(_MAGIC):
+                    raise _Rejected("unsupported_format", "not an image Pillow can identify")
+                return self._inspected(self._whole(data, size), size)
             with open_binary(source) as f:
                 head = f.read(16)
-                if size and not head.startswith(_MAGIC):
+                if not head.startswith(_MAGIC):
                     raise _Rejected("unsupported_format", "not an image Pillow can identify")
-                if self._full or size <= _WHOLE_HEADER_READ:
-                    # one read: Pillow's header parsers make ~40 small reads an
-                    # image, several times dearer on a file than in memory
-                    stream = io.BytesIO(head + f.read(size - len(head) + 1))
-                    if len(stream.getbuffer()) != size:
-                        raise _Rejected("unreadable", "the file changed size while it was read")
-                else:
-                    f.seek(0)
-                    stream = f
-                found = inspect_stream(stream, size, full=self._full, max_pixels=self._max_pixels)
-                return (*found, size, self._content_hash(stream) if self._hash else "")
+                if self._full:
+                    return self._inspected(self._whole(head + f.read(size), size), size)
+                f.seek(0)
+                return self._inspected(f, size)  # the header only
         except _Rejected:
             raise
         except (OSError, ValueError) as e:  # BeamIOError is an OSError
             raise _open_error(e) from e
+
+    @staticmethod
+    def _whole(data: bytes, size: int) -> io.BytesIO:
+        if len(data) != size:
+            raise _Rejected("unreadable", "the file changed size while it was read")
+        return io.BytesIO(data)
+
+    def _inspected(self, stream, size: int) -> tuple:
+        found = inspect_stream(stream, size, full=self._full, max_pixels=self._max_pixels)
+        return (*found, size, self._content_hash(stream) if self._hash else "")
 
     @staticmethod
     def _content_hash(stream) -> str:
@@ -296,9 +307,10 @@ class _InspectImage(beam.DoFn):
         return digest.hexdigest()
 
 
-# --verify header reads files up to this size whole (a typical photo or icon);
-# larger ones are parsed from the open file, reading only their header.
-_WHOLE_HEADER_READ = 1 << 20
+# Files up to this size (a typical photo or icon) are read whole in one call;
+# larger ones have their first bytes checked before the body is read
+# (--verify full), or only their header read (--verify header).
+_SMALL_FILE = 1 << 20
 
 
 def _regular_file_size(source: str) -> int:

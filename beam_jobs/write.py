@@ -20,7 +20,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from beam_jobs import paths
-from beam_jobs.paths import open_binary
+from beam_jobs.paths import read_bytes
 from beam_jobs.progress import Progress
 from beam_jobs.records import Image
 from schemas import layout, tfrecord
@@ -133,8 +133,7 @@ class _WriteShard(beam.DoFn):
 
 
 def _read_source(path: str, num_bytes: int) -> bytes:
-    with open_binary(path) as f:
-        data = f.read()
+    data = read_bytes(path, num_bytes + 1)  # one more: a file that grew is caught
     if len(data) != num_bytes:
         raise RuntimeError(
             f"{path} changed during the conversion: {num_bytes} bytes when inspected, "
