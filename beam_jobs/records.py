@@ -17,7 +17,7 @@ REJECT_REASONS = {
     "empty": "the file has zero bytes",
     "unreadable": (
         "the file exists but cannot be read (permissions, symlink loop, a folder, "
-        "a FIFO, device or socket)"
+        "a FIFO, device or socket), or a sub-folder of the input cannot be listed"
     ),
     "unsupported_format": "not an image in a supported format (jpeg, png, gif, bmp, webp)",
     "corrupt": "an image header was found but the image does not decode",

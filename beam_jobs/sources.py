@@ -283,7 +283,10 @@ def _walk_local(root: str):
     real_root = os.path.realpath(root)
     listed: dict[str, str] = {}  # real path -> the path it was listed under
     links: list[str] = []
-    for path, rel in _real_files(root, links):
+    for path, rel, error in _real_files(root, links):
+        if error is not None:  # a folder that cannot be listed: its files are unknown
+            yield path, ("unreadable", f"folder cannot be listed ({error})")
+            continue
         listed[f"{real_root}/{rel}"] = path
         yield path, None
     walked: dict[str, str] = {}  # real folder -> the link it was walked through
@@ -315,12 +318,14 @@ def _walk_local(root: str):
 
 
 def _real_files(root: str, links: list[str]):
-    """Pass 1: (path, path relative to root) of every file under root that is not
-    a symlink, without following symlinks (each is appended to ``links``).
+    """Pass 1: (path, path relative to root, None) of every file under root that
+    is not a symlink, without following symlinks (each is appended to
+    ``links``); (folder, its relative path, the error) for a sub-folder that
+    cannot be listed (``os.walk`` would skip it, and its files with it).
 
     Top-down like ``os.walk`` (a folder's files sorted, then its sub-folders
-    sorted), hidden names skipped, unreadable folders skipped as os.walk does;
-    ``os.scandir`` tells links and folders apart without a stat a file.
+    sorted), hidden names skipped; ``os.scandir`` tells links and folders
+    apart without a stat a file. The root itself must list: its error raises.
     """
     stack = [(root, "")]
     while stack:
@@ -328,7 +333,10 @@ def _real_files(root: str, links: list[str]):
         try:
             with os.scandir(folder) as it:
                 entries = sorted((e for e in it if not e.name.startswith(".")), key=_name)
-        except OSError:
+        except OSError as e:
+            if not rel:
+                raise
+            yield folder, rel, f"{type(e).__name__}: {e.strerror or e}"
             continue
         folders = []
         for e in entries:
@@ -337,7 +345,7 @@ def _real_files(root: str, links: list[str]):
             elif _is_folder(e):
                 folders.append((e.path, f"{rel}/{e.name}" if rel else e.name))
             else:
-                yield e.path, f"{rel}/{e.name}" if rel else e.name
+                yield e.path, f"{rel}/{e.name}" if rel else e.name, None
         stack.extend(reversed(folders))
 
 

@@ -190,6 +190,28 @@ def test_symlinked_folders_aliases_and_loops_are_all_accounted_for(tmp_path):
     assert rejects == {**dict.fromkeys(aliases, "duplicate_file"), "a/up": "unreadable"}
 
 
+def test_a_folder_that_cannot_be_listed_is_a_reject_not_a_silent_loss(tmp_path, monkeypatch):
+    """os.walk skips a folder it cannot list, and its files with it; convert names
+    the folder. (Root reads any folder, so the listing error is raised here on
+    purpose; the in-memory runner runs the walk in this process.)"""
+    root = tmp_path / "images"
+    _pngs(root, [f"a/{i}.png" for i in range(4)] + [f"b/deep/{i}.png" for i in range(3)])
+    locked = str(root / "b" / "deep")
+    scandir = os.scandir
+
+    def refusing(path="."):
+        if not isinstance(path, int) and os.fspath(path) == locked:
+            raise PermissionError(13, "Permission denied", locked)
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refusing)
+    info = run_convert(str(root), str(tmp_path / "out"), "--max_reject_fraction=1")
+    rejects = read_rejects(str(tmp_path / "out"))
+    assert [(r["key"], r["reason"]) for r in rejects] == [("b/deep", "unreadable")]
+    assert "cannot be listed" in rejects[0]["detail"]
+    assert _accounted(info) == 4 and info["inputs"] == 5  # 4 images and the folder
+
+
 def test_the_reader_and_validate_refuse_shards_outside_the_folder(tmp_path):
     _pngs(tmp_path / "images", [f"a/{i}.png" for i in range(4)])
     out = str(tmp_path / "out")
