@@ -14,6 +14,7 @@ import gzip
 import io
 import json
 import os
+from typing import NamedTuple
 
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
@@ -194,44 +195,73 @@ def _bad_label(label: str, vocabulary: frozenset[str] | None) -> str | None:
     return None
 
 
+class _Links(NamedTuple):
+    """What pass 1 of a folder walk leaves to pass 2: symlinks (paths) and the
+    folders it could not list (paths relative to the root)."""
+
+    links: tuple
+    unlisted: tuple
+
+
+def listing_work(root: str) -> list[tuple[str, str]]:
+    """The work items of listing an image folder, walked in parallel.
+
+    Local: ("top", "") for the root's own entries, ("tree", name) for each
+    visible real sub-folder (a label). A URL: one ("url", "") item.
+    """
+    if paths.is_url(root):
+        return [("url", "")]
+    with os.scandir(root) as it:
+        folders = [e.name for e in it if not e.name.startswith(".") and _is_folder(e)]
+    return [("top", ""), *(("tree", name) for name in sorted(folders))]
+
+
 class _ListImageFolder(beam.DoFn):
-    """root -> Candidate, and rejects for files that cannot be inputs.
+    """work item (``listing_work``) -> chunks of Candidate | Reject, and _Links.
 
     Label = first-level sub-folder. Hidden files and folders are ignored (not
     inputs). Local folders are walked here rather than with FileSystems.match,
     whose local listing silently drops files it cannot stat (broken symlinks,
-    symlink loops): those must become rejects, not vanish.
+    symlink loops): those must become rejects, not vanish. The label folders
+    are walked in parallel (pass 1, ``_walk_tree``); the symlinks they hold
+    are followed afterwards, all in one place (``follow``).
     """
 
     def __init__(self, job: Job):
+        self._root = job.input_root
         self._kind = job.options.record_kind
         self._path_root = job.path_root
         self._vocabulary = frozenset(job.vocabulary) if job.vocabulary else None
         self._listed = Metrics.counter("evenshard", "files_listed")
 
-    def process(self, root: str):
-        yield from chunked(self._listing(root))
+    def process(self, item: tuple[str, str]):
+        kind, name = item
+        if kind == "url":
+            yield from chunked(self._listing(_walk_url(self._root)))
+            return
+        links: list[str] = []
+        unlisted: list[str] = []
+        walk = _walk_tree(self._root, name, links, unlisted, recurse=kind == "tree")
+        yield from chunked(self._listing(walk))
+        if links or unlisted:
+            yield _Links(tuple(links), tuple(unlisted))
 
-    def _listing(self, root: str):
+    def follow(self, found: list):
+        """All the walk's _Links -> chunks of the files reached through symlinks."""
+        links = sorted(link for f in found for link in f.links)
+        unlisted = frozenset(u for f in found for u in f.unlisted)
+        yield from chunked(self._listing(_follow_links(self._root, links, unlisted)))
+
+    def _listing(self, walk):
         progress = Progress("list", "files")
-        for source, rejected in self._walk(root):
+        root = self._root
+        for source, rejected in walk:
             self._listed.inc()
             progress.add()
             if rejected is None:
                 yield self._candidate(root, self._path_root, source)
             else:
                 yield _reject(paths.relative_to(root, source) or source, source, *rejected)
-
-    @staticmethod
-    def _walk(root: str):
-        """Yields (path, None) for each input, or (path, (reason, detail)) for a reject."""
-        if paths.is_url(root):
-            for meta in FileSystems.match([root + "/**"])[0].metadata_list:
-                rel = paths.relative_to(root, meta.path)
-                if rel and not any(p.startswith(".") for p in rel.split("/")):
-                    yield meta.path, None
-            return
-        yield from _walk_local(root)
 
     def _candidate(self, root: str, path_root: str, source: str):
         rel = paths.relative_to(root, source) or source
@@ -265,36 +295,56 @@ def _visible(names: list[str]) -> list[str]:
     return sorted(n for n in names if not n.startswith("."))
 
 
-def _walk_local(root: str):
-    """Walks a local image folder: every file once; every other way to it a reject.
+def _walk_url(root: str):
+    """A bucket folder: every object under it that is not hidden is an input."""
+    for meta in FileSystems.match([root + "/**"])[0].metadata_list:
+        rel = paths.relative_to(root, meta.path)
+        if rel and not any(p.startswith(".") for p in rel.split("/")):
+            yield meta.path, None
 
-    Pass 1 lists the real tree without following symlinks. Pass 2 follows the
-    symlinks (to files and folders), level by level, each level sorted: a
-    file whose real path was listed already is an alias (``a_alias ->
-    real_b`` yields real_b's files as ``duplicate_file`` rejects, so they are
-    neither lost nor written twice); a file outside the tree is an input. A
-    folder link to its own ancestor is one ``unreadable`` reject (a loop), a
-    second link to a folder already walked one ``duplicate_file``. Broken
-    symlinks are inputs, for inspection to reject as missing or unreadable.
 
-    Yields:
-        (path, None) for an input, (path, (reason, detail)) for a reject.
+def _walk_tree(root: str, name: str, links: list[str], unlisted: list[str], recurse: bool):
+    """Pass 1 of a folder walk: the real tree, symlinks not followed.
+
+    ``name``: a sub-folder of root ("" for root itself); ``recurse`` False
+    lists root's own entries only. Files are inputs; symlinks are appended to
+    ``links`` and folders that cannot be listed (one ``unreadable`` reject
+    each) to ``unlisted``, for pass 2.
+    """
+    start = f"{root}/{name}" if name else root
+    for path, rel, error in _real_files(start, links, name, recurse):
+        if error is not None:  # a folder that cannot be listed: its files are unknown
+            unlisted.append(rel)
+            yield path, ("unreadable", f"folder cannot be listed ({error})")
+        else:
+            yield path, None
+
+
+def _follow_links(root: str, links: list[str], unlisted: frozenset[str]):
+    """Pass 2: follows the symlinks (to files and folders), level by level, each
+    level sorted.
+
+    A file whose real path pass 1 listed is an alias (``a_alias -> real_b``
+    yields real_b's files as ``duplicate_file`` rejects, so they are neither
+    lost nor written twice); a file outside the tree is an input. A folder
+    link to its own ancestor is one ``unreadable`` reject (a loop), a second
+    link to a folder already walked one ``duplicate_file``. Broken symlinks
+    are inputs, for inspection to reject as missing or unreadable. Pass 1's
+    files are recognised by their real path (``_listed_by_pass_1``), so the
+    label folders can be walked apart; this pass keeps only what it reaches.
     """
     real_root = os.path.realpath(root)
-    listed: dict[str, str] = {}  # real path -> the path it was listed under
-    links: list[str] = []
-    for path, rel, error in _real_files(root, links):
-        if error is not None:  # a folder that cannot be listed: its files are unknown
-            yield path, ("unreadable", f"folder cannot be listed ({error})")
-            continue
-        listed[f"{real_root}/{rel}"] = path
-        yield path, None
+
+    def first_listed(real: str) -> str | None:
+        return _listed_by_pass_1(root, real_root, real, unlisted)
+
+    listed: dict[str, str] = {}  # real path -> the link path it was listed under
     walked: dict[str, str] = {}  # real folder -> the link it was walked through
     while links:
         nested: list[str] = []
         for link in sorted(links):
             if not os.path.isdir(link):  # a file link, broken, or a loop of file links
-                yield link, _alias(link, listed)
+                yield link, _alias(link, listed, first_listed)
                 continue
             real = os.path.realpath(link)
             parent = os.path.realpath(os.path.dirname(link))
@@ -313,11 +363,36 @@ def _walk_local(root: str):
                 dirnames[:] = [d for d in names if not os.path.islink(os.path.join(dirpath, d))]
                 for name in _visible(filenames):
                     path = os.path.join(dirpath, name)
-                    yield path, _alias(path, listed)
+                    yield path, _alias(path, listed, first_listed)
         links = nested
 
 
-def _real_files(root: str, links: list[str]):
+def _listed_by_pass_1(root: str, real_root: str, real: str, unlisted: frozenset) -> str | None:
+    """The path pass 1 listed a real path under, or None if it did not list it.
+
+    Pass 1 lists every visible entry that is not a folder, reached from the
+    root through visible real folders it could list. So a real path was
+    listed exactly when it lies under the root's real path, no part of it is
+    hidden or a symlink (only a loop leaves one in), no folder above it is in
+    ``unlisted``, and it exists and is not a folder.
+    """
+    rel = paths.relative_to(real_root, real)
+    if rel is None:
+        return None
+    parts = rel.split("/")
+    if any(p.startswith(".") for p in parts):
+        return None
+    if any("/".join(parts[:i]) in unlisted for i in range(1, len(parts))):
+        return None
+    if not os.path.lexists(real) or os.path.isdir(real):
+        return None
+    # a symlink loop has no real path: realpath leaves links in it
+    if any(os.path.islink(f"{real_root}/{'/'.join(parts[:i])}") for i in range(1, len(parts) + 1)):
+        return None
+    return f"{root}/{rel}"
+
+
+def _real_files(root: str, links: list[str], prefix: str = "", recurse: bool = True):
     """Pass 1: (path, path relative to root, None) of every file under root that
     is not a symlink, without following symlinks (each is appended to
     ``links``); (folder, its relative path, the error) for a sub-folder that
@@ -326,15 +401,17 @@ def _real_files(root: str, links: list[str]):
     Top-down like ``os.walk`` (a folder's files sorted, then its sub-folders
     sorted), hidden names skipped; ``os.scandir`` tells links and folders
     apart without a stat a file. The root itself must list: its error raises.
+    ``prefix``: root's own path relative to the walk's root; ``recurse``
+    False: root's own entries only, sub-folders not entered.
     """
-    stack = [(root, "")]
+    stack = [(root, prefix)]
     while stack:
         folder, rel = stack.pop()
         try:
             with os.scandir(folder) as it:
                 entries = sorted((e for e in it if not e.name.startswith(".")), key=_name)
         except OSError as e:
-            if not rel:
+            if not rel:  # the input folder itself
                 raise
             yield folder, rel, f"{type(e).__name__}: {e.strerror or e}"
             continue
@@ -343,7 +420,8 @@ def _real_files(root: str, links: list[str]):
             if e.is_symlink():
                 links.append(e.path)
             elif _is_folder(e):
-                folders.append((e.path, f"{rel}/{e.name}" if rel else e.name))
+                if recurse:
+                    folders.append((e.path, f"{rel}/{e.name}" if rel else e.name))
             else:
                 yield e.path, f"{rel}/{e.name}" if rel else e.name, None
         stack.extend(reversed(folders))
@@ -360,11 +438,15 @@ def _is_folder(entry) -> bool:
         return False
 
 
-def _alias(path: str, listed: dict[str, str]) -> tuple[str, str] | None:
-    """None for a file seen for the first time (now listed); else why it is a reject."""
+def _alias(path: str, listed: dict[str, str], first_listed) -> tuple[str, str] | None:
+    """None for a file seen for the first time (now listed); else why it is a reject.
+
+    ``first_listed(real)``: where pass 1 listed a real path, or None.
+    """
     real = os.path.realpath(path)
-    if real in listed:
-        return "duplicate_file", f"the same file as {listed[real]} (through a symlink)"
+    seen = first_listed(real) or listed.get(real)
+    if seen:
+        return "duplicate_file", f"the same file as {seen} (through a symlink)"
     listed[real] = path
     return None
 
@@ -508,6 +590,41 @@ def _items(chunk):
     return chunk
 
 
+def _is_chunk(element) -> bool:
+    return isinstance(element, list)
+
+
+def _is_links(element) -> bool:
+    return isinstance(element, _Links)
+
+
+class _ListFolder(beam.PTransform):
+    """PBegin -> chunks of Candidate | Reject: the label folders walked in parallel,
+    then the symlinks they hold followed in one place."""
+
+    def __init__(self, job: Job):
+        super().__init__()
+        self._job = job
+
+    def expand(self, pbegin):
+        lister = _ListImageFolder(self._job)
+        walked = (
+            pbegin
+            | "Start" >> beam.Create([self._job.input_root])
+            | "Folders" >> beam.FlatMap(listing_work)
+            | "SpreadFolders" >> beam.Reshuffle()
+            | "Walk" >> beam.ParDo(lister)
+        )
+        followed = (
+            walked
+            | "Links" >> beam.Filter(_is_links)
+            | "AllLinks" >> beam.combiners.ToList()
+            | "FollowLinks" >> beam.FlatMap(lister.follow)
+        )
+        files = walked | "Files" >> beam.Filter(_is_chunk)
+        return (files, followed) | "AllListed" >> beam.Flatten()
+
+
 class ReadInputs(beam.PTransform):
     """PBegin -> {main: Candidate, rejects: Reject, inputs: count of all inputs}."""
 
@@ -517,14 +634,15 @@ class ReadInputs(beam.PTransform):
 
     def expand(self, pbegin):
         o = self._job.options
-        if o.is_manifest:
-            reader = _ReadManifest(self._job)
-            start = o.input
-        else:
-            reader = _ListImageFolder(self._job)
-            start = self._job.input_root
         # -> [Candidate | Reject], in chunks (CHUNK)
-        chunks = pbegin | "Start" >> beam.Create([start]) | "List" >> beam.ParDo(reader)
+        if o.is_manifest:
+            chunks = (
+                pbegin
+                | "Start" >> beam.Create([o.input])
+                | "List" >> beam.ParDo(_ReadManifest(self._job))
+            )
+        else:
+            chunks = pbegin | "ListFolder" >> _ListFolder(self._job)
         inputs = (
             chunks
             | "ChunkSize" >> beam.Map(len)

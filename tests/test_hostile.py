@@ -195,21 +195,25 @@ def test_a_folder_that_cannot_be_listed_is_a_reject_not_a_silent_loss(tmp_path, 
     the folder. (Root reads any folder, so the listing error is raised here on
     purpose; the in-memory runner runs the walk in this process.)"""
     root = tmp_path / "images"
-    _pngs(root, [f"a/{i}.png" for i in range(4)] + [f"b/deep/{i}.png" for i in range(3)])
-    locked = str(root / "b" / "deep")
+    names = [f"a/{i}.png" for i in range(4)] + [f"b/deep/{i}.png" for i in range(3)]
+    _pngs(root, names + ["c/0.png"])
+    locked = {str(root / "b" / "deep"), str(root / "c")}  # deep down, and a label
     scandir = os.scandir
 
     def refusing(path="."):
-        if not isinstance(path, int) and os.fspath(path) == locked:
-            raise PermissionError(13, "Permission denied", locked)
+        if not isinstance(path, int) and os.fspath(path) in locked:
+            raise PermissionError(13, "Permission denied", os.fspath(path))
         return scandir(path)
 
     monkeypatch.setattr(os, "scandir", refusing)
     info = run_convert(str(root), str(tmp_path / "out"), "--max_reject_fraction=1")
     rejects = read_rejects(str(tmp_path / "out"))
-    assert [(r["key"], r["reason"]) for r in rejects] == [("b/deep", "unreadable")]
-    assert "cannot be listed" in rejects[0]["detail"]
-    assert _accounted(info) == 4 and info["inputs"] == 5  # 4 images and the folder
+    assert [(r["key"], r["reason"]) for r in rejects] == [
+        ("b/deep", "unreadable"),
+        ("c", "unreadable"),
+    ]
+    assert all("cannot be listed" in r["detail"] for r in rejects)
+    assert _accounted(info) == 4 and info["inputs"] == 6  # 4 images and 2 folders
 
 
 def test_the_reader_and_validate_refuse_shards_outside_the_folder(tmp_path):
