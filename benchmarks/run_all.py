@@ -138,7 +138,10 @@ History of this benchmark (same machine kind): first version c/(a+b) = 6.3,
 d/a = 21, 2-worker peak 2.1 GB; then Example encoding without TensorFlow in
 the workers, local files opened directly, no dedupe shuffle for folders,
 NamedTuple records, and sources carried relative to the input root (RSS growth
-2.85 → 2.34 → 1.70 KB per example).
+2.85 → 2.34 → 1.70 KB per example); then issue 11 (one shuffle of the images
+in pickled batches, the listing in chunks, fewer steps an image, malloc
+arenas capped: c/(a+b) 5.76 → 5.50, marginal 1.95 → 1.78, RSS growth 1.72 →
+0.88 KB per example, 2-worker peak 821 → 736 MB).
 
 ## reader — `benchmarks/read_bench.py` ({r["wall_seconds"]} s)
 
@@ -338,6 +341,11 @@ CPU: user + system seconds of the process and its children.
 | peak RSS of d and e / b | **{t["rss_over_tfds"]:.2f}** | ≤ 1.0 — {verdict(t["rss_over_tfds"], 1.0)} |
 
 Every run (wall s): {", ".join(f"{k[0]} {[r['seconds'] for r in v]}" for k, v in t["all_runs"].items())}.
+TFDS single-process alone took 11.4 to 18.6 s across the runs of this
+benchmark made for issue 11; the full run before this one (the same code
+but for the parallel listing and the `os.open` reads) measured d / b 1.11
+and e / b 1.25 with b at 13.0 s. Ratios within 10% of their aim land on
+either side of it from run to run.
 
 Where the cores go (sampled every 0.25 s, run with the best wall): of d's
 {d["seconds"]:.1f} s, {d["phases"]["one_core_seconds"]:.1f} s used under 1.25 cores:
@@ -346,17 +354,26 @@ worker; of e's {e["seconds"]:.1f} s, {e["phases"]["one_core_seconds"]:.1f} s ({e
 What they are (timestamps in the main process of a `--verify header` run):
 importing Beam (about 2 s), building and translating the graph (0.5 s) and
 the runner's planning (0.6 s) happen before the worker processes start; the
-folder listing runs in one worker (about 1 s for 100,000 files: it must see
-the whole tree to tell symlinked aliases from files); the last shard of a
+listing (label folders walked in parallel, then the shuffle that spreads
+them) leaves a worker idle for a moment; the last shard of a
 stage keeps one worker busy while the other has none left (4 shards here,
 dealt 2 and 2 by the runner in arrival order); and Beam stops the workers one
 after the other (1.0 s). TFDS's single process pays its TensorFlow import in
 its one core. With about 5 s of a 15–20 s run on one core, 1.8 cores is out
 of reach at this size: the fixed costs do not grow with the inputs, so the
-share falls as the dataset grows. CPU a example, d against b: the
-difference is Beam (elements encoded between stages, a worker's import),
-Pillow's header parse (about 30 µs a JPEG: d checks what b never reads) and
-the writer's second open of each file.
+share falls as the dataset grows.
+
+CPU a example, d against b ({d["cpu_seconds"]:.1f} against {t["results"]["b_tfds_single"]["cpu_seconds"]:.1f} CPU seconds): a profile of the
+two workers during a `--verify header` run (py-spy, `py-spy record -p PID -r 100
+-f raw`, 20 s, 2,524 samples) puts 22% in opening and reading the image
+files: each image is opened twice, by inspection and by the shard writer
+(its bytes never enter a shuffle), and `os.open` alone is 18% on this
+machine's overlay filesystem; TFDS opens each file once. Beam's encoding
+and decoding of elements between stages is about 15% (pickling 7%),
+Pillow's header parse (about 22 µs a JPEG, what b never checks) about 5%,
+and the workers' own start (imports) about 4%. Against TFDS's Beam path,
+which does the same kind of work on the same runner, d takes a third of
+the time.
 
 What changed for issue 11, each measured on these 100,000 files: Example
 encoding without copies (80 → 14 µs a record), one shuffle of the images
