@@ -51,9 +51,9 @@ def _concat(partitions) -> list:
 def _bundle(items, step, views, *side_values):
     """One partition through a DoFn, with side inputs built from computed lists.
 
-    The receivers and invoker are made here, per task: Beam's translation
-    puts one receiver list in the graph, which tasks that a worker
-    deserializes together would share.
+    The receivers and invoker are made here, per task (Beam's translation
+    puts one receiver list in the graph for all of a step's tasks), and the
+    outputs are collected after finish_bundle.
     """
     fn, label, window_fn, args, kwargs = step
     sides = [
