@@ -1,7 +1,8 @@
 """Runner conveniences: ``--runner=dask`` with a loopback LocalCluster.
 
-``--runner=dask`` is short for Beam's
-``apache_beam.runners.dask.dask_runner.DaskRunner``. Without
+``--runner=dask`` (or Beam's class name,
+``apache_beam.runners.dask.dask_runner.DaskRunner``) selects
+``beam_jobs.dask_runner.DaskRunner``, Beam's with its fixes. Without
 ``--dask_client_address`` a ``dask.distributed.LocalCluster`` is started on
 127.0.0.1 only (no dashboard), with ``--dask_workers`` worker processes
 (default 2), and stopped when the job ends.
@@ -19,8 +20,9 @@ from beam_jobs.options import UserError
 
 log = logging.getLogger(__name__)
 
-# Beam's DaskRunner with side inputs computed once (beam_jobs/dask_runner.py);
-# Beam's own class name is taken to mean it too.
+# Beam's DaskRunner with each step computed once, Reshuffle spreading work and
+# finish_bundle outputs kept (beam_jobs/dask_runner.py); Beam's own class name
+# is taken to mean it too.
 DASK_RUNNER = "beam_jobs.dask_runner.DaskRunner"
 _BEAM_DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
 _ALIASES = {name.lower(): DASK_RUNNER for name in ("dask", "DaskRunner", _BEAM_DASK_RUNNER)}
