@@ -169,6 +169,7 @@ class _Stream:
         epoch = tf.cast(epoch, tf.int64)
         if self.cached is not None:
             ids = tf.numpy_function(plan.epoch_order, [epoch], tf.int64, stateful=False)
+            ids.set_shape([None])
             records = tf.data.Dataset.from_tensor_slices(ids[position:]).batch(_CHUNK)
             return records.map(lambda i: self._tag(tf.gather(self.cached, i), epoch)).unbatch()
         runs = tf.data.Dataset.from_tensor_slices(_columns(at.runs))
@@ -186,6 +187,9 @@ class _Stream:
                     tf.int64,
                     stateful=False,
                 )
+                # numpy_function's output has no rank: say it, or every later
+                # element (and Keras, which needs ranks) has none either
+                order.set_shape([None])
                 return self._tag(tf.gather(batch, order), epoch)
 
             records = records.batch(plan.window).enumerate(at.first_window).map(permute)
