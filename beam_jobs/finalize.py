@@ -26,6 +26,7 @@ from schemas.layout import (
     REJECTS_FILE,
     SCHEMA_FILE,
     join,
+    temp_name,
 )
 
 
@@ -35,7 +36,7 @@ class RejectLimitExceeded(RuntimeError):
 
 def write_atomically(path: str, data: bytes) -> None:
     """Writes to a unique temp name beside ``path`` and renames it into place."""
-    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+    tmp = temp_name(path, uuid.uuid4().hex)
     with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
         f.write(data)
     FileSystems.rename([tmp], [path])
@@ -181,11 +182,13 @@ class _Finalize(beam.DoFn):
         write_atomically(join(out, SCHEMA_FILE), schemas.to_text(schema).encode("utf-8"))
         labels_text = "".join(label + "\n" for label in vocab["labels"])
         write_atomically(join(out, LABELS_FILE), labels_text.encode("utf-8"))
+        text = json.dumps(info, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+        write_atomically(join(out, INFO_FILE), text.encode("utf-8"))  # LAST
+        # after the info, which now lists the shards: until then the records in
+        # .incomplete/ say which files in the folder this run wrote
         incomplete = join(out, INCOMPLETE_DIR)
         if FileSystems.exists(incomplete):
             FileSystems.delete([incomplete])
-        text = json.dumps(info, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-        write_atomically(join(out, INFO_FILE), text.encode("utf-8"))  # LAST
         logging.info("evenshard: wrote %s examples to %s", written, out)
         yield info
 

@@ -10,9 +10,13 @@ Rules (docs/convert.md#output-folder):
   convert into the same folder is refused. A lock left by a killed run (its
   process is gone) is taken over with a warning. Local folders only: object
   stores have no atomic create, so there each job needs its own folder.
-- Convert removes only files it wrote: a folder is convert's when it holds
-  the marker file (written first) or a finished dataset. Files of convert's
-  names in a folder that is not convert's are the user's: the job refuses.
+- Convert removes only files it wrote, known by name: those its
+  ``dataset_info.json`` lists, those a run that died recorded in
+  ``.incomplete/`` as renamed into place, its files of fixed name and their
+  temp files (``owned_files``); never a file because its name matches a
+  pattern. A folder is convert's when it holds the marker file (written
+  first) or a finished dataset. Files of convert's names in a folder that is
+  not convert's are the user's: the job refuses.
 """
 
 from __future__ import annotations
@@ -39,21 +43,48 @@ def _inside(folder: str, path: str) -> bool:
 
 
 def check_not_an_input(job: Job) -> None:
-    """Refuses an output folder that holds, or lies inside, the job's inputs."""
+    """Refuses an output folder that holds, or lies inside, the job's inputs: the input
+    folder and the real folders its symlinked label folders lead to, the
+    manifest's folder, and any folder holding the ``--labels`` file."""
     o = job.options
     out = _real(paths.normalize_root(o.output_dir))
-    if not o.is_manifest and _inside(_real(job.input_root), out):
+    if not o.is_manifest:
+        for folder, via in _input_folders(job.input_root):
+            if _inside(folder, out):
+                raise UserError(
+                    f"--output_dir {o.output_dir} lies inside the input folder "
+                    f"{job.input_root}{via}; choose a folder outside it"
+                )
+    if o.is_manifest and _real(paths.normalize_root(paths.posix_dirname(o.input))) == out:
         raise UserError(
-            f"--output_dir {o.output_dir} lies inside the input folder {job.input_root}; "
-            "choose a folder outside it"
+            f"--output_dir {o.output_dir} holds the --input file {o.input}; choose another "
+            "folder (convert writes labels.txt, schema.pbtxt and rejects/ there)"
         )
-    files = (("--input", o.input if o.is_manifest else None), ("--labels", o.labels_file))
-    for flag, path in files:
-        if path and _real(paths.normalize_root(paths.posix_dirname(path))) == out:
-            raise UserError(
-                f"--output_dir {o.output_dir} holds the {flag} file {path}; choose another "
-                "folder (convert writes labels.txt, schema.pbtxt and rejects/ there)"
-            )
+    labels_folder = o.labels_file and _real(
+        paths.normalize_root(paths.posix_dirname(o.labels_file))
+    )
+    if labels_folder and _inside(out, labels_folder):
+        raise UserError(
+            f"--output_dir {o.output_dir} holds the --labels file {o.labels_file}; choose "
+            "another folder (convert writes labels.txt, schema.pbtxt and rejects/ there)"
+        )
+
+
+def _input_folders(root: str) -> list[tuple[str, str]]:
+    """(real path, how it is reached) of the input folder and of the folders its
+    top-level symlinks lead to (label folders that live elsewhere)."""
+    folders = [(_real(root), "")]
+    if paths.is_url(root):
+        return folders
+    try:
+        with os.scandir(root) as it:
+            for e in it:
+                if e.is_symlink() and os.path.isdir(e.path):
+                    real = os.path.realpath(e.path)
+                    folders.append((real, f" (its label folder {e.name} is a link to {real})"))
+    except OSError:
+        pass  # preflight reports an input folder it cannot list
+    return folders
 
 
 @contextlib.contextmanager
@@ -130,10 +161,11 @@ def _holder(lock: str) -> dict | None:
 
 def _prepare(job: Job, out: str) -> None:
     """Refuses a finished dataset without --overwrite and files that are not ours;
-    removes what earlier runs left; writes the marker.
+    removes what earlier runs wrote, by name; writes the marker.
 
-    ``dataset_info.json`` goes first, so a folder is never a finished dataset
-    with some of its files missing.
+    ``dataset_info.json`` goes last, so a folder is never a finished dataset
+    with some of its files missing, and a removal cut short is finished by
+    the next run (the info still names what is left).
     """
     from apache_beam.io.filesystems import FileSystems
 
@@ -146,23 +178,79 @@ def _prepare(job: Job, out: str) -> None:
             f"--output_dir {out} holds a finished dataset; pass --overwrite "
             "to replace it, or choose another folder"
         )
-    leftovers = sorted(
-        m.path
-        for r in FileSystems.match([layout.join(out, p) for p in layout.WRITTEN_PATTERNS])
-        for m in r.metadata_list
-    )
-    if leftovers and not ours:
-        names = ", ".join(paths.relative_to(out, p) or p for p in leftovers[:5])
-        raise UserError(
-            f"--output_dir {out} holds files that evenshard did not write ({names}"
-            f"{', ...' if len(leftovers) > 5 else ''}); choose an empty or new folder"
-        )
-    if finished:
-        FileSystems.delete([info])
-    if leftovers:
-        log.warning("evenshard: removing %d files of an earlier run from %s", len(leftovers), out)
-        FileSystems.delete(leftovers)
+    if not ours:
+        claimed = _matches(out, layout.CLAIMED_PATTERNS)
+        if claimed:
+            names = ", ".join(paths.relative_to(out, p) or p for p in claimed[:5])
+            raise UserError(
+                f"--output_dir {out} holds files that evenshard did not write ({names}"
+                f"{', ...' if len(claimed) > 5 else ''}); choose an empty or new folder"
+            )
+    else:
+        earlier = [p for p in owned_files(out) if FileSystems.exists(p)]
+        if earlier:
+            log.warning("evenshard: removing %d files of an earlier run from %s", len(earlier), out)
+            FileSystems.delete(earlier)
+        if finished:
+            FileSystems.delete([info])
+        kept = _matches(out, layout.CLAIMED_PATTERNS)
+        if kept:
+            log.warning(
+                "evenshard: %s holds %d files of convert's names that no earlier run "
+                "recorded as its own; they are kept: %s",
+                out,
+                len(kept),
+                ", ".join(paths.relative_to(out, p) or p for p in kept[:5]),
+            )
     if not FileSystems.exists(marker):
         from beam_jobs.finalize import write_atomically
 
         write_atomically(marker, b"evenshard convert writes this folder\n")
+
+
+def owned_files(out: str) -> list[str]:
+    """The files earlier runs of convert wrote in ``out``, known by name, never by pattern.
+
+    - the shards and indexes a ``dataset_info.json`` lists, and the info itself;
+    - the shards (and indexes) recorded in ``.incomplete/`` as renamed into
+      place by a run that died before its info, and ``.incomplete/`` itself;
+    - the files of fixed name (``schema.pbtxt``, ``labels.txt``,
+      ``rejects/rejects.jsonl``) and their temp files (``NAME.tmp-<32 hex>``).
+    """
+    from apache_beam.io.filesystems import FileSystems
+
+    from schemas.info import DatasetError, parse_info
+
+    names: list[str] = []
+    info = layout.join(out, layout.INFO_FILE)
+    if FileSystems.exists(info):
+        try:
+            with FileSystems.open(info) as f:
+                parsed = parse_info(f.read(), info)
+        except DatasetError as e:
+            log.warning("evenshard: %s; the shards it lists are not removed", e)
+        else:
+            for split in parsed["splits"].values():
+                for shard in split.get("shards", []):
+                    names += [shard["file"], layout.index_name(shard["file"])]
+    incomplete = layout.join(out, layout.INCOMPLETE_DIR)
+    for path in _matches(incomplete, ["*" + layout.OWNED_SUFFIX]):
+        name = path.rsplit("/", 1)[-1].removesuffix(layout.OWNED_SUFFIX)
+        if layout.is_shard_name(name):
+            names += [name, layout.index_name(name)]
+    names += [layout.SCHEMA_FILE, layout.LABELS_FILE, layout.REJECTS_FILE]
+    for path in _matches(out, ["*.tmp-*", "rejects/*.tmp-*"]):
+        rel = paths.relative_to(out, path)
+        if rel and layout.is_temp_of_fixed_file(rel):
+            names.append(rel)
+    files = [layout.join(out, n) for n in dict.fromkeys(names) if n]
+    if FileSystems.exists(incomplete):
+        files.append(incomplete)
+    return files
+
+
+def _matches(folder: str, patterns) -> list[str]:
+    from apache_beam.io.filesystems import FileSystems
+
+    found = FileSystems.match([layout.join(folder, p) for p in patterns])
+    return sorted({m.path for r in found for m in r.metadata_list})

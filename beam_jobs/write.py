@@ -110,6 +110,10 @@ class _WriteShard(beam.DoFn):
                 count += 1
                 self._progress.add()
             sink.finish()
+        # the record first: a file in place always has one (output.py removes,
+        # after a run that died, the files these records name and no others)
+        with FileSystems.create(f"{self._out}/{INCOMPLETE_DIR}/{name}{layout.OWNED_SUFFIX}"):
+            pass
         index_file = layout.index_name(name)
         if index_file:
             with FileSystems.create(f"{tmp}.idx") as f:

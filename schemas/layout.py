@@ -6,7 +6,8 @@ OUT/
   train-00000-of-00016.tfrecord.idx  DALI's record index, uncompressed shards only
   schema.pbtxt, labels.txt
   rejects/rejects.jsonl
-  .incomplete/                        shards being written (gone when done)
+  .incomplete/                        shards being written, and a record of each shard
+                                      renamed into place (gone when done)
   .evenshard, .evenshard.lock         ownership marker; lock while a convert runs
   dataset_info.json                   written last: a finished dataset
 ```
@@ -24,7 +25,7 @@ SCHEMA_FILE = "schema.pbtxt"
 LABELS_FILE = "labels.txt"
 REJECTS_FILE = "rejects/rejects.jsonl"
 INCOMPLETE_DIR = ".incomplete"  # shards in the making; renamed into place when whole
-MARKER_FILE = ".evenshard"  # written first: convert owns the files of WRITTEN_PATTERNS here
+MARKER_FILE = ".evenshard"  # written first: the folder is convert's (see owned files below)
 LOCK_FILE = ".evenshard.lock"  # held while a convert writes the folder
 
 COMPRESSIONS = ("none", "gzip")
@@ -35,16 +36,35 @@ SHARD_NAME_RE = re.compile(
 )
 SPLIT_NAME_RE = re.compile(r"^[A-Za-z0-9_]+$")
 
-# Glob patterns (relative to the output folder) of every file a run of
-# convert writes; an interrupted run's leftovers are these and nothing else.
-WRITTEN_PATTERNS = (
+# Glob patterns (relative to the output folder) of the names convert writes: a
+# folder that is not convert's and holds one of them is refused, never emptied.
+CLAIMED_PATTERNS = (
     "*-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9].tfrecord*",
-    "*.tmp-*",
     SCHEMA_FILE,
     LABELS_FILE,
-    "rejects/*",
+    REJECTS_FILE,
     f"{INCOMPLETE_DIR}/*",
 )
+
+# The files of fixed name a run writes; each is written through a temp file
+# ``NAME.tmp-<32 hex digits>`` beside it (``temp_name``).
+FIXED_FILES = (INFO_FILE, SCHEMA_FILE, LABELS_FILE, REJECTS_FILE, MARKER_FILE)
+_TEMP_RE = re.compile(r"^(?P<name>.+)\.tmp-[0-9a-f]{32}$")
+
+# A shard renamed into place is first recorded as ``.incomplete/NAME.owned``,
+# so the files of a run that died before dataset_info.json are known by name.
+OWNED_SUFFIX = ".owned"
+
+
+def temp_name(path: str, token: str) -> str:
+    """The temp file a fixed file is written through: ``path.tmp-token``."""
+    return f"{path}.tmp-{token}"
+
+
+def is_temp_of_fixed_file(rel: str) -> bool:
+    """``rel`` (relative to the dataset folder) is a temp file of a FIXED_FILES name."""
+    m = _TEMP_RE.match(rel)
+    return bool(m) and m.group("name") in FIXED_FILES
 
 
 def shard_suffix(compression: str) -> str:

@@ -38,7 +38,7 @@ def test_bad_shard_name_parts_are_refused():
         layout.shard_name("train", 0, 1, "zstd")
 
 
-def test_written_patterns_cover_every_file_convert_writes():
+def test_claimed_patterns_cover_the_names_convert_writes():
     import fnmatch
 
     written = [
@@ -48,11 +48,19 @@ def test_written_patterns_cover_every_file_convert_writes():
         layout.LABELS_FILE,
         layout.REJECTS_FILE,
         f"{layout.INCOMPLETE_DIR}/train-00000-of-00002.tfrecord.1234",
-        f"{layout.INFO_FILE}.tmp-0123abcd",
     ]
     for name in written:
-        assert any(fnmatch.fnmatch(name, p) for p in layout.WRITTEN_PATTERNS), name
-    assert not any(fnmatch.fnmatch("notes.txt", p) for p in layout.WRITTEN_PATTERNS)
+        assert any(fnmatch.fnmatch(name, p) for p in layout.CLAIMED_PATTERNS), name
+    for name in ("notes.txt", "data.tmp-1", "rejects/mine.txt"):
+        assert not any(fnmatch.fnmatch(name, p) for p in layout.CLAIMED_PATTERNS), name
+
+
+def test_temp_files_are_known_by_their_exact_name():
+    token = "0123456789abcdef" * 2
+    for name in layout.FIXED_FILES:
+        assert layout.is_temp_of_fixed_file(layout.temp_name(name, token))
+    for rel in ("data.tmp-1", f"mine.txt.tmp-{token}", f"labels.txt.tmp-{token[:-1]}"):
+        assert not layout.is_temp_of_fixed_file(rel), rel
 
 
 def test_join_works_for_folders_and_urls():
