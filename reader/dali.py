@@ -112,18 +112,9 @@ def make_dali_pipeline(
     except ImportError as e:
         raise ImportError(f'DALI is not installed: pip install "evenshard[dali]" ({e})') from None
     o = dataclasses.replace(options or ReadOptions(), **overrides)
-    if o.image_size is None or not o.decode:
-        raise ValueError("make_dali_pipeline decodes and batches images: give image_size")
-    if o.channels not in (1, 3):
-        raise ValueError(f"DALI decodes to 1 or 3 channels, got channels={o.channels}")
+    check_options(o)
     source = RecordSource(data_dir, split, batch_size, o)
-    unsupported = sorted(set(source.info.get("formats", [])) - set(DALI_FORMATS))
-    if unsupported:
-        raise DatasetError(
-            f"{data_dir} holds {', '.join(unsupported)} images, which DALI cannot decode "
-            f"(it reads {', '.join(DALI_FORMATS)}): read it with reader.make_dataset, or "
-            "convert the images to PNG or JPEG first"
-        )
+    check_formats(data_dir, source.info)
     if device is None:
         device = "gpu" if _gpus() else "cpu"
     if device not in ("gpu", "cpu"):
@@ -164,6 +155,25 @@ def make_dali_pipeline(
     reader.pipeline = pipeline()
     reader.pipeline.build()
     return reader
+
+
+def check_options(o: ReadOptions) -> None:
+    """Options DALI cannot honour: a ``ValueError`` naming the option."""
+    if o.image_size is None or not o.decode:
+        raise ValueError("make_dali_pipeline decodes and batches images: give image_size")
+    if o.channels not in (1, 3):
+        raise ValueError(f"DALI decodes to 1 or 3 channels, got channels={o.channels}")
+
+
+def check_formats(data_dir: str, info: dict) -> None:
+    """A dataset holding a format DALI does not decode (GIF) is refused."""
+    unsupported = sorted(set(info.get("formats", [])) - set(DALI_FORMATS))
+    if unsupported:
+        raise DatasetError(
+            f"{data_dir} holds {', '.join(unsupported)} images, which DALI cannot decode "
+            f"(it reads {', '.join(DALI_FORMATS)}): read it with reader.make_dataset, or "
+            "convert the images to PNG or JPEG first"
+        )
 
 
 def _gpus() -> int:

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 
 import numpy as np
 import torch
 
 from reader.options import ReadOptions
+from reader.worker import WorkerRead
+from schemas.info import load_info
 
 
 def distributed_workers() -> tuple[int, int] | None:
@@ -46,8 +49,13 @@ class TorchReader(torch.utils.data.IterableDataset):
     Each batch: ``image`` uint8 [N, H, W, C] (or [N, C, H, W]), ``label``
     int64 [N], ``key`` list of N str, ``mask`` bool [N] (False on the
     padding of ``pad_final_batch``). Use it directly, or in a
-    ``DataLoader(reader, batch_size=None)`` with at most one worker: it
+    ``DataLoader(reader, batch_size=None)`` with ``num_workers`` 0 or 1: it
     batches, shuffles and splits work across ranks itself.
+
+    Building checks the options and the split's files, and nothing more: the
+    TensorFlow or DALI pipeline is built by the process that iterates, on
+    its first ``iter()`` (a pipeline made before a fork hangs in the forked
+    DataLoader worker).
     """
 
     def __init__(
@@ -71,37 +79,56 @@ class TorchReader(torch.utils.data.IterableDataset):
             raise ValueError(f'layout must be "NHWC" or "NCHW", got {layout!r}')
         if o.image_size is None:
             raise ValueError("TorchReader batches decoded images: give image_size")
-        self.layout, self.options = layout, o
-        self.backend = backend or _default_backend(data_dir)
-        if self.backend == "dali":
-            from reader.dali import make_dali_pipeline
-
-            self._reader = make_dali_pipeline(data_dir, split, batch_size, o)
-            self._len = len(self._reader)
-        elif self.backend == "tf":
-            from reader.pipeline import make_dataset
-
-            self._reader = make_dataset(data_dir, split, batch_size, o, prefetch_to_device=False)
-            n = int(self._reader.cardinality().numpy())
-            self._len = None if n < 0 else n
-        else:
+        if backend not in ("dali", "tf", None):
             raise ValueError(f'backend must be "dali", "tf" or None, got {backend!r}')
+        info = load_info(data_dir)
+        self.layout, self.options = layout, o
+        self.backend = backend or _default_backend(info)
+        if self.backend == "dali":
+            from reader.dali import check_formats, check_options
+
+            check_options(o)
+            check_formats(data_dir, info)
+        # the options and files checked, and the batch count, as the pipeline will
+        self._len = WorkerRead.of(info, data_dir, split, batch_size, o).remaining
+        self._args = (data_dir, split, batch_size, o)
+        self._reader, self._built_by = None, None
 
     def __len__(self) -> int:
         if self._len is None:
             raise TypeError("an endless read (epochs=None) has no length")
         return self._len
 
+    def _pipeline(self):
+        """The backend's pipeline, built in this process on first use."""
+        if self._reader is None or self._built_by != os.getpid():
+            if self.backend == "dali":
+                from reader.dali import make_dali_pipeline
+
+                self._reader = make_dali_pipeline(*self._args)
+            else:
+                _check_tensorflow_not_forked()
+                from reader.pipeline import make_dataset
+
+                self._reader = make_dataset(*self._args, prefetch_to_device=False)
+            self._built_by = os.getpid()
+        return self._reader
+
+    def __getstate__(self) -> dict:
+        # a DataLoader with the "spawn" context pickles the reader: without its pipeline
+        return {**self.__dict__, "_reader": None, "_built_by": None}
+
     def __iter__(self):
         info = torch.utils.data.get_worker_info()
         if info is not None and info.num_workers > 1:
             raise RuntimeError(
-                "TorchReader splits work across ranks itself: use DataLoader(reader, "
-                "batch_size=None, num_workers=0 or 1), and num_workers/worker_index or "
-                "torch.distributed for more readers"
+                f"TorchReader in a DataLoader with num_workers={info.num_workers}: each "
+                "worker would read the same batches. It reads in parallel itself: use "
+                "DataLoader(reader, batch_size=None, num_workers=0 or 1), and "
+                "num_workers/worker_index or torch.distributed for more readers"
             )
         convert = self._from_dali if self.backend == "dali" else self._from_tf
-        for batch in self._reader:
+        for batch in self._pipeline():
             out = convert(batch)
             if self.layout == "NCHW":
                 out["image"] = out["image"].permute(0, 3, 1, 2)
@@ -139,14 +166,28 @@ class TorchReader(torch.utils.data.IterableDataset):
         }
 
 
-def _default_backend(data_dir: str) -> str:
+def _check_tensorflow_not_forked() -> None:
+    """TensorFlow's runtime does not survive a fork: a DataLoader worker forked from a
+    process where it had started hangs on its first op. Refuse, saying what works."""
+    if torch.utils.data.get_worker_info() is None or "tensorflow" not in sys.modules:
+        return
+    from tensorflow.python.eager import context
+
+    if context.context()._context_handle is not None:  # started before the fork
+        raise RuntimeError(
+            "TorchReader(backend='tf') in a DataLoader worker forked from a process that "
+            "had already started TensorFlow (TensorFlow hangs after a fork): use "
+            "DataLoader(..., num_workers=0), or multiprocessing_context='spawn', or "
+            "backend='dali'"
+        )
+
+
+def _default_backend(info: dict) -> str:
     from reader.dali import DALI_FORMATS
-    from schemas.info import load_info
 
     try:
         import nvidia.dali  # noqa: F401
     except ImportError:
         return "tf"
-    info = load_info(data_dir)
     fits = set(info.get("formats", [])) <= set(DALI_FORMATS) and info["compression"] == "none"
     return "dali" if fits else "tf"

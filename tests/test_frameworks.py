@@ -181,6 +181,53 @@ def test_torch_layout_and_dataloader(data_761):
     assert first["image"].shape == (32, 3, *SIZE) and first["label"].dtype == torch.int64
 
 
+DATALOADER_RECIPE = r"""
+import sys, torch
+from reader.torch import TorchReader
+data_dir, backend, parent_first, workers, context = sys.argv[1:]
+if __name__ == "__main__":
+    r = TorchReader(data_dir, "train", 32, image_size=(16, 16), seed=0, backend=backend)
+    want = [b["key"] for b in r] if parent_first == "1" else None
+    loader = torch.utils.data.DataLoader(
+        r, batch_size=None, num_workers=int(workers),
+        multiprocessing_context=None if context == "fork" else context,
+    )
+    try:
+        got = [b["key"] for b in loader]
+    except RuntimeError as e:
+        print("refused:", str(e).splitlines()[-1].removeprefix("RuntimeError: "))
+        sys.exit(0)
+    assert len(got) == len(r), (len(got), len(r))
+    assert want is None or got == want
+    print("read", len(got))
+"""
+
+
+@pytest.mark.parametrize(
+    "backend, parent_first, workers, context, outcome",
+    [
+        ("tf", "0", "1", "fork", "read"),
+        ("dali", "0", "1", "fork", "read"),
+        ("dali", "1", "1", "fork", "read"),
+        ("tf", "1", "1", "spawn", "read"),
+        ("tf", "1", "1", "fork", "refused: TorchReader(backend='tf') in a DataLoader worker"),
+        ("dali", "0", "2", "fork", "refused: TorchReader in a DataLoader with num_workers=2"),
+    ],
+)
+def test_dataloader_workers_read_or_refuse_never_hang(
+    data_761, tmp_path, backend, parent_first, workers, context, outcome
+):
+    """The pipeline is built in the process that iterates; what cannot work is refused."""
+    script = tmp_path / "loader.py"
+    script.write_text(DATALOADER_RECIPE)
+    args = [data_761[1], backend, parent_first, workers, context]
+    done = subprocess.run(
+        [sys.executable, str(script), *args], capture_output=True, text=True, timeout=180
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1].startswith(outcome), done.stdout
+
+
 JAX_RECIPE = r"""
 import os, sys
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
