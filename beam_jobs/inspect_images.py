@@ -130,10 +130,45 @@ def inspect_stream(f, size: int, *, full: bool, max_pixels: int):
         if fmt == "png":
             f.seek(0)
             _check_png_crcs(f.read())
+    return fmt, height, width, decoded_channels(fmt, im, f, bmp_bits)
+
+
+# PNG colour type (IHDR byte 9) -> channels libpng gives: gray, RGB, palette
+# (4 with a tRNS chunk), gray+alpha, RGBA; at every bit depth.
+_PNG_CHANNELS = {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}
+
+
+def decoded_channels(fmt: str, im, f, bmp_bits: int | None) -> int:
+    """The channels the readers' decoder (TensorFlow's, ``channels=0``) gives.
+
+    Pillow's mode is not it: Pillow opens a 16-bit gray+alpha PNG as RGBA
+    (libpng: 2 channels) and a GIF with a transparent colour as P with
+    transparency (TensorFlow's GIF decoder: always RGB). So PNG goes by its
+    colour type, GIF is 3, a 32-bit BMP 4, and the rest by Pillow's mode.
+    """
+    if fmt == "png":
+        color_type = _png_color_type(f)
+        if color_type is not None:
+            channels = _PNG_CHANNELS[color_type]
+            return 4 if color_type == 3 and "transparency" in im.info else channels
+    if fmt == "gif":
+        return 3
+    if bmp_bits == 32:
+        return 4
     channels = _CHANNELS.get(im.mode, 3)
-    if (im.mode == "P" and "transparency" in im.info) or bmp_bits == 32:
+    if im.mode == "P" and "transparency" in im.info:
         channels = 4
-    return fmt, height, width, channels
+    return channels
+
+
+def _png_color_type(f) -> int | None:
+    """The colour type in the IHDR of the PNG in stream ``f``, else None."""
+    try:
+        f.seek(25)
+        color_type = f.read(1)[0]
+    except (OSError, ValueError, IndexError):
+        return None
+    return color_type if color_type in _PNG_CHANNELS else None
 
 
 def _check_reader_can_decode(fmt: str, im, f) -> int | None:
