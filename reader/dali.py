@@ -138,17 +138,29 @@ def make_dali_pipeline(
             source=reader._next_encoded, batch=True, dtype=types.UINT8, name="encoded"
         )
         kind = types.RGB if o.channels == 3 else types.GRAY
+        # The readers' decoding rules (docs/convert.md#decoding): EXIF
+        # orientation is not applied, JPEG chroma is upsampled as libjpeg
+        # does, and 16-bit samples keep their high byte, as libpng's strip
+        # in TensorFlow: DALI's own 16-to-8 rounding differs by 1. Decoded to
+        # 16 bits (8-bit samples come as v * 257) and divided by 256.
+        rules = dict(
+            device=decoder_device,
+            output_type=kind,
+            adjust_orientation=False,
+            jpeg_fancy_upsampling=True,
+            dtype=types.UINT16,
+        )
         if o.random_crop:
             images = fn.decoders.image_random_crop(
                 encoded,
-                device=decoder_device,
-                output_type=kind,
                 random_area=[0.08, 1.0],
                 random_aspect_ratio=[0.75, 4 / 3],
                 num_attempts=10,
+                **rules,
             )
         else:
-            images = fn.decoders.image(encoded, device=decoder_device, output_type=kind)
+            images = fn.decoders.image(encoded, **rules)
+        images = fn.cast(images // 256, dtype=types.UINT8)
         height, width = o.image_size
         return fn.resize(images, resize_y=height, resize_x=width, antialias=False)
 
