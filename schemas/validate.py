@@ -18,6 +18,7 @@ import sys
 import time
 
 from schemas import features, layout, storage, tfrecord
+from schemas.example import parse_example
 from schemas.info import DatasetError, load_info
 
 INFO = layout.INFO_FILE
@@ -162,7 +163,8 @@ def _check_shard(
         if schema is not None:
             for index, problem in check_examples(batch, schema, first):
                 problems.append(f"{path}: record {index}: {problem}")
-            problems.extend(_check_content(path, batch, first, info))
+        if schema is not None or info["record_kind"] == "path":
+            problems.extend(_check_content(path, batch, first, info, full=schema is not None))
         progress.add(len(batch))
         batch.clear()
 
@@ -197,27 +199,38 @@ def _check_shard(
     return problems
 
 
-def _check_content(path: str, records: list[bytes], first: int, info: dict) -> list[str]:
-    """--full: image kind, every image decodes; path kind, every path resolves."""
-    tf = storage.tensorflow()
-
+def _check_content(
+    path: str, records: list[bytes], first: int, info: dict, full: bool
+) -> list[str]:
+    """Path kind: every path resolves (an image that is gone is a problem), and
+    with ``full`` its image decodes as the record says. Image kind, ``full``:
+    every image decodes as the record says."""
+    tf = storage.tensorflow() if full else None
+    root = info.get("path_root", "").rstrip("/")
     problems = []
     for i, raw in enumerate(records):
         try:
-            feature = tf.train.Example.FromString(raw).features.feature
-        except Exception as e:  # noqa: BLE001
+            feature = parse_example(raw)
+        except Exception as e:  # noqa: BLE001 - protobuf's DecodeError, reported
             problems.append(f"{path}: record {first + i}: not a tf.train.Example: {e}")
             continue
         if info["record_kind"] == "image":
-            data = feature[features.ENCODED].bytes_list.value
-            problem = _decode_problem(tf, data[0] if data else b"", feature)
-            if problem:
-                problems.append(f"{path}: record {first + i}: {problem}")
+            data = feature.get(features.ENCODED, b"")
         else:
-            rel = feature[features.PATH].bytes_list.value
-            target = f"{info.get('path_root', '').rstrip('/')}/{rel[0].decode() if rel else ''}"
-            if not rel or not storage.exists(target):
-                problems.append(f"{path}: record {first + i}: path {target} does not resolve")
+            target = f"{root}/{feature.get(features.PATH, b'').decode(errors='replace')}"
+            if not feature.get(features.PATH) or not storage.exists(target):
+                problems.append(f"{path}: record {first + i}: image {target} is missing")
+                continue
+            if not full:
+                continue
+            try:
+                data = storage.read_bytes(target)
+            except OSError as e:
+                problems.append(f"{path}: record {first + i}: image {target} cannot be read: {e}")
+                continue
+        problem = _decode_problem(tf, data, feature)
+        if problem:
+            problems.append(f"{path}: record {first + i}: {problem}")
     return problems
 
 
@@ -237,10 +250,7 @@ def _decode_problem(tf, data: bytes, feature) -> str | None:
         return f"image does not decode in the reader: {e.message.splitlines()[0]}"
     got = tuple(int(d) for d in image.shape)
 
-    def value(name):
-        return feature[name].int64_list.value[0] if feature[name].int64_list.value else None
-
-    recorded = (value(features.HEIGHT), value(features.WIDTH), value(features.CHANNELS))
+    recorded = tuple(feature.get(k) for k in (features.HEIGHT, features.WIDTH, features.CHANNELS))
     if got != recorded:
         return f"image decodes to {got} (height, width, channels), the record says {recorded}"
     return None

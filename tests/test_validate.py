@@ -250,7 +250,23 @@ def test_validate_full_of_moved_path_records_summarizes_then_takes_path_root(
         lines = capsys.readouterr().out.splitlines()
         assert lines[0] == f"evenshard validate: 120 problem(s) in {data_dir}"
         assert len(lines) == 22 and lines[-1].startswith("... and 100 more")
-        assert all("does not resolve" in line for line in lines[1:21])
+        assert all(line.endswith("is missing") for line in lines[1:21])
+        # without --full too: a path dataset whose images are gone is not valid
+        assert cli.main(["validate", data_dir]) == 1
+        assert "problem(s)" in capsys.readouterr().out
         assert cli.main(["validate", data_dir, "--full", f"--path_root={moved}"]) == 0
     finally:
         shutil.move(moved, info["path_root"])
+
+
+def test_validate_full_decodes_the_images_of_path_records(datasets, tmp_path, capsys):
+    data_dir = damaged(datasets[1], tmp_path)
+    root = tmp_path / "root"
+    shutil.copytree(load_info(data_dir)["path_root"], root)
+    victim = sorted((root / "label_0").iterdir())[0]
+    victim.write_bytes(victim.read_bytes()[:40])  # cut: the header stays, the body goes
+    assert cli.main(["validate", data_dir, f"--path_root={root}"]) == 0  # it exists
+    capsys.readouterr()
+    assert cli.main(["validate", data_dir, "--full", f"--path_root={root}"]) == 1
+    out = capsys.readouterr().out
+    assert "1 problem(s)" in out and "does not decode" in out
