@@ -24,11 +24,17 @@ REJECT_REASONS = {
     "truncated": "the image data ends early",
     "too_large": "more bytes than --max_image_mb, or more pixels than --max_image_pixels",
     "duplicate_key": "a second input with a key already used; the first (lowest row) is kept",
-    "duplicate_file": "a symlink (to a file or a folder) reaching a file already listed",
+    "duplicate_file": (
+        "a symlink (to a file or a folder) reaching a file already listed, or a manifest "
+        "row naming, under another spelling, the file of a row above it"
+    ),
     "duplicate_content": "--dedupe content: the same bytes as an input with a smaller key",
     "bad_label": "no label, an unusable label, or one outside the --labels vocabulary",
     "bad_path": "a path that escapes its root, holds NUL or is not valid UTF-8",
-    "bad_split": "a manifest split value that is not a valid split name",
+    "bad_split": (
+        "a manifest split value that is not a valid split name, or a --group_by group "
+        "whose rows give two different splits (every row of the group)"
+    ),
     "malformed_row": "a manifest row that cannot be parsed or lacks the path column",
 }
 

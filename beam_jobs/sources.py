@@ -586,6 +586,57 @@ class _KeepFirstOfKey(beam.DoFn):
             )
 
 
+class _KeepFirstOfFile(beam.DoFn):
+    """(file identity, [Candidate]) -> the lowest-row Candidate; the others, the same
+    file under another spelling or through a symlinked folder, are rejects."""
+
+    def __init__(self, root: str):
+        self._root = root
+
+    def process(self, element):
+        _, candidates = element
+        first, *others = sorted(candidates, key=lambda c: (c.row, c.key))
+        yield first
+        for c in others:
+            detail = f"row {c.row}: the same file as row {first.row} (key {first.key})"
+            yield _reject(
+                c.key, paths.full_source(self._root, c.source, c.key), "duplicate_file", detail
+            )
+
+
+class _OneSplitPerGroup(beam.DoFn):
+    """(group, [Candidate]) -> the group's Candidates, all with the split its rows give.
+
+    A group never spans two splits: rows without a ``split`` value follow the
+    group's rows that have one; rows that give two different splits are a
+    contradiction, and every row of the group is a ``bad_split`` reject (no
+    part of it is written to either split).
+    """
+
+    def __init__(self, root: str):
+        self._root = root
+
+    def process(self, element):
+        group, candidates = element
+        given = sorted({c.split for c in candidates if c.split is not None})
+        if len(given) > 1:
+            detail = f"group {group!r} is given splits {', '.join(given)} by different rows"
+            for c in candidates:
+                source = paths.full_source(self._root, c.source, c.key)
+                yield _reject(c.key, source, "bad_split", detail)
+            return
+        split = given[0] if given else None
+        for c in candidates:
+            yield c._replace(split=split)
+
+
+def file_identity(root: str, candidate: Candidate) -> str:
+    """What a manifest row's file is: its real path (symlinks and ``..`` resolved),
+    as the folder walk knows files; a URL as written (normalized)."""
+    source = paths.full_source(root, candidate.source, candidate.key)
+    return source if paths.is_url(source) else os.path.realpath(source)
+
+
 def _items(chunk):
     return chunk
 
@@ -654,16 +705,40 @@ class ReadInputs(beam.PTransform):
         listed = chunks | "Unchunk" >> beam.FlatMap(_items) | "SplitListing" >> SplitRejects()
         if o.is_manifest:
             # key -> [Candidate] -> the first; the GroupByKey also spreads the
-            # listing's single bundle over workers.
+            # listing's single bundle over workers. Then the same for the file
+            # itself: one file under two spellings is one input, not two.
+            root = self._job.input_root
             unique = (
                 listed["main"]
                 | "KeyByKey" >> beam.Map(lambda c: (c.key, c))
                 | "GroupByKey" >> beam.GroupByKey()
-                | "KeepFirstOfKey" >> beam.ParDo(_KeepFirstOfKey(self._job.input_root))
+                | "KeepFirstOfKey" >> beam.ParDo(_KeepFirstOfKey(root))
                 | "SplitDuplicates" >> SplitRejects()
             )
-            candidates = unique["main"]
-            rejects = (listed["rejects"], unique["rejects"]) | "ListingRejects" >> beam.Flatten()
+            files = (
+                unique["main"]
+                | "KeyByFile" >> beam.Map(lambda c: (file_identity(root, c), c))
+                | "GroupByFile" >> beam.GroupByKey()
+                | "KeepFirstOfFile" >> beam.ParDo(_KeepFirstOfFile(root))
+                | "SplitSameFiles" >> SplitRejects()
+            )
+            candidates = files["main"]
+            rejects = [listed["rejects"], unique["rejects"], files["rejects"]]
+            if o.group_by:
+                # group -> [Candidate] -> one split a group (rows without a group value
+                # are groups of their own: they pass by)
+                grouped = (
+                    candidates
+                    | "InAGroup" >> beam.Filter(lambda c: c.group is not None)
+                    | "KeyByGroup" >> beam.Map(lambda c: (c.group, c))
+                    | "GroupByGroup" >> beam.GroupByKey()
+                    | "OneSplitPerGroup" >> beam.ParDo(_OneSplitPerGroup(root))
+                    | "SplitGroupRejects" >> SplitRejects()
+                )
+                alone = candidates | "NoGroup" >> beam.Filter(lambda c: c.group is None)
+                candidates = (grouped["main"], alone) | "AllGrouped" >> beam.Flatten()
+                rejects.append(grouped["rejects"])
+            rejects = tuple(rejects) | "ListingRejects" >> beam.Flatten()
         else:
             candidates, rejects = listed["main"], listed["rejects"]
         return {"main": candidates, "rejects": rejects, "inputs": inputs}

@@ -34,7 +34,12 @@ def run_convert(input_path: str, output_dir: str, *flags: str) -> dict:
         argv.append("--direct_running_mode=in_memory")
     if not any(f.startswith("--max_reject_fraction") for f in flags):
         argv.append("--max_reject_fraction=0.05")
-    return convert.run(argv)
+    info = convert.run(argv)
+    # every dataset the tests build passes its own full validation
+    from schemas.validate import validate
+
+    assert validate(output_dir, full=True) == [], output_dir
+    return info
 
 
 def read_split(output_dir: str, split: str) -> list[list[dict]]:
