@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from schemas import layout, storage
+from schemas import layout, storage, tfrecord
 from schemas.info import DatasetError
 
 
@@ -25,8 +25,35 @@ def split_shards(info: dict, data_dir: str, split: str) -> list[dict]:
                 f"shard {path} has {size} bytes, {layout.INFO_FILE} records "
                 f"{shard['num_bytes']}: the file is truncated or was replaced"
             )
-        shards.append({"path": path, "num_examples": shard["num_examples"], "num_bytes": size})
+        index = layout.join(data_dir, shard["dali_index"]) if "dali_index" in shard else None
+        shards.append(
+            {"path": path, "num_examples": shard["num_examples"], "num_bytes": size, "index": index}
+        )
     return shards
+
+
+def load_index(shard: dict):
+    """A shard's DALI index as an int64 array [[offset, size]], checked to describe the
+    shard exactly (``tfrecord.parse_index``): the records a reader fetches by it
+    are the ones dataset_info.json counts, each once. None without an index (gzip)."""
+    import numpy as np
+
+    if shard["index"] is None:
+        return None
+    try:
+        text = storage.read_bytes(shard["index"])
+    except OSError:
+        raise DatasetError(
+            f"{shard['index']} is missing: readers check each shard's record count by the "
+            "DALI index convert writes beside it (convert again to get it)"
+        ) from None
+    try:
+        table = tfrecord.parse_index(
+            text, shard["num_examples"], shard["num_bytes"], shard["index"]
+        )
+    except ValueError as e:
+        raise DatasetError(f"{e} (shard {shard['path']})") from None
+    return np.array(table, np.int64).reshape(-1, 2)
 
 
 def default_path_root(info: dict, path_root: str | None) -> str | None:

@@ -65,15 +65,9 @@ class RecordSource:
         self.read = WorkerRead.of(info, data_dir, split, batch_size, options)
         self.kind = info["record_kind"]
         self.root = default_path_root(info, options.path_root)
-        listed = {s["file"]: s for s in info["splits"][split]["shards"]}
-        self._paths, self._offsets, self._sizes = [], [], []
-        for shard in self.read.shards:
-            name = os.path.basename(shard["path"])
-            index = listed[name].get("dali_index") or layout.index_name(name)
-            table = _load_index(layout.join(data_dir, index), shard["num_examples"])
-            self._paths.append(shard["path"])
-            self._offsets.append(table[:, 0])
-            self._sizes.append(table[:, 1])
+        self._paths = [s["path"] for s in self.read.shards]
+        self._offsets = [s["table"][:, 0] for s in self.read.shards]
+        self._sizes = [s["table"][:, 1] for s in self.read.shards]
         counts = [s["num_examples"] for s in self.read.shards]
         self._firsts = np.concatenate([[0], np.cumsum(counts)[:-1]])
         self._fds: list[int] = []
@@ -145,18 +139,3 @@ class RecordSource:
             key=[r[2] for r in rows],
             mask=np.arange(size) < real,
         )
-
-
-def _load_index(path: str, expected: int) -> np.ndarray:
-    """[[offset, size]] of a DALI index, checked against the shard's record count."""
-    try:
-        text = storage.read_bytes(path)
-    except OSError:
-        raise DatasetError(
-            f"{path} is missing: this reader fetches records by the DALI index that "
-            "convert writes beside each uncompressed shard (convert again to get it)"
-        ) from None
-    table = np.array(text.split(), np.int64).reshape(-1, 2)
-    if len(table) != expected:
-        raise DatasetError(f"{path}: {len(table)} records indexed, the shard lists {expected}")
-    return table

@@ -13,7 +13,7 @@ import logging
 import math
 import secrets
 
-from reader.info import split_shards
+from reader.info import load_index, split_shards
 from reader.options import ReadOptions
 from reader.plan import ReadPlan
 from schemas.info import DatasetError
@@ -42,7 +42,8 @@ class WorkerRead:
     """One worker's read of a split (see :meth:`of`).
 
     Attributes:
-        shards: the worker's files, [{path, num_examples, num_bytes}].
+        shards: the worker's files, [{path, num_examples, num_bytes, index, table}]
+            (``table``: the checked DALI index, [[offset, size]]; None for gzip).
         num_examples: examples the worker reads an epoch.
         shuffle, seed: whether it shuffles, and the seed (drawn when none was given).
         plan: the read order.
@@ -72,6 +73,8 @@ class WorkerRead:
         n_workers, index = o.workers()
         _warn_uneven(split, len(shards), n_workers)
         mine, num_examples, stride = worker_plan(shards, n_workers, index)
+        # the count read is the count listed: each shard's index describes it exactly
+        mine = [{**s, "table": load_index(s)} for s in mine]
         seed = o.seed
         if seed is None and (shuffle or o.random_crop):
             seed = secrets.randbelow(2**31 - 1)  # a fresh one

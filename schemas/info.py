@@ -21,7 +21,9 @@ def parse_info(data: bytes | str, where: str = layout.INFO_FILE) -> dict:
 
     Checks: valid JSON object; the required fields; a format version this
     code knows; every shard a plain file name by the shard-name rule (so a
-    hand-edited file cannot send a reader outside the dataset folder).
+    hand-edited file cannot send a reader outside the dataset folder),
+    listed once, with the suffix of the compression; counts whole numbers,
+    each split's the sum of its shards'.
 
     Raises:
         DatasetError: naming ``where`` and what is wrong.
@@ -44,7 +46,16 @@ def parse_info(data: bytes | str, where: str = layout.INFO_FILE) -> dict:
         )
     if not isinstance(info["splits"], dict):
         raise DatasetError(f"{where}: splits is not an object")
+    compression = info.get("compression", "none")
+    if compression not in layout.COMPRESSIONS:
+        raise DatasetError(
+            f"{where}: compression {compression!r} is not one of {', '.join(layout.COMPRESSIONS)}"
+        )
+    seen: dict[str, str] = {}
     for split, s in info["splits"].items():
+        if not isinstance(s, dict) or not isinstance(s.get("shards", []), list):
+            raise DatasetError(f"{where}: split {split} is not an object with a shards list")
+        total = 0
         for shard in s.get("shards", []):
             name = shard.get("file") if isinstance(shard, dict) else None
             if not isinstance(name, str) or not layout.is_shard_name(name):
@@ -52,12 +63,38 @@ def parse_info(data: bytes | str, where: str = layout.INFO_FILE) -> dict:
                     f"{where}: split {split}: shard {name!r} is not a plain shard file name "
                     "inside the dataset folder"
                 )
+            if name in seen:
+                raise DatasetError(
+                    f"{where}: shard {name} is listed twice (splits {seen[name]} and {split}): "
+                    "its records would be read twice"
+                )
+            seen[name] = split
+            if not name.endswith(layout.shard_suffix(compression)):
+                raise DatasetError(
+                    f"{where}: shard {name} does not end in {layout.shard_suffix(compression)}, "
+                    f"as compression {compression!r} says"
+                )
+            for field in ("num_examples", "num_bytes"):
+                _whole(shard.get(field), f"{where}: shard {name}: {field}")
+            total += shard["num_examples"]
+        _whole(s.get("num_examples"), f"{where}: split {split}: num_examples")
+        if total != s["num_examples"]:
+            raise DatasetError(
+                f"{where}: split {split}: num_examples {s['num_examples']} is not the sum of "
+                f"its shards' ({total})"
+            )
             if "dali_index" in shard and shard["dali_index"] != layout.index_name(name):
                 raise DatasetError(
                     f"{where}: split {split}: shard {name}: dali_index "
                     f"{shard['dali_index']!r} is not {layout.index_name(name)!r}"
                 )
     return info
+
+
+def _whole(value, what: str) -> None:
+    """A count: a JSON whole number >= 0 (not 25.0, "25" or true)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise DatasetError(f"{what} is {value!r}, not a whole number >= 0")
 
 
 def load_info(data_dir: str) -> dict:

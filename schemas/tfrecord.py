@@ -52,6 +52,40 @@ def index_text(lengths) -> bytes:
     return "".join(lines).encode("ascii")
 
 
+def parse_index(text: bytes, num_records: int, file_size: int, where: str) -> list[tuple[int, int]]:
+    """[(offset, size)] of a DALI index, checked to describe its shard exactly:
+    ``num_records`` lines of two whole numbers, each record starting where the one
+    before ends, from 0 to ``file_size``. A duplicated, missing or edited line
+    would make a reader yield a record twice, skip one or read garbage.
+
+    Raises:
+        ValueError: naming ``where`` and the first line that is wrong.
+    """
+    lines = text.decode("ascii", errors="replace").splitlines()
+    if len(lines) != num_records:
+        raise ValueError(
+            f"{where}: {len(lines)} records indexed, dataset_info.json lists {num_records}"
+        )
+    table, end = [], 0
+    for number, line in enumerate(lines, start=1):
+        parts = line.split()
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            raise ValueError(f"{where}: line {number} is not 'offset size': {line[:40]!r}")
+        offset, size = int(parts[0]), int(parts[1])
+        if offset != end or size <= FRAME_OVERHEAD:
+            raise ValueError(
+                f"{where}: line {number} ({offset} {size}) does not follow the record "
+                f"before it (which ends at byte {end})"
+            )
+        table.append((offset, size))
+        end = offset + size
+    if end != file_size:
+        raise ValueError(
+            f"{where}: the records indexed end at byte {end}, the shard at {file_size}"
+        )
+    return table
+
+
 class CorruptRecord(ValueError):
     """A record whose framing or checksum is wrong; says which one."""
 

@@ -20,12 +20,24 @@ def _info(**changes):
         "splits": {
             "train": {
                 "num_examples": 3,
-                "shards": [{"file": "train-00000-of-00001.tfrecord", "num_examples": 3}],
+                "shards": [
+                    {"file": "train-00000-of-00001.tfrecord", "num_examples": 3, "num_bytes": 90}
+                ],
             }
         },
     }
     info.update(changes)
     return json.dumps(info)
+
+
+def _shard(**changes):
+    shard = {"file": "train-00000-of-00001.tfrecord", "num_examples": 3, "num_bytes": 90}
+    return _info(splits={"train": {"num_examples": 3, "shards": [{**shard, **changes}]}})
+
+
+def _twice():
+    shard = {"file": "train-00000-of-00002.tfrecord", "num_examples": 3, "num_bytes": 90}
+    return _info(splits={"train": {"num_examples": 6, "shards": [shard, shard]}})
 
 
 def test_a_good_info_parses():
@@ -44,6 +56,13 @@ def test_a_good_info_parses():
             "not a plain shard file name",
         ),
         (_info(splits={"train": {"shards": [{"file": "/etc/passwd"}]}}), "not a plain shard"),
+        (_twice(), "shard train-00000-of-00002.tfrecord is listed twice"),
+        (_shard(num_examples=25.0), "num_examples is 25.0, not a whole number"),
+        (_shard(num_examples="25"), "num_examples is '25', not a whole number"),
+        (_shard(num_bytes=True), "num_bytes is True, not a whole number"),
+        (_info(compression="gzip"), "does not end in .tfrecord.gz"),
+        (_info(compression="zip"), "compression 'zip' is not one of"),
+        (_shard(num_examples=2), "num_examples 3 is not the sum of its shards' \\(2\\)"),
     ],
 )
 def test_a_bad_info_is_a_dataset_error_naming_the_file(text, message):
