@@ -60,6 +60,8 @@ def resolve_runner(pipeline_args: list[str]):
             raise UserError(
                 "--dask_workers starts a local cluster; it cannot go with --dask_client_address"
             )
+        address, _ = _flag(list(rest), "dask_client_address")
+        _check_reachable(address)
         yield args
         return
     try:
@@ -72,14 +74,48 @@ def resolve_runner(pipeline_args: list[str]):
         from dask.distributed import LocalCluster
     except ImportError as e:
         raise UserError(f"--runner=dask needs `pip install evenshard[dask]` ({e})") from None
+    # distributed logs some 36 INFO lines for a run (workers, nannies,
+    # clients): its warnings are kept. dashboard_address=None does not turn the
+    # dashboard off (dask/distributed#8136): the scheduler gets no dashboard
+    # routes, and its HTTP server a free port on loopback.
+    quiet = [logging.getLogger(name) for name in ("distributed", "dask")]
+    levels = [q.level for q in quiet]
+    for q in quiet:
+        q.setLevel(logging.WARNING)
     cluster = LocalCluster(
-        n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+        n_workers=n,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",
+        scheduler_kwargs={"dashboard": False},
     )
     log.info("evenshard: started a Dask LocalCluster at %s", cluster.scheduler_address)
     try:
         yield [*args, f"--dask_client_address={cluster.scheduler_address}"]
     finally:
         cluster.close()
+        for q, level in zip(quiet, levels):
+            q.setLevel(level)
+
+
+def _check_reachable(address: str | None) -> None:
+    """A scheduler address that takes no connection stops the job at once, in one line
+    (distributed retries for 30 s, then prints a long traceback)."""
+    import socket
+
+    host_port = (address or "").split("://", 1)[-1]
+    host, _, port = host_port.rpartition(":")
+    if not host or not port.isdigit():
+        raise UserError(f"--dask_client_address must be like tcp://HOST:PORT, got {address!r}")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+    except OSError as e:
+        raise UserError(
+            f"--dask_client_address {address}: no Dask scheduler answers there "
+            f"({e.strerror or e}); start one (dask scheduler) or use --runner=dask alone "
+            "for a local cluster"
+        ) from None
 
 
 _LOCAL_FLAGS = ("--runner", "--direct_running_mode", "--direct_num_workers", "--dask")
@@ -154,4 +190,19 @@ def describe(beam_options) -> str:
         workers = direct.direct_num_workers or os.cpu_count()
         mode = direct.direct_running_mode
         return f"{name} ({mode}, {workers} worker{'s' if workers != 1 else ''})"
+    address = beam_options.get_all_options().get("address")  # --dask_client_address
+    if name == "DaskRunner" and address:
+        return f"{name} ({address}, {_dask_workers(address)})"
     return name
+
+
+def _dask_workers(address: str) -> str:
+    """"N workers" of the Dask cluster at ``address``, asked of its scheduler."""
+    try:
+        from dask.distributed import Client
+
+        with Client(address, timeout=10) as client:
+            n = len(client.scheduler_info()["workers"])
+    except Exception as e:  # noqa: BLE001 - the summary says what it could not learn
+        return f"workers unknown: {type(e).__name__}"
+    return f"{n} worker{'s' if n != 1 else ''}"

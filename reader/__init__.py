@@ -10,21 +10,38 @@ ds = reader.make_dataset(data_dir, split="train", batch_size=256, image_size=(22
 state = reader.ReadState(seed=0, batch_size=256)    # or ReadState.from_json(saved)
 ds, state = reader.resume(data_dir, "train", state, image_size=(224, 224))
 
-# PyTorch and DALI: reader.torch.TorchReader, reader.dali.make_dali_pipeline (same order)
+# PyTorch and DALI, the same order: reader.TorchReader, reader.make_dali_pipeline
 
-TensorFlow is imported on first use of ``make_dataset``, not by ``import reader``.
+TensorFlow, torch and DALI are imported on first use of the entry point that
+needs them, not by ``import reader``.
 """
 
 from reader.options import ReadOptions
 from reader.state import ReadState, resume
 from schemas.info import DatasetError, load_info
 
-__all__ = ["DatasetError", "ReadOptions", "ReadState", "load_info", "make_dataset", "resume"]
+__all__ = [
+    "DatasetError",
+    "ReadOptions",
+    "ReadState",
+    "TorchReader",
+    "load_info",
+    "make_dali_pipeline",
+    "make_dataset",
+    "resume",
+]
+
+# entry point -> the module that defines it, imported on first use
+_LAZY = {
+    "make_dataset": "reader.pipeline",
+    "make_dali_pipeline": "reader.dali",
+    "TorchReader": "reader.torch",
+}
 
 
 def __getattr__(name: str):
-    if name == "make_dataset":
-        from reader.pipeline import make_dataset
+    if name in _LAZY:
+        import importlib
 
-        return make_dataset
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'reader' has no attribute {name!r}")

@@ -26,11 +26,21 @@ def tensorflow():
     ``TF_CPP_MIN_LOG_LEVEL`` defaults to 3 so the runtime's own start-up
     errors stay quiet too; set it yourself to see them.
     """
-    if "tensorflow" not in sys.modules:
+    global _tensorflow_started
+    if not _tensorflow_started:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
         with _quiet_fd2():
-            import tensorflow  # noqa: F401
+            import tensorflow
+
+            # The runtime starts (and calls cuInit) on the first device query, here
+            # and not on the first op: when JAX or another absl user came first,
+            # TF_CPP_MIN_LOG_LEVEL no longer filters its "failed call to cuInit".
+            tensorflow.config.list_physical_devices()
+        _tensorflow_started = True
     return sys.modules["tensorflow"]
+
+
+_tensorflow_started = False
 
 
 @contextlib.contextmanager

@@ -11,6 +11,7 @@ from conftest import load_info, run_convert
 from beam_jobs.options import UserError
 from evenshard import synthetic
 from schemas import layout
+from schemas.validate import validate
 
 USERS = [
     "train-00000-of-00016.tfrecord.bak",
@@ -49,9 +50,18 @@ def test_overwrite_removes_only_the_files_the_dataset_lists(tmp_path):
     run_convert(str(tmp_path / "img"), out, "--splits=train=1.0", "--num_shards=4")
     _write_users_files(out)
     info = run_convert(
-        str(tmp_path / "img"), out, "--splits=train=1.0", "--num_shards=2", "--overwrite"
+        str(tmp_path / "img"),
+        out,
+        "--splits=train=1.0",
+        "--num_shards=2",
+        "--overwrite",
+        validated=False,
     )
     _assert_users_files_kept(out)
+    # the user's look-alike is reported, not removed
+    assert [p.split("/")[-1] for p in validate(out)] == [
+        "other-00000-of-00009.tfrecord: stray shard file, not listed in dataset_info.json"
+    ]
     shards = sorted(n for n in os.listdir(out) if n.startswith("train-"))
     assert shards == sorted(
         [s["file"] for s in info["splits"]["train"]["shards"]]
@@ -73,7 +83,10 @@ def test_a_dead_runs_shards_are_removed_by_its_records(tmp_path):
     (out / layout.INCOMPLETE_DIR / (dead + layout.OWNED_SUFFIX)).write_text("")
     (out / layout.INCOMPLETE_DIR / (dead + ".0123")).write_text("a temp shard")
     _write_users_files(str(out))
-    run_convert(str(tmp_path / "img"), str(out), "--splits=train=1.0", "--num_shards=2")
+    run_convert(
+        str(tmp_path / "img"), str(out), "--splits=train=1.0", "--num_shards=2", validated=False
+    )
+    assert len(validate(str(out))) == 1  # the user's other-00000-of-00009.tfrecord
     assert not (out / dead).exists() and not (out / layout.index_name(dead)).exists()
     assert not (out / layout.INCOMPLETE_DIR).exists()
     _assert_users_files_kept(str(out))
