@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import tarfile
 
 import pytest
 from conftest import run_convert, write_manifest
 
+from beam_jobs.options import UserError
 from evenshard import cli
 
 
@@ -42,7 +45,8 @@ def test_dask_cluster_gives_the_direct_runner_bytes(folder_500, direct, tmp_path
 
 
 @pytest.mark.slow
-def test_dask_alias_starts_and_stops_a_loopback_cluster(folder_500, direct, tmp_path):
+def test_dask_alias_starts_and_stops_a_loopback_cluster(folder_500, direct, tmp_path, caplog):
+    caplog.set_level(logging.INFO)
     info = run_convert(
         folder_500[0],
         str(tmp_path / "alias"),
@@ -53,6 +57,19 @@ def test_dask_alias_starts_and_stops_a_loopback_cluster(folder_500, direct, tmp_
         "--dask_workers=2",
     )
     assert shas(info) == shas(direct)
+    assert re.fullmatch(r"DaskRunner \(tcp://127\.0\.0\.1:\d+, 2 workers\)", info["runner"])
+    chatter = [r for r in caplog.records if r.name.startswith("distributed")]
+    assert all(r.levelno >= logging.WARNING for r in chatter), [r.getMessage() for r in chatter]
+
+
+def test_an_unreachable_dask_scheduler_is_one_line_at_once(folder_500, tmp_path):
+    with pytest.raises(UserError, match="no Dask scheduler answers there"):
+        run_convert(
+            folder_500[0],
+            str(tmp_path / "out"),
+            "--runner=dask",
+            "--dask_client_address=tcp://127.0.0.1:1",
+        )
 
 
 @pytest.mark.slow
