@@ -8,6 +8,8 @@ shapes between the steps are in the comments.
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import logging
 
 from beam_jobs.options import ConvertOptions, Job, UserError, parse_args
@@ -73,14 +75,48 @@ def pipeline_options(pipeline_args: list[str]):
             create_runner(runner)
         except (ValueError, ImportError) as e:
             raise UserError(f"--runner={runner}: {e}") from None
-    known = options.get_all_options()
-    unknown = sorted(set(options.get_all_options(retain_unknown_options=True)) - set(known))
+    known, every = _parsed_options(options)
+    unknown = sorted(set(every) - set(known))
     if unknown:
+        names = _flag_names(known)
+        typed = {a[2:].split("=", 1)[0] for a in pipeline_args if a.startswith("--")}
+        hints = []
+        for u in unknown:
+            given = next((t for t in sorted(typed) if t.replace("-", "_") == u), u)
+            close = difflib.get_close_matches(u, names, n=1, cutoff=0.75)
+            hints.append(f"--{given}" + (f" (did you mean --{close[0]}?)" if close else ""))
         raise UserError(
-            f"unknown flag(s): {', '.join('--' + u for u in unknown)}; "
+            f"unknown flag(s): {', '.join(hints)}; "
             "see `evenshard convert --help` and Beam's pipeline options"
         )
     return options
+
+
+def _parsed_options(options) -> tuple[dict, dict]:
+    """(options Beam knows, every option given), without Beam's log line for the unknown
+    ones and without argparse's usage dump for a bad value (one line instead)."""
+    import io
+
+    quiet = logging.getLogger("apache_beam.options.pipeline_options")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    usage = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(usage):
+            return options.get_all_options(), options.get_all_options(retain_unknown_options=True)
+    except SystemExit:
+        error = usage.getvalue().strip().splitlines()[-1:] or ["a Beam flag is invalid"]
+        raise UserError(error[0].split("error: ", 1)[-1]) from None
+    finally:
+        quiet.setLevel(level)
+
+
+def _flag_names(beam_known: dict) -> list[str]:
+    """Every flag name convert takes: its own and Beam's."""
+    from beam_jobs.options import build_parser
+
+    own = [a.dest for a in build_parser()._actions if a.dest != "help"]
+    return sorted({*own, *beam_known})
 
 
 def build(pipeline, job: Job):

@@ -13,7 +13,7 @@ import dataclasses
 import math
 
 from schemas.features import RECORD_KINDS
-from schemas.layout import COMPRESSIONS, SPLIT_NAME_RE
+from schemas.layout import COMPRESSIONS, MAX_SHARDS, MAX_SPLIT_NAME, SPLIT_NAME_RE
 
 SPLIT_MODES = ("hash", "exact")
 BALANCES = ("none", "label")
@@ -43,8 +43,8 @@ def parse_splits(text: str) -> tuple[tuple[str, float], ...]:
             )
         if not SPLIT_NAME_RE.match(name):
             raise UserError(
-                f"--splits: split name {name!r} may only use letters, digits and '_' "
-                "(it becomes part of the shard file names)"
+                f"--splits: split name {name!r} may only use letters, digits and '_', at "
+                f"most {MAX_SPLIT_NAME} of them (it becomes part of the shard file names)"
             )
         try:
             frac = float(frac_text)
@@ -109,10 +109,15 @@ class ConvertOptions:
             raise UserError("--output_dir is required")
         if not (self.target_shard_mb > 0):
             raise UserError(f"--target_shard_mb must be > 0, got {self.target_shard_mb}")
-        if self.num_shards is not None and self.num_shards < 1:
-            raise UserError(f"--num_shards must be >= 1, got {self.num_shards}")
-        if self.shard_multiple < 1:
-            raise UserError(f"--shard_multiple must be >= 1, got {self.shard_multiple}")
+        if self.num_shards is not None and not 1 <= self.num_shards <= MAX_SHARDS:
+            raise UserError(
+                f"--num_shards must be in [1, {MAX_SHARDS}] (shard names number them in five "
+                f"digits), got {self.num_shards}"
+            )
+        if not 1 <= self.shard_multiple <= MAX_SHARDS:
+            raise UserError(
+                f"--shard_multiple must be in [1, {MAX_SHARDS}], got {self.shard_multiple}"
+            )
         if not (0.0 <= self.max_reject_fraction <= 1.0):
             raise UserError(
                 f"--max_reject_fraction must be in [0, 1], got {self.max_reject_fraction}"

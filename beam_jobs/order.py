@@ -32,6 +32,7 @@ from beam_jobs.rank import (
     top_bucket,
 )
 from beam_jobs.records import Image
+from schemas.layout import MAX_SHARDS
 
 RECORD_OVERHEAD = 160  # bytes of features besides the image, a rough upper bound
 
@@ -49,6 +50,8 @@ def shard_count(
         return 0
     s = fixed if fixed else max(1, math.ceil(est_bytes / target_bytes))
     s = math.ceil(s / multiple) * multiple
+    # five digits in the shard name: at most MAX_SHARDS, kept a multiple
+    s = min(s, MAX_SHARDS // multiple * multiple)
     return min(s, n)
 
 

@@ -197,7 +197,7 @@ def describe(beam_options) -> str:
 
 
 def _dask_workers(address: str) -> str:
-    """"N workers" of the Dask cluster at ``address``, asked of its scheduler."""
+    """ "N workers" of the Dask cluster at ``address``, asked of its scheduler."""
     try:
         from dask.distributed import Client
 

@@ -48,11 +48,25 @@ def check_input(options: ConvertOptions) -> list[str]:
         UserError: missing folder or manifest, or a manifest without the
             required columns.
     """
+    if paths.is_url(options.input):
+        try:
+            FileSystems.get_filesystem(options.input)
+        except ValueError:
+            scheme = options.input.split("://", 1)[0]
+            raise UserError(
+                f"--input {options.input}: {scheme}:// is not a file system Beam reads; give a "
+                "local path or a gs:// URL (s3:// with apache-beam[aws])"
+            ) from None
     if not options.is_manifest:
         root = input_root(options)
         if paths.is_url(root):
             if not FileSystems.match([root + "/**"], limits=[1])[0].metadata_list:
                 raise UserError(f"--input: no files under {root}")
+        elif os.path.exists(root) and not os.path.isdir(root):
+            raise UserError(
+                f"--input: {options.input!r} is a file, not a folder; give an image folder, "
+                "or a manifest ending .csv, .jsonl, .csv.gz or .jsonl.gz"
+            )
         elif not os.path.isdir(root):
             raise UserError(f"--input: folder {options.input!r} does not exist")
         elif not any(files for _, _, files in os.walk(root, followlinks=True)):
@@ -74,8 +88,10 @@ def check_input(options: ConvertOptions) -> list[str]:
         raise UserError(f"--input: manifest {options.input} lists no inputs")
     if not is_csv(options.input):
         return columns  # JSONL: each row is checked on its own (malformed_row)
-    if len(set(columns)) != len(columns):
-        twice = sorted({c for c in columns if columns.count(c) > 1})
+    # Columns without a name (a spreadsheet's trailing empty columns) are ignored.
+    named = [c for c in columns if c]
+    if len(set(named)) != len(named):
+        twice = sorted({c for c in named if named.count(c) > 1})
         raise UserError(
             f"--input: manifest {options.input} names column(s) {', '.join(twice)} twice"
         )
@@ -118,17 +134,24 @@ def has_at_least(options: ConvertOptions, n: int) -> bool:
     return False
 
 
-def _open_text(path: str) -> io.TextIOBase:
+def _open_text(path: str, errors: str = "strict") -> io.TextIOBase:
     """A text stream of a manifest or labels file; ``.gz`` files are gunzipped.
 
     Opened uncompressed and unzipped here: Beam's own decompressing stream
-    lacks what ``io.TextIOWrapper`` needs.
+    lacks what ``io.TextIOWrapper`` needs. ``errors="surrogateescape"`` keeps
+    bytes that are not UTF-8 as lone surrogates, which the row checks reject
+    (``bad_path``, ``bad_label``) row by row.
     """
     raw = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
     if path.lower().endswith(".gz"):
         raw = gzip.GzipFile(fileobj=raw, mode="rb")
     # utf-8-sig drops a BOM; newline="" lets csv handle CRLF line ends.
-    return io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+    return io.TextIOWrapper(raw, encoding="utf-8-sig", errors=errors, newline="")
+
+
+# A CSV field may hold up to 16 MiB (the csv module's default is 128 KiB): a
+# longer path or label is then rejected by its row's checks, not by a crash.
+csv.field_size_limit(1 << 24)
 
 
 def is_csv(path: str) -> bool:
@@ -186,8 +209,10 @@ def _bad_label(label: str, vocabulary: frozenset[str] | None) -> str | None:
         label.encode("utf-8")
     except UnicodeEncodeError:
         return "label is not valid UTF-8 (a lone surrogate)"
-    if "\n" in label or "\r" in label or "\x00" in label:
-        return "label holds a line break or NUL"
+    if "\x00" in label or len(label.splitlines()) != 1:
+        # str.splitlines() also breaks at \v \f \x1c-\x1e \x85 U+2028 U+2029: such a
+        # label would read back as two lines of labels.txt
+        return "label holds a line break (any that str.splitlines() splits at) or NUL"
     if label != label.strip():
         return "label has leading or trailing spaces"
     if vocabulary is not None and label not in vocabulary:
@@ -493,7 +518,7 @@ class _ReadManifest(beam.DoFn):
 
     def _listing(self, manifest: str):
         progress = Progress("list", "rows")
-        with _open_text(manifest) as f:
+        with _open_text(manifest, errors="surrogateescape") as f:
             for row_number, row in self._rows_of(manifest, f):
                 self._rows.inc()
                 progress.add()
@@ -505,7 +530,14 @@ class _ReadManifest(beam.DoFn):
         if is_csv(manifest):
             reader = csv.reader(f)
             header = [c.strip() for c in next(reader, [])]
-            for values in reader:
+            while True:
+                try:
+                    values = next(reader)
+                except StopIteration:
+                    return
+                except csv.Error as e:  # a field over 16 MiB: this row only
+                    yield reader.line_num, f"row cannot be parsed as CSV: {e}"
+                    continue
                 if not any(v.strip() for v in values):
                     continue
                 if len(values) != len(header):
@@ -514,7 +546,7 @@ class _ReadManifest(beam.DoFn):
                         (f"row has {len(values)} fields, the header has {len(header)}"),
                     )
                 else:
-                    yield reader.line_num, dict(zip(header, values))
+                    yield reader.line_num, {k: v for k, v in zip(header, values) if k}
             return
         for number, line in enumerate(f, start=1):
             if not line.strip():
@@ -555,7 +587,12 @@ class _ReadManifest(beam.DoFn):
             return _reject(key, source, "bad_label", problem)
         split = row.get("split", "").strip() or None
         if split is not None and not SPLIT_NAME_RE.match(split):
-            return _reject(key, source, "bad_split", f"split {split!r} is not a valid name")
+            return _reject(
+                key,
+                source,
+                "bad_split",
+                f"split {split[:40]!r} is not a valid name (letters, digits, '_'; at most 128)",
+            )
         rel_path = ""
         if self._kind == "path":
             rel_path = paths.relative_to(path_root, source)

@@ -2,24 +2,49 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    data_dir = argv[0] if argv else "demo_data/out"
+    p = argparse.ArgumentParser(
+        prog="python -m reader",
+        description="Read one batch of a split back from an evenshard dataset and print it.",
+    )
+    p.add_argument("data_dir", nargs="?", default="demo_data/out", help="the dataset folder")
+    p.add_argument("--split", default="train", help="split to read (default: train)")
+    p.add_argument("--batch_size", type=int, default=8, help="examples in the batch (8)")
+    p.add_argument(
+        "--path_root", default=None, help="path records: where the images are now (moved)"
+    )
+    args = p.parse_args(argv)
     import reader
 
-    info = reader.load_info(data_dir)
-    ds = reader.make_dataset(
-        data_dir, split="train", batch_size=8, image_size=(32, 32), seed=0, epochs=1
-    )
-    batch = next(iter(ds))
+    try:
+        info = reader.load_info(args.data_dir)
+        if info["splits"].get(args.split, {}).get("num_examples", 1) == 0:
+            raise reader.DatasetError(
+                f"split {args.split!r} of {args.data_dir} has no examples; it has "
+                + ", ".join(f"{k} ({v['num_examples']})" for k, v in info["splits"].items())
+            )
+        ds = reader.make_dataset(
+            args.data_dir,
+            split=args.split,
+            batch_size=args.batch_size,
+            image_size=(32, 32),
+            seed=0,
+            epochs=1,
+            path_root=args.path_root,
+        )
+        batch = next(iter(ds))
+    except (reader.DatasetError, ValueError) as e:
+        print(f"python -m reader: error: {e}", file=sys.stderr)
+        return 2
     labels = [info["labels"][i] for i in batch["label"].numpy()]
     print(
-        f"read one batch from {data_dir}/train: image {tuple(batch['image'].shape)} "
-        f"{batch['image'].dtype.name}, labels {labels}"
+        f"read one batch from {args.data_dir}/{args.split}: image "
+        f"{tuple(batch['image'].shape)} {batch['image'].dtype.name}, labels {labels}"
     )
     print("keys:", json.dumps([k.decode() for k in batch["key"].numpy()]))
     return 0

@@ -3,8 +3,26 @@
 from __future__ import annotations
 
 import dataclasses
+import numbers
 
 AUTOTUNE = -1  # tf.data.AUTOTUNE, without importing TensorFlow here
+
+
+# Options that count: an int (2.0 or True is a mistake, said at once, not deep in tf.data).
+_WHOLE = (
+    "seed",
+    "epochs",
+    "shuffle_buffer",
+    "cycle_length",
+    "block_length",
+    "channels",
+    "num_workers",
+    "worker_index",
+    "start_epoch",
+    "start_step",
+    "prefetch",
+    "num_parallel_calls",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +101,12 @@ class ReadOptions:
     num_parallel_calls: int = AUTOTUNE
 
     def __post_init__(self) -> None:
+        for name in _WHOLE:
+            value = getattr(self, name)
+            if value is not None and (
+                not isinstance(value, numbers.Integral) or isinstance(value, bool)
+            ):
+                raise TypeError(f"{name} must be a whole number (int), got {value!r}")
         if self.epochs is not None and self.epochs < 1:
             raise ValueError(f"epochs must be >= 1 or None, got {self.epochs}")
         if self.channels not in (1, 3, 4):

@@ -81,9 +81,13 @@ def _baseline(data_dir: str, split: str, buffer: int, seed: int, epochs: int, ba
 MAX_LABEL_TICKS = 30
 
 METRICS_LEGEND = (
-    "label mix: batch label spread vs a random permutation (1 = random, lower = more even); "
-    "order mem: Spearman vs source order (0 = none); "
-    "repeats: neighbours adjacent again next epoch (x an independent shuffle)"
+    "label mix: batch label spread vs a random permutation (1 = random, lower = more even, "
+    "above 1 = batches lean to few labels); "
+    "order mem: Spearman vs source order (0 = none, good; near 1 = the source order shows "
+    "through); "
+    "repeats: neighbours adjacent again next epoch, as a multiple of an independent shuffle "
+    "(1x = as fresh as a new permutation, good; higher = batches meet the same neighbours "
+    "again)"
 )
 
 
@@ -94,26 +98,32 @@ def _metrics_text(m: dict) -> str:
     return text
 
 
-def plot(panels: list[tuple[str, dict, list[int], list[int]]], out: str, labels: list[str]) -> None:
-    """panels: (title, metrics, labels in read order, source index in read order), one column
-    each; the label axis names the labels (up to 30), each title carries its metrics."""
+def plot(panels: list[tuple], out: str, labels: list[str]) -> None:
+    """panels: (title, metrics, labels in read order, source index in read order, examples
+    an epoch), one column each, every epoch read; the label axis names the labels (up to
+    30), each title carries its metrics."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, len(panels), figsize=(6 * len(panels), 7.5), squeeze=False)
-    for col, (title, metrics, read_labels, source) in enumerate(panels):
+    for col, (title, metrics, read_labels, source, per_epoch) in enumerate(panels):
         x = np.arange(len(read_labels))
+        for ax in axes[:, col]:  # every epoch read is plotted: mark where each starts
+            for start in range(per_epoch, len(x), per_epoch):
+                ax.axvline(start, color="grey", linewidth=0.8, linestyle="--")
         size = float(np.clip(3000 / max(len(x), 1), 0.3, 12))  # visible on small splits too
         top = axes[0, col]
         top.scatter(x, read_labels, s=size, alpha=0.5)
-        top.set(xlabel="read position", ylabel="label", ylim=(-0.5, len(labels) - 0.5))
+        epochs = -(-len(x) // max(per_epoch, 1))
+        xlabel = f"read position ({epochs} epochs, dashed lines between them)"
+        top.set(xlabel=xlabel, ylabel="label", ylim=(-0.5, len(labels) - 0.5))
         top.set_title(f"{title}\n{_metrics_text(metrics)}", fontsize=10)
         if len(labels) <= MAX_LABEL_TICKS:
             top.set_yticks(range(len(labels)), labels, fontsize=7)
         axes[1, col].scatter(x, source, s=size, alpha=0.5)
-        axes[1, col].set(xlabel="read position", ylabel="source index (key order)")
+        axes[1, col].set(xlabel=xlabel, ylabel="source index (key order)")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
@@ -135,8 +145,13 @@ def report(
     the contrast with a buffer that cannot hold the split shows on small
     splits too.
     """
+    import os
+
     import reader
 
+    folder = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(folder):
+        raise ValueError(f"--out {out}: folder {folder} does not exist; create it first")
     info = reader.load_info(data_dir)
     if split not in info["splits"]:
         raise reader.DatasetError(
@@ -155,7 +170,7 @@ def report(
     keys, labels = _read_order(ds)
     source_rank = {k: i for i, k in enumerate(sorted(set(keys)))}
     results = {"evenshard reader": measure(keys, labels, n, batch_size, source_rank)}
-    panels = [("evenshard reader", labels[:n], [source_rank[k] for k in keys[:n]])]
+    panels = [("evenshard reader", labels, [source_rank[k] for k in keys], n)]
     if baseline_buffer is None:
         baseline_buffer = min(10_000, max(1, n // 10))
     if baseline:
@@ -164,7 +179,7 @@ def report(
         )
         name = f"tf.data shuffle({baseline_buffer}) of one sorted file"
         results[name] = measure(b_keys, b_labels, n, batch_size, source_rank)
-        panels.append((name, b_labels[:n], [source_rank[k] for k in b_keys[:n]]))
+        panels.append((name, b_labels, [source_rank[k] for k in b_keys], n))
     plot([(name, results[name], *rest) for name, *rest in panels], out, list(info["labels"]))
     return {
         "split": split,

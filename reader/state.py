@@ -44,6 +44,12 @@ class ReadState:
                 raise TypeError(f"ReadState.{name} must be an int, got {value!r}")
         if self.batch_size < 1 or self.epoch < 0 or self.step < 0:
             raise ValueError(f"ReadState needs batch_size >= 1, epoch, step >= 0: {self}")
+        for name in ("num_workers", "examples_per_worker"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"ReadState.{name} must be a whole number >= 1, got {value!r}")
 
     def advance(self, steps: int) -> ReadState:
         """The state after ``steps`` more batches."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import numbers
 import secrets
 
 from reader.info import load_index, split_shards
@@ -145,6 +146,10 @@ def _remaining(o: ReadOptions, batch_size, num_examples: int, most: int, start: 
 
 def _check(o: ReadOptions, batch_size: int | None, shuffle: bool) -> None:
     """Options that only conflict given the batch size and the split's default shuffle."""
+    if batch_size is not None and (
+        not isinstance(batch_size, numbers.Integral) or isinstance(batch_size, bool)
+    ):
+        raise TypeError(f"batch_size must be a whole number (int) or None, got {batch_size!r}")
     if batch_size is not None and batch_size < 1:
         raise ValueError(f"batch_size must be >= 1 or None, got {batch_size}")
     if o.pad_final_batch and (batch_size is None or o.drop_remainder):

@@ -34,7 +34,11 @@ _SUFFIXES = {"none": ".tfrecord", "gzip": ".tfrecord.gz"}
 SHARD_NAME_RE = re.compile(
     r"^(?P<split>[A-Za-z0-9_]+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.tfrecord(\.gz)?$"
 )
-SPLIT_NAME_RE = re.compile(r"^[A-Za-z0-9_]+$")
+# A split name leaves room in a 255-byte file name for "-00000-of-00000.tfrecord.gz"
+# and the temp and index suffixes; five digits number at most 99,999 shards.
+MAX_SPLIT_NAME = 128
+MAX_SHARDS = 99_999
+SPLIT_NAME_RE = re.compile(rf"^[A-Za-z0-9_]{{1,{MAX_SPLIT_NAME}}}$")
 
 # Glob patterns (relative to the output folder) of the names convert writes: a
 # folder that is not convert's and holds one of them is refused, never emptied.
@@ -77,7 +81,9 @@ def shard_suffix(compression: str) -> str:
 def shard_name(split: str, index: int, count: int, compression: str = "none") -> str:
     """The one shard-name rule: ``train-00003-of-00016.tfrecord``."""
     if not SPLIT_NAME_RE.match(split):
-        raise ValueError(f"split name {split!r} may only use letters, digits and '_'")
+        raise ValueError(
+            f"split name {split!r} may only use letters, digits and '_' (at most {MAX_SPLIT_NAME})"
+        )
     if not 0 <= index < count:
         raise ValueError(f"shard index {index} is not in [0, {count})")
     return f"{split}-{index:05d}-of-{count:05d}{shard_suffix(compression)}"
