@@ -80,7 +80,7 @@ def check_input(options: ConvertOptions) -> list[str]:
     if not FileSystems.exists(options.input):
         raise UserError(f"--input: manifest {options.input!r} does not exist")
     try:
-        with _open_text(options.input) as f:
+        with _open_text(options.input, errors="surrogateescape") as f:
             columns, has_rows = _manifest_columns(options.input, f)
     except (UnicodeDecodeError, OSError, EOFError, csv.Error) as e:
         raise UserError(f"--input: manifest {options.input} cannot be read: {e}") from None

@@ -1,0 +1,127 @@
+"""Every user mistake is one clear line, at once: never a traceback, never a late failure."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import read_rejects, run_convert
+
+import reader
+from beam_jobs.options import UserError
+from evenshard import cli, synthetic
+
+PY = sys.executable
+
+
+def _pngs(root, n=6):
+    rng = np.random.default_rng(0)
+    for i in range(n):
+        path = os.path.join(root, f"l{i % 2}", f"{i}.png")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(synthetic.image_bytes("png", 8, 8, rng))
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("one_line") / "img")
+    _pngs(root)
+    return root
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--seeed=3"], "unknown flag(s): --seeed (did you mean --seed?)"),
+        (["--output-dir=x"], "--output-dir (did you mean --output_dir?)"),
+        (["--direct_running_mode=bogus"], "argument --direct_running_mode: invalid choice"),
+        (["--num_shards=100000"], "--num_shards must be in [1, 99999]"),
+        ([f"--splits={'s' * 250}=1.0"], "at most 128 of them"),
+    ],
+)
+def test_flag_mistakes_are_one_line(images, tmp_path, capsys, caplog, flags, message):
+    argv = ["convert", f"--input={images}", f"--output_dir={tmp_path / 'out'}", *flags]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert not [r for r in caplog.records if "Discarding unparseable" in r.getMessage()]
+    assert not (tmp_path / "out" / ".incomplete").exists()
+
+
+@pytest.mark.parametrize(
+    "given, message",
+    [
+        ("img/l0/0.png", "is a file, not a folder"),
+        ("http://example.com/images", "http:// is not a file system Beam reads"),
+        ("nowhere", "folder 'nowhere' does not exist"),
+    ],
+)
+def test_input_mistakes_say_what_the_input_is(images, tmp_path, given, message):
+    if given.startswith("img/"):
+        given = os.path.join(os.path.dirname(images), given)
+    with pytest.raises(UserError, match=message):
+        run_convert(given, str(tmp_path / "out"))
+
+
+def test_manifest_oddities_are_row_rejects(images, tmp_path):
+    """A 200 KB field, bytes that are not UTF-8 after the first 4 KB, unnamed columns."""
+    rows = [f"{os.path.join(images, f'l{i % 2}', f'{i}.png')},l{i % 2},," for i in range(6)]
+    filler = [f"{'x' * 100}/{j}.png,l0,," for j in range(60)]  # 6 KB of missing files
+    text = "path,label,,\n" + "\n".join(rows + filler) + "\n"
+    data = text.encode() + b"caf\xe9.png,l0,,\n" + ("y" * 200_000 + ".png,l1,,\n").encode()
+    manifest = tmp_path / "m.csv"
+    manifest.write_bytes(data)
+    info = run_convert(str(manifest), str(tmp_path / "out"), "--max_reject_fraction=1")
+    assert info["inputs"] == 68
+    rejects = {r["key"][:8]: r for r in read_rejects(str(tmp_path / "out"))}
+    assert rejects["row:68"]["reason"] == "bad_path"  # caf\xe9.png
+    assert "not valid UTF-8" in rejects["row:68"]["detail"]
+    assert rejects["y" * 8]["reason"] == "unreadable"  # a name too long to open
+
+
+def test_a_label_with_any_line_break_is_rejected(tmp_path):
+    _pngs(tmp_path / "img", 6)
+    for i, brk in enumerate(("\u2028", "\x85", "\x1c", "\v")):
+        os.makedirs(tmp_path / "img" / f"a{brk}b")
+        os.rename(
+            tmp_path / "img" / f"l{i % 2}" / f"{i}.png", tmp_path / "img" / f"a{brk}b" / "x.png"
+        )
+    info = run_convert(str(tmp_path / "img"), str(tmp_path / "out"), "--max_reject_fraction=1")
+    assert info["rejects"]["by_reason"] == {"bad_label": 4}
+    labels = (tmp_path / "out" / "labels.txt").read_text()
+    assert labels.splitlines() == info["labels"] == [] or labels.splitlines() == info["labels"]
+
+
+def test_read_options_and_states_refuse_what_is_not_a_count(images):
+    for kw in ({"epochs": 2.0}, {"seed": True}, {"start_step": 1.5}):
+        with pytest.raises(TypeError, match="must be a whole number"):
+            reader.ReadOptions(**kw)
+    with pytest.raises(ValueError, match="num_workers must be a whole number >= 1"):
+        reader.ReadState(seed=0, batch_size=2, num_workers=0)
+
+
+def test_python_m_reader_has_help_and_says_what_is_wrong(tmp_path):
+    done = subprocess.run([PY, "-m", "reader", "--help"], capture_output=True, text=True)
+    assert done.returncode == 0 and "--path_root" in done.stdout and not done.stderr
+    _pngs(tmp_path / "img", 6)
+    run_convert(str(tmp_path / "img"), str(tmp_path / "out"), "--splits=train=0.5,empty=0.5")
+    for split, message in (("nope", "not in"), ("val", "not in")):
+        done = subprocess.run(
+            [PY, "-m", "reader", str(tmp_path / "out"), f"--split={split}"],
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
+
+
+def test_shuffle_report_into_a_missing_folder_is_one_line(images, tmp_path, capsys):
+    run_convert(images, str(tmp_path / "out"), "--splits=train=1.0")
+    argv = ["shuffle-report", str(tmp_path / "out"), "--batch_size=2"]
+    assert cli.main([*argv, f"--out={tmp_path / 'no' / 'r.png'}"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "does not exist; create it first" in err[0]
