@@ -162,9 +162,13 @@ def _convert(args: argparse.Namespace, pipeline_args: list[str]) -> int:
         return 2
     except Exception as e:  # the pipeline wraps our errors; show ours in one line
         found = _REJECT_LIMIT.search(str(e))
-        if not found:
+        if found:
+            _error("convert", found.group(1))
+            return 1
+        failure = io_failure(str(e), args.output_dir)
+        if failure is None:
             raise
-        _error("convert", found.group(1))
+        _error("convert", failure)
         return 1
     if info.get("dry_run"):
         print("evenshard convert: dry run: the pipeline was translated, nothing was submitted")
@@ -172,6 +176,29 @@ def _convert(args: argparse.Namespace, pipeline_args: list[str]) -> int:
         return 0
     print(convert_summary(info, options.output_dir, time.monotonic() - start))
     return 0
+
+
+# A system error as Python words it, somewhere in the runner's wrapped message.
+_OS_ERROR = re.compile(r"\[Errno (\d+)\] ([^:'\n]+)(?:: '([^'\n]+)')?")
+
+
+def io_failure(message: str, output_dir: str) -> str | None:
+    """One line for a run that a file system stopped (disk full, quota, read-only, the
+    output folder gone or not writable), or None for any other failure."""
+    import errno
+
+    found = _OS_ERROR.search(message)
+    if not found:
+        return None
+    code, what, path = int(found.group(1)), found.group(2).strip(), found.group(3)
+    if code not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.ENOENT):
+        return None
+    if code == errno.ENOENT and not (path or "").startswith(output_dir.rstrip("/")):
+        return None  # an input that vanished is a reject, not this
+    return (
+        f"writing {path or output_dir} failed: {what}; the dataset is unfinished (no "
+        f"dataset_info.json). Fix it and run the same command again: it clears the leftovers"
+    )
 
 
 def convert_summary(info: dict, output_dir: str, seconds: float) -> str:

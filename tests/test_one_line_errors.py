@@ -125,3 +125,18 @@ def test_shuffle_report_into_a_missing_folder_is_one_line(images, tmp_path, caps
     assert cli.main([*argv, f"--out={tmp_path / 'no' / 'r.png'}"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "does not exist; create it first" in err[0]
+
+
+def test_a_file_system_failure_while_writing_is_one_line():
+    wrapped = (
+        "RuntimeError: OSError: [Errno 28] No space left on device: "
+        "'/data/out/.incomplete/train-00003-of-00016.tfrecord.ab12' [while running 'Write']"
+    )
+    line = cli.io_failure(wrapped, "/data/out/")
+    assert line.startswith("writing /data/out/.incomplete/train-00003-of-00016.tfrecord.ab12")
+    assert "No space left on device" in line and "run the same command again" in line
+    gone = "FileNotFoundError: [Errno 2] No such file or directory: '/data/out/.incomplete/x'"
+    assert "No such file or directory" in cli.io_failure(gone, "/data/out")
+    # a vanished input, or any other error, is not this
+    assert cli.io_failure("[Errno 2] No such file or directory: '/in/x.png'", "/data/out") is None
+    assert cli.io_failure("ValueError: something else", "/data/out") is None
