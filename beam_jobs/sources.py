@@ -606,39 +606,28 @@ class _ReadManifest(beam.DoFn):
         )
 
 
-class _KeepFirstOfKey(beam.DoFn):
-    """(key, [Candidate]) -> the lowest-row Candidate; the others are rejects."""
+class _KeepFirst(beam.DoFn):
+    """(key, [Candidate]) -> the lowest-row Candidate; the others are ``reason`` rejects.
 
-    def __init__(self, root: str):
-        self._root = root
+    Grouped by ``key``: the same key on two rows (``duplicate_key``), or the
+    same file under two spellings (``duplicate_file``, keyed by
+    ``file_identity``).
+    """
 
-    def process(self, element):
-        key, candidates = element
-        first, *others = sorted(candidates, key=lambda c: (c.row, c.source))
-        yield first
-        for c in others:
-            detail = f"row {c.row}: key also at row {first.row}"
-            yield _reject(
-                key, paths.full_source(self._root, c.source, c.key), "duplicate_key", detail
-            )
-
-
-class _KeepFirstOfFile(beam.DoFn):
-    """(file identity, [Candidate]) -> the lowest-row Candidate; the others, the same
-    file under another spelling or through a symlinked folder, are rejects."""
-
-    def __init__(self, root: str):
-        self._root = root
+    def __init__(self, root: str, reason: str):
+        self._root, self._reason = root, reason
 
     def process(self, element):
         _, candidates = element
-        first, *others = sorted(candidates, key=lambda c: (c.row, c.key))
+        first, *others = sorted(candidates, key=lambda c: (c.row, c.key, c.source))
         yield first
         for c in others:
-            detail = f"row {c.row}: the same file as row {first.row} (key {first.key})"
-            yield _reject(
-                c.key, paths.full_source(self._root, c.source, c.key), "duplicate_file", detail
-            )
+            if self._reason == "duplicate_key":
+                detail = f"row {c.row}: key also at row {first.row}"
+            else:
+                detail = f"row {c.row}: the same file as row {first.row} (key {first.key})"
+            source = paths.full_source(self._root, c.source, c.key)
+            yield _reject(c.key, source, self._reason, detail)
 
 
 class _OneSplitPerGroup(beam.DoFn):
@@ -749,14 +738,14 @@ class ReadInputs(beam.PTransform):
                 listed["main"]
                 | "KeyByKey" >> beam.Map(lambda c: (c.key, c))
                 | "GroupByKey" >> beam.GroupByKey()
-                | "KeepFirstOfKey" >> beam.ParDo(_KeepFirstOfKey(root))
+                | "KeepFirstOfKey" >> beam.ParDo(_KeepFirst(root, "duplicate_key"))
                 | "SplitDuplicates" >> SplitRejects()
             )
             files = (
                 unique["main"]
                 | "KeyByFile" >> beam.Map(lambda c: (file_identity(root, c), c))
                 | "GroupByFile" >> beam.GroupByKey()
-                | "KeepFirstOfFile" >> beam.ParDo(_KeepFirstOfFile(root))
+                | "KeepFirstOfFile" >> beam.ParDo(_KeepFirst(root, "duplicate_file"))
                 | "SplitSameFiles" >> SplitRejects()
             )
             candidates = files["main"]

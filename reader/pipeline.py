@@ -237,43 +237,32 @@ def _checked_records(path, listed, compression, start, stop):
         path, compression_type=compression, buffer_size=1 << 20
     ).ignore_errors()
 
-    def fail(shard):
-        check = tf.debugging.Assert(
-            tf.constant(False),
-            [
-                "evenshard: shard",
-                shard,
-                "is corrupt (CRC mismatch or truncated): it holds fewer good records than the",
-                listed,
-                "listed in dataset_info.json",
-            ],
-        )
-        with tf.control_dependencies([check]):
-            return tf.constant(b"")
+    def failing(*message):
+        """A map that fails with ``message`` (the shard named) on any element."""
 
-    sentinel = tf.data.Dataset.from_tensors(path).map(fail)
+        def fail(_):
+            check = tf.debugging.Assert(tf.constant(False), ["evenshard: shard", path, *message])
+            with tf.control_dependencies([check]):
+                return tf.constant(b"")
+
+        return fail
+
+    in_info = "listed in dataset_info.json"
+    short = failing(
+        "is corrupt (CRC mismatch or truncated): it holds fewer good records than the",
+        listed,
+        in_info,
+    )
+    sentinel = tf.data.Dataset.from_tensors(path).map(short)
     records_read = records.concatenate(sentinel).take(stop).skip(start)
     if not compression:
         return records_read  # the shard's DALI index was checked to hold `listed` records
-
-    def fail_more(_):
-        check = tf.debugging.Assert(
-            tf.constant(False),
-            [
-                "evenshard: shard",
-                path,
-                "holds more records than the",
-                listed,
-                "listed in dataset_info.json",
-            ],
-        )
-        with tf.control_dependencies([check]):
-            return tf.constant(b"")
-
     # A gzip shard has no index to count by: the run that ends the file looks one
     # record further (a second decompression of the file, gzip shards only).
     last = tf.cast(tf.equal(stop, listed), tf.int64)
-    more = records.skip(listed).take(last).map(fail_more)
+    more = (
+        records.skip(listed).take(last).map(failing("holds more records than the", listed, in_info))
+    )
     return records_read.concatenate(more)
 
 

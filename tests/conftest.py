@@ -89,3 +89,15 @@ def write_manifest(path: str, rows: list[dict], columns: list[str]) -> str:
         for row in rows:
             w.writerow(row)
     return path
+
+
+def write_pngs(root, n: int) -> None:
+    """``n`` small PNGs in ``root/l0``, ``root/l1`` (alternating), named ``i.png``."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    for i in range(n):
+        path = os.path.join(root, f"l{i % 2}", f"{i}.png")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(synthetic.image_bytes("png", 8, 8, rng))

@@ -6,30 +6,20 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
-from conftest import read_rejects, run_convert
+from conftest import read_rejects, run_convert, write_pngs
 
 import reader
 from beam_jobs.options import UserError
-from evenshard import cli, synthetic
+from evenshard import cli
 
 PY = sys.executable
-
-
-def _pngs(root, n=6):
-    rng = np.random.default_rng(0)
-    for i in range(n):
-        path = os.path.join(root, f"l{i % 2}", f"{i}.png")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as f:
-            f.write(synthetic.image_bytes("png", 8, 8, rng))
 
 
 @pytest.fixture(scope="module")
 def images(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("one_line") / "img")
-    _pngs(root)
+    write_pngs(root, 6)
     return root
 
 
@@ -84,7 +74,7 @@ def test_manifest_oddities_are_row_rejects(images, tmp_path):
 
 
 def test_a_label_with_any_line_break_is_rejected(tmp_path):
-    _pngs(tmp_path / "img", 6)
+    write_pngs(tmp_path / "img", 6)
     for i, brk in enumerate(("\u2028", "\x85", "\x1c", "\v")):
         os.makedirs(tmp_path / "img" / f"a{brk}b")
         os.rename(
@@ -107,7 +97,7 @@ def test_read_options_and_states_refuse_what_is_not_a_count(images):
 def test_python_m_reader_has_help_and_says_what_is_wrong(tmp_path):
     done = subprocess.run([PY, "-m", "reader", "--help"], capture_output=True, text=True)
     assert done.returncode == 0 and "--path_root" in done.stdout and not done.stderr
-    _pngs(tmp_path / "img", 6)
+    write_pngs(tmp_path / "img", 6)
     run_convert(str(tmp_path / "img"), str(tmp_path / "out"), "--splits=train=0.5,empty=0.5")
     for split, message in (("nope", "not in"), ("val", "not in")):
         done = subprocess.run(

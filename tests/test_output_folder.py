@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
 import pytest
-from conftest import load_info, run_convert
+from conftest import load_info, run_convert, write_pngs
 
 from beam_jobs.options import UserError
-from evenshard import synthetic
 from schemas import layout
 from schemas.validate import validate
 
@@ -20,15 +18,6 @@ USERS = [
     "rejects/mine.txt",
     "labels.txt.tmp-1",
 ]
-
-
-def _images(root, n=12):
-    rng = np.random.default_rng(0)
-    for i in range(n):
-        path = os.path.join(root, f"l{i % 2}", f"{i}.png")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as f:
-            f.write(synthetic.image_bytes("png", 8, 8, rng))
 
 
 def _write_users_files(out):
@@ -45,7 +34,7 @@ def _assert_users_files_kept(out):
 
 
 def test_overwrite_removes_only_the_files_the_dataset_lists(tmp_path):
-    _images(tmp_path / "img")
+    write_pngs(tmp_path / "img", 12)
     out = str(tmp_path / "out")
     run_convert(str(tmp_path / "img"), out, "--splits=train=1.0", "--num_shards=4")
     _write_users_files(out)
@@ -73,7 +62,7 @@ def test_overwrite_removes_only_the_files_the_dataset_lists(tmp_path):
 def test_a_dead_runs_shards_are_removed_by_its_records(tmp_path):
     """A run killed after renaming some shards into place (no dataset_info.json): the
     next run removes the shards it recorded in .incomplete/, not look-alikes."""
-    _images(tmp_path / "img")
+    write_pngs(tmp_path / "img", 12)
     out = tmp_path / "out"
     (out / layout.INCOMPLETE_DIR).mkdir(parents=True)
     (out / layout.MARKER_FILE).write_text("")
@@ -94,7 +83,7 @@ def test_a_dead_runs_shards_are_removed_by_its_records(tmp_path):
 
 
 def test_a_labels_file_anywhere_inside_the_output_is_refused(tmp_path):
-    _images(tmp_path / "img")
+    write_pngs(tmp_path / "img", 12)
     out = tmp_path / "out"
     (out / "rejects").mkdir(parents=True)
     vocab = out / "rejects" / "vocab.txt"
@@ -105,7 +94,7 @@ def test_a_labels_file_anywhere_inside_the_output_is_refused(tmp_path):
 
 
 def test_the_real_folder_behind_a_symlinked_label_folder_is_refused(tmp_path):
-    _images(tmp_path / "elsewhere" / "real")
+    write_pngs(tmp_path / "elsewhere" / "real", 12)
     (tmp_path / "img").mkdir()
     os.symlink(tmp_path / "elsewhere" / "real" / "l0", tmp_path / "img" / "l0")
     for out in (

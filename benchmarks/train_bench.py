@@ -1,0 +1,85 @@
+"""Training feed rate of TorchReader inside a PyTorch training loop, by torch thread count.
+
+A tiny CNN trains for 2 epochs on 5,000 JPEGs (decode + resize to 32x32,
+batch 64) read by TorchReader with the tf.data backend and the DALI
+backend, with ``torch.set_num_threads(1)`` and with PyTorch's default (one
+thread a core). Each configuration runs in its own process (thread pools
+are per process), twice, best kept; the figure is images trained per second
+after the first batch (``first_batch_s``: building the pipeline, which
+TorchReader does on the first ``iter()``, and its first batch).
+
+    .venv/bin/python benchmarks/train_bench.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import WORK, convert_once, machine, make_jpegs  # noqa: E402
+
+ONE_RUN = r"""
+import json, sys, time
+import torch
+backend, threads, data_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+if threads:
+    torch.set_num_threads(threads)
+from reader.torch import TorchReader
+start = time.perf_counter()
+r = TorchReader(data_dir, "train", 64, image_size=(32, 32), seed=0, epochs=2, backend=backend,
+                layout="NCHW")
+built = time.perf_counter() - start
+torch.manual_seed(0)
+model = torch.nn.Sequential(
+    torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+    torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+    torch.nn.Flatten(), torch.nn.Linear(32, 10))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+n, start, first = 0, time.perf_counter(), None
+for batch in r:
+    if first is None:  # the pipeline is built on the first iter(): TensorFlow or DALI starts
+        first, start = time.perf_counter() - start, time.perf_counter()
+    else:
+        n += len(batch["key"])
+    x = batch["image"].float() / 255
+    loss = torch.nn.functional.cross_entropy(model(x), batch["label"])
+    opt.zero_grad(); loss.backward(); opt.step()
+print(json.dumps({"images_per_s": n / (time.perf_counter() - start), "build_s": built,
+                  "first_batch_s": first, "torch_threads": torch.get_num_threads()}))
+"""
+
+
+def run(backend: str, threads: int, data_dir: str) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-c", ONE_RUN, backend, str(threads), data_dir],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> dict:
+    src = make_jpegs(os.path.join(WORK, "jpegs_5000"), 5_000)
+    data_dir = convert_once(
+        src, os.path.join(WORK, "train_5000"), "--splits=train=1.0", "--num_shards=8"
+    )
+    best: dict[str, dict] = {}
+    for _ in range(2):
+        for backend in ("tf", "dali"):
+            for threads in (1, 0):
+                name = f"{backend}, torch threads {'1' if threads else 'default'}"
+                r = run(backend, threads, data_dir)
+                if name not in best or r["images_per_s"] > best[name]["images_per_s"]:
+                    best[name] = r
+    result = {"machine": machine(), "images": 5_000, "epochs": 2, "runs": best}
+    print(json.dumps(result, indent=2))
+    return result
+
+
+if __name__ == "__main__":
+    main()
