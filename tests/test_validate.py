@@ -79,12 +79,18 @@ def test_stray_shard_and_edited_count_are_reported(datasets, tmp_path, capsys):
     info_path = os.path.join(data_dir, "dataset_info.json")
     info = load_info(data_dir)
     info["splits"]["val"]["shards"][0]["num_examples"] += 1
+    info["splits"]["val"]["num_examples"] += 1
     open(info_path, "w").write(json.dumps(info))
     assert cli.main(["validate", data_dir]) == 1
     out = capsys.readouterr().out
     assert f"{stray}: stray shard file" in out
     val_shard = os.path.join(data_dir, info["splits"]["val"]["shards"][0]["file"])
     assert f"{val_shard}: " in out and "readable records, dataset_info.json records" in out
+    # a split count that is not the sum of its shards' stops the parse: one line
+    info["splits"]["val"]["num_examples"] += 1
+    open(info_path, "w").write(json.dumps(info))
+    assert cli.main(["validate", data_dir]) == 1
+    out = capsys.readouterr().out
     assert "num_examples" in out and "not the sum of its shards" in out
 
 
