@@ -139,19 +139,13 @@ def make_dali_pipeline(
         )
         kind = types.RGB if o.channels == 3 else types.GRAY
         # The readers' decoding rules (docs/convert.md#decoding): EXIF
-        # orientation is not applied, JPEG chroma is upsampled as libjpeg
-        # does, and 16-bit samples keep their high byte, as libpng's strip
-        # in TensorFlow: DALI's own 16-to-8 rounding differs by 1. On the CPU
-        # the images are decoded to 16 bits (8-bit samples come as v * 257)
-        # and divided by 256. The GPU ("mixed") path keeps 8 bits: 16-bit
-        # output from nvImageCodec there is untested (no GPU was lent).
-        wide = decoder_device == "cpu"
+        # orientation is not applied and JPEG chroma is upsampled as libjpeg
+        # does. (16-bit PNGs come 8-bit from the record source already.)
         rules = dict(
             device=decoder_device,
             output_type=kind,
             adjust_orientation=False,
             jpeg_fancy_upsampling=True,
-            dtype=types.UINT16 if wide else types.UINT8,
         )
         if o.random_crop:
             images = fn.decoders.image_random_crop(
@@ -163,8 +157,6 @@ def make_dali_pipeline(
             )
         else:
             images = fn.decoders.image(encoded, **rules)
-        if wide:
-            images = fn.cast(images // 256, dtype=types.UINT8)
         height, width = o.image_size
         return fn.resize(images, resize_y=height, resize_x=width, antialias=False)
 
