@@ -30,6 +30,7 @@ BENCHES = {
     "scale": "scale_bench.py",
     "dask": "dask_bench.py",
     "train": "train_bench.py",
+    "decode": "decode_bench.py",
 }
 
 
@@ -63,7 +64,7 @@ def verdict(value: float, limit: float, below: bool = True) -> str:
 def render() -> str:
     c, r, s, mode = load("convert"), load("read"), load("shuffle"), load("mode")
     resume, fw, tfds = load("resume"), load("frameworks"), load("tfds")
-    scale, dask, train = load("scale"), load("dask"), load("train")
+    scale, dask, train, decode = load("scale"), load("dask"), load("train"), load("decode")
     cs, rr = c["seconds"], r["records_per_s"]
     eps = c["examples_per_s"]
     rss = c["peak_rss_mb"]
@@ -231,6 +232,8 @@ Command: `.venv/bin/python benchmarks/run_all.py mode` (this section only).
         + _render_frameworks(fw)
         + "\n"
         + _render_train(train)
+        + "\n"
+        + _render_decode(decode)
         + "\n"
         + _render_tfds(tfds)
         + "\n"
@@ -463,6 +466,28 @@ threads or tf.data's private thread pool to 1 or 2 (tf backend, default torch th
 a one-off run of the same loop) gave 1,934-2,301 images/s, within that noise, so
 evenshard sets none of them. Where the reader shares few cores with the model,
 measure `torch.set_num_threads(cores - 1)` against the default.
+"""
+
+
+def _render_decode(d: dict) -> str:
+    tf, dali = d["tf_images_per_s"], d["dali_images_per_s"]
+    return f"""## The cost of the decoding rules — `benchmarks/decode_bench.py` ({d["wall_seconds"]} s)
+
+Command: `.venv/bin/python benchmarks/run_all.py decode` (this section only).
+Every reader gives the same pixels (docs/convert.md#decoding); what the rules
+cost, A/B in one process, best of 3, images/s:
+
+| decoder | configuration | images/s | ratio |
+|---|---|---:|---:|
+| TensorFlow, 5,000 JPEGs → 64×64 | default IDCT (`INTEGER_FAST`) | {tf["INTEGER_FAST"]:,.0f} | 1.00 |
+| | the rule: `INTEGER_ACCURATE` | {tf["INTEGER_ACCURATE"]:,.0f} | {d["tf_accurate_over_fast"]:.2f} |
+| DALI CPU, 256 JPEGs in memory → 64×64 | DALI's defaults | {dali["dali_defaults"]:,.0f} | 1.00 |
+| | the rule: orientation off, fancy upsampling | {dali["rule"]:,.0f} | {d["dali_rule_over_defaults"]:.2f} |
+| | + 16-bit output ÷ 256 (rejected) | {dali["rule_16_bit_output"]:,.0f} | {d["dali_16_bit_over_rule"] * d["dali_rule_over_defaults"]:.2f} |
+
+The 16-bit output would make DALI's 16-bit PNGs exact for every image's cost;
+instead the record source rewrites the rare 16-bit PNG as 8-bit
+(`reader/source.py`, `eight_bit_png`).
 """
 
 

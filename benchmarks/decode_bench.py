@@ -1,0 +1,100 @@
+"""The cost of the readers' decoding rules (docs/convert.md#decoding), A/B in one process.
+
+(a) TensorFlow: decode + resize to 64x64 of 5,000 JPEGs with the accurate
+IDCT (the rule) against TensorFlow's default fast one; (b) DALI on the CPU:
+256 JPEGs in memory decoded + resized with the rule's arguments (orientation
+off, fancy upsampling) against DALI's defaults, and against 16-bit output
+divided by 256 (the exact 16-bit rule done in DALI, rejected for its cost).
+Best of 3 rounds, round-robin; images per second.
+
+    .venv/bin/python benchmarks/decode_bench.py
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import WORK, machine, make_jpegs  # noqa: E402
+
+
+def _tf_rates(files: list[str]) -> dict[str, float]:
+    from schemas import storage
+
+    tf = storage.tensorflow()
+    data = tf.data.Dataset.from_tensor_slices([open(f, "rb").read() for f in files])
+    best: dict[str, float] = {}
+    for _ in range(3):
+        for method in ("INTEGER_FAST", "INTEGER_ACCURATE"):
+
+            def one(d, method=method):
+                image = tf.io.decode_jpeg(d, channels=3, dct_method=method)
+                return tf.image.resize(image, (64, 64))
+
+            start = time.perf_counter()
+            n = sum(1 for _ in data.map(one, num_parallel_calls=2))
+            best[method] = max(best.get(method, 0.0), n / (time.perf_counter() - start))
+    return best
+
+
+def _dali_rates(files: list[str]) -> dict[str, float]:
+    import numpy as np
+    from nvidia.dali import fn, pipeline_def, types
+
+    encoded = [np.fromfile(f, np.uint8) for f in files[:256]]
+    configs = {
+        "dali_defaults": ({}, False),
+        "rule": ({"adjust_orientation": False, "jpeg_fancy_upsampling": True}, False),
+        "rule_16_bit_output": (
+            {"adjust_orientation": False, "jpeg_fancy_upsampling": True, "dtype": types.UINT16},
+            True,
+        ),
+    }
+
+    def make(args, wide):
+        @pipeline_def(batch_size=256, num_threads=2, device_id=None, prefetch_queue_depth=2)
+        def pipe():
+            data = fn.external_source(source=lambda: encoded, batch=True, dtype=types.UINT8)
+            image = fn.decoders.image(data, device="cpu", output_type=types.RGB, **args)
+            if wide:
+                image = fn.cast(image // 256, dtype=types.UINT8)
+            return fn.resize(image, resize_y=64, resize_x=64, antialias=False)
+
+        p = pipe()
+        p.build()
+        p.run()
+        return p
+
+    best: dict[str, float] = {}
+    for _ in range(3):
+        for name, (args, wide) in configs.items():
+            p = make(args, wide)
+            start = time.perf_counter()
+            for _ in range(20):
+                p.run()
+            best[name] = max(best.get(name, 0.0), 20 * 256 / (time.perf_counter() - start))
+    return best
+
+
+def main() -> dict:
+    src = make_jpegs(os.path.join(WORK, "jpegs_5000"), 5_000)
+    files = sorted(glob.glob(os.path.join(src, "*", "*.jpg")))
+    tf_rates, dali_rates = _tf_rates(files), _dali_rates(files)
+    result = {
+        "machine": machine(),
+        "tf_images_per_s": tf_rates,
+        "tf_accurate_over_fast": tf_rates["INTEGER_ACCURATE"] / tf_rates["INTEGER_FAST"],
+        "dali_images_per_s": dali_rates,
+        "dali_rule_over_defaults": dali_rates["rule"] / dali_rates["dali_defaults"],
+        "dali_16_bit_over_rule": dali_rates["rule_16_bit_output"] / dali_rates["rule"],
+    }
+    print(json.dumps(result, indent=2))
+    return result
+
+
+if __name__ == "__main__":
+    main()
