@@ -211,7 +211,8 @@ def _prepare(job: Job, out: str) -> None:
 def owned_files(out: str) -> list[str]:
     """The files earlier runs of convert wrote in ``out``, known by name, never by pattern.
 
-    - the shards and indexes a ``dataset_info.json`` lists, and the info itself;
+    - the shards and indexes a ``dataset_info.json`` lists (the info itself
+      is removed last, by ``_prepare``);
     - the shards (and indexes) recorded in ``.incomplete/`` as renamed into
       place by a run that died before its info, and ``.incomplete/`` itself;
     - the files of fixed name (``schema.pbtxt``, ``labels.txt``,

@@ -26,7 +26,7 @@ from beam_jobs.dead_letters import SplitRejects
 from beam_jobs.options import ConvertOptions, Job, UserError
 from beam_jobs.progress import Progress
 from beam_jobs.records import Candidate, Reject, make_reject
-from schemas.layout import SPLIT_NAME_RE
+from schemas.layout import MAX_SPLIT_NAME, SPLIT_NAME_RE
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
 
@@ -591,7 +591,8 @@ class _ReadManifest(beam.DoFn):
                 key,
                 source,
                 "bad_split",
-                f"split {split[:40]!r} is not a valid name (letters, digits, '_'; at most 128)",
+                f"split {split[:40]!r} is not a valid name (letters, digits, '_'; at most "
+                f"{MAX_SPLIT_NAME})",
             )
         rel_path = ""
         if self._kind == "path":

@@ -36,8 +36,6 @@ def load_index(shard: dict):
     """A shard's DALI index as an int64 array [[offset, size]], checked to describe the
     shard exactly (``tfrecord.parse_index``): the records a reader fetches by it
     are the ones dataset_info.json counts, each once. None without an index (gzip)."""
-    import numpy as np
-
     if shard["index"] is None:
         return None
     try:
@@ -48,12 +46,9 @@ def load_index(shard: dict):
             "DALI index convert writes beside it (convert again to get it)"
         ) from None
     try:
-        table = tfrecord.parse_index(
-            text, shard["num_examples"], shard["num_bytes"], shard["index"]
-        )
+        return tfrecord.parse_index(text, shard["num_examples"], shard["num_bytes"], shard["index"])
     except ValueError as e:
         raise DatasetError(f"{e} (shard {shard['path']})") from None
-    return np.array(table, np.int64).reshape(-1, 2)
 
 
 def default_path_root(info: dict, path_root: str | None) -> str | None:
