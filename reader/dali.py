@@ -169,6 +169,14 @@ def check_options(o: ReadOptions) -> None:
     """Options DALI cannot honour: a ``ValueError`` naming the option."""
     if o.image_size is None or not o.decode:
         raise ValueError("make_dali_pipeline decodes and batches images: give image_size")
+    if o.deterministic is False:
+        raise ValueError("the DALI reader always reads in its one order: leave deterministic")
+    o.refuse(
+        ("as_supervised", "cache", "prefetch", "prefetch_to_device", "num_parallel_calls"),
+        "the DALI reader",
+        "its batches are dicts (batch['image'], batch['label']), it prefetches 2 batches "
+        "to where it decodes (device=), and its threads are num_threads=",
+    )
     if o.channels not in (1, 3):
         raise ValueError(f"DALI decodes to 1 or 3 channels, got channels={o.channels}")
 

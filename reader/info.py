@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 
 from schemas import layout, storage, tfrecord
@@ -30,6 +32,16 @@ def split_shards(info: dict, data_dir: str, split: str) -> list[dict]:
             {"path": path, "num_examples": shard["num_examples"], "num_bytes": size, "index": index}
         )
     return shards
+
+
+def split_fingerprint(info: dict, split: str) -> str:
+    """16 hex digits that change when any shard of ``split`` changes: a digest of its
+    shards' names, counts and sha256 as dataset_info.json lists them."""
+    shards = [
+        [s["file"], s["num_examples"], s.get("sha256", s["num_bytes"])]
+        for s in info["splits"][split]["shards"]
+    ]
+    return hashlib.sha256(json.dumps([split, shards]).encode()).hexdigest()[:16]
 
 
 def load_index(shard: dict):

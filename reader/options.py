@@ -6,6 +6,7 @@ import dataclasses
 import numbers
 
 AUTOTUNE = -1  # tf.data.AUTOTUNE, without importing TensorFlow here
+DEFAULT_CYCLE = 16  # runs read at once when cycle_length is None
 
 
 # Options that count: an int (2.0 or True is a mistake, said at once, not deep in tf.data).
@@ -141,6 +142,32 @@ class ReadOptions:
                 raise ValueError(
                     f"worker_index must be in [0, {self.num_workers}), got {self.worker_index}"
                 )
+
+    def refuse(self, names: tuple[str, ...], reader: str, why: str) -> None:
+        """A ``ValueError`` naming those of ``names`` set away from their defaults:
+        options ``reader`` does not honour (``why`` says what to do instead)."""
+        default = ReadOptions()
+        changed = [n for n in names if getattr(self, n) != getattr(default, n)]
+        if changed:
+            raise ValueError(f"{reader} does not honour {', '.join(changed)}: {why}")
+
+    def shuffles(self, split: str) -> bool:
+        """Whether a read of ``split`` shuffles: ``shuffle``, by default "train" only."""
+        return split == "train" if self.shuffle is None else self.shuffle
+
+    def order(self, split: str) -> str:
+        """The options that shape the read order of ``split``, as sorted ``name=value``
+        pairs: a resumed read must be given the same (``ReadState.order``)."""
+        shuffle = self.shuffles(split)
+        shaping = {
+            "shuffle": shuffle,
+            "cycle_length": self.cycle_length or DEFAULT_CYCLE,
+            "block_length": self.block_length,
+            "random_crop": self.random_crop,
+        }
+        if shuffle:
+            shaping["shuffle_buffer"] = self.shuffle_buffer
+        return " ".join(f"{k}={v}" for k, v in sorted(shaping.items()))
 
     def workers(self) -> tuple[int, int]:
         """(number of workers, this worker's index)."""

@@ -28,6 +28,10 @@ class ReadState:
         num_workers: workers of the run that saved it (None: not yet read).
         examples_per_worker: examples a worker reads per epoch in that run;
             a different figure at resume means the split changed.
+        dataset: fingerprint of the split read (its shards' sha256 in
+            dataset_info.json): a re-converted or replaced split is refused.
+        order: the options that shape the read order, as ``name=value``
+            pairs: resuming under others is refused, naming what changed.
     """
 
     seed: int
@@ -36,6 +40,8 @@ class ReadState:
     step: int = 0
     num_workers: int | None = None
     examples_per_worker: int | None = None
+    dataset: str | None = None
+    order: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("seed", "batch_size", "epoch", "step"):
@@ -50,6 +56,10 @@ class ReadState:
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"ReadState.{name} must be a whole number >= 1, got {value!r}")
+
+        for name in ("dataset", "order"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
+                raise TypeError(f"ReadState.{name} must be a str or None")
 
     def advance(self, steps: int) -> ReadState:
         """The state after ``steps`` more batches."""
@@ -88,7 +98,7 @@ def resume(data_dir: str, split: str, state: ReadState, options=None, **override
     Returns:
         (dataset, state): advance the state by the batches consumed and save it.
     """
-    from reader.info import split_shards
+    from reader.info import split_fingerprint, split_shards
     from reader.options import ReadOptions
     from reader.pipeline import make_dataset
     from reader.worker import worker_plan
@@ -99,8 +109,10 @@ def resume(data_dir: str, split: str, state: ReadState, options=None, **override
         raise ValueError(f"the state was saved with seed {state.seed}, options give {o.seed}")
     if o.start_step or o.start_epoch:
         raise ValueError("resume takes the start from the state: leave start_step/start_epoch 0")
+    info = load_info(data_dir)
+    _check_same_read(state, split_fingerprint(info, split), o.order(split), data_dir, split)
     n_workers, index = o.workers()
-    shards = split_shards(load_info(data_dir), data_dir, split)
+    shards = split_shards(info, data_dir, split)
     examples = worker_plan(shards, n_workers, index)[1]
     if state.num_workers in (None, n_workers):
         if state.examples_per_worker not in (None, examples):
@@ -118,7 +130,10 @@ def resume(data_dir: str, split: str, state: ReadState, options=None, **override
             n_workers,
             epoch,
         )
-        state = ReadState(state.seed, state.batch_size, epoch, 0, n_workers, examples)
+        state = dataclasses.replace(
+            state, epoch=epoch, step=0, num_workers=n_workers, examples_per_worker=examples
+        )
+    state = dataclasses.replace(state, dataset=split_fingerprint(info, split), order=o.order(split))
     ds = make_dataset(
         data_dir,
         split,
@@ -129,3 +144,28 @@ def resume(data_dir: str, split: str, state: ReadState, options=None, **override
         start_step=state.step,
     )
     return ds, state
+
+
+def _check_same_read(state: ReadState, dataset: str, order: str, data_dir: str, split: str):
+    """A state resumes only the read it was saved from: the same split's shards, and the
+    options that shape the order; otherwise examples would be read twice or never."""
+    if state.dataset not in (None, dataset):
+        raise ValueError(
+            f"the state was saved reading another version of split {split!r} (its shards' "
+            f"checksums differ from those in {data_dir}: re-converted or replaced); "
+            "resuming would read some examples twice and others never: start a new read"
+        )
+    if state.order in (None, order):
+        return
+    saved = dict(pair.split("=", 1) for pair in state.order.split())
+    now = dict(pair.split("=", 1) for pair in order.split())
+    changed = ", ".join(
+        f"{k} {saved.get(k, 'unset')} -> {now.get(k, 'unset')}"
+        for k in sorted(set(saved) | set(now))
+        if saved.get(k) != now.get(k)
+    )
+    raise ValueError(
+        f"the state was saved reading with other order options ({changed}): the order "
+        "would differ and some examples would be read twice, others never; pass the "
+        "options of the saved run, or start a new read"
+    )

@@ -48,7 +48,8 @@ class TorchReader(torch.utils.data.IterableDataset):
 
     Each batch: ``image`` uint8 [N, H, W, C] (or [N, C, H, W]), ``label``
     int64 [N], ``key`` list of N str, ``mask`` bool [N] (False on the
-    padding of ``pad_final_batch``). Use it directly, or in a
+    padding of ``pad_final_batch``); with ``as_supervised``, the tuple
+    (image, label), or (image, label, mask) with ``pad_final_batch``. Use it directly, or in a
     ``DataLoader(reader, batch_size=None)`` with ``num_workers`` 0 or 1: it
     batches, shuffles and splits work across ranks itself.
 
@@ -81,6 +82,15 @@ class TorchReader(torch.utils.data.IterableDataset):
             raise ValueError("TorchReader batches decoded images: give image_size")
         if backend not in ("dali", "tf", None):
             raise ValueError(f'backend must be "dali", "tf" or None, got {backend!r}')
+        o.refuse(
+            ("prefetch_to_device",),
+            "TorchReader",
+            "its batches are CPU tensors (or CUDA ones from DALI on a GPU): move them "
+            "with .to(device)",
+        )
+        # (image, label) tuples are made here, from the backends' dicts
+        self.as_supervised = o.as_supervised
+        o = dataclasses.replace(o, as_supervised=False)
         info = load_info(data_dir)
         self.layout, self.options = layout, o
         self.backend = backend or _default_backend(info)
@@ -132,7 +142,12 @@ class TorchReader(torch.utils.data.IterableDataset):
             out = convert(batch)
             if self.layout == "NCHW":
                 out["image"] = out["image"].permute(0, 3, 1, 2)
-            yield out
+            if not self.as_supervised:
+                yield out
+            elif self.options.pad_final_batch:
+                yield out["image"], out["label"], out["mask"]
+            else:
+                yield out["image"], out["label"]
 
     @staticmethod
     def _from_tf(batch) -> dict:

@@ -15,7 +15,7 @@ import numbers
 import secrets
 
 from reader.info import load_index, split_shards
-from reader.options import ReadOptions
+from reader.options import DEFAULT_CYCLE, ReadOptions
 from reader.plan import ReadPlan
 from schemas.info import DatasetError
 
@@ -67,7 +67,7 @@ class WorkerRead:
     def of(cls, info: dict, data_dir: str, split: str, batch_size, o: ReadOptions) -> WorkerRead:
         """Checks the options and the split's shards; deals the files; plans the order."""
         shards = split_shards(info, data_dir, split)
-        shuffle = (split == "train") if o.shuffle is None else o.shuffle
+        shuffle = o.shuffles(split)
         _check(o, batch_size, shuffle)
         if not shards:
             raise DatasetError(f"split {split!r} of {data_dir} has no examples")
@@ -79,7 +79,7 @@ class WorkerRead:
         seed = o.seed
         if seed is None and (shuffle or o.random_crop):
             seed = secrets.randbelow(2**31 - 1)  # a fresh one
-        at_once = o.cycle_length or 16
+        at_once = o.cycle_length or DEFAULT_CYCLE
         plan = ReadPlan(
             counts=[s["num_examples"] for s in mine],
             seed=seed if shuffle else None,

@@ -181,6 +181,42 @@ def test_torch_layout_and_dataloader(data_761):
     assert first["image"].shape == (32, 3, *SIZE) and first["label"].dtype == torch.int64
 
 
+@pytest.mark.parametrize("backend", ["tf", "dali"])
+def test_torch_as_supervised_gives_tuples(data_761, backend):
+    """(image, label) for a training loop; with pad_final_batch, (image, label, mask)."""
+    kw = dict(image_size=SIZE, shuffle=False, backend=backend)
+    dicts = list(TorchReader(data_761[0], "eval", 64, **kw))
+    pairs = list(TorchReader(data_761[0], "eval", 64, as_supervised=True, **kw))
+    assert len(pairs) == len(dicts)
+    for (image, label), d in zip(pairs, dicts):
+        assert (image == d["image"]).all() and (label == d["label"]).all()
+    image, label, mask = list(
+        TorchReader(data_761[0], "eval", 64, as_supervised=True, pad_final_batch=True, **kw)
+    )[-1]
+    assert image.shape[0] == label.shape[0] == 64 and 0 < int(mask.sum()) < 64
+
+
+def test_backends_refuse_the_options_they_do_not_honour(data_761):
+    """Each option a reader would silently ignore is named in a ValueError."""
+    for option, value in [
+        ("as_supervised", True),
+        ("cache", True),
+        ("prefetch", 4),
+        ("prefetch_to_device", "/gpu:0"),
+        ("num_parallel_calls", 8),
+        ("deterministic", False),
+    ]:
+        with pytest.raises(ValueError, match=option):
+            make_dali_pipeline(data_761[0], "eval", 8, image_size=SIZE, **{option: value})
+    with pytest.raises(ValueError, match="cache"):
+        TorchReader(data_761[0], "eval", 8, image_size=SIZE, backend="dali", cache=True)
+    with pytest.raises(ValueError, match="prefetch_to_device"):
+        TorchReader(data_761[0], "eval", 8, image_size=SIZE, backend="tf", prefetch_to_device=True)
+    # the tf backend honours the rest
+    r = TorchReader(data_761[0], "eval", 8, image_size=SIZE, backend="tf", cache=True, prefetch=2)
+    assert len(list(r)) == len(r) == 96
+
+
 DATALOADER_RECIPE = r"""
 import sys, torch
 from reader.torch import TorchReader

@@ -21,7 +21,8 @@ OPTS = dict(seed=11, shuffle_buffer=24, cycle_length=4, block_length=2, decode=F
 
 @pytest.fixture(scope="module")
 def data_241(tmp_path_factory):
-    """241 examples in "train": 6 shards of 41 or 40; and "eval", unshuffled by default."""
+    """241 examples in "train": 6 shards of 41 or 40; and "eval", unshuffled by default;
+    and the images' folder."""
     root = tmp_path_factory.mktemp("resume") / "images"
     synthetic.make_image_folder(str(root), num_labels=4, per_label=60, formats=("jpeg", "png"))
     (root / "label_0" / "extra.png").write_bytes(
@@ -30,7 +31,7 @@ def data_241(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("resume_out"))
     run_convert(str(root), out, "--splits=train=0.5,eval=0.5", "--split_mode=exact")
     run_convert(str(root), out + "/all", "--splits=train=1.0", "--num_shards=6")
-    return out + "/all", out
+    return out + "/all", out, str(root)
 
 
 def batches(ds):
@@ -153,7 +154,8 @@ def test_a_trainer_saves_and_restores_the_state_as_json(data_241, tmp_path):
     whole = flat_keys(batches(ds))
     saved = tmp_path / "read_state.json"
     saved.write_text(state.advance(12).to_json())  # crashed after 12 steps
-    assert len(saved.read_text()) < 200  # a few integers, whatever the images or buffer
+    # a few integers and two short strings, whatever the images or buffer
+    assert len(saved.read_text()) < 300
 
     state = reader.ReadState.from_json(saved.read_text())
     assert (state.epoch, state.step, state.num_workers) == (0, 12, 1)
@@ -179,6 +181,36 @@ def test_resuming_with_another_worker_count_restarts_the_epoch(data_241, caplog)
         seen += keys[: new.examples_per_worker]
     assert "restarting epoch 1" in caplog.text
     assert len(seen) == len(set(seen)) == 241  # epoch 1 exactly once
+
+
+def test_a_state_resumes_only_its_own_dataset_and_order(data_241, tmp_path):
+    """Resuming a re-converted split (same counts, another seed) or under options that
+    change the order would read examples twice and skip others: refused, naming why."""
+    options = reader.ReadOptions(**dict(OPTS, epochs=2))
+    _, state = reader.resume(data_241[0], "train", reader.ReadState(11, BATCH), options)
+    saved = reader.ReadState.from_json(state.advance(5).to_json())
+    assert saved.dataset and "shuffle_buffer=24" in saved.order
+
+    again = str(tmp_path / "again")
+    run_convert(data_241[2], again, "--splits=train=1.0", "--num_shards=6", "--seed=5")
+    assert reader.load_info(again)["splits"]["train"]["num_examples"] == 241
+    with pytest.raises(ValueError, match="another version of split 'train'"):
+        reader.resume(again, "train", saved, options)
+    for change, named in [
+        (dict(cycle_length=2), "cycle_length 4 -> 2"),
+        (dict(shuffle_buffer=10), "shuffle_buffer 24 -> 10"),
+        (dict(shuffle=False), "shuffle True -> False"),
+        (dict(block_length=1), "block_length 2 -> 1"),
+    ]:
+        with pytest.raises(ValueError, match=named):
+            reader.resume(data_241[0], "train", saved, options, **change)
+    # what does not shape the order may change: the batch count, decoding, prefetch
+    ds, _ = reader.resume(data_241[0], "train", saved, options, epochs=3, prefetch=None)
+    assert ds.cardinality().numpy() == -(-3 * 241 // BATCH) - 5
+    # a state saved before the fingerprints existed resumes as it did
+    old = json.loads(saved.to_json())
+    del old["dataset"], old["order"]
+    reader.resume(data_241[0], "train", reader.ReadState(**old), options)
 
 
 def test_state_round_trip_and_misuse():
