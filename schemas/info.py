@@ -74,6 +74,11 @@ def parse_info(data: bytes | str, where: str = layout.INFO_FILE) -> dict:
                     f"{where}: shard {name} does not end in {layout.shard_suffix(compression)}, "
                     f"as compression {compression!r} says"
                 )
+            if "dali_index" in shard and shard["dali_index"] != layout.index_name(name):
+                raise DatasetError(
+                    f"{where}: split {split}: shard {name}: dali_index "
+                    f"{shard['dali_index']!r} is not {layout.index_name(name)!r}"
+                )
             for field in ("num_examples", "num_bytes"):
                 _whole(shard.get(field), f"{where}: shard {name}: {field}")
             total += shard["num_examples"]
@@ -83,11 +88,6 @@ def parse_info(data: bytes | str, where: str = layout.INFO_FILE) -> dict:
                 f"{where}: split {split}: num_examples {s['num_examples']} is not the sum of "
                 f"its shards' ({total})"
             )
-            if "dali_index" in shard and shard["dali_index"] != layout.index_name(name):
-                raise DatasetError(
-                    f"{where}: split {split}: shard {name}: dali_index "
-                    f"{shard['dali_index']!r} is not {layout.index_name(name)!r}"
-                )
     return info
 
 

@@ -63,6 +63,7 @@ def test_a_good_info_parses():
         (_info(compression="gzip"), "does not end in .tfrecord.gz"),
         (_info(compression="zip"), "compression 'zip' is not one of"),
         (_shard(num_examples=2), "num_examples 3 is not the sum of its shards' \\(2\\)"),
+        (_shard(dali_index="../../x.idx"), "dali_index '../../x.idx' is not"),
     ],
 )
 def test_a_bad_info_is_a_dataset_error_naming_the_file(text, message):
