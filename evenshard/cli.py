@@ -282,13 +282,14 @@ def _shuffle_report(args: argparse.Namespace, _) -> int:
 
 
 def _make_images(args: argparse.Namespace, _) -> int:
-    from evenshard.synthetic import EXTENSIONS, make_image_folder
+    from evenshard.synthetic import make_image_folder
+    from schemas.images import EXTENSION
 
     formats = tuple(args.formats.split(","))
-    unknown = [f for f in formats if f not in EXTENSIONS]
+    unknown = [f for f in formats if f not in EXTENSION]
     if unknown:
         _error(
-            "make-images", f"--formats: unknown {', '.join(unknown)}; use {', '.join(EXTENSIONS)}"
+            "make-images", f"--formats: unknown {', '.join(unknown)}; use {', '.join(EXTENSION)}"
         )
         return 2
     broken = make_image_folder(

@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-EXTENSIONS = {"jpeg": ".jpg", "png": ".png", "gif": ".gif", "bmp": ".bmp", "webp": ".webp"}
+from schemas.images import EXTENSION
 
 
 def image_bytes(
@@ -55,7 +55,7 @@ def make_image_folder(
             fmt = formats[(k + i) % len(formats)]
             h = size[0] + int(rng.integers(0, 8))
             w = size[1] + int(rng.integers(0, 8))
-            with open(os.path.join(label_dir, f"img_{i:05d}{EXTENSIONS[fmt]}"), "wb") as f:
+            with open(os.path.join(label_dir, f"img_{i:05d}{EXTENSION[fmt]}"), "wb") as f:
                 f.write(image_bytes(fmt, h, w, rng))
     return write_broken_files(root, rng) if broken else {}
 

@@ -21,10 +21,8 @@ import dataclasses
 
 from reader.options import ReadOptions
 from reader.source import Batch, RecordSource
+from schemas.images import DALI_FORMATS
 from schemas.info import DatasetError
-
-# Formats DALI's image decoder reads (nvImageCodec): no GIF.
-DALI_FORMATS = ("jpeg", "png", "bmp", "webp")
 
 
 class DaliReader:
@@ -201,4 +199,4 @@ def _gpus() -> int:
         return 0
 
 
-__all__ = ["DALI_FORMATS", "DaliReader", "make_dali_pipeline"]
+__all__ = ["DaliReader", "make_dali_pipeline"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import struct
 
 import numpy as np
 
@@ -111,12 +110,10 @@ class RecordSource:
         f = int(np.searchsorted(self._firsts, gid, side="right")) - 1
         r = gid - int(self._firsts[f])
         offset, size = int(self._offsets[f][r]), int(self._sizes[f][r])
-        frame = os.pread(self._fds[f], size, offset)
-        data = frame[12:-4]
-        if len(frame) != size or struct.unpack("<I", frame[-4:])[0] != tfrecord.masked_crc(data):
-            raise DatasetError(
-                f"{self._paths[f]}: record {r} (byte {offset}) is corrupt or truncated"
-            )
+        try:
+            data = tfrecord.unframe(os.pread(self._fds[f], size, offset), self._paths[f], r, offset)
+        except tfrecord.CorruptRecord as e:
+            raise DatasetError(f"{e}: the shard is corrupt or truncated") from None
         ex = parse_example(data)
         if self.kind == "image":
             encoded = ex[features.ENCODED]

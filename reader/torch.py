@@ -24,6 +24,7 @@ import torch
 
 from reader.options import ReadOptions
 from reader.worker import WorkerRead
+from schemas.images import DALI_FORMATS
 from schemas.info import load_info
 
 
@@ -198,8 +199,6 @@ def _check_tensorflow_not_forked() -> None:
 
 
 def _default_backend(info: dict) -> str:
-    from reader.dali import DALI_FORMATS
-
     try:
         import nvidia.dali  # noqa: F401
     except ImportError:

@@ -39,6 +39,40 @@ def frame(record: bytes) -> bytes:
 
 
 FRAME_OVERHEAD = 16  # length, its CRC, and the data's CRC
+_HEADER = 12  # length and its CRC
+
+
+def unframe(record_frame: bytes, path: str, index: int, offset: int) -> bytes:
+    """The data of one whole framed record (as a DALI index locates it), every
+    part checked: the length and both CRCs.
+
+    Raises:
+        CorruptRecord: naming the file, the record and its byte offset.
+    """
+    if len(record_frame) < FRAME_OVERHEAD:
+        raise CorruptRecord(path, index, offset, "file ends inside a record")
+    length = _length(record_frame[:_HEADER], path, index, offset)
+    if length != len(record_frame) - FRAME_OVERHEAD:
+        raise CorruptRecord(path, index, offset, "record length differs from its index entry")
+    return _data(record_frame[_HEADER:], length, path, index, offset)
+
+
+def _length(header: bytes, path: str, index: int, offset: int) -> int:
+    """A record's data length, from its 12-byte header (length, masked CRC of it)."""
+    length_bytes, (length_crc,) = header[:8], struct.unpack("<I", header[8:])
+    if masked_crc(length_bytes) != length_crc:
+        raise CorruptRecord(path, index, offset, "length checksum mismatch")
+    return struct.unpack("<Q", length_bytes)[0]
+
+
+def _data(body: bytes, length: int, path: str, index: int, offset: int) -> bytes:
+    """A record's data, from what follows its header (the data, masked CRC of it)."""
+    if len(body) < length + 4:
+        raise CorruptRecord(path, index, offset, "file ends inside a record")
+    data, (data_crc,) = body[:length], struct.unpack("<I", body[length : length + 4])
+    if masked_crc(data) != data_crc:
+        raise CorruptRecord(path, index, offset, "data checksum mismatch")
+    return data
 
 
 def index_text(lengths) -> bytes:
@@ -170,24 +204,15 @@ def iter_records(path: str, raw=None) -> Iterator[bytes]:
     index = offset = 0
     try:
         while True:
-            header = f.read(12)
+            header = f.read(_HEADER)
             if not header:
                 return
-            if len(header) < 12:
+            if len(header) < _HEADER:
                 raise CorruptRecord(path, index, offset, "file ends inside a record header")
-            length_bytes, (length_crc,) = header[:8], struct.unpack("<I", header[8:])
-            if masked_crc(length_bytes) != length_crc:
-                raise CorruptRecord(path, index, offset, "length checksum mismatch")
-            (length,) = struct.unpack("<Q", length_bytes)
-            body = f.read(length + 4)
-            if len(body) < length + 4:
-                raise CorruptRecord(path, index, offset, "file ends inside a record")
-            data, (data_crc,) = body[:length], struct.unpack("<I", body[length:])
-            if masked_crc(data) != data_crc:
-                raise CorruptRecord(path, index, offset, "data checksum mismatch")
-            yield data
+            length = _length(header, path, index, offset)
+            yield _data(f.read(length + 4), length, path, index, offset)
             index += 1
-            offset += 12 + length + 4
+            offset += length + FRAME_OVERHEAD
     except zlib.error as e:
         raise CorruptRecord(path, index, offset, f"gzip stream is damaged: {e}") from None
     finally:

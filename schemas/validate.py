@@ -13,7 +13,6 @@ Every problem is one line naming the file (and record index).
 
 from __future__ import annotations
 
-import io
 import sys
 import time
 
@@ -235,15 +234,16 @@ def _check_content(
 
 
 def _decode_problem(tf, data: bytes, feature) -> str | None:
-    """Decodes an image as the reader does (TensorFlow) and checks it against its record."""
-    from PIL import Image
+    """Checks an image by convert's rules (``schemas.images``), then decodes it as the
+    reader does (TensorFlow) and checks it against its record."""
+    import io
 
-    try:  # TensorFlow aborts the process on some animated WebP: never hand it one
-        with Image.open(io.BytesIO(data)) as im:
-            if im.format == "WEBP" and getattr(im, "is_animated", False):
-                return "image does not decode in the reader: an animated WebP"
-    except Exception as e:  # noqa: BLE001 - Pillow raises many types
-        return f"image does not decode: {e}"
+    from schemas.images import Rejected, inspect_stream
+
+    try:  # TensorFlow aborts the process on some animated WebP: the rules refuse them first
+        inspect_stream(io.BytesIO(data), len(data), full=True, max_pixels=1 << 62)
+    except Rejected as r:
+        return f"image does not decode by convert's rules ({r.reason}): {r.detail}"
     try:
         image = tf.io.decode_image(data, channels=0, expand_animations=False)
     except tf.errors.OpError as e:
@@ -257,16 +257,21 @@ def _decode_problem(tf, data: bytes, feature) -> str | None:
 
 
 def _check_dali_index(path: str, shard: dict, lengths: list[int]) -> list[str]:
-    """The DALI index beside an uncompressed shard matches the records read."""
+    """The DALI index beside an uncompressed shard describes the records read."""
     if "dali_index" not in shard:
         return []
-    index_path = f"{path.rsplit('/', 1)[0]}/{shard['dali_index']}"
+    index_path = layout.join(path.rsplit("/", 1)[0], shard["dali_index"])
     try:
         text = storage.read_bytes(index_path)
     except OSError:
         return [f"{index_path}: listed in {INFO} but missing"]
-    if text != tfrecord.index_text(lengths):
-        return [f"{index_path}: does not match the records of {path} (rewrite it or convert again)"]
+    wrong = f"{index_path}: does not match the records of {path}"
+    try:
+        table = tfrecord.parse_index(text, len(lengths), storage.size(path), index_path)
+    except ValueError as e:
+        return [f"{wrong}: {str(e).removeprefix(index_path + ': ')} (rewrite it or convert again)"]
+    if table is not None and list(table[:, 1]) != [n + tfrecord.FRAME_OVERHEAD for n in lengths]:
+        return [f"{wrong} (rewrite it or convert again)"]
     return []
 
 

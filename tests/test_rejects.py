@@ -220,7 +220,7 @@ def test_full_verify_of_jpeg_rejects_what_a_full_decode_rejects(progressive):
 
     from PIL import Image as PILImage
 
-    from beam_jobs.inspect_images import _Rejected, inspect_stream
+    from schemas.images import Rejected, inspect_stream
 
     rng = np.random.default_rng(3)
     pixels = rng.integers(0, 255, (96, 128, 3), dtype=np.uint8)
@@ -249,7 +249,7 @@ def test_full_verify_of_jpeg_rejects_what_a_full_decode_rejects(progressive):
         try:
             inspect_stream(io.BytesIO(bytes(b)), len(b), full=True, max_pixels=10**9)
             got = True
-        except _Rejected:
+        except Rejected:
             got = False
         assert got == expected, k
         rejected += not got

@@ -1,0 +1,222 @@
+"""The image rules: which files are images evenshard takes, and what they decode to.
+
+One table of the formats (their Pillow names, file extensions, and which
+readers decode them), and the checks convert runs on every input and
+``validate --full`` runs on every record: Pillow opens it, the readers'
+decoders must read it faithfully, and the channel count is the one the
+readers' decoder gives. Pillow only: no Beam, no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+import zlib
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageFormat:
+    """One format: its ``image/format`` value, Pillow's names for it, its file
+    extensions (the first is what generated images get), and whether DALI decodes it."""
+
+    name: str
+    pillow: tuple[str, ...]
+    extensions: tuple[str, ...]
+    dali: bool
+
+
+# MPO is the multi-picture JPEG that many cameras write; its first picture is a plain JPEG.
+FORMATS = (
+    ImageFormat("jpeg", ("JPEG", "MPO"), (".jpg", ".jpeg"), dali=True),
+    ImageFormat("png", ("PNG",), (".png",), dali=True),
+    ImageFormat("gif", ("GIF",), (".gif",), dali=False),  # nvImageCodec reads no GIF
+    ImageFormat("bmp", ("BMP",), (".bmp",), dali=True),
+    ImageFormat("webp", ("WEBP",), (".webp",), dali=True),
+)
+# Pillow format name -> the value of image/format
+PILLOW_FORMATS = {p: f.name for f in FORMATS for p in f.pillow}
+IMAGE_EXTENSIONS = tuple(e for f in FORMATS for e in f.extensions)
+EXTENSION = {f.name: f.extensions[0] for f in FORMATS}
+DALI_FORMATS = tuple(f.name for f in FORMATS if f.dali)
+MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM", b"RIFF")
+
+
+# Channels a decoder yields with channels=0, by Pillow mode. Palette images
+# decode to RGB, or RGBA when they carry transparency (handled below).
+_CHANNELS = {
+    "1": 1,
+    "L": 1,
+    "I": 1,
+    "I;16": 1,
+    "I;16B": 1,
+    "F": 1,
+    "LA": 2,
+    "La": 2,
+    "P": 3,
+    "RGB": 3,
+    "YCbCr": 3,
+    "LAB": 3,
+    "HSV": 3,
+    "RGBA": 4,
+    "RGBa": 4,
+    "CMYK": 3,  # decoders turn CMYK JPEGs into RGB
+    "PA": 4,
+}
+
+
+class Rejected(Exception):
+    """An image convert rejects: the reject ``reason`` and a one-line ``detail``."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+def inspect_stream(f, size: int, *, full: bool, max_pixels: int):
+    """Returns (format, height, width, channels) of the image in ``f``, or raises Rejected.
+
+    Args:
+        f: a seekable binary stream positioned at 0.
+        size: the file's size in bytes.
+        full: decode all pixels (catches truncation), not just the header.
+        max_pixels: larger images are rejected as too_large before decoding.
+    """
+    from PIL import Image as PILImage
+
+    if size == 0:
+        raise Rejected("empty", "file has zero bytes")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            im = PILImage.open(f)
+    except PILImage.UnidentifiedImageError:
+        f.seek(0)
+        if f.read(8).startswith(MAGIC):
+            raise Rejected("corrupt", "image header found, but Pillow cannot parse it") from None
+        raise Rejected("unsupported_format", "not an image Pillow can identify") from None
+    except Exception as e:  # noqa: BLE001 - Pillow plugins raise many types on bad input
+        raise _classify_decode_error(e) from e
+    fmt = PILLOW_FORMATS.get(im.format or "")
+    if fmt is None:
+        raise Rejected("unsupported_format", f"format {im.format} is not supported")
+    width, height = im.size
+    if width * height > max_pixels:
+        raise Rejected("too_large", f"{width}x{height} = {width * height} pixels > {max_pixels}")
+    if width < 1 or height < 1:
+        raise Rejected("corrupt", f"image has size {width}x{height}")
+    bmp_bits = _check_reader_can_decode(fmt, im, f)
+    if full:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                if fmt == "jpeg":
+                    # libjpeg's DCT scaling: every block is still entropy-decoded
+                    # (a cut or garbled body still fails), the inverse DCT runs
+                    # at 1/8 size: a third less time on 64 px, more on photos
+                    im.draft(None, (max(1, width // 8), max(1, height // 8)))
+                im.load()
+        except Exception as e:  # noqa: BLE001 - as above; the reason is recorded
+            raise _classify_decode_error(e) from e
+        if fmt == "png":
+            f.seek(0)
+            _check_png_crcs(f.read())
+    return fmt, height, width, decoded_channels(fmt, im, f, bmp_bits)
+
+
+# PNG colour type (IHDR byte 9) -> channels libpng gives: gray, RGB, palette
+# (4 with a tRNS chunk), gray+alpha, RGBA; at every bit depth.
+_PNG_CHANNELS = {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}
+
+
+def decoded_channels(fmt: str, im, f, bmp_bits: int | None) -> int:
+    """The channels the readers' decoder (TensorFlow's, ``channels=0``) gives.
+
+    Pillow's mode is not it: Pillow opens a 16-bit gray+alpha PNG as RGBA
+    (libpng: 2 channels) and a GIF with a transparent colour as P with
+    transparency (TensorFlow's GIF decoder: always RGB). So PNG goes by its
+    colour type, GIF is 3, a 32-bit BMP 4, and the rest by Pillow's mode.
+    """
+    if fmt == "png":
+        color_type = _png_color_type(f)
+        if color_type is not None:
+            channels = _PNG_CHANNELS[color_type]
+            return 4 if color_type == 3 and "transparency" in im.info else channels
+    if fmt == "gif":
+        return 3
+    if bmp_bits == 32:
+        return 4
+    channels = _CHANNELS.get(im.mode, 3)
+    if im.mode == "P" and "transparency" in im.info:
+        channels = 4
+    return channels
+
+
+def _png_color_type(f) -> int | None:
+    """The colour type in the IHDR of the PNG in stream ``f``, else None."""
+    try:
+        f.seek(25)
+        color_type = f.read(1)[0]
+    except (OSError, ValueError, IndexError):
+        return None
+    return color_type if color_type in _PNG_CHANNELS else None
+
+
+def _check_reader_can_decode(fmt: str, im, f) -> int | None:
+    """Rejects what Pillow reads but the reader's decoder (TensorFlow) cannot read faithfully.
+
+    - BMP: TensorFlow reads uncompressed 24- and 32-bit BMP only; 1-bit
+      fails, and 8-bit (palette or gray) comes out as wrong pixels.
+    - Animated WebP: TensorFlow's WebP decoder reads still images only.
+
+    Returns:
+        A BMP's bits per pixel (32-bit BMP decodes to 4 channels in
+        TensorFlow, where Pillow shows 3), else None.
+    """
+    if fmt == "bmp":
+        f.seek(0)
+        head = f.read(34)
+        dib = int.from_bytes(head[14:18], "little")
+        if dib == 12:  # BITMAPCOREHEADER
+            bits, compression = int.from_bytes(head[24:26], "little"), 0
+        else:
+            bits = int.from_bytes(head[28:30], "little")
+            compression = int.from_bytes(head[30:34], "little")
+        if bits not in (24, 32) or compression != 0:
+            raise Rejected(
+                "unsupported_format",
+                f"BMP of {bits} bits per pixel, compression {compression}: the reader decodes "
+                "uncompressed 24- and 32-bit BMP only; convert the file to PNG",
+            )
+    if fmt == "webp" and getattr(im, "is_animated", False):
+        raise Rejected(
+            "unsupported_format",
+            "animated WebP: the reader decodes still WebP only; use its first frame, or GIF",
+        )
+    return bits if fmt == "bmp" else None
+
+
+def _check_png_crcs(data: bytes) -> None:
+    """Every PNG chunk's CRC, as libpng (the reader's decoder) checks them; Pillow does not."""
+    pos = 8
+    while pos + 12 <= len(data):
+        length = int.from_bytes(data[pos : pos + 4], "big")
+        kind = data[pos + 4 : pos + 8]
+        end = pos + 8 + length
+        if end + 4 > len(data):
+            return  # cut short: the decode above has said so, or it ends in padding
+        if zlib.crc32(data[pos + 4 : end]) != int.from_bytes(data[end : end + 4], "big"):
+            name = kind.decode("latin-1")
+            raise Rejected("corrupt", f"PNG chunk {name} fails its CRC (the reader refuses it)")
+        if kind == b"IEND":
+            return
+        pos = end + 4
+
+
+def _classify_decode_error(e: Exception) -> Rejected:
+    message = str(e)
+    if "truncated" in message.lower():
+        return Rejected("truncated", message)
+    if "DecompressionBomb" in type(e).__name__:
+        return Rejected("too_large", message)
+    return Rejected("corrupt", f"{type(e).__name__}: {message}")
