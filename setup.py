@@ -1,9 +1,9 @@
 """evenshard: globally shuffled, split, balanced TFRecord shards with Apache Beam.
 
-One distribution installs the three packages (``schemas`` the format,
-``beam_jobs`` writing it, ``reader`` reading it) and the ``evenshard`` command
-(package ``evenshard``, on top). Dataflow workers install the same
-distribution from ``--setup_file ./setup.py``.
+One distribution installs the four packages (``schemas`` the format,
+``beam_jobs`` writing it, ``reader`` reading it, ``audit`` checking and
+measuring it) and the ``evenshard`` command (package ``evenshard``, on top).
+Dataflow workers install the same distribution from ``--setup_file ./setup.py``.
 """
 
 from setuptools import setup
@@ -16,7 +16,7 @@ setup(
         "TFRecord shards (Apache Beam), with tf.data readers and TFMD schemas."
     ),
     python_requires=">=3.10,<3.13",
-    packages=["schemas", "beam_jobs", "reader", "evenshard"],
+    packages=["schemas", "beam_jobs", "reader", "audit", "evenshard"],
     package_data={"schemas": ["*.pbtxt"]},
     install_requires=[
         # tfx-bsl 1.21 pins tensorflow 2.21 and tensorflow-metadata 1.21.

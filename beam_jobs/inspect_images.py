@@ -22,9 +22,9 @@ from apache_beam.metrics import Metrics
 from beam_jobs import paths
 from beam_jobs.dead_letters import SplitRejects
 from beam_jobs.paths import open_binary, read_bytes
-from beam_jobs.progress import Progress
 from beam_jobs.records import Candidate, Image, make_reject
 from schemas.images import MAGIC, Rejected, inspect_stream
+from schemas.progress import Progress
 
 
 def _open_error(e: Exception) -> Rejected:

@@ -6,9 +6,7 @@ import functools
 import os
 import posixpath
 
-
-def is_url(path: str) -> bool:
-    return "://" in path
+from schemas.storage import is_url
 
 
 def normalize_root(path: str) -> str:

@@ -24,10 +24,10 @@ from apache_beam.metrics import Metrics
 from beam_jobs import paths
 from beam_jobs.dead_letters import SplitRejects
 from beam_jobs.options import ConvertOptions, Job, UserError
-from beam_jobs.progress import Progress
 from beam_jobs.records import Candidate, Reject, make_reject
 from schemas.images import IMAGE_EXTENSIONS
 from schemas.layout import MAX_SPLIT_NAME, SPLIT_NAME_RE
+from schemas.progress import Progress
 
 
 def input_root(options: ConvertOptions) -> str:

@@ -21,11 +21,11 @@ from apache_beam.metrics import Metrics
 
 from beam_jobs import paths
 from beam_jobs.paths import read_bytes
-from beam_jobs.progress import Progress
 from beam_jobs.records import Image
 from schemas import layout, tfrecord
 from schemas.example import encode_record
 from schemas.layout import INCOMPLETE_DIR
+from schemas.progress import Progress
 
 
 class _Sink:

@@ -9,7 +9,7 @@ On 20,000 JPEGs in 16 shards (decode + resize to 64x64, batch 256, seed 0):
 - state size: ``ReadState`` as JSON against a ``tf.train.Checkpoint`` of a
   tf.data iterator with the old pipeline's ``shuffle(1000)`` (what tf.data
   users save to resume).
-- mixing: reader/mixing.py metrics of the reader against the pipeline it
+- mixing: audit/mixing.py metrics of the reader against the pipeline it
   replaced (per-epoch file shuffle -> interleave of 16 files ->
   ``shuffle(1000)``), rebuilt here in tf.data, same data, same run: on the
   16-shard split and on a one-shard split (the default conversion of the same
@@ -163,8 +163,8 @@ def _measure(keys, labels, n, rank) -> dict:
     """shuffle-report's metrics of the first two epochs, and neighbour repeats averaged
     over every pair of consecutive epochs (a few pairs repeat by chance: more epochs,
     steadier figure)."""
-    from reader import mixing
-    from reader.shuffle_report import measure
+    from audit import mixing
+    from audit.shuffle_report import measure
 
     out = measure(keys, labels, n, BATCH, rank)
     repeats = [

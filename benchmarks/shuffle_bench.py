@@ -2,7 +2,7 @@
 
 20,000 JPEGs in 10 label folders (a label-sorted input), converted with the
 default options and with --balance label; read with reader.make_dataset and
-measured by reader/mixing.py. Targets (recorded, not asserted):
+measured by audit/mixing.py. Targets (recorded, not asserted):
 - default conversion, default reader (1,000-example buffer): label mix <= 1.05
 - --balance label, shuffle_buffer=0: label mix <= 0.5 (better than random)
 - neighbour repeats <= 2x an independent permutation per epoch
@@ -27,7 +27,7 @@ def main(argv=None) -> dict:
     p.add_argument("--images", type=int, default=20_000)
     a = p.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    from reader.shuffle_report import report
+    from audit.shuffle_report import report
 
     src = make_jpegs(os.path.join(WORK, f"jpegs_{a.images}"), a.images)
     default = os.path.join(WORK, f"shuffle_default_{a.images}")

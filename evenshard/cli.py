@@ -1,8 +1,8 @@
 """The ``evenshard`` command: ``evenshard SUBCOMMAND [flags]``.
 
 Every subcommand's flags are defined here; each calls one plain function of
-the packages below (``beam_jobs.convert.convert``, ``schemas.validate``,
-``schemas.summary``, ``reader.shuffle_report``, ``evenshard.synthetic``).
+the packages below (``beam_jobs.convert.convert``, ``audit.validate``,
+``audit.summary``, ``audit.shuffle_report``, ``evenshard.synthetic``).
 Heavy imports happen inside the subcommand that needs them, so ``--help`` is
 instant.
 """
@@ -224,7 +224,7 @@ def convert_summary(info: dict, output_dir: str, seconds: float) -> str:
 
 
 def _validate(args: argparse.Namespace, _) -> int:
-    from schemas.validate import validate
+    from audit.validate import validate
 
     problems = validate(args.data_dir, full=args.full, path_root=args.path_root)
     if problems:
@@ -240,8 +240,8 @@ def _validate(args: argparse.Namespace, _) -> int:
 
 
 def _inspect(args: argparse.Namespace, _) -> int:
+    from audit.summary import render, summarize
     from schemas.info import DatasetError, load_info
-    from schemas.summary import render, summarize
 
     try:
         summary = summarize(load_info(args.data_dir))
@@ -256,7 +256,7 @@ def _shuffle_report(args: argparse.Namespace, _) -> int:
     if args.epochs < 1 or args.batch_size < 1:
         _error("shuffle-report", "--epochs and --batch_size must be >= 1")
         return 2
-    from reader.shuffle_report import render, report
+    from audit.shuffle_report import render, report
     from schemas.info import DatasetError
 
     try:

@@ -37,7 +37,7 @@ def run_convert(input_path: str, output_dir: str, *flags: str, validated: bool =
         argv.append("--max_reject_fraction=0.05")
     info = convert.run(argv)
     # every dataset the tests build passes its own full validation
-    from schemas.validate import validate
+    from audit.validate import validate
 
     assert not validated or validate(output_dir, full=True) == [], output_dir
     return info

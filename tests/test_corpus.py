@@ -41,7 +41,7 @@ def test_every_odd_file_is_accepted_or_rejected_with_its_reason(folder, converte
 
 
 def test_validate_full_decodes_every_accepted_record_as_the_reader_does(converted):
-    from schemas.validate import validate
+    from audit.validate import validate
 
     assert validate(converted[1], full=True) == []
 

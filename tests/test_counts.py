@@ -11,11 +11,11 @@ import tensorflow as tf
 from conftest import run_convert
 
 import reader
+from audit.validate import validate
 from evenshard import synthetic
 from reader.dali import make_dali_pipeline
 from reader.torch import TorchReader
 from schemas import layout
-from schemas.validate import validate
 
 SIZE = (8, 8)
 

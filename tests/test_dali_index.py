@@ -10,7 +10,7 @@ import sys
 import pytest
 from conftest import load_info, run_convert
 
-from schemas import validate
+from audit import validate
 
 
 @pytest.fixture(scope="module")

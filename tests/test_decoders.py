@@ -18,9 +18,9 @@ from conftest import read_split, run_convert
 from image_matrix import H, W, build
 
 import reader
+from audit.validate import validate
 from reader.dali import make_dali_pipeline
 from reader.torch import TorchReader
-from schemas.validate import validate
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,8 @@ import pytest
 from conftest import run_convert
 
 import reader
+from audit import validate
 from beam_jobs import write
-from schemas import validate
 
 FLAGS = ("--num_shards=4", "--seed=5", "--max_reject_fraction=0.05")
 

@@ -14,10 +14,10 @@ import pytest
 from conftest import load_info, read_rejects, run_convert
 
 import reader
+from audit.validate import validate
 from beam_jobs.options import UserError
 from evenshard import cli, synthetic
 from schemas import layout
-from schemas.validate import validate
 
 EVENSHARD = os.path.join(os.path.dirname(sys.executable), "evenshard")
 

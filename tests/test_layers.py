@@ -1,4 +1,5 @@
-"""The packages form a stack: schemas at the bottom, beam_jobs and reader on it, the CLI on top."""
+"""The packages form a stack: schemas at the bottom, beam_jobs and reader on it, the tools
+(audit) above the reader, the CLI on top."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # package -> its floor; a module may import only packages on a lower floor (and its own).
-FLOORS = {"schemas": 0, "beam_jobs": 1, "reader": 1, "evenshard": 2}
+FLOORS = {"schemas": 0, "beam_jobs": 1, "reader": 1, "audit": 2, "evenshard": 3}
 
 
 def _imports(path: str) -> set[str]:
@@ -63,7 +64,8 @@ def _loaded_after(code: str) -> set[str]:
 def test_the_format_layer_imports_neither_beam_nor_tensorflow():
     loaded = _loaded_after(
         "import schemas, schemas.info, schemas.layout, schemas.features, schemas.tfrecord, "
-        "schemas.example, schemas.validate, schemas.summary, schemas.storage"
+        "schemas.example, schemas.storage, schemas.images, schemas.progress, "
+        "audit.validate, audit.summary"
     )
     assert not loaded & {"apache_beam", "tensorflow"}
 

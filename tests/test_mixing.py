@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from reader import mixing
+from audit import mixing
 
 LABELS = np.repeat(np.arange(10), 500)  # 5,000 examples, 10 labels, sorted
 

@@ -7,9 +7,9 @@ import os
 import pytest
 from conftest import load_info, run_convert, write_pngs
 
+from audit.validate import validate
 from beam_jobs.options import UserError
 from schemas import layout
-from schemas.validate import validate
 
 USERS = [
     "train-00000-of-00016.tfrecord.bak",

@@ -10,8 +10,8 @@ import pytest
 from conftest import load_info, read_rejects, run_convert
 from corpus import bomb_png
 
+from audit.validate import validate
 from evenshard import cli, synthetic
-from schemas.validate import validate
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """How well does reading a split mix it? (``evenshard shuffle-report``)
 
 Reads the split through ``reader.make_dataset`` (labels and keys only, no
-image decode) for two epochs and prints three metrics (see reader/mixing.py):
+image decode) for two epochs and prints three metrics (see audit/mixing.py):
 label mix per batch as a ratio to random permutations, order memory
 (Spearman against the source key order) and neighbour repeats between
 epochs. Writes a PNG in the spirit of the classic diagnostic plot: read
@@ -18,7 +18,7 @@ import tempfile
 
 import numpy as np
 
-from reader import mixing
+from audit import mixing
 from schemas import features, layout, storage, tfrecord
 
 

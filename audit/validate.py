@@ -13,40 +13,13 @@ Every problem is one line naming the file (and record index).
 
 from __future__ import annotations
 
-import sys
-import time
-
 from schemas import features, layout, storage, tfrecord
 from schemas.example import parse_example
 from schemas.info import DatasetError, load_info
+from schemas.progress import Progress
 
 INFO = layout.INFO_FILE
 BATCH = 512
-
-
-class _Progress:
-    """Records checked per second and an ETA on stderr, at most every 2 s."""
-
-    def __init__(self, total: int, stream=sys.stderr):
-        self.total, self.done, self._stream = total, 0, stream
-        self._start = self._last = None
-        self._first = 0
-
-    def add(self, n: int) -> None:
-        self.done += n
-        now = time.monotonic()
-        if self._start is None:  # the rate counts from the first batch (after imports)
-            self._start, self._last, self._first = now, now, self.done
-            return
-        if now - self._last >= 2:
-            self._last = now
-            rate = (self.done - self._first) / (now - self._start)
-            eta = (self.total - self.done) / rate if rate else 0
-            print(
-                f"validate: {self.done:,}/{self.total:,} records, {rate:,.0f}/s, ETA {eta:,.0f} s",
-                file=self._stream,
-                flush=True,
-            )
 
 
 def _label_schema():
@@ -100,7 +73,7 @@ def validate(
             problems.append(f"{layout.join(out, layout.SCHEMA_FILE)}: cannot be read: {e}")
     labels = info["labels"]
     total = sum(s["num_examples"] for s in info["splits"].values())
-    progress = progress or _Progress(total)
+    progress = progress or Progress("validate", "records", total)
     listed = set()
     written = 0
     label_schema = _label_schema()
