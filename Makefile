@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv demo test lint format bench clean
+.PHONY: venv demo test test-fast lint format bench clean
 
 venv: $(STAMP)
 
@@ -26,6 +26,10 @@ demo: venv
 
 test: venv
 	$(BIN)/python -m pytest -q
+
+# The unit lane (under a minute): modules tested on their own, no conversion run.
+test-fast: venv
+	$(BIN)/python -m pytest -q -m fast
 
 lint: venv
 	$(BIN)/ruff check .

@@ -1,8 +1,8 @@
 """convert: image folder or manifest -> shuffled, split, balanced TFRecord shards.
 
-``preflight`` resolves what every step needs once, in the driver (a frozen
-``Job``); ``build`` only wires composite transforms, each concept in its own
-module (sources, inspect_images, split, order, write, finalize). Element
+``beam_jobs.preflight`` resolves what every step needs once, in the driver
+(a frozen ``Job``); ``build`` only wires composite transforms, each concept
+in its own module (sources, inspect_images, split, order, write, finalize). Element
 shapes between the steps are in the comments.
 """
 
@@ -16,38 +16,6 @@ from beam_jobs.options import ConvertOptions, Job, UserError, parse_args
 from schemas import layout
 
 log = logging.getLogger(__name__)
-
-
-def preflight(options: ConvertOptions, offline: bool = False) -> Job:
-    """Checks the inputs and resolves the roots and the vocabulary, once.
-
-    Args:
-        offline: a dry run: checks that would reach a cloud store (an input
-            or ``--labels`` file at a URL) are skipped, with one log line.
-
-    Raises:
-        UserError: a missing input, a manifest without the needed columns, a
-            bad ``--labels`` file.
-    """
-    from beam_jobs import paths, sources
-
-    skipped = []
-    if offline and paths.is_url(options.input):
-        skipped.append("--input exists and its columns")
-    else:
-        sources.check_input(options)
-    root = sources.input_root(options)
-    path_root = None
-    if options.record_kind == "path":
-        path_root = paths.normalize_root(options.path_root) if options.path_root else root
-    vocabulary = None
-    if options.labels_file and offline and paths.is_url(options.labels_file):
-        skipped.append("--labels (the job is translated without a fixed vocabulary)")
-    elif options.labels_file:
-        vocabulary = tuple(sources.load_vocabulary(options.labels_file))
-    if skipped:
-        log.warning("evenshard: dry run, cloud checks skipped: %s", "; ".join(skipped))
-    return Job(options, root, path_root, vocabulary)
 
 
 def pipeline_options(pipeline_args: list[str]):
@@ -132,22 +100,15 @@ def build(pipeline, job: Job):
     from beam_jobs.write import WriteShards
 
     o = job.options
-    root = job.input_root  # sources travel relative to it (paths.compact_source)
     inputs = pipeline | "ReadInputs" >> ReadInputs(job)
     # Candidate -> Image | Reject
-    inspected = inputs["main"] | "InspectImages" >> InspectImages(
-        o.verify,
-        o.max_image_pixels,
-        root,
-        int(o.max_image_mb * 10**6),
-        hash_content=o.dedupe == "content",
-    )
+    inspected = inputs["main"] | "InspectImages" >> InspectImages(job)
     images = inspected["main"]
     rejected = [inputs["rejects"], inspected["rejects"]]
     if o.dedupe == "content":
         from beam_jobs.dedupe import DedupeContent
 
-        unique = images | "DedupeContent" >> DedupeContent(root)
+        unique = images | "DedupeContent" >> DedupeContent(job.input_root)
         images = unique["main"]
         rejected.append(unique["rejects"])
     rejects = tuple(rejected) | "AllRejects" >> beam.Flatten()
@@ -157,24 +118,13 @@ def build(pipeline, job: Job):
     )
     vocab = images | "Vocabulary" >> Vocabulary(job.vocabulary)
     # Image -> (split, Image)
-    split_images = images | "AssignSplits" >> AssignSplits(o.splits, o.split_mode, o.split_seed)
-    plan = split_images | "PlanShards" >> PlanShards(
-        o.split_names,
-        o.record_kind,
-        o.target_shard_mb,
-        o.shard_multiple,
-        o.num_shards,
-        seed=o.seed if o.balance == "none" else None,  # the global rank's bucket table
-    )
+    split_images = images | "AssignSplits" >> AssignSplits(job)
+    plan = split_images | "PlanShards" >> PlanShards(job)
     # (split, Image) -> ((split, shard), [Image] in order)
-    sharded = split_images | "OrderAndShard" >> OrderAndShard(o.seed, o.balance, plan)
+    sharded = split_images | "OrderAndShard" >> OrderAndShard(job, plan)
     # -> shard info dicts
-    shards = sharded | "WriteShards" >> WriteShards(
-        o.output_dir, o.record_kind, o.compression, plan, vocab, gate, root
-    )
-    return pipeline | "Finalize" >> Finalize(
-        o, job.path_root, shards, plan, vocab, gate, reject_summary
-    )
+    shards = sharded | "WriteShards" >> WriteShards(job, plan, vocab, gate)
+    return pipeline | "Finalize" >> Finalize(job, shards, plan, vocab, gate, reject_summary)
 
 
 def run(argv: list[str] | None = None, pipeline=None) -> dict:
@@ -204,6 +154,7 @@ def convert(options: ConvertOptions, pipeline_args: list[str], pipeline=None) ->
     """Runs a conversion of parsed options; see :func:`run`."""
     from apache_beam.options.pipeline_options import TestOptions
 
+    from beam_jobs.preflight import has_at_least, preflight
     from beam_jobs.runners import (
         MULTI_PROCESSING_FROM,
         describe,
@@ -211,7 +162,6 @@ def convert(options: ConvertOptions, pipeline_args: list[str], pipeline=None) ->
         local_default,
         resolve_runner,
     )
-    from beam_jobs.sources import has_at_least
 
     def many() -> bool:
         return has_at_least(options, MULTI_PROCESSING_FROM)
@@ -258,6 +208,7 @@ def _run(job: Job, beam_options, pipeline) -> dict:
     from apache_beam.options.pipeline_options import TestOptions
 
     from beam_jobs import output
+    from beam_jobs.finalize import RejectLimitExceeded
     from schemas.info import parse_info
 
     dry_run = beam_options.view_as(TestOptions).dry_run
@@ -282,6 +233,11 @@ def _run(job: Job, beam_options, pipeline) -> dict:
         result = pipeline.run()
         try:
             result.wait_until_finish()
+        except Exception as e:  # the runner wraps a worker's error: ours, by its type
+            refused = RejectLimitExceeded.within(e)
+            if refused is None:
+                raise
+            raise refused from None
         finally:
             client = getattr(result, "client", None)  # the DaskRunner's; its cluster may stop
             if client is not None:

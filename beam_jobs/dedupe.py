@@ -11,7 +11,6 @@ every runner; memory per worker: the images of one content hash.
 from __future__ import annotations
 
 import apache_beam as beam
-from apache_beam.metrics import Metrics
 
 from beam_jobs import paths
 from beam_jobs.dead_letters import SplitRejects
@@ -23,14 +22,12 @@ class _KeepSmallestKey(beam.DoFn):
 
     def __init__(self, source_root: str | None):
         self._root = source_root
-        self._copies = Metrics.counter("evenshard", "rejected_duplicate_content")
 
     def process(self, element):
         _, images = element
         first, *copies = sorted(images, key=lambda im: im.key)
         yield first
         for im in copies:
-            self._copies.inc()
             source = paths.full_source(self._root, im.source, im.key)
             yield make_reject(im.key, source, "duplicate_content", f"the same bytes as {first.key}")
 

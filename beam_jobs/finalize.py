@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import uuid
 
 import apache_beam as beam
@@ -17,7 +18,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 import schemas
-from beam_jobs.options import ConvertOptions
+from beam_jobs.options import ConvertOptions, Job
 from schemas.layout import (
     FORMAT_VERSION,
     INCOMPLETE_DIR,
@@ -31,7 +32,21 @@ from schemas.layout import (
 
 
 class RejectLimitExceeded(RuntimeError):
-    """More inputs were rejected than --max_reject_fraction allows."""
+    """More inputs were rejected than --max_reject_fraction allows: no dataset was written.
+
+    Raised in a worker; runners wrap a worker's exception (often as text), so
+    ``convert.run`` finds it again in the runner's error (:meth:`within`) and
+    raises this type, with the one-line message, in the driver.
+    """
+
+    @classmethod
+    def within(cls, error: BaseException) -> RejectLimitExceeded | None:
+        """This failure inside a runner's ``error``, or None."""
+        found = _REJECT_LIMIT.search(str(error))
+        return cls(found.group(1)) if found else None
+
+
+_REJECT_LIMIT = re.compile(r"(\d+ of \d+ inputs were rejected.*?raise the limit)", re.S)
 
 
 def write_atomically(path: str, data: bytes) -> None:
@@ -151,9 +166,9 @@ def dataset_info(
 
 
 class _Finalize(beam.DoFn):
-    def __init__(self, options: ConvertOptions, path_root: str | None):
-        self._options = options
-        self._path_root = path_root
+    def __init__(self, job: Job):
+        self._options = job.options
+        self._path_root = job.path_root
 
     def process(self, _, shards, plan, vocab, gate, reject_summary):
         o = self._options
@@ -196,18 +211,9 @@ class _Finalize(beam.DoFn):
 class Finalize(beam.PTransform):
     """PBegin -> the dataset_info dict, once every shard and the rejects are written."""
 
-    def __init__(
-        self,
-        options: ConvertOptions,
-        path_root: str | None,
-        shards,
-        plan,
-        vocab,
-        gate,
-        reject_summary,
-    ):
+    def __init__(self, job: Job, shards, plan, vocab, gate, reject_summary):
         super().__init__()
-        self._fn = _Finalize(options, path_root)
+        self._fn = _Finalize(job)
         self._side = (shards, plan, vocab, gate, reject_summary)
 
     def expand(self, pbegin):

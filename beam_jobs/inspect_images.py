@@ -21,6 +21,7 @@ from apache_beam.metrics import Metrics
 
 from beam_jobs import paths
 from beam_jobs.dead_letters import SplitRejects
+from beam_jobs.options import Job
 from beam_jobs.paths import open_binary, read_bytes
 from beam_jobs.records import Candidate, Image, make_reject
 from schemas.images import MAGIC, Rejected, inspect_stream
@@ -74,7 +75,6 @@ class _InspectImage(beam.DoFn):
                 paths.full_source(self._root, c.source, c.key)
             )
         except Rejected as r:
-            Metrics.counter("evenshard", f"rejected_{r.reason}").inc()
             yield make_reject(
                 c.key, paths.full_source(self._root, c.source, c.key), r.reason, r.detail
             )
@@ -174,26 +174,17 @@ def _regular_file_size(source: str) -> int:
 
 
 class InspectImages(beam.PTransform):
-    """Candidate -> {main: Image, rejects: Reject}.
+    """Candidate -> {main: Image, rejects: Reject}, by the job's ``--verify``, size limits
+    and ``--dedupe`` (relative ``Candidate.source`` values are under its input root)."""
 
-    ``source_root``: the root that relative ``Candidate.source`` values are
-    under (``sources.input_root``); None when sources are full paths.
-    """
-
-    def __init__(
-        self,
-        verify: str = "full",
-        max_image_pixels: int = 178_956_970,
-        source_root: str | None = None,
-        max_image_bytes: int = 256 * 10**6,
-        hash_content: bool = False,
-    ):
+    def __init__(self, job: Job):
         super().__init__()
-        self._hash = hash_content
-        self._verify = verify
-        self._max_pixels = max_image_pixels
-        self._root = source_root
-        self._max_bytes = max_image_bytes
+        o = job.options
+        self._hash = o.dedupe == "content"
+        self._verify = o.verify
+        self._max_pixels = o.max_image_pixels
+        self._root = job.input_root
+        self._max_bytes = int(o.max_image_mb * 10**6)
 
     def expand(self, candidates):
         # Candidate -> Image | Reject

@@ -66,6 +66,11 @@ def parse_splits(text: str) -> tuple[tuple[str, float], ...]:
     return tuple(pairs)
 
 
+def format_splits(splits: tuple[tuple[str, float], ...]) -> str:
+    """The ``--splits`` text of parsed splits: ``train=0.8,val=0.1,test=0.1``."""
+    return ",".join(f"{name}={fraction:g}" for name, fraction in splits)
+
+
 @dataclasses.dataclass(frozen=True)
 class ConvertOptions:
     """Validated options of one conversion. See ``evenshard convert --help``."""
@@ -153,7 +158,7 @@ class ConvertOptions:
 
 @dataclasses.dataclass(frozen=True)
 class Job:
-    """One conversion, resolved once in the driver (``convert.preflight``): all the steps need.
+    """One conversion, resolved once in the driver (``preflight.preflight``): all the steps need.
 
     Attributes:
         options: the validated flags.
@@ -196,59 +201,81 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_flags(p: argparse.ArgumentParser) -> None:
-    """Adds convert's flags to a parser (this one, or the CLI's subcommand)."""
+    """Adds convert's flags to a parser (this one, or the CLI's subcommand); the
+    defaults are ``ConvertOptions``'s."""
     a = p.add_argument
+    d = ConvertOptions  # its fields' defaults
     a("--input", required=True, help="image-folder root, or a .csv/.jsonl manifest (local, gs://)")
     a("--output_dir", required=True, help="where shards and dataset_info.json go")
     a(
         "--record_kind",
-        default="image",
+        default=d.record_kind,
         choices=RECORD_KINDS,
         help="image: bytes in the record; path: the path only",
     )
-    a("--splits", default="train=0.8,val=0.1,test=0.1", help="NAME=FRACTION,... summing to 1")
+    a("--splits", default=format_splits(d.splits), help="NAME=FRACTION,... summing to 1")
     a(
         "--split_mode",
-        default="hash",
+        default=d.split_mode,
         choices=SPLIT_MODES,
         help="hash: stable as data grows; exact: stratified counts",
     )
-    a("--split_seed", type=int, default=0, help="salt of the split assignment (not --seed)")
-    a("--group_by", default=None, help="manifest column: a group never spans two splits")
+    a(
+        "--split_seed",
+        type=int,
+        default=d.split_seed,
+        help="salt of the split assignment (not --seed)",
+    )
+    a("--group_by", default=d.group_by, help="manifest column: a group never spans two splits")
     a(
         "--balance",
-        default="none",
+        default=d.balance,
         choices=BALANCES,
         help="label: the same label mix in every shard",
     )
-    a("--seed", type=int, default=0, help="seed of the global shuffle")
-    a("--target_shard_mb", type=float, default=128.0, help="target shard size in MB")
-    a("--num_shards", type=int, default=None, help="shards per split (overrides the size target)")
-    a("--shard_multiple", type=int, default=1, help="round shard counts up to a multiple of K")
-    a("--compression", default="none", choices=COMPRESSIONS, help="gzip writes .tfrecord.gz")
-    a("--max_reject_fraction", type=float, default=0.01, help="fail above this reject fraction")
-    a("--path_root", default=None, help="path kind: paths are stored relative to this root")
+    a("--seed", type=int, default=d.seed, help="seed of the global shuffle")
+    a("--target_shard_mb", type=float, default=d.target_shard_mb, help="target shard size in MB")
+    a(
+        "--num_shards",
+        type=int,
+        default=d.num_shards,
+        help="shards per split (overrides the size target)",
+    )
+    a(
+        "--shard_multiple",
+        type=int,
+        default=d.shard_multiple,
+        help="round shard counts up to a multiple of K",
+    )
+    a("--compression", default=d.compression, choices=COMPRESSIONS, help="gzip writes .tfrecord.gz")
+    a(
+        "--max_reject_fraction",
+        type=float,
+        default=d.max_reject_fraction,
+        help="fail above this reject fraction",
+    )
+    a("--path_root", default=d.path_root, help="path kind: paths are stored relative to this root")
     a(
         "--max_image_pixels",
         type=int,
-        default=ConvertOptions.max_image_pixels,
+        default=d.max_image_pixels,
         help="reject images with more pixels (decompression-bomb guard)",
     )
     a(
         "--max_image_mb",
         type=float,
-        default=ConvertOptions.max_image_mb,
+        default=d.max_image_mb,
         help="reject larger files (too_large) before reading them",
     )
     a(
         "--verify",
-        default="full",
+        default=d.verify,
         choices=VERIFY_MODES,
         help="full: decode every image; header: format and size only",
     )
     a(
         "--dedupe",
-        default="none",
+        default=d.dedupe,
         choices=DEDUPE_MODES,
         help="content: byte-identical images under other names are rejected "
         "(duplicate_content), so no copy lands in two splits",
@@ -257,7 +284,7 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     a(
         "--labels",
         dest="labels_file",
-        default=None,
+        default=d.labels_file,
         help="file with one label a line: a fixed vocabulary; other labels are rejects",
     )
 

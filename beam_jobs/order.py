@@ -23,6 +23,7 @@ import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows
 
 from beam_jobs.fingerprint import fp, unit
+from beam_jobs.options import Job
 from beam_jobs.rank import (
     BUCKET_BITS,
     LABEL_BUCKET_BITS,
@@ -105,29 +106,21 @@ class PlanShards(beam.PTransform):
     """(split, Image) -> one dict: {split: {num_examples, est_bytes, num_shards, label_counts,
     label_offsets, buckets}}.
 
-    Every split named in ``splits`` appears, empty ones with zero shards.
-    ``buckets`` (only with the order ``seed``, for balance none): {bucket:
+    Every split named in ``--splits`` appears, empty ones with zero shards.
+    ``buckets`` (only for balance none, from the order ``seed``): {bucket:
     (first rank, size)} of the split's rank buckets (``bucket_bits`` a split,
     as OrderAndShard's), in rank order.
     """
 
-    def __init__(
-        self,
-        splits: tuple[str, ...],
-        record_kind: str,
-        target_shard_mb: float,
-        shard_multiple: int,
-        num_shards: int | None,
-        seed: int | None = None,
-        bucket_bits: int = BUCKET_BITS,
-    ):
+    def __init__(self, job: Job, bucket_bits: int = BUCKET_BITS):
         super().__init__()
-        self._splits = splits
-        self._kind = record_kind
-        self._target = target_shard_mb * 1e6
-        self._multiple = shard_multiple
-        self._fixed = num_shards
-        self._seed = seed
+        o = job.options
+        self._splits = o.split_names
+        self._kind = o.record_kind
+        self._target = o.target_shard_mb * 1e6
+        self._multiple = o.shard_multiple
+        self._fixed = o.num_shards
+        self._seed = o.seed if o.balance == "none" else None  # the global rank's bucket table
         self._bits = bucket_bits
 
     def expand(self, split_images):
@@ -258,10 +251,10 @@ class OrderAndShard(beam.PTransform):
     boundaries often).
     """
 
-    def __init__(self, seed: int, balance: str, plan, bucket_bits: int = BUCKET_BITS):
+    def __init__(self, job: Job, plan, bucket_bits: int = BUCKET_BITS):
         super().__init__()
-        self._seed = seed
-        self._balance = balance
+        self._seed = job.options.seed
+        self._balance = job.options.balance
         self._plan = plan
         self._bits = bucket_bits
 

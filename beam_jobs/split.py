@@ -16,6 +16,7 @@ from __future__ import annotations
 import apache_beam as beam
 
 from beam_jobs.fingerprint import fp
+from beam_jobs.options import Job
 from beam_jobs.rank import LABEL_BUCKET_BITS, ExactRank, top_bucket
 from beam_jobs.records import Image
 
@@ -48,14 +49,13 @@ def hash_split(image: Image, names: tuple[str, ...], cuts: list[int], split_seed
 class AssignSplits(beam.PTransform):
     """Image -> (split, Image)."""
 
-    def __init__(
-        self, splits: tuple[tuple[str, float], ...], mode: str = "hash", split_seed: int = 0
-    ):
+    def __init__(self, job: Job):
         super().__init__()
-        self._names = tuple(name for name, _ in splits)
-        self._fractions = [f for _, f in splits]
-        self._mode = mode
-        self._seed = split_seed
+        o = job.options
+        self._names = o.split_names
+        self._fractions = [f for _, f in o.splits]
+        self._mode = o.split_mode
+        self._seed = o.split_seed
 
     def expand(self, images):
         if self._mode == "hash":  # one step: a given split, else the key's hash bucket

@@ -20,6 +20,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from beam_jobs import paths
+from beam_jobs.options import Job
 from beam_jobs.paths import read_bytes
 from beam_jobs.records import Image
 from schemas import layout, tfrecord
@@ -147,24 +148,14 @@ def _read_source(path: str, num_bytes: int) -> bytes:
 
 
 class WriteShards(beam.PTransform):
-    """((split, shard), [Image] in order) -> shard info dicts.
-
-    ``source_root``: what relative ``Image.source`` values are under (None:
-    sources are full paths).
+    """((split, shard), [Image] in order) -> shard info dicts (the job's output folder,
+    record kind and compression; relative ``Image.source`` values are under its input root).
     """
 
-    def __init__(
-        self,
-        output_dir: str,
-        record_kind: str,
-        compression: str,
-        plan,
-        vocab,
-        gate,
-        source_root: str | None = None,
-    ):
+    def __init__(self, job: Job, plan, vocab, gate):
         super().__init__()
-        self._args = (output_dir, record_kind, compression, source_root)
+        o = job.options
+        self._args = (o.output_dir, o.record_kind, o.compression, job.input_root)
         self._plan, self._vocab, self._gate = plan, vocab, gate
 
     def expand(self, sharded):

@@ -41,6 +41,9 @@ def _inspect_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _shuffle_report_flags(p: argparse.ArgumentParser) -> None:
+    from reader.options import DEFAULT_CYCLE  # the reader's defaults
+    from reader.options import ReadOptions as d
+
     a = p.add_argument
     a("data_dir", help="a folder written by evenshard convert")
     a("--split", default="train", help="split to read")
@@ -56,11 +59,16 @@ def _shuffle_report_flags(p: argparse.ArgumentParser) -> None:
     a(
         "--shuffle_buffer",
         type=int,
-        default=1000,
+        default=d.shuffle_buffer,
         help="records the reader permutes together (a window)",
     )
-    a("--cycle_length", type=int, default=None, help="runs of records read at once (None: 16)")
-    a("--block_length", type=int, default=1, help="records taken from a file in turn")
+    a(
+        "--cycle_length",
+        type=int,
+        default=d.cycle_length,
+        help=f"runs of records read at once (None: {DEFAULT_CYCLE})",
+    )
+    a("--block_length", type=int, default=d.block_length, help="records taken from a file in turn")
     a("--no_shuffle", action="store_true", help="read in file order")
     a(
         "--baseline",
@@ -143,11 +151,9 @@ def _error(command: str, message: str) -> None:
     print(f"evenshard {command}: error: {message}", file=sys.stderr)
 
 
-_REJECT_LIMIT = re.compile(r"(\d+ of \d+ inputs were rejected.*?raise the limit)", re.S)
-
-
 def _convert(args: argparse.Namespace, pipeline_args: list[str]) -> int:
     from beam_jobs import convert
+    from beam_jobs.finalize import RejectLimitExceeded
     from beam_jobs.options import UserError, from_namespace
 
     # The runner logs a failing step's traceback at ERROR; ours are re-raised
@@ -160,11 +166,10 @@ def _convert(args: argparse.Namespace, pipeline_args: list[str]) -> int:
     except UserError as e:
         _error("convert", str(e))
         return 2
-    except Exception as e:  # the pipeline wraps our errors; show ours in one line
-        found = _REJECT_LIMIT.search(str(e))
-        if found:
-            _error("convert", found.group(1))
-            return 1
+    except RejectLimitExceeded as e:
+        _error("convert", str(e))
+        return 1
+    except Exception as e:  # a disk that fills, a folder that goes: one line
         failure = io_failure(str(e), args.output_dir)
         if failure is None:
             raise

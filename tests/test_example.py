@@ -7,6 +7,8 @@ import tensorflow as tf
 
 from schemas.example import serialize_example
 
+pytestmark = pytest.mark.fast  # the unit lane: make test-fast
+
 CASES = [
     {
         "image/encoded": b"\xff\xd8\xff" + bytes(range(256)) * 3,

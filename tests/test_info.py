@@ -9,6 +9,8 @@ import pytest
 from schemas import layout
 from schemas.info import DatasetError, load_info, parse_info
 
+pytestmark = pytest.mark.fast  # the unit lane: make test-fast
+
 
 def _info(**changes):
     info = {

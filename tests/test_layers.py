@@ -70,6 +70,11 @@ def test_the_format_layer_imports_neither_beam_nor_tensorflow():
     assert not loaded & {"apache_beam", "tensorflow"}
 
 
+def test_the_folder_walk_and_the_input_rules_import_no_beam():
+    loaded = _loaded_after("import beam_jobs.walk, beam_jobs.candidates, schemas.images")
+    assert not loaded & {"apache_beam", "tensorflow"}
+
+
 def test_import_reader_and_the_cli_are_light():
     heavy = {"apache_beam", "tensorflow", "torch", "nvidia"}
     assert not _loaded_after("import reader, evenshard.cli") & heavy

@@ -6,6 +6,8 @@ import pytest
 
 from schemas import layout
 
+pytestmark = pytest.mark.fast  # the unit lane: make test-fast
+
 
 def test_shard_names_follow_one_rule():
     assert layout.shard_name("train", 3, 16) == "train-00003-of-00016.tfrecord"

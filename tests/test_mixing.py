@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from audit import mixing
+
+pytestmark = pytest.mark.fast  # the unit lane: make test-fast
 
 LABELS = np.repeat(np.arange(10), 500)  # 5,000 examples, 10 labels, sorted
 

@@ -9,6 +9,8 @@ import pytest
 
 from reader.plan import ReadPlan, permutation
 
+pytestmark = pytest.mark.fast  # the unit lane: make test-fast
+
 PLANS = [
     # counts as convert writes them (equal +-1), runs read 2 or 3 at once, windows
     ReadPlan(counts=(21, 21, 20, 20, 20), seed=7, cycle=2, block=1, window=16),

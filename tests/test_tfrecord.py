@@ -10,6 +10,8 @@ import tensorflow as tf
 
 from schemas import tfrecord
 
+pytestmark = pytest.mark.fast  # the unit lane: make test-fast
+
 RECORDS = [b"", b"a", bytes(range(256)) * 40]
 
 

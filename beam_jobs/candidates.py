@@ -1,0 +1,200 @@
+"""What an input becomes: a :class:`Candidate`, or a :class:`Reject` with its reason.
+
+The rules a listed file (``CandidateRules.file``) or a manifest row
+(``CandidateRules.row``) must pass before any image is opened: a key and
+path that are text, a supported extension, a label (and split) that can be
+written, the file under ``--path_root`` for path records. Also the manifest
+formats (CSV with a header, JSONL) read row by row. Plain Python: no Beam.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import os
+
+from beam_jobs import paths
+from beam_jobs.options import Job
+from beam_jobs.records import Candidate, Reject, make_reject
+from schemas.images import IMAGE_EXTENSIONS
+from schemas.layout import MAX_SPLIT_NAME, SPLIT_NAME_RE
+
+# A CSV field may hold up to 16 MiB (the csv module's default is 128 KiB): a
+# longer path or label is then rejected by its row's checks, not by a crash.
+csv.field_size_limit(1 << 24)
+
+
+def is_csv(path: str) -> bool:
+    """The manifest format, by suffix: ``.csv``/``.csv.gz`` (else ``.jsonl``/``.jsonl.gz``)."""
+    return path.lower().removesuffix(".gz").endswith(".csv")
+
+
+def manifest_columns(path: str, f: io.TextIOBase) -> tuple[list[str], bool]:
+    """(CSV header columns, or []: JSONL), and whether a row follows."""
+    if is_csv(path):
+        rows = csv.reader(f)
+        header = [c.strip() for c in next(rows, [])]
+        return header, any(any(v.strip() for v in row) for row in rows)
+    return [], any(line.strip() for line in f)
+
+
+class NotText(str):
+    """A JSONL value that is not a string or a whole number (true, an object, NaN, 1.5)."""
+
+
+def text_value(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return NotText(json.dumps(value))
+
+
+def bad_label(label: str, vocabulary: frozenset[str] | None) -> str | None:
+    if isinstance(label, NotText):
+        return f"label {label} is not a string or a whole number"
+    if not label:
+        return "label is empty"
+    try:
+        label.encode("utf-8")
+    except UnicodeEncodeError:
+        return "label is not valid UTF-8 (a lone surrogate)"
+    if "\x00" in label or len(label.splitlines()) != 1:
+        # str.splitlines() also breaks at \v \f \x1c-\x1e \x85 U+2028 U+2029: such a
+        # label would read back as two lines of labels.txt
+        return "label holds a line break (any that str.splitlines() splits at) or NUL"
+    if label != label.strip():
+        return "label has leading or trailing spaces"
+    if vocabulary is not None and label not in vocabulary:
+        return f"label {label!r} is not in the --labels vocabulary"
+    return None
+
+
+def rows_of(manifest: str, f):
+    """Yields (row number, dict or error text); blank lines are skipped."""
+    if is_csv(manifest):
+        reader = csv.reader(f)
+        header = [c.strip() for c in next(reader, [])]
+        while True:
+            try:
+                values = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as e:  # a field over 16 MiB: this row only
+                yield reader.line_num, f"row cannot be parsed as CSV: {e}"
+                continue
+            if not any(v.strip() for v in values):
+                continue
+            if len(values) != len(header):
+                yield (
+                    reader.line_num,
+                    (f"row has {len(values)} fields, the header has {len(header)}"),
+                )
+            else:
+                yield reader.line_num, {k: v for k, v in zip(header, values) if k}
+        return
+    for number, line in enumerate(f, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as e:
+            yield number, f"not valid JSON: {e}"
+            continue
+        if not isinstance(row, dict):
+            yield number, "line is not a JSON object"
+        else:
+            yield number, {k: text_value(v) for k, v in row.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class CandidateRules:
+    """The job's rules for inputs: its roots, record kind, vocabulary and group column."""
+
+    root: str
+    path_root: str | None
+    kind: str
+    vocabulary: frozenset[str] | None
+    group_by: str | None
+
+    @classmethod
+    def of(cls, job: Job) -> CandidateRules:
+        vocabulary = frozenset(job.vocabulary) if job.vocabulary else None
+        o = job.options
+        return cls(job.input_root, job.path_root, o.record_kind, vocabulary, o.group_by)
+
+    def file(self, source: str) -> Candidate | Reject:
+        """A file of an image folder: its label is its first-level sub-folder."""
+        rel = paths.relative_to(self.root, source) or source
+        try:
+            paths.check_text(rel)
+        except paths.BadPath as e:
+            return make_reject(rel, source, "bad_path", str(e))
+        if not rel.lower().endswith(IMAGE_EXTENSIONS):
+            ext = os.path.splitext(rel)[1] or "(none)"
+            return make_reject(rel, source, "unsupported_format", f"file extension {ext}")
+        parts = rel.split("/")
+        if len(parts) < 2:
+            return make_reject(rel, source, "bad_label", "file is not inside a label sub-folder")
+        return self._candidate(rel, source, parts[0])
+
+    def row(self, number: int, row: dict | str) -> Candidate | Reject:
+        """Row ``number`` of a manifest (``rows_of``: a dict, or why it cannot be read).
+
+        Relative paths resolve against the manifest's folder and may not leave
+        it; absolute paths and URLs are used as given.
+        """
+        row_key, where = f"row:{number}", f"row {number}"
+        if isinstance(row, str):
+            return make_reject(row_key, where, "malformed_row", row)
+        path = row.get("path", "").strip()
+        if not path:
+            return make_reject(row_key, where, "malformed_row", "path is empty or missing")
+        for name in ("path", "key", "split", self.group_by):
+            if isinstance(row.get(name), NotText):
+                detail = f"{name} {row[name]} is not a string or a whole number"
+                return make_reject(row_key, where, "malformed_row", detail)
+        key = row.get("key", "").strip() or paths.normalize_key(path)
+        try:
+            paths.check_text(key)
+        except paths.BadPath as e:
+            return make_reject(row_key, where, "bad_path", f"key: {e}")
+        try:
+            source = paths.resolve(self.root, path)
+        except paths.BadPath as e:
+            return make_reject(key, path, "bad_path", str(e))
+        split = row.get("split", "").strip() or None
+        group = None
+        if self.group_by:  # an empty group value: the row is a group of its own (its key)
+            group = row.get(self.group_by, "").strip() or None
+        return self._candidate(key, source, row.get("label", ""), split, group, number)
+
+    def _candidate(
+        self, key: str, source: str, label: str, split=None, group=None, number: int = 0
+    ) -> Candidate | Reject:
+        """The rules every input shares: its label (and split), and for path records its
+        place under the path root; then the Candidate, its source relative to the root."""
+        problem = bad_label(label, self.vocabulary)
+        if problem:
+            return make_reject(key, source, "bad_label", problem)
+        if split is not None and not SPLIT_NAME_RE.match(split):
+            return make_reject(
+                key,
+                source,
+                "bad_split",
+                f"split {split[:40]!r} is not a valid name (letters, digits, '_'; at most "
+                f"{MAX_SPLIT_NAME})",
+            )
+        rel_path = ""
+        if self.kind == "path":
+            rel_path = paths.relative_to(self.path_root, source)
+            if rel_path is None:
+                where = f"not under --path_root {self.path_root}"
+                return make_reject(key, source, "bad_path", where)
+        return Candidate(
+            key, paths.compact_source(self.root, source, key), rel_path, label, split, group, number
+        )

@@ -1,0 +1,191 @@
+"""Pre-flight: what the driver checks and resolves once, before any pipeline is built.
+
+``preflight`` turns the parsed options into a frozen :class:`Job`: the input
+checked to exist (a manifest's header too), the root keys are measured from,
+the path root, and a ``--labels`` vocabulary. A mistake stops here, in the
+driver, as a :class:`UserError` naming the flag. Beam's FileSystems reads
+URLs; no pipeline is involved.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import logging
+import os
+
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from beam_jobs import paths
+from beam_jobs.candidates import is_csv, manifest_columns
+from beam_jobs.options import ConvertOptions, Job, UserError
+
+log = logging.getLogger(__name__)
+
+
+def preflight(options: ConvertOptions, offline: bool = False) -> Job:
+    """Checks the inputs and resolves the roots and the vocabulary, once.
+
+    Args:
+        offline: a dry run: checks that would reach a cloud store (an input
+            or ``--labels`` file at a URL) are skipped, with one log line.
+
+    Raises:
+        UserError: a missing input, a manifest without the needed columns, a
+            bad ``--labels`` file.
+    """
+    skipped = []
+    if offline and paths.is_url(options.input):
+        skipped.append("--input exists and its columns")
+    else:
+        check_input(options)
+    root = input_root(options)
+    path_root = None
+    if options.record_kind == "path":
+        path_root = paths.normalize_root(options.path_root) if options.path_root else root
+    vocabulary = None
+    if options.labels_file and offline and paths.is_url(options.labels_file):
+        skipped.append("--labels (the job is translated without a fixed vocabulary)")
+    elif options.labels_file:
+        vocabulary = tuple(load_vocabulary(options.labels_file))
+    if skipped:
+        log.warning("evenshard: dry run, cloud checks skipped: %s", "; ".join(skipped))
+    return Job(options, root, path_root, vocabulary)
+
+
+def input_root(options: ConvertOptions) -> str:
+    """The folder keys and relative paths are measured from."""
+    if options.is_manifest:
+        return paths.normalize_root(paths.posix_dirname(options.input))
+    return paths.normalize_root(options.input)
+
+
+def check_input(options: ConvertOptions) -> list[str]:
+    """Checks the input exists (and a manifest's header) in the driver.
+
+    Returns:
+        The manifest's column names ([] for an image folder).
+
+    Raises:
+        UserError: missing folder or manifest, or a manifest without the
+            required columns.
+    """
+    if paths.is_url(options.input):
+        try:
+            FileSystems.get_filesystem(options.input)
+        except ValueError:
+            scheme = options.input.split("://", 1)[0]
+            raise UserError(
+                f"--input {options.input}: {scheme}:// is not a file system Beam reads; give a "
+                "local path or a gs:// URL (s3:// with apache-beam[aws])"
+            ) from None
+    if not options.is_manifest:
+        root = input_root(options)
+        if paths.is_url(root):
+            if not FileSystems.match([root + "/**"], limits=[1])[0].metadata_list:
+                raise UserError(f"--input: no files under {root}")
+        elif os.path.exists(root) and not os.path.isdir(root):
+            raise UserError(
+                f"--input: {options.input!r} is a file, not a folder; give an image folder, "
+                "or a manifest ending .csv, .jsonl, .csv.gz or .jsonl.gz"
+            )
+        elif not os.path.isdir(root):
+            raise UserError(f"--input: folder {options.input!r} does not exist")
+        elif not any(files for _, _, files in os.walk(root, followlinks=True)):
+            raise UserError(f"--input: folder {options.input!r} holds no files")
+        return []
+    if not paths.is_url(options.input) and os.path.isdir(options.input):
+        raise UserError(
+            f"--input: {options.input!r} is a folder, not a manifest file; "
+            "give the folder without a manifest suffix, or a .csv/.jsonl file"
+        )
+    if not FileSystems.exists(options.input):
+        raise UserError(f"--input: manifest {options.input!r} does not exist")
+    try:
+        with open_text(options.input, errors="surrogateescape") as f:
+            columns, has_rows = manifest_columns(options.input, f)
+    except (UnicodeDecodeError, OSError, EOFError, csv.Error) as e:
+        raise UserError(f"--input: manifest {options.input} cannot be read: {e}") from None
+    if not has_rows:
+        raise UserError(f"--input: manifest {options.input} lists no inputs")
+    if not is_csv(options.input):
+        return columns  # JSONL: each row is checked on its own (malformed_row)
+    # Columns without a name (a spreadsheet's trailing empty columns) are ignored.
+    named = [c for c in columns if c]
+    if len(set(named)) != len(named):
+        twice = sorted({c for c in named if named.count(c) > 1})
+        raise UserError(
+            f"--input: manifest {options.input} names column(s) {', '.join(twice)} twice"
+        )
+    missing = [c for c in ("path", "label") if c not in columns]
+    if options.group_by:
+        missing += [] if options.group_by in columns else [options.group_by]
+    if missing:
+        raise UserError(
+            f"--input: manifest {options.input} lacks column(s) {', '.join(missing)}; "
+            f"it has {', '.join(columns) or 'none'}"
+        )
+    return columns
+
+
+def has_at_least(options: ConvertOptions, n: int) -> bool:
+    """Whether the input lists at least ``n`` entries; stops counting at ``n``.
+
+    Cheap by construction: a walk or a read that ends early on large inputs.
+    URLs count as large (listing a bucket twice costs requests). Errors count
+    as small: preflight reports them properly.
+    """
+    if paths.is_url(options.input):
+        return True
+    count = 0
+    try:
+        if options.is_manifest:
+            lines = n + 1 if is_csv(options.input) else n  # a CSV's header is no input
+            with open_text(options.input) as f:
+                for line in f:
+                    count += bool(line.strip())
+                    if count >= lines:
+                        return True
+            return False
+        for _, _, files in os.walk(options.input, followlinks=True):
+            count += len(files)
+            if count >= n:
+                return True
+    except (OSError, UnicodeDecodeError, EOFError):
+        return False
+    return False
+
+
+def open_text(path: str, errors: str = "strict") -> io.TextIOBase:
+    """A text stream of a manifest or labels file; ``.gz`` files are gunzipped.
+
+    Opened uncompressed and unzipped here: Beam's own decompressing stream
+    lacks what ``io.TextIOWrapper`` needs. ``errors="surrogateescape"`` keeps
+    bytes that are not UTF-8 as lone surrogates, which the row checks reject
+    (``bad_path``, ``bad_label``) row by row.
+    """
+    raw = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    if path.lower().endswith(".gz"):
+        raw = gzip.GzipFile(fileobj=raw, mode="rb")
+    # utf-8-sig drops a BOM; newline="" lets csv handle CRLF line ends.
+    return io.TextIOWrapper(raw, encoding="utf-8-sig", errors=errors, newline="")
+
+
+def load_vocabulary(path: str) -> list[str]:
+    """Reads a ``--labels`` file: one label a line; blank lines ignored."""
+    if not paths.is_url(path) and os.path.isdir(path):
+        raise UserError(f"--labels: {path!r} is a folder; give a file with one label a line")
+    if not FileSystems.exists(path):
+        raise UserError(f"--labels: file {path!r} does not exist")
+    try:
+        with open_text(path) as f:
+            labels = [line.strip() for line in f if line.strip()]
+    except UnicodeDecodeError as e:
+        raise UserError(f"--labels: file {path!r} is not UTF-8 text ({e.reason})") from None
+    if not labels:
+        raise UserError(f"--labels: file {path!r} holds no labels")
+    if len(set(labels)) != len(labels):
+        raise UserError(f"--labels: file {path!r} lists a label twice")
+    return labels

@@ -1,0 +1,90 @@
+"""Follows convert's options and make_dataset's data_dir through the calls (run by hand).
+
+    .venv/bin/python tests/call_walk.py
+
+Records, in call order, each project function's first call that receives the
+options (or the Job, or a path they name); prints the modules entered, how
+often, and how many entries return to a module already left. A walk that
+goes one way enters each module once.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + "/"
+PACKAGES = ("beam_jobs/", "schemas/", "reader/", "audit/", "evenshard/")
+
+
+def trace(fn, wanted: list) -> list[tuple[str, str]]:
+    """(module, function) of every project call whose arguments hold a ``wanted`` value."""
+    seq = []
+
+    def profile(frame, event, arg):
+        path = frame.f_code.co_filename
+        if event != "call" or not path.startswith(ROOT):
+            return
+        if not path[len(ROOT) :].startswith(PACKAGES):
+            return
+        code = frame.f_code
+        names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+        args = [frame.f_locals.get(n) for n in names]
+        if any(a is w or (isinstance(a, str) and a == w) for a in args for w in wanted):
+            seq.append((path[len(ROOT) : -3].replace("/", "."), code.co_name))
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return seq
+
+
+def report(name: str, seq: list[tuple[str, str]]) -> None:
+    seen: set = set()
+    seq = [c for c in seq if not (c in seen or seen.add(c))]  # each function's first call
+    runs: list[tuple[str, list[str]]] = []
+    for module, function in seq:
+        if not runs or runs[-1][0] != module:
+            runs.append((module, [function]))
+        else:
+            runs[-1][1].append(function)
+    entries = collections.Counter(m for m, _ in runs)
+    returns = sum(c - 1 for c in entries.values())
+    print(f"== {name}: {len(entries)} modules, {len(runs)} entries, {returns} returns")
+    print("   " + ", ".join(f"{m} {c}" for m, c in entries.most_common()))
+    print("   " + " -> ".join(f"{m}({','.join(f)})" for m, f in runs))
+
+
+def main() -> None:
+    sys.path.insert(0, ROOT)
+    from beam_jobs import convert, preflight
+    from beam_jobs.options import parse_args
+    from evenshard import synthetic
+
+    tmp = tempfile.mkdtemp()
+    synthetic.make_image_folder(f"{tmp}/images", num_labels=2, per_label=6)
+    argv = [f"--input={tmp}/images", f"--output_dir={tmp}/out", "--direct_running_mode=in_memory"]
+    options, beam_args = parse_args(argv)
+    wanted = [options, options.input, options.output_dir]
+    resolve = preflight.preflight
+
+    def resolved(o, offline=False):
+        job = resolve(o, offline)
+        wanted.extend([job, job.input_root])
+        return job
+
+    preflight.preflight = resolved
+    report("convert's options", trace(lambda: convert.convert(options, beam_args), wanted))
+    import reader
+
+    out = f"{tmp}/out"
+    make = lambda: reader.make_dataset(out, "train", 2, image_size=(8, 8))  # noqa: E731
+    report("make_dataset's data_dir", trace(make, [out]))
+
+
+if __name__ == "__main__":
+    main()
