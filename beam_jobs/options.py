@@ -200,93 +200,61 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def add_flags(p: argparse.ArgumentParser) -> None:
-    """Adds convert's flags to a parser (this one, or the CLI's subcommand); the
-    defaults are ``ConvertOptions``'s."""
-    a = p.add_argument
-    d = ConvertOptions  # its fields' defaults
-    a("--input", required=True, help="image-folder root, or a .csv/.jsonl manifest (local, gs://)")
-    a("--output_dir", required=True, help="where shards and dataset_info.json go")
-    a(
-        "--record_kind",
-        default=d.record_kind,
-        choices=RECORD_KINDS,
-        help="image: bytes in the record; path: the path only",
-    )
-    a("--splits", default=format_splits(d.splits), help="NAME=FRACTION,... summing to 1")
-    a(
-        "--split_mode",
-        default=d.split_mode,
-        choices=SPLIT_MODES,
-        help="hash: stable as data grows; exact: stratified counts",
-    )
-    a(
-        "--split_seed",
-        type=int,
-        default=d.split_seed,
-        help="salt of the split assignment (not --seed)",
-    )
-    a("--group_by", default=d.group_by, help="manifest column: a group never spans two splits")
-    a(
-        "--balance",
-        default=d.balance,
-        choices=BALANCES,
-        help="label: the same label mix in every shard",
-    )
-    a("--seed", type=int, default=d.seed, help="seed of the global shuffle")
-    a("--target_shard_mb", type=float, default=d.target_shard_mb, help="target shard size in MB")
-    a(
-        "--num_shards",
-        type=int,
-        default=d.num_shards,
-        help="shards per split (overrides the size target)",
-    )
-    a(
-        "--shard_multiple",
-        type=int,
-        default=d.shard_multiple,
-        help="round shard counts up to a multiple of K",
-    )
-    a("--compression", default=d.compression, choices=COMPRESSIONS, help="gzip writes .tfrecord.gz")
-    a(
-        "--max_reject_fraction",
-        type=float,
-        default=d.max_reject_fraction,
-        help="fail above this reject fraction",
-    )
-    a("--path_root", default=d.path_root, help="path kind: paths are stored relative to this root")
-    a(
-        "--max_image_pixels",
-        type=int,
-        default=d.max_image_pixels,
-        help="reject images with more pixels (decompression-bomb guard)",
-    )
-    a(
-        "--max_image_mb",
-        type=float,
-        default=d.max_image_mb,
-        help="reject larger files (too_large) before reading them",
-    )
-    a(
-        "--verify",
-        default=d.verify,
-        choices=VERIFY_MODES,
-        help="full: decode every image; header: format and size only",
-    )
-    a(
-        "--dedupe",
-        default=d.dedupe,
-        choices=DEDUPE_MODES,
-        help="content: byte-identical images under other names are rejected "
+# Convert's flags: the field of ConvertOptions each sets -> (its help, its choices).
+# Types and defaults are the fields' own; ``--labels`` sets ``labels_file``.
+_FLAGS = {
+    "input": ("image-folder root, or a .csv/.jsonl manifest (local, gs://)", None),
+    "output_dir": ("where shards and dataset_info.json go", None),
+    "record_kind": ("image: bytes in the record; path: the path only", RECORD_KINDS),
+    "splits": ("NAME=FRACTION,... summing to 1", None),
+    "split_mode": ("hash: stable as data grows; exact: stratified counts", SPLIT_MODES),
+    "split_seed": ("salt of the split assignment (not --seed)", None),
+    "group_by": ("manifest column: a group never spans two splits", None),
+    "balance": ("label: the same label mix in every shard", BALANCES),
+    "seed": ("seed of the global shuffle", None),
+    "target_shard_mb": ("target shard size in MB", None),
+    "num_shards": ("shards per split (overrides the size target)", None),
+    "shard_multiple": ("round shard counts up to a multiple of K", None),
+    "compression": ("gzip writes .tfrecord.gz", COMPRESSIONS),
+    "max_reject_fraction": ("fail above this reject fraction", None),
+    "path_root": ("path kind: paths are stored relative to this root", None),
+    "max_image_pixels": ("reject images with more pixels (decompression-bomb guard)", None),
+    "max_image_mb": ("reject larger files (too_large) before reading them", None),
+    "verify": ("full: decode every image; header: format and size only", VERIFY_MODES),
+    "dedupe": (
+        "content: byte-identical images under other names are rejected "
         "(duplicate_content), so no copy lands in two splits",
-    )
-    a("--overwrite", action="store_true", help="replace a finished dataset in --output_dir")
-    a(
-        "--labels",
-        dest="labels_file",
-        default=d.labels_file,
-        help="file with one label a line: a fixed vocabulary; other labels are rejects",
-    )
+        DEDUPE_MODES,
+    ),
+    "overwrite": ("replace a finished dataset in --output_dir", None),
+    "labels_file": (
+        "file with one label a line: a fixed vocabulary; other labels are rejects",
+        None,
+    ),
+}
+_TYPES = {"int": int, "float": float, "int | None": int}
+
+
+def add_flags(p: argparse.ArgumentParser) -> None:
+    """Adds convert's flags to a parser (this one, or the CLI's subcommand), each with
+    the type and default of its ``ConvertOptions`` field."""
+    for field in dataclasses.fields(ConvertOptions):
+        text, choices = _FLAGS[field.name]
+        flag = "--labels" if field.name == "labels_file" else f"--{field.name}"
+        if field.default is dataclasses.MISSING:  # input, output_dir
+            p.add_argument(flag, required=True, help=text)
+        elif field.type == "bool":
+            p.add_argument(flag, action="store_true", help=text)
+        else:
+            default = format_splits(field.default) if field.name == "splits" else field.default
+            p.add_argument(
+                flag,
+                dest=field.name,
+                type=_TYPES.get(field.type),
+                default=default,
+                choices=choices,
+                help=text,
+            )
 
 
 def from_namespace(args: argparse.Namespace) -> ConvertOptions:
