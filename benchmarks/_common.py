@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import platform
 import resource
@@ -173,3 +175,22 @@ def measured(cmd: list[str], phases: bool = False) -> dict:
         "peak_rss_mb": round(rss / 1e6),
         **({"phases": where} if phases else {}),
     }
+
+
+def bench_main(measure, flags: dict, doc: str) -> dict:
+    """The main every benchmark shares: its flags (name -> (type, default, help)),
+    ``measure(args)``, and the result printed as JSON with the machine it ran on."""
+    p = argparse.ArgumentParser(description=doc.split("\n")[0])
+    for name, (kind, default, text) in flags.items():
+        p.add_argument(f"--{name}", type=kind, default=default, help=text)
+    result = {"machine": machine(), **measure(p.parse_args())}
+    print(json.dumps(result, indent=2, default=str))
+    return result
+
+
+def verdict(value: float, limit: float, below: bool = True) -> str:
+    """ "met" or "missed": ``value`` at most (``below``) or at least ``limit``, judged as
+    the tables show it (two decimals)."""
+    value = round(value, 2)
+    ok = value <= limit if below else value >= limit
+    return "met" if ok else "missed"

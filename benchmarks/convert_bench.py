@@ -18,8 +18,6 @@ image size).
 
 from __future__ import annotations
 
-import argparse
-import json
 import multiprocessing
 import os
 import shutil
@@ -27,7 +25,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import BIN, WORK, list_images, machine, make_jpegs, run_measured  # noqa: E402
+from _common import BIN, WORK, bench_main, list_images, make_jpegs, run_measured, verdict  # noqa: E402
 
 
 def naive_loop(files: list[tuple[str, str]], out: str) -> None:
@@ -85,11 +83,13 @@ def timed(fn, *args) -> float:
     return time.perf_counter() - start
 
 
-def main(argv=None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--images", type=int, default=20_000)
-    p.add_argument("--small", type=int, default=5_000, help="size of the RSS comparison run")
-    a = p.parse_args(argv)
+FLAGS = {
+    "images": (int, 20_000, "JPEGs to generate and convert"),
+    "small": (int, 5_000, "size of the RSS comparison run"),
+}
+
+
+def measure(a) -> dict:
     os.makedirs(WORK, exist_ok=True)
     src = make_jpegs(os.path.join(WORK, f"jpegs_{a.images}"), a.images)
     small = make_jpegs(os.path.join(WORK, f"jpegs_{a.small}"), a.small)
@@ -126,7 +126,6 @@ def main(argv=None) -> dict:
         shutil.rmtree(os.path.join(WORK, "rss"), ignore_errors=True)
     marginal = (t_c - t_c_small) / (n - a.small)
     result = {
-        "machine": machine(),
         "images": n,
         "mean_image_bytes": round(size_of(src)),
         "seconds": {
@@ -151,9 +150,55 @@ def main(argv=None) -> dict:
         "rss_growth_bytes_per_example": (rss["big"] - rss["small"]) / (n - a.small),
         "rss_256px_minus_64px_bytes_per_example": (rss["big_256px"] - rss["big"]) / n,
     }
-    print(json.dumps(result, indent=2))
     return result
 
 
+def render(c: dict) -> str:
+    """This benchmark's section of RESULTS.md, from its results alone."""
+    cs, eps, rss = c["seconds"], c["examples_per_s"], c["peak_rss_mb"]
+    small = next(k for k in cs if k.startswith("c_convert_full_"))
+    rss_rows = "\n".join(f"| {k.replace('_', ' ')} | {v:,.0f} MB |" for k, v in rss.items())
+    return f"""## convert — `benchmarks/convert_bench.py`
+
+{c["images"]:,} JPEGs of 64×64 (mean {c["mean_image_bytes"]:,} bytes), 10 labels. Times are
+the best of two runs each, measured round-robin.
+
+| | what | seconds | examples/s |
+|---|---|---:|---:|
+| a | naive loop: read → tf.train.Example → TFRecordWriter | {cs["a_naive"]:.2f} | {eps["a"]:,.0f} |
+| b | Pillow full decode, 2 processes | {cs["b_decode"]:.2f} | {eps["b"]:,.0f} |
+| c | `evenshard convert`, DirectRunner, 2 worker processes, `--verify full` | {cs["c_convert_full"]:.2f} | {eps["c"]:,.0f} |
+| d | same, `--verify header` | {cs["d_convert_header"]:.2f} | {eps["d"]:,.0f} |
+
+| ratio | measured | aim |
+|---|---:|---:|
+| c / (a + b), wall clock | **{c["c_over_a_plus_b"]:.2f}** | ≤ 1.5 — {verdict(c["c_over_a_plus_b"], 1.5)} |
+| c / (a + b), marginal cost per example (c at {c["images"]:,} minus c at {small.rsplit("_", 1)[1]}) | **{c["c_marginal_per_example_over_a_plus_b"]:.2f}** | — |
+| fixed start-up of c (Beam + 2 worker processes) | {c["c_fixed_startup_s"]:.1f} s | — |
+| d / a, wall clock | **{c["d_over_a"]:.2f}** | ≤ 3 — {verdict(c["d_over_a"], 3)} |
+
+Peak RSS of the convert process tree (sampled from /proc every 50 ms):
+
+| run | peak RSS |
+|---|---:|
+{rss_rows}
+
+Growth with the number of images: **{c["rss_growth_bytes_per_example"] / 1e3:.2f} KB per
+example** (aim ≤ 2 KB — {verdict(c["rss_growth_bytes_per_example"], 2000)}). Images of
+{c["mean_image_bytes_256px"]:,} bytes instead of {c["mean_image_bytes"]:,} add
+**{c["rss_256px_minus_64px_bytes_per_example"] / 1e3:.2f} KB per example**: growth is
+metadata, never image bytes. It comes from the local runner: the FnApiRunner
+keeps every intermediate PCollection's buffer until the job ends (its
+`ListBuffer`s are never cleared), so local memory = materialized PCollections
+× encoded element size. On Dataflow a worker holds one bucket or one shard
+(docs/convert.md#scale).
+
+Why a wall-clock aim can be missed at this size: a Beam job pays a fixed
+start-up (import Beam, plan the graph, start 2 SDK worker processes) that is
+larger than the whole baseline on small images. Per example, convert costs
+{c["c_marginal_per_example_over_a_plus_b"]:.2f}× the unavoidable decode + write work, and that is what scales.
+"""
+
+
 if __name__ == "__main__":
-    main()
+    bench_main(measure, FLAGS, __doc__)

@@ -9,12 +9,10 @@ Prints JSON; RESULTS.md quotes it. Ratios are to the better of the two explicit 
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import shutil
 
-from _common import BIN, WORK, machine, make_jpegs, run_measured
+from _common import BIN, WORK, bench_main, make_jpegs, run_measured, verdict
 
 MODES = {
     "in_memory_1": ["--direct_running_mode=in_memory", "--direct_num_workers=1"],
@@ -26,12 +24,14 @@ MODES = {
 }
 
 
-def main(argv=None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sizes", default="2000,35000")
-    p.add_argument("--repeats", type=int, default=2)
-    a = p.parse_args(argv)
-    result = {"machine": machine(), "seconds": {}, "ratio_default_to_best": {}}
+FLAGS = {
+    "sizes": (str, "2000,35000", "comma list of folder sizes"),
+    "repeats": (int, 2, "runs of each mode, best kept"),
+}
+
+
+def measure(a) -> dict:
+    result = {"seconds": {}, "ratio_default_to_best": {}}
     for n in (int(x) for x in a.sizes.split(",")):
         src = make_jpegs(os.path.join(WORK, f"jpegs_{n}"), n)
         best = {}
@@ -45,9 +45,30 @@ def main(argv=None) -> dict:
         result["seconds"][n] = {k: round(v, 2) for k, v in best.items()}
         better = min(best["in_memory_1"], best["multi_processing_all"])
         result["ratio_default_to_best"][n] = round(best["default"] / better, 3)
-    print(json.dumps(result, indent=2))
     return result
 
 
+def render(mode: dict) -> str:
+    """This benchmark's section of RESULTS.md, from its results alone."""
+    rows = "\n".join(
+        f"| {int(n):,} | {t['in_memory_1']:.1f} | {t['multi_processing_all']:.1f} | "
+        f"{t['default']:.1f} | **{mode['ratio_default_to_best'][n]:.2f}** | "
+        f"≤ 1.10 — {verdict(mode['ratio_default_to_best'][n], 1.10)} |"
+        for n, t in mode["seconds"].items()
+    )
+    return f"""## local mode — `benchmarks/mode_bench.py`
+
+Which DirectRunner mode `evenshard convert` uses when no runner flag is given.
+The same JPEG folders converted three ways, best of two, round-robin:
+one in-memory worker (Beam's own default), `multi_processing` with a worker
+a core, and the default as shipped (`beam_jobs/runners.py: local_default`).
+Aim: the default within 10% of the better explicit mode (ratio ≤ 1.10).
+
+| images | in_memory, 1 worker (s) | multi_processing, all cores (s) | default (s) | default / better | aim |
+|---:|---:|---:|---:|---:|---|
+{rows}
+"""
+
+
 if __name__ == "__main__":
-    main()
+    bench_main(measure, FLAGS, __doc__)
