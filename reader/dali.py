@@ -38,6 +38,7 @@ class DaliReader:
 
     def __init__(self, source: RecordSource, device: str):
         self.source, self.device = source, device
+        self.state = source.read.state  # given a state: the one to advance
         self.pipeline = None  # built by make_dali_pipeline
         self._batches = iter(())
         self._fed: collections.deque[Batch] = collections.deque()
@@ -86,6 +87,7 @@ def make_dali_pipeline(
     *,
     device: str | None = None,
     num_threads: int = 2,
+    state=None,
     **overrides,
 ) -> DaliReader:
     """A DALI pipeline over one split, with the reader's semantics.
@@ -98,6 +100,8 @@ def make_dali_pipeline(
         device: "gpu" (decode with nvJPEG: DALI's "mixed"), "cpu", or None:
             the GPU when DALI sees one.
         num_threads: DALI's CPU threads.
+        state: a :class:`reader.ReadState` to resume (any worker count); the
+            reader's ``state`` is then the state to advance by the batches consumed.
 
     Raises:
         DatasetError: the dataset holds a format DALI does not decode (GIF),
@@ -111,7 +115,7 @@ def make_dali_pipeline(
         raise ImportError(f'DALI is not installed: pip install "evenshard[dali]" ({e})') from None
     o = dataclasses.replace(options or ReadOptions(), **overrides)
     check_options(o)
-    source = RecordSource(data_dir, split, batch_size, o)
+    source = RecordSource(data_dir, split, batch_size, o, state)
     check_formats(data_dir, source.info)
     if device is None:
         device = "gpu" if _gpus() else "cpu"

@@ -17,6 +17,8 @@ from reader.decode import Decoder
 from reader.info import check_path_root, default_path_root
 from reader.options import ReadOptions
 from reader.plan import ReadPlan, Resume, Runs
+from reader.source import Records
+from reader.state import ReadState
 from reader.worker import WorkerRead
 from schemas import features, storage, tfrecord
 from schemas.info import load_info
@@ -32,6 +34,8 @@ def make_dataset(
     split: str = "train",
     batch_size: int | None = 32,
     options: ReadOptions | None = None,
+    *,
+    state: ReadState | None = None,
     **overrides,
 ):
     """Builds a ``tf.data.Dataset`` over one split, from ``dataset_info.json``.
@@ -41,13 +45,17 @@ def make_dataset(
         split: split name.
         batch_size: examples a batch; None yields single examples.
         options: a :class:`ReadOptions`; default ``ReadOptions()``.
+        state: a :class:`reader.ReadState` to resume, with this worker count or
+            another (``reader.resume`` takes it from here; ``seed`` and the start
+            come from it).
         **overrides: fields of ``ReadOptions`` to change, e.g. ``seed=0,
             image_size=(224, 224)``.
 
     Returns:
         A dataset of dicts ``{"image", "label", "key"}`` (plus ``"mask"`` with
         ``pad_final_batch``), or (image, label) tuples; finite datasets carry
-        their cardinality.
+        their cardinality. With ``state``: (dataset, the state to advance by the
+        batches consumed).
 
     Raises:
         DatasetError: the dataset is missing, unfinished, or a listed shard is
@@ -58,7 +66,7 @@ def make_dataset(
     """
     o = dataclasses.replace(options or ReadOptions(), **overrides)
     info = load_info(data_dir)
-    w = WorkerRead.of(info, data_dir, split, batch_size, o)
+    w = WorkerRead.of(info, data_dir, split, batch_size, o, state)
     deterministic = o.deterministic
     if deterministic is None:
         deterministic = o.seed is not None or not w.shuffle
@@ -87,6 +95,8 @@ def make_dataset(
 
     stream = _Stream(w.plan, mine, info["compression"], o)
     records = stream.records(w.start, o.epochs)  # records, or (record, epoch) with random_crop
+    if w.lead is not None and len(w.lead[0]):
+        records = _lead(w, stream.tagged).concatenate(records)
 
     parallel = {"num_parallel_calls": o.num_parallel_calls, "deterministic": deterministic}
     if batch_size is None:
@@ -116,7 +126,22 @@ def make_dataset(
         ds = ds.apply(tf.data.experimental.prefetch_to_device(device, o.prefetch or 1))
     elif o.prefetch is not None:
         ds = ds.prefetch(o.prefetch)
-    return ds
+    return ds if state is None else (ds, w.state)
+
+
+def _lead(w: WorkerRead, tagged: bool):
+    """The worker's lead (records the workers of a resumed run left; docs/design.md,
+    "Elastic resume"): fetched by offset in chunks, one Python call a chunk."""
+    records = Records(w.split)
+    ids, epochs = w.lead
+
+    def fetch(chunk, epoch):
+        data = tf.numpy_function(records.many, [chunk], tf.string, stateful=False)
+        data.set_shape([None])
+        return (data, epoch) if tagged else data
+
+    chunks = tf.data.Dataset.from_tensor_slices((ids, epochs)).batch(_CHUNK)
+    return chunks.map(fetch).unbatch()
 
 
 class _Stream:

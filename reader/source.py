@@ -9,6 +9,7 @@ uncompressed shard, so any position is one ``pread`` away.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 
@@ -37,12 +38,56 @@ class Batch:
     mask: np.ndarray
 
 
+class Records:
+    """Records of some shards fetched by their DALI index: ``get(i)`` is record ``i``
+    counting over the shards in order (each shard checked: length and CRCs)."""
+
+    def __init__(self, shards: list[dict]):
+        self._paths = [s["path"] for s in shards]
+        self._tables = [s["table"] for s in shards]
+        counts = [s["num_examples"] for s in shards]
+        self._firsts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        self._fds: dict[int, int] = {}  # shard -> an open descriptor, opened on first use
+
+    def __enter__(self) -> Records:
+        return self
+
+    def __exit__(self, *_) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds = {}
+
+    def get(self, i: int) -> bytes:
+        f = int(np.searchsorted(self._firsts, i, side="right")) - 1
+        r = i - int(self._firsts[f])
+        offset, size = (int(v) for v in self._tables[f][r])
+        path = self._paths[f]
+        if storage.is_url(path):  # the tf.data reader's lead from a bucket: a ranged read
+            with storage.open_binary(path) as stream:
+                stream.seek(offset)
+                framed = stream.read(size)
+        else:
+            if f not in self._fds:
+                self._fds[f] = os.open(path, os.O_RDONLY)
+            framed = os.pread(self._fds[f], size, offset)
+        try:
+            return tfrecord.unframe(framed, path, r, offset)
+        except tfrecord.CorruptRecord as e:
+            raise DatasetError(f"{e}: the shard is corrupt or truncated") from None
+
+    def many(self, ids) -> np.ndarray:
+        """The records of ``ids``, as an object array of bytes (a chunk for tf.data)."""
+        with self:
+            return np.array([self.get(int(i)) for i in ids], dtype=object)
+
+
 class RecordSource:
     """Batches of one worker's share of a split (see the module docstring).
 
     Args:
         data_dir, split, batch_size, options: as for ``reader.make_dataset``
             (``image_size`` and the like are the decoder's business).
+        state: a :class:`reader.ReadState` to resume (any worker count).
 
     Raises:
         DatasetError: as ``make_dataset``; also for gzip-compressed shards
@@ -50,7 +95,9 @@ class RecordSource:
             datasets outside the local file system.
     """
 
-    def __init__(self, data_dir: str, split: str, batch_size: int, options: ReadOptions):
+    def __init__(
+        self, data_dir: str, split: str, batch_size: int, options: ReadOptions, state=None
+    ):
         info = load_info(data_dir)
         if info["compression"] != "none":
             raise DatasetError(
@@ -61,15 +108,11 @@ class RecordSource:
         if storage.is_url(data_dir):
             raise DatasetError(f"{data_dir}: this reader reads local folders (use make_dataset)")
         self.info, self.options, self.batch_size = info, options, batch_size
-        self.read = WorkerRead.of(info, data_dir, split, batch_size, options)
+        self.read = WorkerRead.of(info, data_dir, split, batch_size, options, state)
         self.kind = info["record_kind"]
         self.root = default_path_root(info, options.path_root)
-        self._paths = [s["path"] for s in self.read.shards]
-        self._offsets = [s["table"][:, 0] for s in self.read.shards]
-        self._sizes = [s["table"][:, 1] for s in self.read.shards]
-        counts = [s["num_examples"] for s in self.read.shards]
-        self._firsts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        self._fds: list[int] = []
+        self._own = Records(self.read.shards)
+        self._split = Records(self.read.split) if self.read.split else None
 
     def __len__(self) -> int:
         if self.read.remaining is None:
@@ -77,43 +120,41 @@ class RecordSource:
         return self.read.remaining
 
     def __iter__(self):
-        """Batches from ``start_step`` on, as ``make_dataset`` yields them."""
+        """Batches from the read's start on, as ``make_dataset`` yields them."""
         o, size = self.options, self.batch_size
-        plan, n = self.read.plan, self.read.num_examples
-        epoch, position = divmod(self.read.start, n)
         left = self.read.remaining
+        if left == 0:
+            return
         pending: list[tuple] = []
-        self._fds = [os.open(p, os.O_RDONLY) for p in self._paths]
-        try:
-            while (o.epochs is None or epoch < o.epochs) and left != 0:
-                for gid in plan.epoch_order(epoch)[position:]:
-                    pending.append(self._example(int(gid)))
-                    if len(pending) == size:
-                        yield self._batch(pending, size)
-                        pending, left = [], None if left is None else left - 1
-                        if left == 0:
-                            return
-                epoch, position = epoch + 1, 0
+        with self._own, self._split or contextlib.nullcontext():
+            for example in self._stream():
+                pending.append(example)
+                if len(pending) == size:
+                    yield self._batch(pending, size)
+                    pending, left = [], None if left is None else left - 1
+                    if left == 0:
+                        return
             if pending and not o.drop_remainder:
                 yield self._batch(pending, size if o.pad_final_batch else len(pending))
                 left -= 1
             while o.pad_final_batch and left > 0:  # all-padding batches, as every worker
-                yield self._batch([], size, like=self._example(0))
+                yield self._batch([], size, like=self._example(self._own.get(0)))
                 left -= 1
-        finally:
-            for fd in self._fds:
-                os.close(fd)
-            self._fds = []
 
-    def _example(self, gid: int) -> tuple:
-        """(encoded image, label, key) of the worker's record ``gid``."""
-        f = int(np.searchsorted(self._firsts, gid, side="right")) - 1
-        r = gid - int(self._firsts[f])
-        offset, size = int(self._offsets[f][r]), int(self._sizes[f][r])
-        try:
-            data = tfrecord.unframe(os.pread(self._fds[f], size, offset), self._paths[f], r, offset)
-        except tfrecord.CorruptRecord as e:
-            raise DatasetError(f"{e}: the shard is corrupt or truncated") from None
+    def _stream(self):
+        """The worker's examples in read order: its lead, then its own order."""
+        if self.read.lead is not None:
+            for i in self.read.lead[0]:
+                yield self._example(self._split.get(int(i)))
+        plan, epochs = self.read.plan, self.options.epochs
+        epoch, position = divmod(self.read.start, plan.size)
+        while epochs is None or epoch < epochs:
+            for i in plan.epoch_order(epoch)[position:]:
+                yield self._example(self._own.get(int(i)))
+            epoch, position = epoch + 1, 0
+
+    def _example(self, data: bytes) -> tuple:
+        """(encoded image, label, key) of a serialized record."""
         ex = parse_example(data)
         if self.kind == "image":
             encoded = ex[features.ENCODED]

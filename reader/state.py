@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
-
-log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +29,10 @@ class ReadState:
             dataset_info.json): a re-converted or replaced split is refused.
         order: the options that shape the read order, as ``name=value``
             pairs: resuming under others is refused, naming what changed.
+        elastic: after a resume with another worker count, the old workers'
+            position (workers, epoch, records consumed, and the q and r of
+            their own lead) and the offset into what they left, which these
+            workers read first (docs/design.md, "Elastic resume"); else None.
     """
 
     seed: int
@@ -42,6 +43,7 @@ class ReadState:
     examples_per_worker: int | None = None
     dataset: str | None = None
     order: str | None = None
+    elastic: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         for name in ("seed", "batch_size", "epoch", "step"):
@@ -60,10 +62,20 @@ class ReadState:
         for name in ("dataset", "order"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
                 raise TypeError(f"ReadState.{name} must be a str or None")
+        if self.elastic is not None:
+            elastic = tuple(self.elastic)
+            if len(elastic) != 6 or not all(isinstance(v, int) and v >= 0 for v in elastic):
+                raise ValueError(f"ReadState.elastic must be 6 whole numbers >= 0, got {elastic}")
+            object.__setattr__(self, "elastic", elastic)
 
     def advance(self, steps: int) -> ReadState:
         """The state after ``steps`` more batches."""
         return dataclasses.replace(self, step=self.step + steps)
+
+    def check_same_read(self, dataset: str, order: str, split: str) -> None:
+        """Raises ValueError unless this state was saved reading ``split`` with this
+        fingerprint and these order options (or does not know them: a new state)."""
+        _check_same_read(self, dataset, order, split)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -79,80 +91,36 @@ class ReadState:
 
 
 def resume(data_dir: str, split: str, state: ReadState, options=None, **overrides):
-    """A dataset that continues a seeded read from ``state``, and the state to advance.
+    """A dataset that continues a seeded read from ``state``, and the state to advance:
+    ``make_dataset(data_dir, split, state.batch_size, options, state=state)``.
 
-    Same worker count: the dataset yields exactly the batches the
-    uninterrupted read would have yielded from ``state.step`` on (same keys,
-    order, crops, padding and mask), without reading or decoding what it
-    skips. Another worker count: the files are dealt differently, so no
-    worker can continue another's order; the read restarts the epoch that
-    was in progress, on the new workers, so that epoch still reads every
-    example exactly once (what was read of it before is read again). The
-    returned state is then anchored at that epoch's start.
+    With the worker count of the run that saved it, the dataset yields exactly the
+    batches the uninterrupted read would have yielded from ``state.step`` on (same
+    keys, order, crops, padding and mask), without reading or decoding what it skips.
+    With another worker count, the new workers first read, between them, exactly what
+    the old ones had left of the epochs they had started (each such record once),
+    then their own order from the next epoch (docs/design.md, "Elastic resume").
 
     Args:
-        data_dir, split, options, overrides: as for ``reader.make_dataset``;
-            ``seed`` comes from the state (a different one is an error).
+        data_dir, split, options, overrides: as for ``reader.make_dataset``
+            (``batch_size`` may be given to change it; ``seed`` comes from the state).
         state: a :class:`ReadState` (new, or from ``ReadState.from_json``).
 
     Returns:
         (dataset, state): advance the state by the batches consumed and save it.
     """
-    from reader.info import split_fingerprint, split_shards
-    from reader.options import ReadOptions
     from reader.pipeline import make_dataset
-    from reader.worker import worker_plan
-    from schemas.info import load_info
 
-    o = dataclasses.replace(options or ReadOptions(), **overrides)
-    if o.seed is not None and o.seed != state.seed:
-        raise ValueError(f"the state was saved with seed {state.seed}, options give {o.seed}")
-    if o.start_step or o.start_epoch:
-        raise ValueError("resume takes the start from the state: leave start_step/start_epoch 0")
-    info = load_info(data_dir)
-    _check_same_read(state, split_fingerprint(info, split), o.order(split), data_dir, split)
-    n_workers, index = o.workers()
-    shards = split_shards(info, data_dir, split)
-    examples = worker_plan(shards, n_workers, index)[1]
-    if state.num_workers in (None, n_workers):
-        if state.examples_per_worker not in (None, examples):
-            raise ValueError(
-                f"the state was saved when each worker read {state.examples_per_worker} "
-                f"examples of {split!r}, now {examples}: the split changed; start a new read"
-            )
-        state = dataclasses.replace(state, num_workers=n_workers, examples_per_worker=examples)
-    else:
-        epoch = state.epoch + state.step * state.batch_size // state.examples_per_worker
-        log.warning(
-            "resuming %d workers' read with %d workers: restarting epoch %d from its start "
-            "so that it still reads every example once",
-            state.num_workers,
-            n_workers,
-            epoch,
-        )
-        state = dataclasses.replace(
-            state, epoch=epoch, step=0, num_workers=n_workers, examples_per_worker=examples
-        )
-    state = dataclasses.replace(state, dataset=split_fingerprint(info, split), order=o.order(split))
-    ds = make_dataset(
-        data_dir,
-        split,
-        state.batch_size,
-        o,
-        seed=state.seed,
-        start_epoch=state.epoch,
-        start_step=state.step,
-    )
-    return ds, state
+    batch_size = overrides.pop("batch_size", state.batch_size)
+    return make_dataset(data_dir, split, batch_size, options, state=state, **overrides)
 
-
-def _check_same_read(state: ReadState, dataset: str, order: str, data_dir: str, split: str):
+def _check_same_read(state: ReadState, dataset: str, order: str, split: str):
     """A state resumes only the read it was saved from: the same split's shards, and the
     options that shape the order; otherwise examples would be read twice or never."""
     if state.dataset not in (None, dataset):
         raise ValueError(
             f"the state was saved reading another version of split {split!r} (its shards' "
-            f"checksums differ from those in {data_dir}: re-converted or replaced); "
+            "checksums differ from those in dataset_info.json: re-converted or replaced); "
             "resuming would read some examples twice and others never: start a new read"
         )
     if state.order in (None, order):

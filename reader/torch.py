@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import secrets
 import sys
 
 import numpy as np
 import torch
 
 from reader.options import ReadOptions
+from reader.state import ReadState
 from reader.worker import WorkerRead
 from schemas.images import DALI_FORMATS
 from schemas.info import load_info
@@ -69,6 +71,7 @@ class TorchReader(torch.utils.data.IterableDataset):
         *,
         backend: str | None = None,
         layout: str = "NHWC",
+        state: ReadState | None = None,
         **overrides,
     ):
         super().__init__()
@@ -100,9 +103,35 @@ class TorchReader(torch.utils.data.IterableDataset):
 
             check_options(o)
             check_formats(data_dir, info)
-        # the options and files checked, and the batch count, as the pipeline will
-        self._len = WorkerRead.of(info, data_dir, split, batch_size, o).remaining
+        if state is None:
+            # the read as a state from its start, so that state_dict() can say where it
+            # stands (an unseeded read draws its seed once, here, not in the pipeline)
+            seeded = o.shuffles(split) or o.random_crop
+            if o.seed is None and seeded and (o.start_step or o.start_epoch):
+                raise ValueError(
+                    "start_step and start_epoch resume a seeded read: pass the seed of the "
+                    "run being resumed, or its state (state=, load_state_dict)"
+                )
+            seed = secrets.randbelow(2**31 - 1) if o.seed is None else o.seed
+            state = ReadState(seed, batch_size, epoch=o.start_epoch, step=o.start_step)
+            o = dataclasses.replace(o, start_epoch=0, start_step=0)
         self._args = (data_dir, split, batch_size, o)
+        self._reader, self._built_by = None, None
+        self.load_state_dict({"read_state": state.to_json()})
+
+    def state_dict(self) -> dict:
+        """Where this reader stands: ``{"read_state": ReadState JSON}``, advanced by the
+        batches this iteration yielded (save it beside the model's state_dict)."""
+        return {"read_state": self._state.advance(self._consumed).to_json()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Continues the read ``state_dict`` saved (any worker count: the ranks of this
+        run read what the saved ones left, each record once; docs/design.md)."""
+        data_dir, split, batch_size, o = self._args
+        saved = ReadState.from_json(state_dict["read_state"])
+        # the options and files checked, and the batch count, as the pipeline will
+        w = WorkerRead.of(load_info(data_dir), data_dir, split, batch_size, o, saved)
+        self._len, self._state, self._consumed = w.remaining, w.state, 0
         self._reader, self._built_by = None, None
 
     def __len__(self) -> int:
@@ -116,12 +145,14 @@ class TorchReader(torch.utils.data.IterableDataset):
             if self.backend == "dali":
                 from reader.dali import make_dali_pipeline
 
-                self._reader = make_dali_pipeline(*self._args)
+                self._reader = make_dali_pipeline(*self._args, state=self._state)
             else:
                 _check_tensorflow_not_forked()
                 from reader.pipeline import make_dataset
 
-                self._reader = make_dataset(*self._args, prefetch_to_device=False)
+                self._reader, _ = make_dataset(
+                    *self._args, state=self._state, prefetch_to_device=False
+                )
             self._built_by = os.getpid()
         return self._reader
 
@@ -139,7 +170,9 @@ class TorchReader(torch.utils.data.IterableDataset):
                 "num_workers/worker_index or torch.distributed for more readers"
             )
         convert = self._from_dali if self.backend == "dali" else self._from_tf
+        self._consumed = 0  # iterating again starts the read again, from the state
         for batch in self._pipeline():
+            self._consumed += 1
             out = convert(batch)
             if self.layout == "NCHW":
                 out["image"] = out["image"].permute(0, 3, 1, 2)

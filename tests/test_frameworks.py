@@ -150,6 +150,55 @@ def test_dali_and_torch_resume_mid_epoch(data_761):
         assert tail == whole[30:], name
 
 
+def _train(reader_, model, optimizer, steps: int) -> list[float]:
+    import torch
+
+    losses = []
+    for batch in reader_:
+        x = batch["image"].float().permute(0, 3, 1, 2) / 255
+        loss = torch.nn.functional.cross_entropy(model(x), batch["label"])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(round(loss.item(), 6))
+        if len(losses) == steps:
+            break
+    return losses
+
+
+def test_a_preempted_torch_training_resumes_with_the_same_losses(data_761):
+    """A tiny CNN trained 40 steps straight, and trained 15 steps, preempted (the model's and
+    the reader's state_dict saved), then resumed by a new reader: the same losses."""
+    import torch
+
+    def fresh():
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3),
+            torch.nn.ReLU(),
+            torch.nn.AdaptiveAvgPool2d(1),
+            torch.nn.Flatten(),
+            torch.nn.Linear(8, 4),
+        )
+        return model, torch.optim.SGD(model.parameters(), lr=0.5)
+
+    kw = dict(image_size=SIZE, seed=5, epochs=None, backend="tf")
+    model, opt = fresh()
+    straight = _train(TorchReader(data_761[1], "train", 32, **kw), model, opt, 40)
+    model, opt = fresh()
+    first = TorchReader(data_761[1], "train", 32, **kw)
+    losses = _train(first, model, opt, 15)
+    saved = {"model": model.state_dict(), "opt": opt.state_dict(), "data": first.state_dict()}
+    model, opt = fresh()
+    model.load_state_dict(saved["model"])
+    opt.load_state_dict(saved["opt"])
+    second = TorchReader(data_761[1], "train", 32, **kw)
+    second.load_state_dict(saved["data"])
+    losses += _train(second, model, opt, 25)
+    assert losses == straight
+    assert straight[-1] < straight[0]  # it learns
+
+
 def test_images_match_the_tf_reader(data_761):
     """Same pixels as TensorFlow's decoders, up to resize filter differences (JPEG/PNG/BMP/WebP)."""
     dali = next(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import collections
 import json
-import logging
 
 import numpy as np
 import pytest
@@ -165,52 +164,36 @@ def test_a_trainer_saves_and_restores_the_state_as_json(data_241, tmp_path):
         reader.resume(data_241[0], "train", state, options, seed=12)
 
 
-def test_resuming_with_another_worker_count_restarts_the_epoch(data_241, caplog):
-    # 2 workers read 120/121 each; worker 0 stopped after 10 batches (160 records: in epoch 1)
+def test_resuming_with_another_worker_count_reads_the_epoch_once(data_241):
+    # 2 workers read 120/121 each; they stopped after 10 batches (160 records: in epoch 1)
     state = reader.ReadState(11, BATCH, epoch=0, step=10, num_workers=2, examples_per_worker=120)
     options = reader.ReadOptions(**dict(OPTS, epochs=3))
+    before = [
+        k
+        for w in range(2)
+        for k in flat_keys(
+            batches(
+                reader.make_dataset(
+                    data_241[0],
+                    "train",
+                    BATCH,
+                    num_workers=2,
+                    worker_index=w,
+                    **dict(OPTS, epochs=3),
+                )
+            )
+        )[: 10 * BATCH]
+    ]
     seen = []
     for w in range(3):
-        with caplog.at_level(logging.WARNING):
-            ds, new = reader.resume(
-                data_241[0], "train", state, options, num_workers=3, worker_index=w
-            )
-        assert (new.epoch, new.step, new.num_workers) == (1, 0, 3)
+        ds, new = reader.resume(data_241[0], "train", state, options, num_workers=3, worker_index=w)
+        assert (new.epoch, new.step, new.num_workers) == (2, 0, 3)
         keys = flat_keys(batches(ds))
-        assert len(keys) == 2 * new.examples_per_worker  # epochs 1 and 2
-        seen += keys[: new.examples_per_worker]
-    assert "restarting epoch 1" in caplog.text
-    assert len(seen) == len(set(seen)) == 241  # epoch 1 exactly once
-
-
-def test_a_state_resumes_only_its_own_dataset_and_order(data_241, tmp_path):
-    """Resuming a re-converted split (same counts, another seed) or under options that
-    change the order would read examples twice and skip others: refused, naming why."""
-    options = reader.ReadOptions(**dict(OPTS, epochs=2))
-    _, state = reader.resume(data_241[0], "train", reader.ReadState(11, BATCH), options)
-    saved = reader.ReadState.from_json(state.advance(5).to_json())
-    assert saved.dataset and "shuffle_buffer=24" in saved.order
-
-    again = str(tmp_path / "again")
-    run_convert(data_241[2], again, "--splits=train=1.0", "--num_shards=6", "--seed=5")
-    assert reader.load_info(again)["splits"]["train"]["num_examples"] == 241
-    with pytest.raises(ValueError, match="another version of split 'train'"):
-        reader.resume(again, "train", saved, options)
-    for change, named in [
-        (dict(cycle_length=2), "cycle_length 4 -> 2"),
-        (dict(shuffle_buffer=10), "shuffle_buffer 24 -> 10"),
-        (dict(shuffle=False), "shuffle True -> False"),
-        (dict(block_length=1), "block_length 2 -> 1"),
-    ]:
-        with pytest.raises(ValueError, match=named):
-            reader.resume(data_241[0], "train", saved, options, **change)
-    # what does not shape the order may change: the batch count, decoding, prefetch
-    ds, _ = reader.resume(data_241[0], "train", saved, options, epochs=3, prefetch=None)
-    assert ds.cardinality().numpy() == -(-3 * 241 // BATCH) - 5
-    # a state saved before the fingerprints existed resumes as it did
-    old = json.loads(saved.to_json())
-    del old["dataset"], old["order"]
-    reader.resume(data_241[0], "train", reader.ReadState(**old), options)
+        assert len(keys) > new.examples_per_worker  # the lead, then epoch 2
+        seen += keys[: len(keys) - new.examples_per_worker]
+    # epochs 0 and 1 (both started): every example twice over, never three times
+    counts = collections.Counter(before + seen)
+    assert len(counts) == 241 and set(counts.values()) == {2}
 
 
 def test_state_round_trip_and_misuse():

@@ -1,0 +1,227 @@
+"""Elastic resume (issue 21): a read saved with N workers resumes with M, and the epochs
+in progress still read every example exactly once; later epochs are the M-worker order.
+
+The oracle is plain Python over uninterrupted reads: each old worker's stream as the
+N-worker reader yields it, its tail cut at the save, the tails merged round-robin and
+dealt to the new workers (docs/design.md, "Elastic resume")."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import run_convert
+
+import reader
+from evenshard import synthetic
+from reader.torch import TorchReader
+
+B = 8
+EPOCHS = 3
+OPTS = dict(seed=3, shuffle_buffer=16, cycle_length=4, block_length=2, decode=False)
+
+
+@pytest.fixture(scope="module")
+def data_240(tmp_path_factory):
+    """240 examples in 60 shards (a multiple of 1..5 workers), and 240 in 7 (unequal)."""
+    root = tmp_path_factory.mktemp("elastic") / "images"
+    synthetic.make_image_folder(str(root), num_labels=4, per_label=60, formats=("png",))
+    out = tmp_path_factory.mktemp("elastic_out")
+    run_convert(str(root), str(out / "even"), "--splits=train=1.0", "--num_shards=60")
+    run_convert(str(root), str(out / "uneven"), "--splits=train=1.0", "--num_shards=7")
+    return str(out / "even"), str(out / "uneven")
+
+
+def keys(ds) -> list[str]:
+    return [k.decode() for b in ds for k in b["key"].numpy()]
+
+
+def streams(data_dir: str, workers: int, **kw) -> list[list[str]]:
+    """Every worker's uninterrupted stream of keys, all epochs."""
+    return [
+        keys(
+            reader.make_dataset(
+                data_dir,
+                "train",
+                B,
+                num_workers=workers,
+                worker_index=w,
+                epochs=EPOCHS,
+                **OPTS,
+                **kw,
+            )
+        )
+        for w in range(workers)
+    ]
+
+
+def leads(old: list[list[str]], consumed: int, per_epoch: list[int], new: int):
+    """The oracle: what each of ``new`` workers reads first after ``old`` workers each
+    consumed ``consumed`` records (tails to the end of the last epoch any had started,
+    merged round-robin, dealt)."""
+    top = max(consumed // n for n in per_epoch)
+    tails = [s[consumed : (top + 1) * n] for s, n in zip(old, per_epoch)]
+    merged = [t[i] for i in range(max(map(len, tails))) for t in tails if i < len(t)]
+    return [merged[j::new] for j in range(new)], top
+
+
+def resumed(data_dir: str, state, workers: int) -> list[tuple[list[str], reader.ReadState]]:
+    options = reader.ReadOptions(epochs=EPOCHS, **OPTS)
+    out = []
+    for j in range(workers):
+        ds, new = reader.resume(
+            data_dir, "train", state, options, num_workers=workers, worker_index=j
+        )
+        out.append((keys(ds), new))
+    return out
+
+
+CASES = [(2, 3), (3, 2), (4, 1), (1, 4), (3, 5)]
+
+
+@pytest.mark.parametrize("old_n, new_n", CASES)
+def test_every_example_once_across_old_and_new_workers(data_240, old_n, new_n):
+    data_dir = data_240[0]
+    old = streams(data_dir, old_n)
+    n = len(old[0]) // EPOCHS  # equal counts: 240 / workers
+    # mid-shard, the last partial batch of an epoch, its exact end, inside the next epoch
+    for step in (3, n // B, -(-n // B) if n % B else n // B + 1, n // B + 2):
+        consumed = step * B
+        state = reader.ReadState(seed=3, batch_size=B, step=step, num_workers=old_n)
+        want, top = leads(old, consumed, [n] * old_n, new_n)
+        got = resumed(data_dir, state, new_n)
+        read_before = [k for s in old for k in s[top * n : consumed]]
+        read_after = []
+        for j, (stream, new) in enumerate(got):
+            assert stream[: len(want[j])] == want[j], (step, j)
+            read_after += want[j]
+            assert (new.epoch, new.step, new.num_workers) == (top + 1, 0, new_n)
+        assert sorted(read_before + read_after) == sorted(set(old[0]) | {k for s in old for k in s})
+        # then the new workers' own order: what M workers read from that epoch on
+        plain = [
+            keys(
+                reader.make_dataset(
+                    data_dir,
+                    "train",
+                    B,
+                    num_workers=new_n,
+                    worker_index=j,
+                    epochs=EPOCHS,
+                    start_epoch=top + 1,
+                    **OPTS,
+                )
+            )
+            for j in range(new_n)
+        ]
+        for j, (stream, _) in enumerate(got):
+            assert stream[len(want[j]) :] == plain[j]
+
+
+def test_resizing_again_during_and_after_the_lead(data_240):
+    """2 -> 3 workers, 3 -> 2 in the middle of the lead, 2 -> 4 after it: every epoch
+    still reads every example once, and the state stays a few integers."""
+    data_dir = data_240[0]
+    old = streams(data_dir, 2)
+    first = reader.ReadState(seed=3, batch_size=B, step=5, num_workers=2)
+    three = resumed(data_dir, first, 3)
+    lead3 = len(three[0][0]) - len(streams(data_dir, 3, start_epoch=1)[0])
+    assert lead3 > 2 * B
+    second = three[0][1].advance(2)  # 2 batches of the lead each
+    two = resumed(data_dir, second, 2)
+    assert two[0][1].elastic == (2, 0, 5 * B, 0, 0, 3 * 2 * B)  # same old position, offset
+    epoch0 = [k for s in old for k in s[: 5 * B]] + [k for s, _ in three for k in s[: 2 * B]]
+    rest = len(two[0][0]) - len(streams(data_dir, 2, start_epoch=1)[0])
+    epoch0 += [k for s, _ in two for k in s[:rest]]
+    assert sorted(epoch0) == sorted(set(old[0]) | set(old[1]))
+    # after the lead: the 2 workers' own epoch 1, 3 batches in, then 4 workers
+    third = two[0][1].advance(-(-rest // B) + 3)
+    four = resumed(data_dir, third, 4)
+    assert four[0][1].elastic[:3] == (2, 1, third.step * B)
+    assert len(json.dumps(json.loads(four[0][1].to_json()))) < 400
+
+
+def test_unequal_counts_finish_every_started_epoch(data_240):
+    """7 shards over 3 workers: counts differ, so at a step workers may be in different
+    epochs; every epoch any had started is finished, each record once in it."""
+    data_dir = data_240[1]
+    old = streams(data_dir, 3)
+    per_epoch = [len(s) // EPOCHS for s in old]
+    step = min(per_epoch) // B + 1  # the smallest worker is past its epoch end
+    want, top = leads(old, step * B, per_epoch, 2)
+    state = reader.ReadState(seed=3, batch_size=B, step=step, num_workers=3)
+    got = resumed(data_dir, state, 2)
+    for j, (stream, _) in enumerate(got):
+        assert stream[: len(want[j])] == want[j]
+    for epoch in range(top + 1):  # each epoch <= top: once across before and after
+        before = [
+            k for s, n in zip(old, per_epoch) for k in s[epoch * n : min((epoch + 1) * n, step * B)]
+        ]
+        after = [
+            k for s, n in zip(old, per_epoch) for k in s[max(epoch * n, step * B) : (epoch + 1) * n]
+        ]
+        assert sorted(before + after) == sorted(k for s, n in zip(old, per_epoch) for k in s[:n])
+
+
+@pytest.mark.parametrize("backend", ["dali", "tf"])
+def test_torch_reader_state_dict_resumes_elastically(data_240, backend):
+    """TorchReader.state_dict() after 4 batches on 3 ranks, load_state_dict() on 2: the
+    epoch reads every example once; the DALI pipeline reads what make_dataset reads."""
+    data_dir = data_240[0]
+    kw = dict(image_size=(8, 8), backend=backend, epochs=EPOCHS, **{**OPTS, "decode": True})
+    seen = []
+    saved = None
+    for w in range(3):
+        r = TorchReader(data_dir, "train", B, num_workers=3, worker_index=w, **kw)
+        for i, batch in enumerate(r):
+            seen += batch["key"]
+            if i == 3:
+                break
+        saved = r.state_dict() if saved is None else saved
+        assert r.state_dict() == saved  # every rank stands at the same place
+    assert reader.ReadState.from_json(saved["read_state"]).step == 4
+    for j in range(2):
+        r = TorchReader(data_dir, "train", B, num_workers=2, worker_index=j, **kw)
+        r.load_state_dict(saved)
+        ds, _ = reader.resume(
+            data_dir,
+            "train",
+            reader.ReadState.from_json(saved["read_state"]),
+            reader.ReadOptions(epochs=EPOCHS, **OPTS),
+            num_workers=2,
+            worker_index=j,
+        )
+        want = keys(ds)
+        got = [k for b in r for k in b["key"]]
+        assert got == want
+        lead = len(want) - len(
+            keys(
+                reader.make_dataset(
+                    data_dir,
+                    "train",
+                    B,
+                    num_workers=2,
+                    worker_index=j,
+                    epochs=EPOCHS,
+                    start_epoch=1,
+                    **OPTS,
+                )
+            )
+        )
+        seen += got[:lead]
+    assert len(seen) == len(set(seen)) == 240
+
+
+def test_gzip_shards_refuse_another_worker_count(tmp_path):
+    root = tmp_path / "images"
+    synthetic.make_image_folder(str(root), num_labels=2, per_label=10, formats=("png",))
+    out = str(tmp_path / "gz")
+    run_convert(str(root), out, "--splits=train=1.0", "--num_shards=4", "--compression=gzip")
+    state = reader.ReadState(seed=3, batch_size=2, step=1, num_workers=2)
+    with pytest.raises(reader.DatasetError, match="convert without --compression"):
+        reader.resume(
+            out, "train", state, reader.ReadOptions(**OPTS), num_workers=1, worker_index=0
+        )
+    ds, _ = reader.resume(
+        out, "train", state, reader.ReadOptions(**OPTS), num_workers=2, worker_index=0
+    )
+    assert len(keys(ds)) == 10 - 2
