@@ -71,8 +71,10 @@ def pending(position: Position, plans: list[ReadPlan], to_split: list[np.ndarray
     top = max(e for e, _ in at)
     tails, tail_epochs = [], []
     for w, (plan, (epoch, start)) in enumerate(zip(plans, at)):
-        parts = [to_split[w][plan.epoch_order(e)[start if e == epoch else 0 :]]
-                 for e in range(epoch, top + 1)]
+        parts = [
+            to_split[w][plan.epoch_order(e)[start if e == epoch else 0 :]]
+            for e in range(epoch, top + 1)
+        ]
         sizes = [len(part) for part in parts]
         tails.append(np.concatenate(parts) if parts else np.zeros(0, np.int64))
         tail_epochs.append(np.repeat(np.arange(epoch, top + 1, dtype=np.int64), sizes))

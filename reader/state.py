@@ -23,8 +23,6 @@ class ReadState:
             with another worker count restarted an epoch).
         step: batches this worker has consumed since then.
         num_workers: workers of the run that saved it (None: not yet read).
-        examples_per_worker: examples a worker reads per epoch in that run;
-            a different figure at resume means the split changed.
         dataset: fingerprint of the split read (its shards' sha256 in
             dataset_info.json): a re-converted or replaced split is refused.
         order: the options that shape the read order, as ``name=value``
@@ -40,7 +38,6 @@ class ReadState:
     epoch: int = 0
     step: int = 0
     num_workers: int | None = None
-    examples_per_worker: int | None = None
     dataset: str | None = None
     order: str | None = None
     elastic: tuple[int, ...] | None = None
@@ -52,7 +49,7 @@ class ReadState:
                 raise TypeError(f"ReadState.{name} must be an int, got {value!r}")
         if self.batch_size < 1 or self.epoch < 0 or self.step < 0:
             raise ValueError(f"ReadState needs batch_size >= 1, epoch, step >= 0: {self}")
-        for name in ("num_workers", "examples_per_worker"):
+        for name in ("num_workers",):
             value = getattr(self, name)
             if value is None:
                 continue
@@ -83,6 +80,8 @@ class ReadState:
     @classmethod
     def from_json(cls, text: str) -> ReadState:
         fields = json.loads(text)
+        # saved before the split's fingerprint replaced it: what it checked, that does
+        fields.pop("examples_per_worker", None)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(fields) - known
         if unknown:
@@ -113,6 +112,7 @@ def resume(data_dir: str, split: str, state: ReadState, options=None, **override
 
     batch_size = overrides.pop("batch_size", state.batch_size)
     return make_dataset(data_dir, split, batch_size, options, state=state, **overrides)
+
 
 def _check_same_read(state: ReadState, dataset: str, order: str, split: str):
     """A state resumes only the read it was saved from: the same split's shards, and the

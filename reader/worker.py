@@ -160,9 +160,7 @@ class WorkerRead:
         resumed = None
         if state is not None:
             fingerprint = split_fingerprint(info, split)
-            resumed = segment.state(
-                state, seed, unit, n_workers, num_examples, fingerprint, o.order(split)
-            )
+            resumed = segment.state(state, seed, unit, n_workers, fingerprint, o.order(split))
         if lead is not None:
             skip = segment.skipped(index)
             lead = (lead[0][skip:], lead[1][skip:])
@@ -282,7 +280,7 @@ class _Segment:
             return own
         return self.lead_size(w) - self.skipped(w) + max(own, 0)
 
-    def state(self, saved, seed, unit: int, workers: int, examples: int, fingerprint, order):
+    def state(self, saved, seed, unit: int, workers: int, fingerprint, order):
         """The state of this read, to advance by the batches consumed."""
         if self.consumed % unit:
             raise ValueError(
@@ -297,7 +295,6 @@ class _Segment:
             epoch=self.first_epoch,
             step=self.consumed // unit,
             num_workers=workers,
-            examples_per_worker=examples,
             dataset=fingerprint,
             order=order,
             elastic=self.elastic,

@@ -166,7 +166,7 @@ def test_a_trainer_saves_and_restores_the_state_as_json(data_241, tmp_path):
 
 def test_resuming_with_another_worker_count_reads_the_epoch_once(data_241):
     # 2 workers read 120/121 each; they stopped after 10 batches (160 records: in epoch 1)
-    state = reader.ReadState(11, BATCH, epoch=0, step=10, num_workers=2, examples_per_worker=120)
+    state = reader.ReadState(11, BATCH, epoch=0, step=10, num_workers=2)
     options = reader.ReadOptions(**dict(OPTS, epochs=3))
     before = [
         k
@@ -189,8 +189,10 @@ def test_resuming_with_another_worker_count_reads_the_epoch_once(data_241):
         ds, new = reader.resume(data_241[0], "train", state, options, num_workers=3, worker_index=w)
         assert (new.epoch, new.step, new.num_workers) == (2, 0, 3)
         keys = flat_keys(batches(ds))
-        assert len(keys) > new.examples_per_worker  # the lead, then epoch 2
-        seen += keys[: len(keys) - new.examples_per_worker]
+        own = reader.load_info(data_241[0])["splits"]["train"]["shards"][w::3]
+        per_epoch = sum(s["num_examples"] for s in own)
+        assert len(keys) > per_epoch  # the lead, then epoch 2
+        seen += keys[: len(keys) - per_epoch]
     # epochs 0 and 1 (both started): every example twice over, never three times
     counts = collections.Counter(before + seen)
     assert len(counts) == 241 and set(counts.values()) == {2}
@@ -204,6 +206,13 @@ def test_state_round_trip_and_misuse():
         reader.ReadState.from_json('{"seed": 1, "batch_size": 2, "buffer": []}')
     with pytest.raises(TypeError):
         reader.ReadState(seed="1", batch_size=2)
+    elastic = reader.ReadState(seed=3, batch_size=8, num_workers=3, elastic=(2, 0, 40, 0, 0, 8))
+    assert reader.ReadState.from_json(elastic.to_json()) == elastic
+    with pytest.raises(ValueError, match="6 whole numbers"):
+        reader.ReadState(seed=3, batch_size=8, elastic=(2, 0, 40))
+    # a state saved by an earlier version (before the split's fingerprint) still loads
+    old = '{"seed": 1, "batch_size": 2, "epoch": 0, "step": 3, "num_workers": 2, '
+    assert reader.ReadState.from_json(old + '"examples_per_worker": 120}').step == 3
 
 
 def test_bad_starts_are_refused(data_241):
