@@ -11,23 +11,31 @@ state = reader.ReadState(seed=0, batch_size=256)    # or ReadState.from_json(sav
 ds, state = reader.resume(data_dir, "train", state, image_size=(224, 224))
 
 # PyTorch and DALI, the same order: reader.TorchReader, reader.make_dali_pipeline
+# (TorchReader.state_dict / load_state_dict; any of them resumes with another worker count)
+
+# several splits or datasets by weight, for any reader in place of data_dir
+both = reader.mix([("web/", 0.8), (("curated/", "train"), 0.2)])
+ds = reader.make_dataset(both, batch_size=256, seed=0, image_size=(224, 224), epochs=None)
 
 TensorFlow, torch and DALI are imported on first use of the entry point that
 needs them, not by ``import reader``.
 """
 
+from reader.mixture import Mixture, mix
 from reader.options import ReadOptions
 from reader.state import ReadState, resume
 from schemas.info import DatasetError, load_info
 
 __all__ = [
     "DatasetError",
+    "Mixture",
     "ReadOptions",
     "ReadState",
     "TorchReader",
     "load_info",
     "make_dali_pipeline",
     "make_dataset",
+    "mix",
     "resume",
 ]
 

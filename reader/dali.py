@@ -19,6 +19,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 
+from reader.mixture import Mixture
 from reader.options import ReadOptions
 from reader.source import Batch, RecordSource
 from schemas.images import DALI_FORMATS
@@ -80,7 +81,7 @@ class DaliReader:
 
 
 def make_dali_pipeline(
-    data_dir: str,
+    data_dir,
     split: str = "train",
     batch_size: int = 32,
     options: ReadOptions | None = None,
@@ -94,7 +95,8 @@ def make_dali_pipeline(
 
     Args:
         data_dir, split, batch_size, options, overrides: as for
-            ``reader.make_dataset`` (``image_size`` is required: DALI batches
+            ``reader.make_dataset`` (``data_dir`` may be a ``reader.mix``;
+            ``image_size`` is required: DALI batches
             images of one size; ``channels`` 1 or 3; ``random_crop`` crops
             8%-100% of the area, aspect 3/4-4/3, before resizing).
         device: "gpu" (decode with nvJPEG: DALI's "mixed"), "cpu", or None:
@@ -116,7 +118,9 @@ def make_dali_pipeline(
     o = dataclasses.replace(options or ReadOptions(), **overrides)
     check_options(o)
     source = RecordSource(data_dir, split, batch_size, o, state)
-    check_formats(data_dir, source.info)
+    names = [d for d, _ in data_dir.sources] if isinstance(data_dir, Mixture) else [data_dir]
+    for name, info in zip(names, source.infos):
+        check_formats(name, info)
     if device is None:
         device = "gpu" if _gpus() else "cpu"
     if device not in ("gpu", "cpu"):

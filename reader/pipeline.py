@@ -15,6 +15,7 @@ import dataclasses
 import schemas
 from reader.decode import Decoder
 from reader.info import check_path_root, default_path_root
+from reader.mixture import MixRead, Mixture
 from reader.options import ReadOptions
 from reader.plan import ReadPlan, Resume, Runs
 from reader.source import Records
@@ -30,7 +31,7 @@ _CHUNK = 1024  # records a vectorized step of the stream handles at once
 
 
 def make_dataset(
-    data_dir: str,
+    data_dir: str | Mixture,
     split: str = "train",
     batch_size: int | None = 32,
     options: ReadOptions | None = None,
@@ -41,7 +42,8 @@ def make_dataset(
     """Builds a ``tf.data.Dataset`` over one split, from ``dataset_info.json``.
 
     Args:
-        data_dir: a folder written by ``evenshard convert`` (local or gs://).
+        data_dir: a folder written by ``evenshard convert`` (local or gs://), or a
+            ``reader.mix`` of several splits (then ``split`` is not used).
         split: split name.
         batch_size: examples a batch; None yields single examples.
         options: a :class:`ReadOptions`; default ``ReadOptions()``.
@@ -65,39 +67,22 @@ def make_dataset(
         ValueError: options that do not fit together.
     """
     o = dataclasses.replace(options or ReadOptions(), **overrides)
-    info = load_info(data_dir)
-    w = WorkerRead.of(info, data_dir, split, batch_size, o, state)
+    if isinstance(data_dir, Mixture):
+        read = MixRead.of(data_dir, batch_size, o, state)
+        parts = read.parts
+        shuffled = any(w.shuffle for *_, w in parts)
+        streams = [_source(info, w, o) for info, _, _, w in parts]
+        choices = _choices(read.schedule, read.start)
+        records = tf.data.Dataset.choose_from_datasets(streams, choices)
+    else:
+        info = load_info(data_dir)
+        read = WorkerRead.of(info, data_dir, split, batch_size, o, state)
+        parts, shuffled = [(info, data_dir, split, read)], read.shuffle
+        records = _source(info, read, o)  # records, or (record, epoch) with random_crop
     deterministic = o.deterministic
-    if deterministic is None:
-        deterministic = o.seed is not None or not w.shuffle
-    mine, seed = w.shards, w.seed
-    kind = info["record_kind"]
-    root = default_path_root(info, o.path_root)
-    if kind == "path":
-        first = tf.train.Example.FromString(next(tfrecord.iter_records(mine[0]["path"])))
-        check_path_root(
-            root,
-            first.features.feature[features.PATH].bytes_list.value[0].decode(),
-            bool(o.path_root),
-        )
-    spec = schemas.feature_spec(schemas.load(data_dir))
-    wanted = [features.payload(kind), features.LABEL, features.KEY, features.FORMAT]
-    decoder = Decoder(
-        kind,
-        {name: spec[name] for name in wanted},
-        root,
-        o.decode,
-        o.channels,
-        o.image_size,
-        o.random_crop,
-        seed,
-    )
-
-    stream = _Stream(w.plan, mine, info["compression"], o)
-    records = stream.records(w.start, o.epochs)  # records, or (record, epoch) with random_crop
-    if w.lead is not None and len(w.lead[0]):
-        records = _lead(w, stream.tagged).concatenate(records)
-
+    if deterministic is None:  # a state is a seeded read too
+        deterministic = o.seed is not None or state is not None or not shuffled
+    decoder = _decoder(*parts[0], o, read.seed)
     parallel = {"num_parallel_calls": o.num_parallel_calls, "deterministic": deterministic}
     if batch_size is None:
         ds = records.map(decoder.one, **parallel)
@@ -107,10 +92,10 @@ def make_dataset(
         ds = records.batch(batch_size, drop_remainder=o.drop_remainder)
         ds = ds.map(decoder.batch, **parallel)
         if o.pad_final_batch:
-            ds = _pad_batches(ds, batch_size, w.real_batches, w.remaining)
+            ds = _pad_batches(ds, batch_size, read.real_batches, read.remaining)
     ds = ds.apply(
         tf.data.experimental.assert_cardinality(
-            tf.data.INFINITE_CARDINALITY if w.remaining is None else w.remaining
+            tf.data.INFINITE_CARDINALITY if read.remaining is None else read.remaining
         )
     )
     if o.as_supervised and o.pad_final_batch:
@@ -126,7 +111,57 @@ def make_dataset(
         ds = ds.apply(tf.data.experimental.prefetch_to_device(device, o.prefetch or 1))
     elif o.prefetch is not None:
         ds = ds.prefetch(o.prefetch)
-    return ds if state is None else (ds, w.state)
+    return ds if state is None else (ds, read.state)
+
+
+def _source(info: dict, w: WorkerRead, o: ReadOptions):
+    """One source's serialized records in its read order: its lead, then its own order."""
+    stream = _Stream(w.plan, w.shards, info["compression"], o)
+    records = stream.records(w.start, o.epochs)
+    if w.lead is not None and len(w.lead[0]):
+        records = _lead(w, stream.tagged).concatenate(records)
+    return records
+
+
+def _choices(schedule, start: int):
+    """The mixed stream's source indices from ``start`` on, computed a chunk at a time."""
+
+    def chunk(i):
+        return schedule.choices(start + int(i) * _CHUNK, start + (int(i) + 1) * _CHUNK)
+
+    def chunks(i):
+        out = tf.numpy_function(chunk, [i], tf.int64, stateful=False)
+        out.set_shape([None])
+        return out
+
+    n = None if schedule.size is None else -(-(schedule.size - start) // _CHUNK)
+    indices = tf.data.Dataset.range(n) if n is not None else tf.data.Dataset.range(1 << 62)
+    return indices.map(chunks).unbatch()
+
+
+def _decoder(info: dict, data_dir: str, split: str, w: WorkerRead, o: ReadOptions, seed):
+    """The decoder of the records (of the first source of a mixture: they share the kind)."""
+    kind = info["record_kind"]
+    root = default_path_root(info, o.path_root)
+    if kind == "path":
+        first = tf.train.Example.FromString(next(tfrecord.iter_records(w.shards[0]["path"])))
+        check_path_root(
+            root,
+            first.features.feature[features.PATH].bytes_list.value[0].decode(),
+            bool(o.path_root),
+        )
+    spec = schemas.feature_spec(schemas.load(data_dir))
+    wanted = [features.payload(kind), features.LABEL, features.KEY, features.FORMAT]
+    return Decoder(
+        kind,
+        {name: spec[name] for name in wanted},
+        root,
+        o.decode,
+        o.channels,
+        o.image_size,
+        o.random_crop,
+        seed,
+    )
 
 
 def _lead(w: WorkerRead, tagged: bool):

@@ -16,6 +16,7 @@ import os
 import numpy as np
 
 from reader.info import default_path_root
+from reader.mixture import MixRead, Mixture
 from reader.options import ReadOptions
 from reader.worker import WorkerRead
 from schemas import features, layout, storage, tfrecord
@@ -81,24 +82,10 @@ class Records:
             return np.array([self.get(int(i)) for i in ids], dtype=object)
 
 
-class RecordSource:
-    """Batches of one worker's share of a split (see the module docstring).
+class _Part:
+    """One source's examples in its read order (its lead, then its own order)."""
 
-    Args:
-        data_dir, split, batch_size, options: as for ``reader.make_dataset``
-            (``image_size`` and the like are the decoder's business).
-        state: a :class:`reader.ReadState` to resume (any worker count).
-
-    Raises:
-        DatasetError: as ``make_dataset``; also for gzip-compressed shards
-            (no index: convert without ``--compression gzip``) and for
-            datasets outside the local file system.
-    """
-
-    def __init__(
-        self, data_dir: str, split: str, batch_size: int, options: ReadOptions, state=None
-    ):
-        info = load_info(data_dir)
+    def __init__(self, data_dir: str, info: dict, read: WorkerRead, options: ReadOptions):
         if info["compression"] != "none":
             raise DatasetError(
                 f"{data_dir} has {info['compression']} shards: this reader fetches records "
@@ -107,12 +94,69 @@ class RecordSource:
             )
         if storage.is_url(data_dir):
             raise DatasetError(f"{data_dir}: this reader reads local folders (use make_dataset)")
-        self.info, self.options, self.batch_size = info, options, batch_size
-        self.read = WorkerRead.of(info, data_dir, split, batch_size, options, state)
+        self.read, self.epochs = read, options.epochs
         self.kind = info["record_kind"]
         self.root = default_path_root(info, options.path_root)
-        self._own = Records(self.read.shards)
-        self._split = Records(self.read.split) if self.read.split else None
+        self.own = Records(read.shards)
+        self.split = Records(read.split) if read.split else None
+
+    def examples(self):
+        with self.own, self.split or contextlib.nullcontext():
+            if self.read.lead is not None:
+                for i in self.read.lead[0]:
+                    yield self.example(self.split.get(int(i)))
+            plan = self.read.plan
+            epoch, position = divmod(self.read.start, plan.size)
+            while self.epochs is None or epoch < self.epochs:
+                for i in plan.epoch_order(epoch)[position:]:
+                    yield self.example(self.own.get(int(i)))
+                epoch, position = epoch + 1, 0
+
+    def example(self, data: bytes) -> tuple:
+        """(encoded image, label, key) of a serialized record."""
+        ex = parse_example(data)
+        if self.kind == "image":
+            encoded = ex[features.ENCODED]
+        else:
+            encoded = storage.read_bytes(layout.join(self.root, ex[features.PATH].decode()))
+        return (
+            np.frombuffer(eight_bit_png(encoded), np.uint8),
+            ex[features.LABEL],
+            ex[features.KEY].decode(),
+        )
+
+    def filler(self) -> tuple:
+        """An example to stand in the padding rows (masked)."""
+        with self.own:
+            return self.example(self.own.get(0))
+
+
+class RecordSource:
+    """Batches of one worker's share of a split, or of a mixture (see the module docstring).
+
+    Args:
+        data_dir, split, batch_size, options: as for ``reader.make_dataset``
+            (``image_size`` and the like are the decoder's business);
+            ``data_dir`` may be a ``reader.mix`` mixture.
+        state: a :class:`reader.ReadState` to resume (any worker count).
+
+    Raises:
+        DatasetError: as ``make_dataset``; also for gzip-compressed shards
+            (no index: convert without ``--compression gzip``) and for
+            datasets outside the local file system.
+    """
+
+    def __init__(self, data_dir, split: str, batch_size: int, options: ReadOptions, state=None):
+        self.options, self.batch_size = options, batch_size
+        if isinstance(data_dir, Mixture):
+            self.read = MixRead.of(data_dir, batch_size, options, state)
+            self._parts = [_Part(d, info, w, options) for info, d, _, w in self.read.parts]
+            self.infos = [info for info, *_ in self.read.parts]
+        else:
+            info = load_info(data_dir)
+            self.read = WorkerRead.of(info, data_dir, split, batch_size, options, state)
+            self._parts = [_Part(data_dir, info, self.read, options)]
+            self.infos = [info]
 
     def __len__(self) -> int:
         if self.read.remaining is None:
@@ -126,45 +170,34 @@ class RecordSource:
         if left == 0:
             return
         pending: list[tuple] = []
-        with self._own, self._split or contextlib.nullcontext():
-            for example in self._stream():
-                pending.append(example)
-                if len(pending) == size:
-                    yield self._batch(pending, size)
-                    pending, left = [], None if left is None else left - 1
-                    if left == 0:
-                        return
-            if pending and not o.drop_remainder:
-                yield self._batch(pending, size if o.pad_final_batch else len(pending))
-                left -= 1
-            while o.pad_final_batch and left > 0:  # all-padding batches, as every worker
-                yield self._batch([], size, like=self._example(self._own.get(0)))
-                left -= 1
+        for example in self._stream():
+            pending.append(example)
+            if len(pending) == size:
+                yield self._batch(pending, size)
+                pending, left = [], None if left is None else left - 1
+                if left == 0:
+                    return
+        if pending and not o.drop_remainder:
+            yield self._batch(pending, size if o.pad_final_batch else len(pending))
+            left -= 1
+        while o.pad_final_batch and left > 0:  # all-padding batches, as every worker
+            yield self._batch([], size, like=self._parts[0].filler())
+            left -= 1
 
     def _stream(self):
-        """The worker's examples in read order: its lead, then its own order."""
-        if self.read.lead is not None:
-            for i in self.read.lead[0]:
-                yield self._example(self._split.get(int(i)))
-        plan, epochs = self.read.plan, self.options.epochs
-        epoch, position = divmod(self.read.start, plan.size)
-        while epochs is None or epoch < epochs:
-            for i in plan.epoch_order(epoch)[position:]:
-                yield self._example(self._own.get(int(i)))
-            epoch, position = epoch + 1, 0
-
-    def _example(self, data: bytes) -> tuple:
-        """(encoded image, label, key) of a serialized record."""
-        ex = parse_example(data)
-        if self.kind == "image":
-            encoded = ex[features.ENCODED]
-        else:
-            encoded = storage.read_bytes(layout.join(self.root, ex[features.PATH].decode()))
-        return (
-            np.frombuffer(eight_bit_png(encoded), np.uint8),
-            ex[features.LABEL],
-            ex[features.KEY].decode(),
-        )
+        """The worker's examples in read order; a mixture's by its schedule."""
+        streams = [part.examples() for part in self._parts]
+        if not isinstance(self.read, MixRead):
+            yield from streams[0]
+            return
+        schedule, at = self.read.schedule, self.read.start
+        while True:
+            chunk = schedule.choices(at, at + 1024)
+            if not len(chunk):
+                return
+            for i in chunk:
+                yield next(streams[i])
+            at += len(chunk)
 
     @staticmethod
     def _batch(rows: list[tuple], size: int, like: tuple | None = None) -> Batch:

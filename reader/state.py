@@ -31,6 +31,8 @@ class ReadState:
             position (workers, epoch, records consumed, and the q and r of
             their own lead) and the offset into what they left, which these
             workers read first (docs/design.md, "Elastic resume"); else None.
+        parts: a mixed read (``reader.mix``): each source's own state (JSON) at
+            the start of this read; ``step`` then counts mixed batches.
     """
 
     seed: int
@@ -41,6 +43,7 @@ class ReadState:
     dataset: str | None = None
     order: str | None = None
     elastic: tuple[int, ...] | None = None
+    parts: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         for name in ("seed", "batch_size", "epoch", "step"):
@@ -64,6 +67,11 @@ class ReadState:
             if len(elastic) != 6 or not all(isinstance(v, int) and v >= 0 for v in elastic):
                 raise ValueError(f"ReadState.elastic must be 6 whole numbers >= 0, got {elastic}")
             object.__setattr__(self, "elastic", elastic)
+        if self.parts is not None:
+            parts = tuple(self.parts)
+            if not parts or not all(isinstance(p, str) for p in parts):
+                raise TypeError("ReadState.parts must be the sources' states as JSON text")
+            object.__setattr__(self, "parts", parts)
 
     def advance(self, steps: int) -> ReadState:
         """The state after ``steps`` more batches."""

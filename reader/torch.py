@@ -23,6 +23,7 @@ import sys
 import numpy as np
 import torch
 
+from reader.mixture import MixRead, Mixture
 from reader.options import ReadOptions
 from reader.state import ReadState
 from reader.worker import WorkerRead
@@ -44,7 +45,9 @@ class TorchReader(torch.utils.data.IterableDataset):
 
     Args:
         data_dir, split, batch_size, options, overrides: as for
-            ``reader.make_dataset`` (``image_size`` required).
+            ``reader.make_dataset`` (``image_size`` required; ``data_dir`` may be a
+            ``reader.mix``).
+        state: a :class:`reader.ReadState` to resume (or ``load_state_dict``).
         backend: "dali", "tf", or None (DALI when installed and the
             dataset's formats allow it, else tf.data).
         layout: "NHWC" or "NCHW" for ``image``.
@@ -64,7 +67,7 @@ class TorchReader(torch.utils.data.IterableDataset):
 
     def __init__(
         self,
-        data_dir: str,
+        data_dir: str | Mixture,
         split: str = "train",
         batch_size: int = 32,
         options: ReadOptions | None = None,
@@ -95,14 +98,17 @@ class TorchReader(torch.utils.data.IterableDataset):
         # (image, label) tuples are made here, from the backends' dicts
         self.as_supervised = o.as_supervised
         o = dataclasses.replace(o, as_supervised=False)
-        info = load_info(data_dir)
+        mixed = isinstance(data_dir, Mixture)
+        names = [d for d, _ in data_dir.sources] if mixed else [data_dir]
+        infos = [load_info(name) for name in names]
         self.layout, self.options = layout, o
-        self.backend = backend or _default_backend(info)
+        self.backend = backend or _default_backend(infos)
         if self.backend == "dali":
             from reader.dali import check_formats, check_options
 
             check_options(o)
-            check_formats(data_dir, info)
+            for name, info in zip(names, infos):
+                check_formats(name, info)
         if state is None:
             # the read as a state from its start, so that state_dict() can say where it
             # stands (an unseeded read draws its seed once, here, not in the pipeline)
@@ -130,7 +136,10 @@ class TorchReader(torch.utils.data.IterableDataset):
         data_dir, split, batch_size, o = self._args
         saved = ReadState.from_json(state_dict["read_state"])
         # the options and files checked, and the batch count, as the pipeline will
-        w = WorkerRead.of(load_info(data_dir), data_dir, split, batch_size, o, saved)
+        if isinstance(data_dir, Mixture):
+            w = MixRead.of(data_dir, batch_size, o, saved)
+        else:
+            w = WorkerRead.of(load_info(data_dir), data_dir, split, batch_size, o, saved)
         self._len, self._state, self._consumed = w.remaining, w.state, 0
         self._reader, self._built_by = None, None
 
@@ -231,10 +240,13 @@ def _check_tensorflow_not_forked() -> None:
         )
 
 
-def _default_backend(info: dict) -> str:
+def _default_backend(infos: list[dict]) -> str:
     try:
         import nvidia.dali  # noqa: F401
     except ImportError:
         return "tf"
-    fits = set(info.get("formats", [])) <= set(DALI_FORMATS) and info["compression"] == "none"
+    fits = all(
+        set(info.get("formats", [])) <= set(DALI_FORMATS) and info["compression"] == "none"
+        for info in infos
+    )
     return "dali" if fits else "tf"

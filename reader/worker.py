@@ -95,6 +95,7 @@ class WorkerRead:
         real_batches: with ``pad_final_batch``, batches holding real examples.
         state: the :class:`ReadState` to advance by the batches consumed (None
             when the read was not given one).
+        lefts: records every worker of this read has left (None: endless).
     """
 
     shards: list[dict]
@@ -108,6 +109,7 @@ class WorkerRead:
     remaining: int | None
     real_batches: int
     state: ReadState | None = None
+    lefts: tuple | None = None
 
     @classmethod
     def of(
@@ -176,7 +178,21 @@ class WorkerRead:
             remaining,
             real,
             resumed,
+            None if o.epochs is None else tuple(left),
         )
+
+    def skip(self, k: int) -> WorkerRead:
+        """The same read ``k`` records further on (a read of single examples, unpadded:
+        a source of a mixture, ``reader.mix``)."""
+        lead, start = self.lead, self.start
+        if lead is not None:
+            given = min(k, len(lead[0]))
+            lead, start = (lead[0][given:], lead[1][given:]), start + k - given
+        else:
+            start += k
+        remaining = None if self.remaining is None else self.remaining - k
+        state = None if self.state is None else self.state.advance(k)
+        return dataclasses.replace(self, lead=lead, start=start, remaining=remaining, state=state)
 
 
 def _warn_uneven(split: str, n_files: int, num_workers: int) -> None:
