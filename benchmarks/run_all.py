@@ -30,6 +30,7 @@ BENCHES = (
     "shuffle",
     "mode",
     "resume",
+    "elastic",
     "frameworks",
     "train",
     "decode",
