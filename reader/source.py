@@ -59,6 +59,9 @@ class Records:
         self._fds = {}
 
     def get(self, i: int) -> bytes:
+        return self._get(i, self._fds)
+
+    def _get(self, i: int, fds: dict[int, int]) -> bytes:
         f = int(np.searchsorted(self._firsts, i, side="right")) - 1
         r = i - int(self._firsts[f])
         offset, size = (int(v) for v in self._tables[f][r])
@@ -68,18 +71,24 @@ class Records:
                 stream.seek(offset)
                 framed = stream.read(size)
         else:
-            if f not in self._fds:
-                self._fds[f] = os.open(path, os.O_RDONLY)
-            framed = os.pread(self._fds[f], size, offset)
+            if f not in fds:
+                fds[f] = os.open(path, os.O_RDONLY)
+            framed = os.pread(fds[f], size, offset)
         try:
             return tfrecord.unframe(framed, path, r, offset)
         except tfrecord.CorruptRecord as e:
             raise DatasetError(f"{e}: the shard is corrupt or truncated") from None
 
     def many(self, ids) -> np.ndarray:
-        """The records of ``ids``, as an object array of bytes (a chunk for tf.data)."""
-        with self:
-            return np.array([self.get(int(i)) for i in ids], dtype=object)
+        """The records of ``ids``, as an object array of bytes (a chunk for tf.data).
+        Safe from several threads at once (tf.data runs chunks in parallel): each call
+        opens and closes its own descriptors."""
+        fds: dict[int, int] = {}
+        try:
+            return np.array([self._get(int(i), fds) for i in ids], dtype=object)
+        finally:
+            for fd in fds.values():
+                os.close(fd)
 
 
 class _Part:

@@ -81,7 +81,19 @@ CASES = [(2, 3), (3, 2), (4, 1), (1, 4), (3, 5)]
 
 @pytest.mark.parametrize("old_n, new_n", CASES)
 def test_every_example_once_across_old_and_new_workers(data_240, old_n, new_n):
-    data_dir = data_240[0]
+    _check_elastic(data_240[0], old_n, new_n)
+
+
+def test_the_lead_is_fetched_in_parallel_chunks_safely(data_240, monkeypatch):
+    """tf.data runs the lead's fetches in parallel (its map parallelization): with
+    chunks of 4 records, many at once, each must use descriptors of its own."""
+    from reader import pipeline
+
+    monkeypatch.setattr(pipeline, "_CHUNK", 4)
+    _check_elastic(data_240[0], 1, 2)
+
+
+def _check_elastic(data_dir: str, old_n: int, new_n: int) -> None:
     old = streams(data_dir, old_n)
     n = len(old[0]) // EPOCHS  # equal counts: 240 / workers
     # mid-shard, the last partial batch of an epoch, its exact end, inside the next epoch
