@@ -174,16 +174,18 @@ def test_unequal_counts_finish_every_started_epoch(data_240):
         assert sorted(before + after) == sorted(k for s, n in zip(old, per_epoch) for k in s[:n])
 
 
-@pytest.mark.parametrize("backend", ["dali", "tf"])
-def test_torch_reader_state_dict_resumes_elastically(data_240, backend):
-    """TorchReader.state_dict() after 4 batches on 3 ranks, load_state_dict() on 2: the
-    epoch reads every example once; the DALI pipeline reads what make_dataset reads."""
+@pytest.mark.parametrize(
+    "backend, old_n, new_n", [("dali", 3, 2), ("tf", 3, 2), ("dali", 2, 3), ("dali", 1, 4)]
+)
+def test_torch_reader_state_dict_resumes_elastically(data_240, backend, old_n, new_n):
+    """TorchReader.state_dict() after 4 batches on N ranks, load_state_dict() on M: the
+    epoch reads every example once, and each backend reads what make_dataset reads."""
     data_dir = data_240[0]
     kw = dict(image_size=(8, 8), backend=backend, epochs=EPOCHS, **{**OPTS, "decode": True})
     seen = []
     saved = None
-    for w in range(3):
-        r = TorchReader(data_dir, "train", B, num_workers=3, worker_index=w, **kw)
+    for w in range(old_n):
+        r = TorchReader(data_dir, "train", B, num_workers=old_n, worker_index=w, **kw)
         for i, batch in enumerate(r):
             seen += batch["key"]
             if i == 3:
@@ -191,35 +193,26 @@ def test_torch_reader_state_dict_resumes_elastically(data_240, backend):
         saved = r.state_dict() if saved is None else saved
         assert r.state_dict() == saved  # every rank stands at the same place
     assert reader.ReadState.from_json(saved["read_state"]).step == 4
-    for j in range(2):
-        r = TorchReader(data_dir, "train", B, num_workers=2, worker_index=j, **kw)
+    for j in range(new_n):
+        r = TorchReader(data_dir, "train", B, num_workers=new_n, worker_index=j, **kw)
         r.load_state_dict(saved)
-        ds, _ = reader.resume(
-            data_dir,
-            "train",
-            reader.ReadState.from_json(saved["read_state"]),
-            reader.ReadOptions(epochs=EPOCHS, **OPTS),
-            num_workers=2,
-            worker_index=j,
-        )
+        state = reader.ReadState.from_json(saved["read_state"])
+        options = reader.ReadOptions(epochs=EPOCHS, **OPTS)
+        ds, _ = reader.resume(data_dir, "train", state, options, num_workers=new_n, worker_index=j)
         want = keys(ds)
         got = [k for b in r for k in b["key"]]
         assert got == want
-        lead = len(want) - len(
-            keys(
-                reader.make_dataset(
-                    data_dir,
-                    "train",
-                    B,
-                    num_workers=2,
-                    worker_index=j,
-                    epochs=EPOCHS,
-                    start_epoch=1,
-                    **OPTS,
-                )
-            )
+        after = reader.make_dataset(
+            data_dir,
+            "train",
+            B,
+            num_workers=new_n,
+            worker_index=j,
+            epochs=EPOCHS,
+            start_epoch=1,
+            **OPTS,
         )
-        seen += got[:lead]
+        seen += got[: len(want) - len(keys(after))]
     assert len(seen) == len(set(seen)) == 240
 
 
