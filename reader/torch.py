@@ -30,6 +30,9 @@ from reader.worker import WorkerRead
 from schemas.images import DALI_FORMATS
 from schemas.info import load_info
 
+# pipelines a forked process inherited: kept, never destroyed (see TorchReader._pipeline)
+_INHERITED: list = []
+
 
 def distributed_workers() -> tuple[int, int] | None:
     """(world size, rank) of torch.distributed, else of RANK/WORLD_SIZE, else None."""
@@ -150,7 +153,12 @@ class TorchReader(torch.utils.data.IterableDataset):
 
     def _pipeline(self):
         """The backend's pipeline, built in this process on first use."""
-        if self._reader is None or self._built_by != os.getpid():
+        if self._reader is not None and self._built_by != os.getpid():
+            # The parent's pipeline, copied by the fork: its threads are not here, and
+            # destroying it (DALI's __del__ shuts it down) would wait for them forever.
+            _INHERITED.append(self._reader)
+            self._reader = None
+        if self._reader is None:
             if self.backend == "dali":
                 from reader.dali import make_dali_pipeline
 
