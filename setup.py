@@ -36,6 +36,7 @@ setup(
             "scipy>=1.11",
             "apache-beam[dask]>=2.60,<3",
             "dask[distributed]",  # the Dask runner test
+            "gcp-storage-emulator",  # a GCS API server on loopback: the gs:// tests
             # the DALI, PyTorch and JAX readers are tested too (make test)
             "nvidia-dali-cuda120>=2.4",
             "torch>=2.4",

@@ -8,6 +8,11 @@ import posixpath
 
 from schemas.storage import is_url
 
+if os.environ.get("EVENSHARD_GCP_ANONYMOUS"):  # a worker of a job the driver found anonymous
+    from beam_jobs.runners import anonymous_beam
+
+    anonymous_beam()
+
 
 def normalize_root(path: str) -> str:
     """An absolute, normalized root without a trailing slash."""

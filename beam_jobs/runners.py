@@ -157,6 +157,46 @@ def local_default(pipeline_args: list[str], many_inputs: Callable[[], bool]) -> 
 _MALLOC = {"MALLOC_ARENA_MAX": (-8, "2"), "MALLOC_TRIM_THRESHOLD_": (-1, "1048576")}
 
 
+ANONYMOUS_GCP = "EVENSHARD_GCP_ANONYMOUS"  # told to worker processes by the driver
+
+
+def settle_gcp_credentials(urls) -> None:
+    """Looks for Google credentials once, without retries, when the job touches gs://.
+
+    Beam looks them up itself in every process, and with none it retries with
+    backoff (about 30 s, a traceback each try) before it connects anonymously.
+    Here: against the GCS emulator (``STORAGE_EMULATOR_HOST``) or with no
+    credentials found, Beam connects anonymously at once (one warning line when
+    none were found), and the worker processes started from here are told so.
+    """
+    if not any(u and u.startswith("gs://") for u in urls):
+        return
+    if not (os.environ.get("STORAGE_EMULATOR_HOST") or os.environ.get(ANONYMOUS_GCP)):
+        import google.auth
+        from google.auth.exceptions import DefaultCredentialsError
+
+        try:
+            google.auth.default()
+            return  # Beam finds them too
+        except DefaultCredentialsError:
+            log.warning(
+                "evenshard: no Google Cloud credentials found, reaching gs:// anonymously "
+                "(public buckets only); `gcloud auth application-default login` uses yours"
+            )
+    os.environ[ANONYMOUS_GCP] = "1"
+    anonymous_beam()
+
+
+def anonymous_beam() -> None:
+    """Beam's GCS client in this process connects anonymously, without looking for
+    credentials (Beam caches the answer of its lookup per process: it is given)."""
+    from apache_beam.internal.gcp import auth
+
+    with auth._Credentials._credentials_lock:
+        auth._Credentials._credentials_init = True
+        auth._Credentials._credentials = None
+
+
 def lean_malloc() -> None:
     """Caps glibc's malloc arenas and trim threshold here and in the workers started (Linux).
 

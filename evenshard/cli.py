@@ -231,7 +231,11 @@ def convert_summary(info: dict, output_dir: str, seconds: float) -> str:
 def _validate(args: argparse.Namespace, _) -> int:
     from audit.validate import validate
 
-    problems = validate(args.data_dir, full=args.full, path_root=args.path_root)
+    try:
+        problems = validate(args.data_dir, full=args.full, path_root=args.path_root)
+    except OSError as e:  # a bucket that is not there, access denied, no network
+        _error("validate", str(e))
+        return 1
     if problems:
         print(f"evenshard validate: {len(problems)} problem(s) in {args.data_dir}")
         shown = problems[: args.max_problems] if args.max_problems > 0 else problems
@@ -250,7 +254,7 @@ def _inspect(args: argparse.Namespace, _) -> int:
 
     try:
         summary = summarize(load_info(args.data_dir))
-    except DatasetError as e:
+    except (DatasetError, OSError) as e:
         _error("inspect", str(e))
         return 1
     print(json.dumps(summary, indent=2) if args.json else render(summary, args.data_dir))
@@ -279,7 +283,7 @@ def _shuffle_report(args: argparse.Namespace, _) -> int:
             cycle_length=args.cycle_length,
             block_length=args.block_length,
         )
-    except (DatasetError, ValueError) as e:
+    except (DatasetError, ValueError, OSError) as e:
         _error("shuffle-report", str(e))
         return 1
     print(json.dumps(r, indent=2) if args.json else render(r))

@@ -23,6 +23,7 @@ _WHOLE = (
     "start_step",
     "prefetch",
     "num_parallel_calls",
+    "cache_limit",
 )
 
 
@@ -64,6 +65,12 @@ class ReadOptions:
             (default: the one recorded at conversion).
         cache: hold this worker's serialized records in memory, read once
             when the dataset is built (small datasets only).
+        cache_dir, cache_limit: a dataset in a bucket (gs://) is read from local
+            copies of its shards in ``cache_dir``, fetched ahead in the order the
+            read uses them, at most ``cache_limit`` bytes (default 10 GiB) at
+            once (``reader/cache.py``; the tf.data reader, and TorchReader's tf
+            backend). Without ``cache_dir`` the tf.data reader reads the bucket
+            directly, through TensorFlow's GCS client.
         start_epoch, start_step: where to start: batch ``start_step`` (an
             example, with batch_size=None) counted from the start of epoch
             ``start_epoch``. With start_epoch 0 the dataset yields exactly
@@ -95,6 +102,8 @@ class ReadOptions:
     as_supervised: bool = False
     path_root: str | None = None
     cache: bool = False
+    cache_dir: str | None = None
+    cache_limit: int = 10 * 2**30
     start_epoch: int = 0
     start_step: int = 0
     prefetch: int | None = AUTOTUNE
@@ -121,6 +130,8 @@ class ReadOptions:
             )
         if self.cycle_length is not None and self.cycle_length < 1:
             raise ValueError(f"cycle_length must be >= 1 or None, got {self.cycle_length}")
+        if self.cache_limit < 1:
+            raise ValueError(f"cache_limit must be >= 1 (bytes), got {self.cache_limit}")
         if self.block_length < 1:
             raise ValueError(f"block_length must be >= 1, got {self.block_length}")
         if self.image_size is not None:

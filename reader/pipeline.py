@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 import schemas
 from reader.decode import Decoder
 from reader.info import check_path_root, default_path_root
@@ -115,12 +117,46 @@ def make_dataset(
 
 
 def _source(info: dict, w: WorkerRead, o: ReadOptions):
-    """One source's serialized records in its read order: its lead, then its own order."""
-    stream = _Stream(w.plan, w.shards, info["compression"], o)
+    """One source's serialized records in its read order: its lead, then its own order
+    (a bucket's shards through a local cache, with ``cache_dir``)."""
+    cache = None
+    if o.cache_dir is not None and storage.is_url(w.shards[0]["path"]):
+        from reader.cache import CacheOptions, ShardCache
+
+        at_once = min(w.plan.cycle, len(w.shards))
+        largest = sorted((s["num_bytes"] for s in w.shards), reverse=True)[:at_once]
+        if sum(largest) > o.cache_limit:  # said now: the reader would wait forever
+            raise ValueError(
+                f"cache_limit {o.cache_limit:,} bytes is smaller than the {at_once} largest "
+                f"shards a group of runs may read at once ({sum(largest):,} bytes): raise "
+                "it, or lower cycle_length"
+            )
+        cache = ShardCache(
+            w.shards,
+            _groups(w.plan, w.start, o.epochs),
+            CacheOptions(o.cache_dir, o.cache_limit),
+        )
+    stream = _Stream(w.plan, w.shards, info["compression"], o, cache)
     records = stream.records(w.start, o.epochs)
     if w.lead is not None and len(w.lead[0]):
         records = _lead(w, stream.tagged).concatenate(records)
     return records
+
+
+def _groups(plan: ReadPlan, start: int, epochs: int | None):
+    """The shards of each group of runs, in the order ``_Stream`` reads them from ``start``."""
+    epoch, position = divmod(start, plan.size)
+    end = (1 << 62) if epochs is None else epochs
+    if epoch >= end:
+        return
+    files = plan.resume(epoch, position).runs.file
+    while True:
+        for g in range(0, len(files), plan.cycle):
+            yield files[g : g + plan.cycle]
+        epoch += 1
+        if epoch >= end:
+            return
+        files = plan.runs(epoch).file
 
 
 def _choices(schedule, start: int):
@@ -183,8 +219,11 @@ class _Stream:
     """The worker's serialized records in :class:`ReadPlan` order; (record, epoch) pairs
     with ``o.random_crop``, whose crops are seeded by the epoch."""
 
-    def __init__(self, plan: ReadPlan, mine: list[dict], compression: str, o: ReadOptions):
+    def __init__(
+        self, plan: ReadPlan, mine: list[dict], compression: str, o: ReadOptions, cache=None
+    ):
         self.plan = plan
+        self.shard_cache = cache  # a ShardCache: groups read local copies it fetched ahead
         self.tagged = o.random_crop
         self.paths = tf.constant([s["path"] for s in mine])
         self.counts = tf.constant([s["num_examples"] for s in mine], tf.int64)
@@ -264,14 +303,23 @@ class _Stream:
 
     def _group(self, files, starts, stops):
         """One group of runs, read round-robin ``block`` records at a time."""
+        paths = tf.gather(self.paths, files)
+        if self.shard_cache is not None:  # the local copies, once the cache has them
+            paths = tf.numpy_function(
+                lambda f: np.array(self.shard_cache.enter(f), dtype=object),
+                [files],
+                tf.string,
+                stateful=True,
+            )
+            paths.set_shape(files.shape)
 
-        def read(f, start, stop):
-            path, listed = tf.gather(self.paths, f), tf.gather(self.counts, f)
+        def read(path, f, start, stop):
+            listed = tf.gather(self.counts, f)
             return _checked_records(path, listed, self.compression, start, stop)
 
         # A sequential interleave: a parallel one nested in flat_map is not
         # autotuned, and its threads cost 30% of the decode rate on 2 cores.
-        return tf.data.Dataset.from_tensor_slices((files, starts, stops)).interleave(
+        return tf.data.Dataset.from_tensor_slices((paths, files, starts, stops)).interleave(
             read, cycle_length=self.plan.cycle, block_length=self.plan.block
         )
 

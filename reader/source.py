@@ -102,7 +102,10 @@ class _Part:
                 "convert without --compression"
             )
         if storage.is_url(data_dir):
-            raise DatasetError(f"{data_dir}: this reader reads local folders (use make_dataset)")
+            raise DatasetError(
+                f"{data_dir}: the DALI reader reads local folders; read a bucket with "
+                "reader.make_dataset or TorchReader(backend='tf'), with cache_dir"
+            )
         self.read, self.epochs = read, options.epochs
         self.kind = info["record_kind"]
         self.root = default_path_root(info, options.path_root)

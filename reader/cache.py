@@ -1,0 +1,238 @@
+"""A bounded local cache of a bucket's shards, fetched ahead in the order the read uses them.
+
+A reader of a gs:// dataset reads local copies of its shards. The read order is
+computable (``reader.plan``): epoch by epoch, groups of ``cycle_length`` runs, each
+run in one shard. So the shards a read needs, and when, are known in advance:
+a thread fetches them ahead of the reader, several at once, group after group,
+as far as ``cache_limit`` allows; when a shard must make room, the one evicted is
+one the reader does not need before the groups already fetched (the one needed
+latest). A reader waits only when it outruns the fetches.
+
+Several processes on one machine (local ranks) share one cache folder: a shard is
+fetched under a lock of its own, into a temporary name, checked against the size
+and sha256 dataset_info.json lists (fetched again once if it does not match, then
+an error naming it), and renamed into place; a rank that finds it in place uses
+it. Eviction removes only files of this cache. The limit bounds each reader's own
+fetches; ranks sharing a folder share the files they both read.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import fcntl
+import hashlib
+import os
+import threading
+import uuid
+from collections.abc import Iterator
+
+from schemas import storage
+from schemas.info import DatasetError
+
+_CHUNK = 1 << 22
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheOptions:
+    """``cache_dir``: a local folder for the shards of a gs:// dataset (created);
+    ``cache_limit``: bytes this reader keeps there at most; ``in_flight``: fetches at once."""
+
+    cache_dir: str
+    cache_limit: int
+    in_flight: int = 4
+
+
+class ShardCache:
+    """Local copies of some shards, fetched ahead along ``groups`` (see the module docstring).
+
+    Args:
+        shards: [{path (a URL), num_bytes, sha256?}], indexed as the groups index them.
+        groups: the read's groups in order: each the shard indices read at once.
+        options: where and how much.
+
+    Raises:
+        ValueError: a limit smaller than the largest group's shards (the reader
+            needs them at once: it would wait forever).
+    """
+
+    def __init__(self, shards: list[dict], groups: Iterator, options: CacheOptions):
+        self.shards, self.options = shards, options
+        os.makedirs(options.cache_dir, exist_ok=True)
+        self._groups = groups
+        self._ahead: list[tuple[int, ...]] = []  # groups fetched or being fetched, in order
+        self._held: dict[int, int] = {}  # shard -> bytes of this reader's copy
+        self._lock = threading.Condition()
+        self._next = 0  # the group the reader enters next
+        self._reading = False  # whether it is inside group _next - 1
+        self._error: BaseException | None = None
+        self._done = False
+        self.fetched = 0  # downloads made by this reader (tests count them)
+        self.peak = 0  # the most bytes this reader held at once
+        self._id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}.reading"
+        _drop_dead_links(options.cache_dir)
+        atexit.register(self.close)
+        self._thread = threading.Thread(target=self._fetch_ahead, daemon=True)
+        self._thread.start()
+
+    def _shared(self, index: int) -> str:
+        """The shard's file in the cache folder, shared by the readers of the folder."""
+        return os.path.join(self.options.cache_dir, os.path.basename(self.shards[index]["path"]))
+
+    def local(self, index: int) -> str:
+        """This reader's path of shard ``index``: a hard link to the shared file, so that
+        another reader evicting the shard never removes a file this one reads."""
+        return f"{self._shared(index)}.{self._id}"
+
+    def enter(self, group) -> list[str]:
+        """The reader is done with its group and starts the next: waits until that
+        group's shards are local; returns their paths. Groups are entered in order."""
+        group = tuple(int(i) for i in group)
+        with self._lock:
+            self._reading = False
+            self._lock.notify_all()
+            while True:
+                if self._error is not None:
+                    raise self._error
+                if self._next < len(self._ahead) and all(
+                    i in self._held for i in self._ahead[self._next]
+                ):
+                    if self._ahead[self._next] != group:
+                        raise RuntimeError("the cache's groups and the reader's differ")
+                    self._next += 1
+                    self._reading = True
+                    return [self.local(i) for i in group]
+                self._lock.wait(0.5)
+
+    def close(self) -> None:
+        """Stops fetching and drops this reader's links (shared files no reader links go)."""
+        with self._lock:
+            self._done = True
+            self._lock.notify_all()
+        self._thread.join(timeout=60)
+        with self._lock:
+            for index in list(self._held):
+                self._evict(index)
+
+    def _fetch_ahead(self) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        try:
+            with ThreadPoolExecutor(self.options.in_flight) as pool:
+                for group in self._groups:
+                    group = tuple(int(i) for i in group)
+                    need = sum(self.shards[i]["num_bytes"] for i in set(group))
+                    if need > self.options.cache_limit:
+                        raise ValueError(
+                            f"cache_limit {self.options.cache_limit:,} bytes is smaller than "
+                            f"the shards one group reads at once ({need:,} bytes): raise it, "
+                            "or lower cycle_length"
+                        )
+                    with self._lock:
+                        self._ahead.append(group)
+                        missing = [i for i in dict.fromkeys(group) if i not in self._held]
+                    if not self._make_room(missing, len(self._ahead) - 1):
+                        return
+                    # several shards in flight: the group's missing ones at once
+                    list(pool.map(self._fetch, missing))
+        except BaseException as e:  # noqa: BLE001 - handed to the reader
+            with self._lock:
+                self._error = e
+                self._lock.notify_all()
+
+    def _make_room(self, missing: list[int], fetching: int) -> bool:
+        """Waits until ``missing`` fits beside what is held, evicting shards no group
+        from the reader's to the one being fetched needs; False: closed."""
+        size = sum(self.shards[i]["num_bytes"] for i in missing)
+        with self._lock:
+            while not self._done:
+                if sum(self._held.values()) + size <= self.options.cache_limit:
+                    return True
+                first = self._next - 1 if self._reading else self._next
+                needed = {i for g in self._ahead[max(first, 0) : fetching + 1] for i in g}
+                idle = [i for i in self._held if i not in needed]
+                if idle:
+                    self._evict(idle[0])
+                else:
+                    self._lock.wait(0.5)  # the reader must finish its group first
+            return False
+
+    def _evict(self, index: int) -> None:
+        """Drops this reader's link; the shared file goes with the last reader's."""
+        self._held.pop(index)
+        shared = self._shared(index)
+        with open(shared + ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                os.remove(self.local(index))
+                if os.stat(shared).st_nlink == 1:
+                    os.remove(shared)
+            except FileNotFoundError:
+                pass
+
+    def _fetch(self, index: int) -> None:
+        shard, path = self.shards[index], self._shared(index)
+        with open(path + ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one reader fetches; the others find it
+            if not (os.path.exists(path) and os.path.getsize(path) == shard["num_bytes"]):
+                for attempt in (1, 2):
+                    problem = self._download(shard, path)
+                    if problem is None:
+                        break
+                    if attempt == 2:
+                        raise DatasetError(
+                            f"{shard['path']}: {problem}, twice: the object in the bucket "
+                            "does not match dataset_info.json (convert again, or restore it)"
+                        )
+            if not os.path.exists(self.local(index)):
+                os.link(path, self.local(index))
+        with self._lock:
+            self._held[index] = shard["num_bytes"]
+            self.peak = max(self.peak, sum(self._held.values()))
+            self._lock.notify_all()
+
+    def _download(self, shard: dict, path: str) -> str | None:
+        """Fetches into a temporary name and renames into place; None, or what was wrong."""
+        tmp = f"{path}.{uuid.uuid4().hex}.part"
+        digest, size = hashlib.sha256(), 0
+        try:
+            with storage.open_binary(shard["path"]) as src, open(tmp, "wb") as out:
+                while chunk := src.read(_CHUNK):
+                    digest.update(chunk)
+                    size += len(chunk)
+                    out.write(chunk)
+            self.fetched += 1
+            if size != shard["num_bytes"]:
+                return f"{size:,} bytes fetched, {shard['num_bytes']:,} listed"
+            if "sha256" in shard and digest.hexdigest() != shard["sha256"]:
+                return "sha256 differs from the one listed"
+            os.replace(tmp, path)
+            return None
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+
+
+def _drop_dead_links(folder: str) -> None:
+    """Links of readers whose process is gone (killed before closing), and shared files no
+    reader links any more: a cache folder does not grow from run to run."""
+    for name in os.listdir(folder):
+        if not name.endswith(".reading"):
+            continue
+        pid = name.rsplit(".", 2)[-2].split("-")[0]
+        try:
+            os.kill(int(pid), 0)
+            continue  # alive
+        except (ProcessLookupError, ValueError):
+            pass
+        except PermissionError:
+            continue  # alive, someone else's
+        shared = os.path.join(folder, name.rsplit(".", 2)[0])
+        with open(shared + ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                os.remove(os.path.join(folder, name))
+                if os.stat(shared).st_nlink == 1:
+                    os.remove(shared)
+            except FileNotFoundError:
+                pass

@@ -1,0 +1,140 @@
+"""gs:// against a GCS API server on loopback (issue 20, first part): the format's one
+IO layer (schemas/storage.py, google-cloud-storage) reads a dataset in a bucket for
+inspect and validate, and names what is wrong in one line."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from conftest import run_convert
+
+from audit.validate import validate
+from evenshard import cli, synthetic
+from schemas import storage
+from schemas.info import load_info
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def local_dataset(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gcs") / "images"
+    synthetic.make_image_folder(str(root), num_labels=3, per_label=20, formats=("jpeg", "png"))
+    out = str(tmp_path_factory.mktemp("gcs_out") / "out")
+    run_convert(str(root), out, "--splits=train=0.8,val=0.2", "--num_shards=6")
+    return out
+
+
+def test_inspect_and_validate_read_a_dataset_in_a_bucket(bucket, local_dataset, capsys):
+    url = bucket.upload(local_dataset, "data/out")
+    assert load_info(url) == load_info(local_dataset)
+    assert storage.isdir(url) and storage.listdir(url) == sorted(
+        n for n in storage.listdir(local_dataset)
+    )
+    assert validate(url, full=True) == []
+    assert cli.main(["inspect", url]) == 0
+    assert "train" in capsys.readouterr().out
+    # a shard changed in the bucket is named
+    shard = load_info(url)["splits"]["train"]["shards"][0]["file"]
+    blob = bucket.bucket.blob(f"data/out/{shard}")
+    data = bytearray(blob.download_as_bytes())
+    data[-10] ^= 0xFF
+    blob.upload_from_string(bytes(data))
+    assert any(shard in p for p in validate(url))
+
+
+def test_a_missing_bucket_or_object_is_one_line_naming_it(bucket, capsys):
+    assert cli.main(["inspect", "gs://no-such-bucket-here/out"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "gs://no-such-bucket-here/out" in err[0], err
+    with pytest.raises(FileNotFoundError, match="bucket gs://no-such-bucket-here does not exist"):
+        storage.read_bytes("gs://no-such-bucket-here/x")
+    with pytest.raises(FileNotFoundError, match=f"{bucket.url}/missing.json does not exist"):
+        storage.open_binary(f"{bucket.url}/missing.json")
+    assert not storage.exists(f"{bucket.url}/missing.json")
+
+
+def test_convert_from_a_bucket_to_a_bucket(bucket, tmp_path, caplog):
+    """Folder and manifest inputs in the bucket, output in the bucket: the datasets pass
+    validate --full there; no credentials lookup (the emulator needs none): no traceback."""
+    root = tmp_path / "images"
+    synthetic.make_image_folder(str(root), num_labels=3, per_label=8, formats=("png",))
+    (root / "notes.txt").write_text("not an image")
+    images = bucket.upload(str(root), "in/images")
+    info = run_convert(images, f"{bucket.url}/out", "--splits=train=0.5,val=0.5")
+    assert info["inputs"] == 25 and info["rejects"]["total"] == 1
+    lines = ["path,label"] + [
+        f"images/label_{i % 3}/img_{i // 3:05d}.png,l{i % 3}" for i in range(9)
+    ]
+    bucket.bucket.blob("in/manifest.csv").upload_from_string("\n".join(lines) + "\n")
+    info = run_convert(f"{bucket.url}/in/manifest.csv", f"{bucket.url}/out_m", "--splits=train=1.0")
+    assert info["splits"]["train"]["num_examples"] == 9
+    assert "Traceback" not in caplog.text and "credentials" not in caplog.text.lower()
+
+
+def test_make_dataset_streams_a_bucket_through_a_bounded_cache(bucket, local_dataset, tmp_path):
+    """Through the cache, the read is the local read, record for record; a limit below
+    what a group reads at once is an error when the dataset is built."""
+    import reader
+
+    url = bucket.upload(local_dataset, "cached/out")
+    shards = reader.load_info(url)["splits"]["train"]["shards"]
+    limit = sum(s["num_bytes"] for s in shards) // 2  # 3 of the 6 shards
+    opts = dict(seed=1, decode=False, epochs=2, cycle_length=2)
+    local = reader.make_dataset(local_dataset, "train", 4, **opts)
+    want = [k for b in local for k in b["key"].numpy()]
+    cached = reader.make_dataset(
+        url, "train", 4, cache_dir=str(tmp_path / "c"), cache_limit=limit, **opts
+    )
+    assert [k for b in cached for k in b["key"].numpy()] == want
+    with pytest.raises(ValueError, match="cache_limit 10 bytes is smaller than the 2 largest"):
+        reader.make_dataset(url, "train", 4, cache_dir=str(tmp_path / "d"), cache_limit=10, **opts)
+
+
+def test_the_cache_fetches_ahead_in_plan_order_within_its_limit(bucket, local_dataset, tmp_path):
+    """The cache alone, against the bucket: a reader entering groups finds their shards
+    local; the folder (sampled at every group) never holds more than the limit; two
+    readers sharing the folder fetch a shard once between them when they overlap."""
+    import threading
+
+    from reader.cache import CacheOptions, ShardCache
+
+    url = bucket.upload(local_dataset, "c2/out")
+    info = load_info(url)
+    shards = [{**s, "path": f"{url}/{s['file']}"} for s in info["splits"]["train"]["shards"]]
+    size = max(s["num_bytes"] for s in shards)
+    groups = [(0, 1), (2,), (3, 4), (5, 0), (1, 2), (3,), (4, 5)] * 2
+    limit = 3 * size
+    folder = str(tmp_path / "cache")
+
+    def on_disk() -> int:
+        seen = {}
+        for name in os.listdir(folder):
+            try:
+                st = os.stat(os.path.join(folder, name))
+            except FileNotFoundError:  # evicted meanwhile
+                continue
+            if not name.endswith(".lock"):
+                seen[st.st_ino] = st.st_size  # a shard and its readers' links: one copy
+        return sum(seen.values())
+
+    cache = ShardCache(shards, iter(groups), CacheOptions(folder, limit, in_flight=2))
+    for group in groups:
+        paths = cache.enter(group)
+        assert all(os.path.getsize(p) == shards[i]["num_bytes"] for p, i in zip(paths, group))
+        assert on_disk() <= limit
+    assert cache.peak <= limit and cache.fetched >= 6
+    cache.close()
+    assert on_disk() == 0  # nothing of it left behind
+
+    # two readers, the same groups, one folder: one download a shard, both read it
+    pair = [ShardCache(shards, iter(groups[:3]), CacheOptions(folder, 10 * size)) for _ in "ab"]
+    done = [threading.Thread(target=lambda c=c: [c.enter(g) for g in groups[:3]]) for c in pair]
+    for t in done:
+        t.start()
+    for t in done:
+        t.join()
+    assert sum(c.fetched for c in pair) == 5  # shards 0-4, each once
+    for c in pair:
+        c.close()
