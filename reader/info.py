@@ -29,7 +29,13 @@ def split_shards(info: dict, data_dir: str, split: str) -> list[dict]:
             )
         index = layout.join(data_dir, shard["dali_index"]) if "dali_index" in shard else None
         shards.append(
-            {"path": path, "num_examples": shard["num_examples"], "num_bytes": size, "index": index}
+            {
+                "path": path,
+                "num_examples": shard["num_examples"],
+                "num_bytes": size,
+                "index": index,
+                **({"sha256": shard["sha256"]} if "sha256" in shard else {}),
+            }
         )
     return shards
 

@@ -138,3 +138,19 @@ def test_the_cache_fetches_ahead_in_plan_order_within_its_limit(bucket, local_da
     assert sum(c.fetched for c in pair) == 5  # shards 0-4, each once
     for c in pair:
         c.close()
+
+
+def test_a_shard_that_does_not_match_its_listing_is_fetched_again_then_named(
+    bucket, local_dataset, tmp_path
+):
+    import reader
+
+    url = bucket.upload(local_dataset, "bad/out")
+    shard = load_info(url)["splits"]["train"]["shards"][0]["file"]
+    blob = bucket.bucket.blob(f"bad/out/{shard}")
+    data = bytearray(blob.download_as_bytes())
+    data[100] ^= 0xFF  # same size, other bytes: only the sha256 tells
+    blob.upload_from_string(bytes(data))
+    ds = reader.make_dataset(url, "train", 4, seed=1, decode=False, cache_dir=str(tmp_path))
+    with pytest.raises(Exception, match=f"{shard}: sha256 differs from the one listed, twice"):
+        list(ds)
