@@ -112,57 +112,19 @@ class Bucket:
 
     def upload(self, local: str, prefix: str) -> str:
         """Copies every file under ``local`` to gs://NAME/prefix/...; returns that URL."""
-        for folder, _, files in os.walk(local):
-            for f in files:
-                rel = os.path.relpath(os.path.join(folder, f), local)
-                self.bucket.blob(f"{prefix}/{rel}").upload_from_filename(os.path.join(folder, f))
-        return f"{self.url}/{prefix}"
+        from evenshard.emulator import upload
+
+        return upload(self.bucket, local, prefix)
 
 
 @pytest.fixture(scope="session")
 def gcs_server():
-    """A GCS JSON API server on 127.0.0.1 (gcp-storage-emulator, in memory), for the
-    session: ``STORAGE_EMULATOR_HOST`` points at it, which google-cloud-storage and
-    Beam's GCS filesystem honour. It stops with the session."""
-    import socket
-    import subprocess
-    import sys
-    import time
+    """A GCS JSON API server on 127.0.0.1 for the session (``evenshard.emulator``):
+    ``STORAGE_EMULATOR_HOST`` points at it; it stops with the session."""
+    from evenshard.emulator import gcs_emulator
 
-    from schemas import storage
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = os.path.join(os.path.dirname(sys.executable), "gcp-storage-emulator")
-    proc = subprocess.Popen(
-        [server, "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory", "-q"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError("the GCS emulator did not start") from None
-            time.sleep(0.1)
-    before = os.environ.get("STORAGE_EMULATOR_HOST")
-    os.environ["STORAGE_EMULATOR_HOST"] = f"http://127.0.0.1:{port}"
-    storage._client = None
-    try:
-        yield storage.gcs_client()
-    finally:
-        proc.kill()
-        proc.wait()
-        storage._client = None
-        if before is None:
-            os.environ.pop("STORAGE_EMULATOR_HOST", None)
-        else:
-            os.environ["STORAGE_EMULATOR_HOST"] = before
+    with gcs_emulator() as client:
+        yield client
 
 
 @pytest.fixture

@@ -154,3 +154,15 @@ def test_a_shard_that_does_not_match_its_listing_is_fetched_again_then_named(
     ds = reader.make_dataset(url, "train", 4, seed=1, decode=False, cache_dir=str(tmp_path))
     with pytest.raises(Exception, match=f"{shard}: sha256 differs from the one listed, twice"):
         list(ds)
+
+
+def test_torch_reader_reads_a_bucket_through_the_cache(bucket, local_dataset, tmp_path):
+    from reader.torch import TorchReader
+
+    url = bucket.upload(local_dataset, "torch/out")
+    kw = dict(image_size=(8, 8), seed=3, backend="tf")
+    want = [b["key"] for b in TorchReader(local_dataset, "train", 8, **kw)]
+    got = [b["key"] for b in TorchReader(url, "train", 8, cache_dir=str(tmp_path), **kw)]
+    assert got == want
+    with pytest.raises(Exception, match="the DALI reader reads local folders"):
+        list(TorchReader(url, "train", 8, image_size=(8, 8), backend="dali"))
