@@ -37,6 +37,7 @@ BENCHES = (
     "tfds",
     "scale",
     "dask",
+    "bucket",
 )
 
 
@@ -53,11 +54,12 @@ def run(name: str) -> None:
     start = time.perf_counter()
     out = subprocess.run(
         [sys.executable, os.path.join(HERE, f"{name}_bench.py")],
-        check=True,
         capture_output=True,
         text=True,
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
     )
+    if out.returncode:
+        sys.exit(f"{name}_bench.py failed:\n{out.stderr[-3000:]}")
     result = json.loads(out.stdout[out.stdout.index("{") :])
     result["wall_seconds"] = round(time.perf_counter() - start, 1)
     result["measured"] = {"date": datetime.date.today().isoformat(), "commit": _commit()}

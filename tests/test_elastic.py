@@ -87,9 +87,9 @@ def test_every_example_once_across_old_and_new_workers(data_240, old_n, new_n):
 def test_the_lead_is_fetched_in_parallel_chunks_safely(data_240, monkeypatch):
     """tf.data runs the lead's fetches in parallel (its map parallelization): with
     chunks of 4 records, many at once, each must use descriptors of its own."""
-    from reader import pipeline
+    from reader import stream
 
-    monkeypatch.setattr(pipeline, "_CHUNK", 4)
+    monkeypatch.setattr(stream, "CHUNK", 4)
     _check_elastic(data_240[0], 1, 2)
 
 
