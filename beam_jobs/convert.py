@@ -158,18 +158,18 @@ def convert(options: ConvertOptions, pipeline_args: list[str], pipeline=None) ->
     from beam_jobs.runners import (
         MULTI_PROCESSING_FROM,
         describe,
+        gcp_credentials,
         lean_malloc,
         local_default,
         resolve_runner,
-        settle_gcp_credentials,
     )
 
     def many() -> bool:
         return has_at_least(options, MULTI_PROCESSING_FROM)
 
     lean_malloc()
-    settle_gcp_credentials([options.input, options.output_dir, options.labels_file])
-    with resolve_runner(local_default(pipeline_args, many)) as pipeline_args:
+    urls = [options.input, options.output_dir, options.labels_file]
+    with gcp_credentials(urls), resolve_runner(local_default(pipeline_args, many)) as pipeline_args:
         beam_options = pipeline_options(pipeline_args)
         offline = bool(beam_options.view_as(TestOptions).dry_run)
         result = _run(preflight(options, offline), beam_options, pipeline)

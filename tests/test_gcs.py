@@ -71,6 +71,8 @@ def test_convert_from_a_bucket_to_a_bucket(bucket, tmp_path, caplog):
     info = run_convert(f"{bucket.url}/in/manifest.csv", f"{bucket.url}/out_m", "--splits=train=1.0")
     assert info["splits"]["train"]["num_examples"] == 9
     assert "Traceback" not in caplog.text and "credentials" not in caplog.text.lower()
+    # what the workers were told ends with the run: later processes import no Beam for it
+    assert "EVENSHARD_GCP_ANONYMOUS" not in os.environ
 
 
 def test_make_dataset_streams_a_bucket_through_a_bounded_cache(bucket, local_dataset, tmp_path):
