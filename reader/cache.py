@@ -4,9 +4,10 @@ A reader of a gs:// dataset reads local copies of its shards. The read order is
 computable (``reader.plan``): epoch by epoch, groups of ``cycle_length`` runs, each
 run in one shard. So the shards a read needs, and when, are known in advance:
 a thread fetches them ahead of the reader, several at once, group after group,
-as far as ``cache_limit`` allows; when a shard must make room, the one evicted is
-one the reader does not need before the groups already fetched (the one needed
-latest). A reader waits only when it outruns the fetches.
+as far as ``cache_limit`` allows; to make room it evicts shards that no group
+from the reader's to the one being fetched needs, and when there are none it
+waits for the reader to finish its group. A reader waits only when it outruns
+the fetches.
 
 Several processes on one machine (local ranks) share one cache folder: a shard is
 fetched under a lock of its own, into a temporary name, checked against the size
