@@ -6,10 +6,12 @@ Rules (docs/convert.md#output-folder):
   symlink does not get around it).
 - A folder that is a file, or cannot be created or written, stops the job
   before any work.
-- A lock file, created atomically, is held while the job runs; a second
-  convert into the same folder is refused. A lock left by a killed run (its
-  process is gone) is taken over with a warning. Local folders only: object
-  stores have no atomic create, so there each job needs its own folder.
+- A lock file, created only if absent in one step (local: ``O_EXCL``; gs://:
+  the ``ifGenerationMatch=0`` precondition), is held while the job runs; a
+  second convert into the same folder is refused. A lock left by a killed run
+  (same host, its process gone) is taken over with a warning; the lock is
+  removed only if it is still the one taken (its generation). Other URL
+  schemes (s3://) are not locked: there each job needs its own folder.
 - Convert removes only files it wrote, known by name: those its
   ``dataset_info.json`` lists, those a run that died recorded in
   ``.incomplete/`` as renamed into place, its files of fixed name and their
@@ -29,7 +31,7 @@ import socket
 
 from beam_jobs import paths
 from beam_jobs.options import Job, UserError
-from schemas import layout
+from schemas import layout, storage
 
 log = logging.getLogger(__name__)
 
@@ -98,55 +100,56 @@ def claim(job: Job):
     """
     check_not_an_input(job)
     out = job.options.output_dir.rstrip("/")
-    if paths.is_url(out):
-        _prepare(job, out)
-        yield
-        return
+    lock = None
     try:
-        if os.path.exists(out) and not os.path.isdir(out):
-            raise UserError(f"--output_dir {out} is a file, not a folder")
-        os.makedirs(out, exist_ok=True)
-        lock = _lock(out)
+        if not paths.is_url(out):
+            if os.path.exists(out) and not os.path.isdir(out):
+                raise UserError(f"--output_dir {out} is a file, not a folder")
+            os.makedirs(out, exist_ok=True)
+        if storage.can_create_new(out):
+            lock = _lock(out)
     except OSError as e:
         raise UserError(f"--output_dir {out} cannot be written: {e.strerror or e}") from None
     try:
         _prepare(job, out)
         yield
     finally:
-        with contextlib.suppress(OSError):
-            os.remove(lock)
+        if lock:
+            with contextlib.suppress(OSError):
+                storage.remove_if(*lock)
 
 
-def _lock(out: str) -> str:
+def _lock(out: str) -> tuple[str, int]:
+    """Takes the folder's lock: (its path, its generation)."""
     lock = layout.join(out, layout.LOCK_FILE)
-    me = {"pid": os.getpid(), "host": socket.gethostname()}
-    for _ in range(2):
+    me = json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode()
+    for _ in range(3):
         try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            return lock, storage.create_new(lock, me)
         except FileExistsError:
-            holder = _holder(lock)
-            if holder is not None:
-                raise UserError(
-                    f"--output_dir {out} is being written by another convert (pid "
-                    f"{holder['pid']} on {holder['host']}); wait for it, or choose another "
-                    f"folder (a stale lock can be removed: {lock})"
-                ) from None
-            log.warning("evenshard: taking over the lock of a convert that is gone: %s", lock)
-            os.remove(lock)
-            continue
-        with os.fdopen(fd, "w") as f:
-            json.dump(me, f)
-        return lock
+            pass
+        try:
+            data, generation = storage.read_versioned(lock)
+        except FileNotFoundError:
+            continue  # released meanwhile
+        holder = _holder(data)
+        if holder is not None:
+            raise UserError(
+                f"--output_dir {out} is being written by another convert (pid "
+                f"{holder['pid']} on {holder['host']}); wait for it, or choose another "
+                f"folder (a stale lock can be removed: {lock})"
+            )
+        log.warning("evenshard: taking over the lock of a convert that is gone: %s", lock)
+        storage.remove_if(lock, generation)
     raise UserError(f"--output_dir {out}: could not take the lock {lock}")
 
 
-def _holder(lock: str) -> dict | None:
+def _holder(data: bytes) -> dict | None:
     """The lock's holder if it is still running (same host, live pid); None if stale."""
     try:
-        with open(lock) as f:
-            holder = json.load(f)
+        holder = json.loads(data)
         pid, host = int(holder["pid"]), str(holder["host"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return None  # unreadable or half-written: from a run that died while locking
     if host != socket.gethostname():
         return holder  # cannot tell from here: assume it runs

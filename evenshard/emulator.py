@@ -4,6 +4,15 @@
 in memory, points ``STORAGE_EMULATOR_HOST`` at it (google-cloud-storage and Beam's
 GCS filesystem honour it; TensorFlow's own GCS client does not), and stops it
 and restores the variable on leaving.
+
+The server is gcp-storage-emulator's, with two things GCS does that it lacks
+(``python -m evenshard.emulator PORT`` runs it so):
+- requests are served concurrently, as GCS serves them (its own server answers
+  one at a time, so a reader's fetches in flight would queue);
+- the ``ifGenerationMatch`` precondition, as GCS documents it: a request whose
+  object's generation is not the one named (0: no object) is answered 412
+  Precondition Failed, and the check and a write are one step. Convert's lock on
+  a gs:// output folder is a create-if-absent (``ifGenerationMatch=0``).
 """
 
 from __future__ import annotations
@@ -33,9 +42,8 @@ def gcs_emulator():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = os.path.join(os.path.dirname(sys.executable), "gcp-storage-emulator")
     proc = subprocess.Popen(
-        [server, "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory", "-q"],
+        [sys.executable, "-m", "evenshard.emulator", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -61,3 +69,71 @@ def gcs_emulator():
             os.environ.pop("STORAGE_EMULATOR_HOST", None)
         else:
             os.environ["STORAGE_EMULATOR_HOST"] = before
+
+
+def _serve(port: int) -> None:
+    """gcp-storage-emulator on 127.0.0.1:port, in memory, concurrent, with ifGenerationMatch."""
+    import http.server
+    import logging
+    import threading
+
+    from gcp_storage_emulator import server
+    from gcp_storage_emulator.exceptions import NotFound
+    from gcp_storage_emulator.handlers import objects
+
+    logging.disable(logging.CRITICAL)
+    writes = threading.Lock()  # a precondition's check and the write it guards: one step
+    reads = {objects.get, objects.download, objects.ls, objects.acl_list}
+
+    def guarded(handler):
+        def handle(request, response, storage, *args, **kwargs):
+            match = request.query.get("ifGenerationMatch")
+            with contextlib.nullcontext() if handler in reads else writes:
+                if match is not None:
+                    try:
+                        obj = storage.get_file_obj(
+                            request.params["bucket_name"], _object_name(request)
+                        )
+                        generation = obj["generation"]
+                    except NotFound:
+                        generation = "0"
+                    if generation != match[0]:
+                        response.status = http.HTTPStatus.PRECONDITION_FAILED
+                        response.json(
+                            {
+                                "error": {
+                                    "code": 412,
+                                    "message": "At least one of the pre-conditions you "
+                                    "specified did not hold.",
+                                    "errors": [{"reason": "conditionNotMet"}],
+                                }
+                            }
+                        )
+                        return None
+                return handler(request, response, storage, *args, **kwargs)
+
+        return handle
+
+    server.HANDLERS = tuple(
+        (regex, {method: guarded(h) for method, h in handlers.items()})
+        for regex, handlers in server.HANDLERS
+    )
+    objects.insert = guarded(objects.insert)  # the router's fallback for bare upload paths
+    http.server.HTTPServer = http.server.ThreadingHTTPServer
+    server.create_server("127.0.0.1", port, in_memory=True).run()
+
+
+def _object_name(request) -> str:
+    """The object a JSON API request names: in its path, its query, or an upload's body."""
+    if request.params.get("object_id"):
+        return request.params["object_id"]
+    if "name" in request.query:
+        return request.query["name"][0]
+    data = request.data
+    if isinstance(data, dict):
+        return (data.get("meta") or data).get("name", "")
+    return ""
+
+
+if __name__ == "__main__":
+    _serve(int(sys.argv[1]))

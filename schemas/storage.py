@@ -1,8 +1,9 @@
 """Reading files of a dataset: local paths with Python's own IO, gs:// with
 google-cloud-storage, other URLs with ``tf.io.gfile``.
 
-The reading side (reader, validate, inspect) goes through here; the writing
-side (``beam_jobs``) goes through Beam's FileSystems. Training never imports
+The reading side (reader, validate, inspect) goes through here, and convert's
+lock on its output folder (``create_new``, ``remove_if``); the rest of the
+writing side (``beam_jobs``) goes through Beam's FileSystems. Training never imports
 Beam, and ``inspect`` of a local folder imports neither Beam nor TensorFlow.
 gs:// goes through google-cloud-storage, not TensorFlow's GCS client, because
 it honours ``STORAGE_EMULATOR_HOST`` (a GCS API server on loopback: the tests
@@ -182,3 +183,65 @@ def listdir(path: str) -> list[str]:
             names += [p[len(prefix) :].rstrip("/") for p in found.prefixes]
         return sorted(n for n in names if n)
     return sorted(_gfile().listdir(path) if is_url(path) else os.listdir(path))
+
+
+def can_create_new(path: str) -> bool:
+    """Whether ``create_new`` works here: local paths and gs://."""
+    return _is_gcs(path) or not is_url(path)
+
+
+def create_new(path: str, data: bytes) -> int:
+    """Writes a file only if there is none, in one step (local: ``O_EXCL``; gs://: the
+    ``ifGenerationMatch=0`` precondition); returns its generation, for ``remove_if``.
+
+    Raises:
+        FileExistsError: a file is there.
+    """
+    if _is_gcs(path):
+        from google.api_core import exceptions
+
+        blob = _blob(path)
+        with _gcs_errors(path):
+            try:
+                blob.upload_from_string(data, if_generation_match=0)
+            except exceptions.PreconditionFailed:
+                raise FileExistsError(f"{path} exists") from None
+        return int(blob.generation)
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        return os.fstat(f.fileno()).st_ino
+
+
+def read_versioned(path: str) -> tuple[bytes, int]:
+    """The file's bytes and its generation (for ``remove_if``)."""
+    if _is_gcs(path):
+        blob = _blob(path)
+        with _gcs_errors(path):
+            blob.reload()
+            generation = int(blob.generation)
+            return blob.download_as_bytes(if_generation_match=generation), generation
+    with open(path, "rb") as f:
+        return f.read(), os.fstat(f.fileno()).st_ino
+
+
+def remove_if(path: str, generation: int) -> bool:
+    """Removes the file if it is still the one of that generation; False if it is not
+    (replaced, or gone). gs:// checks and removes in one step; a local file is checked
+    by its inode, then removed."""
+    if _is_gcs(path):
+        from google.api_core import exceptions
+
+        with _gcs_errors(path):
+            try:
+                _blob(path).delete(if_generation_match=generation)
+            except (exceptions.PreconditionFailed, exceptions.NotFound):
+                return False
+        return True
+    try:
+        if os.stat(path).st_ino != generation:
+            return False
+        os.remove(path)
+    except FileNotFoundError:
+        return False
+    return True

@@ -130,5 +130,8 @@ def gcs_server():
 @pytest.fixture
 def bucket(gcs_server, request):
     """A fresh bucket on the loopback GCS server, named after the test."""
-    name = "t-" + "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:50]
-    return Bucket(gcs_server, name.rstrip("-"))
+    import hashlib
+
+    name = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:40]
+    digest = hashlib.sha256(request.node.name.encode()).hexdigest()[:8]
+    return Bucket(gcs_server, f"t-{name.strip('-')}-{digest}")

@@ -4,14 +4,19 @@ inspect and validate, and names what is wrong in one line."""
 
 from __future__ import annotations
 
+import json
 import os
+import socket
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from conftest import run_convert
 
 from audit.validate import validate
+from beam_jobs.options import UserError
 from evenshard import cli, synthetic
-from schemas import storage
+from schemas import layout, storage
 from schemas.info import load_info
 
 pytestmark = pytest.mark.slow
@@ -73,6 +78,60 @@ def test_convert_from_a_bucket_to_a_bucket(bucket, tmp_path, caplog):
     assert "Traceback" not in caplog.text and "credentials" not in caplog.text.lower()
     # what the workers were told ends with the run: later processes import no Beam for it
     assert "EVENSHARD_GCP_ANONYMOUS" not in os.environ
+
+
+@pytest.mark.parametrize("where", ["local", "bucket"])
+def test_create_new_is_one_step_on_the_disk_and_in_the_bucket(where, bucket, tmp_path):
+    """The lock's primitives: create only if absent (of 8 racing threads one wins),
+    remove only the generation taken."""
+    folder = str(tmp_path) if where == "local" else bucket.url
+    path = f"{folder}/lock"
+    generation = storage.create_new(path, b"first")
+    with pytest.raises(FileExistsError):
+        storage.create_new(path, b"second")
+    assert storage.read_versioned(path) == (b"first", generation)
+    assert not storage.remove_if(path, generation + 1) and storage.exists(path)
+    assert storage.remove_if(path, generation) and not storage.exists(path)
+    assert not storage.remove_if(path, generation)
+
+    def create(i):
+        try:
+            storage.create_new(f"{folder}/raced", str(i).encode())
+            return True
+        except FileExistsError:
+            return False
+
+    with ThreadPoolExecutor(8) as pool:
+        assert sum(pool.map(create, range(8))) == 1
+
+
+def test_a_bucket_output_folder_is_locked_and_keeps_the_users_files(bucket, tmp_path, caplog):
+    """A second convert into a gs:// folder being written is refused (a lock object
+    created only if absent); a dead run's lock is taken over; files of convert's names
+    that convert did not write are refused, and kept."""
+    root = tmp_path / "images"
+    synthetic.make_image_folder(str(root), num_labels=2, per_label=2, formats=("png",))
+    lock = bucket.bucket.blob(f"out/{layout.LOCK_FILE}")
+    for holder in (
+        {"pid": os.getpid(), "host": socket.gethostname()},
+        {"pid": 1, "host": "elsewhere"},
+    ):
+        lock.upload_from_string(json.dumps(holder))
+        with pytest.raises(UserError, match="being written by another convert"):
+            run_convert(str(root), f"{bucket.url}/out")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    lock.upload_from_string(json.dumps({"pid": dead.pid, "host": socket.gethostname()}))
+    info = run_convert(str(root), f"{bucket.url}/out", "--splits=train=1.0")
+    assert info["splits"]["train"]["num_examples"] == 4
+    assert "taking over the lock" in caplog.text and not lock.exists()
+
+    users = bucket.bucket.blob(f"mine/{layout.LABELS_FILE}")
+    users.upload_from_string("the user's own labels\n")
+    with pytest.raises(UserError, match="evenshard did not write"):
+        run_convert(str(root), f"{bucket.url}/mine")
+    assert users.download_as_bytes() == b"the user's own labels\n"
+    assert not bucket.bucket.blob(f"mine/{layout.LOCK_FILE}").exists()
 
 
 def test_make_dataset_streams_a_bucket_through_a_bounded_cache(bucket, local_dataset, tmp_path):
