@@ -34,6 +34,14 @@ from schemas.info import DatasetError
 _CHUNK = 1 << 22
 
 
+def default_cache_dir() -> str:
+    """Where a reader without ``cache_dir`` keeps a bucket's shards: one folder of the
+    machine's temp folder, so that the local ranks share it."""
+    import tempfile
+
+    return os.path.join(tempfile.gettempdir(), "evenshard-cache")
+
+
 @dataclasses.dataclass(frozen=True)
 class CacheOptions:
     """``cache_dir``: a local folder for the shards of a gs:// dataset (created);
@@ -77,8 +85,16 @@ class ShardCache:
         self._thread.start()
 
     def _shared(self, index: int) -> str:
-        """The shard's file in the cache folder, shared by the readers of the folder."""
-        return os.path.join(self.options.cache_dir, os.path.basename(self.shards[index]["path"]))
+        """The shard's file in the cache folder, shared by the readers of the folder: named
+        by its content (the listed sha256) or else its URL, so that shards of like names
+        from other datasets, or from an earlier conversion of this one, never stand in."""
+        shard = self.shards[index]
+        key = (
+            shard.get("sha256")
+            or hashlib.sha256(f"{shard['path']}:{shard['num_bytes']}".encode()).hexdigest()
+        )
+        name = f"{key[:32]}-{os.path.basename(shard['path'])}"
+        return os.path.join(self.options.cache_dir, name)
 
     def local(self, index: int) -> str:
         """This reader's path of shard ``index``: a hard link to the shared file, so that

@@ -66,11 +66,10 @@ class ReadOptions:
         cache: hold this worker's serialized records in memory, read once
             when the dataset is built (small datasets only).
         cache_dir, cache_limit: a dataset in a bucket (gs://) is read from local
-            copies of its shards in ``cache_dir``, fetched ahead in the order the
-            read uses them, at most ``cache_limit`` bytes (default 10 GiB) at
-            once (``reader/cache.py``; the tf.data reader, and TorchReader's tf
-            backend). Without ``cache_dir`` the tf.data reader reads the bucket
-            directly, through TensorFlow's GCS client.
+            copies of its shards in ``cache_dir`` (default: ``evenshard-cache`` in
+            the system's temp folder, shared by the ranks of the machine), fetched
+            ahead in the order the read uses them, at most ``cache_limit`` bytes
+            (default 10 GiB) at once (``reader/cache.py``).
         start_epoch, start_step: where to start: batch ``start_step`` (an
             example, with batch_size=None) counted from the start of epoch
             ``start_epoch``. With start_epoch 0 the dataset yields exactly

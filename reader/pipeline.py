@@ -112,10 +112,10 @@ def make_dataset(
 
 def _source(info: dict, w: WorkerRead, o: ReadOptions):
     """One source's serialized records in its read order: its lead, then its own order
-    (a bucket's shards through a local cache, with ``cache_dir``)."""
+    (a bucket's shards through a local cache)."""
     cache = None
-    if o.cache_dir is not None and storage.is_url(w.shards[0]["path"]):
-        from reader.cache import CacheOptions, ShardCache
+    if storage.is_url(w.shards[0]["path"]):
+        from reader.cache import CacheOptions, ShardCache, default_cache_dir
 
         at_once = min(w.plan.cycle, len(w.shards))
         largest = sorted((s["num_bytes"] for s in w.shards), reverse=True)[:at_once]
@@ -128,7 +128,7 @@ def _source(info: dict, w: WorkerRead, o: ReadOptions):
         cache = ShardCache(
             w.shards,
             groups(w.plan, w.start, o.epochs),
-            CacheOptions(o.cache_dir, o.cache_limit),
+            CacheOptions(o.cache_dir or default_cache_dir(), o.cache_limit),
         )
     stream = Stream(w.plan, w.shards, info["compression"], o, cache)
     records = stream.records(w.start, o.epochs)

@@ -217,6 +217,50 @@ def test_a_shard_that_does_not_match_its_listing_is_fetched_again_then_named(
         list(ds)
 
 
+def test_a_dataset_converted_again_at_the_same_url_is_not_read_from_stale_copies(bucket, tmp_path):
+    """Cached copies are named by content: a dataset converted again into the same URL
+    (another seed: a shard of the same name and size, other bytes) reads its new shards,
+    in a cache folder that still holds the old ones."""
+    import reader
+
+    root = tmp_path / "images"
+    synthetic.make_image_folder(str(root), num_labels=2, per_label=6, formats=("png",))
+    local = {}
+    for seed in (1, 2):
+        local[seed] = str(tmp_path / f"out{seed}")
+        run_convert(
+            str(root), local[seed], "--splits=train=1.0", "--num_shards=1", f"--seed={seed}"
+        )
+    opts = dict(seed=0, decode=False, shuffle=False)
+
+    def keys(data_dir):
+        ds = reader.make_dataset(data_dir, "train", 4, cache_dir=str(tmp_path / "c"), **opts)
+        return [k for b in ds for k in b["key"].numpy()], ds
+
+    url = bucket.upload(local[1], "again/out")
+    first, kept = keys(url)  # kept: its copies stay in the folder
+    assert first == keys(local[1])[0]
+    bucket.upload(local[2], "again/out")
+    shard = load_info(url)["splits"]["train"]["shards"][0]
+    assert shard["num_bytes"] == load_info(local[1])["splits"]["train"]["shards"][0]["num_bytes"]
+    assert keys(url)[0] == keys(local[2])[0] != first
+
+
+def test_shuffle_report_reads_a_bucket_through_the_default_cache(
+    bucket, local_dataset, tmp_path, monkeypatch, capsys
+):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the default cache folder's parent
+    url = bucket.upload(local_dataset, "report/out")
+    png = tmp_path / "report.png"
+    assert (
+        cli.main(["shuffle-report", url, "--out", str(png), "--batch_size", "8", "--baseline"]) == 0
+    )
+    assert png.stat().st_size > 0 and "label mix" in capsys.readouterr().out
+    assert os.listdir(tmp_path / "evenshard-cache")
+
+
 def test_torch_reader_reads_a_bucket_through_the_cache(bucket, local_dataset, tmp_path):
     from reader.torch import TorchReader
 
