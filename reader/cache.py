@@ -52,6 +52,39 @@ class CacheOptions:
     in_flight: int = 4
 
 
+def open_cache(read, options) -> ShardCache | None:
+    """The cache a worker's read of a bucket goes through; None when its shards are local.
+
+    Args:
+        read: a ``reader.worker.WorkerRead`` (its shards, plan and start).
+        options: a ``reader.ReadOptions`` (``cache_dir``, ``cache_limit``, ``epochs``).
+
+    Raises:
+        ValueError: ``cache_limit`` is smaller than the shards one group of runs may
+            read at once (the ``cycle_length`` largest): the reader would wait forever.
+    """
+    if not storage.is_url(read.shards[0]["path"]):
+        return None
+    check_limit(read.shards, read.plan.cycle, options.cache_limit)
+    return ShardCache(
+        read.shards,
+        read.plan.groups(read.start, options.epochs),
+        CacheOptions(options.cache_dir or default_cache_dir(), options.cache_limit),
+    )
+
+
+def check_limit(shards: list[dict], cycle: int, limit: int) -> None:
+    """Refuses a limit below the shards one group may read at once (see ``open_cache``)."""
+    at_once = min(cycle, len(shards))
+    largest = sorted((s["num_bytes"] for s in shards), reverse=True)[:at_once]
+    if sum(largest) > limit:
+        raise ValueError(
+            f"cache_limit {limit:,} bytes is smaller than the {at_once} largest shards a "
+            f"group of runs may read at once ({sum(largest):,} bytes): raise it, or lower "
+            "cycle_length"
+        )
+
+
 class ShardCache:
     """Local copies of some shards, fetched ahead along ``groups`` (see the module docstring).
 
@@ -60,9 +93,8 @@ class ShardCache:
         groups: the read's groups in order: each the shard indices read at once.
         options: where and how much.
 
-    Raises:
-        ValueError: a limit smaller than the largest group's shards (the reader
-            needs them at once: it would wait forever).
+    A limit smaller than a group's shards would wait forever: ``open_cache`` refuses
+    it first.
     """
 
     def __init__(self, shards: list[dict], groups: Iterator, options: CacheOptions):
@@ -121,6 +153,12 @@ class ShardCache:
                     return [self.local(i) for i in group]
                 self._lock.wait(0.5)
 
+    def __enter__(self) -> ShardCache:
+        return self
+
+    def __exit__(self, *_) -> None:
+        self.close()
+
     def close(self) -> None:
         """Stops fetching and drops this reader's links (shared files no reader links go)."""
         with self._lock:
@@ -138,13 +176,6 @@ class ShardCache:
             with ThreadPoolExecutor(self.options.in_flight) as pool:
                 for group in self._groups:
                     group = tuple(int(i) for i in group)
-                    need = sum(self.shards[i]["num_bytes"] for i in set(group))
-                    if need > self.options.cache_limit:
-                        raise ValueError(
-                            f"cache_limit {self.options.cache_limit:,} bytes is smaller than "
-                            f"the shards one group reads at once ({need:,} bytes): raise it, "
-                            "or lower cycle_length"
-                        )
                     with self._lock:
                         self._ahead.append(group)
                         missing = [i for i in dict.fromkeys(group) if i not in self._held]

@@ -13,12 +13,13 @@ from __future__ import annotations
 import dataclasses
 
 import schemas
+from reader.cache import open_cache
 from reader.decode import Decoder
 from reader.info import check_path_root, default_path_root
 from reader.mixture import MixRead, Mixture
 from reader.options import ReadOptions
 from reader.state import ReadState
-from reader.stream import CHUNK, Stream, groups, lead
+from reader.stream import CHUNK, Stream, lead
 from reader.worker import WorkerRead
 from schemas import features, storage, tfrecord
 from schemas.info import load_info
@@ -113,23 +114,7 @@ def make_dataset(
 def _source(info: dict, w: WorkerRead, o: ReadOptions):
     """One source's serialized records in its read order: its lead, then its own order
     (a bucket's shards through a local cache)."""
-    cache = None
-    if storage.is_url(w.shards[0]["path"]):
-        from reader.cache import CacheOptions, ShardCache, default_cache_dir
-
-        at_once = min(w.plan.cycle, len(w.shards))
-        largest = sorted((s["num_bytes"] for s in w.shards), reverse=True)[:at_once]
-        if sum(largest) > o.cache_limit:  # said now: the reader would wait forever
-            raise ValueError(
-                f"cache_limit {o.cache_limit:,} bytes is smaller than the {at_once} largest "
-                f"shards a group of runs may read at once ({sum(largest):,} bytes): raise "
-                "it, or lower cycle_length"
-            )
-        cache = ShardCache(
-            w.shards,
-            groups(w.plan, w.start, o.epochs),
-            CacheOptions(o.cache_dir or default_cache_dir(), o.cache_limit),
-        )
+    cache = open_cache(w, o)
     stream = Stream(w.plan, w.shards, info["compression"], o, cache)
     records = stream.records(w.start, o.epochs)
     if w.lead is not None and len(w.lead[0]):

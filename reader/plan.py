@@ -177,15 +177,39 @@ class ReadPlan:
         order = np.lexsort((offsets, slots, offsets // self.block))
         return slots[order], offsets[order]
 
-    def epoch_order(self, epoch) -> np.ndarray:
-        """Global ids (file start + record index) of the worker's records in read order."""
+    def raw_order(self, epoch) -> tuple[np.ndarray, np.ndarray]:
+        """The worker's records as its groups give them, before the window permutations:
+        their global ids (file start + record index), and the group each is read in."""
         runs = self.runs(epoch)
         first = self._starts[runs.file] + runs.start
         parts = []
         for g in range(0, self.num_runs, self.cycle):
             slots, offsets = self._group_order((runs.stop - runs.start)[g : g + self.cycle])
             parts.append(first[g : g + self.cycle][slots] + offsets)
-        ids = np.concatenate(parts)[self.offset :: self.stride]
+        group = np.repeat(np.arange(len(parts)), [len(p) for p in parts])
+        keep = slice(self.offset, None, self.stride)
+        return np.concatenate(parts)[keep], group[keep]
+
+    def groups(self, start: int, epochs: int | None):
+        """The files of each group of runs, in the order a read from ``start`` (counted
+        over all epochs) opens them: every group, those that give this worker nothing
+        too. The bucket cache fetches along it."""
+        epoch, position = divmod(start, self.size)
+        end = (1 << 62) if epochs is None else epochs
+        if epoch >= end:
+            return
+        files = self.resume(epoch, position).runs.file
+        while True:
+            for g in range(0, len(files), self.cycle):
+                yield files[g : g + self.cycle]
+            epoch += 1
+            if epoch >= end:
+                return
+            files = self.runs(epoch).file
+
+    def epoch_order(self, epoch) -> np.ndarray:
+        """Global ids (file start + record index) of the worker's records in read order."""
+        ids = self.raw_order(epoch)[0]
         if self.windowed:
             for w, start in enumerate(range(0, len(ids), self.window)):
                 chunk = ids[start : start + self.window]

@@ -5,6 +5,10 @@ The DALI pipeline and the PyTorch iterable read through here: the same
 batches across epoch boundaries, padding, ``start_step``), with records
 fetched by their offsets in the DALI index convert writes beside each
 uncompressed shard, so any position is one ``pread`` away.
+
+A bucket's shards are read from the local copies of a ``reader.cache.ShardCache``,
+which fetches them ahead group by group: there each window of the order is read
+as its groups give it (group after group, as the cache has them), then permuted.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import os
 
 import numpy as np
 
+from reader.cache import check_limit, open_cache
 from reader.info import default_path_root
 from reader.mixture import MixRead, Mixture
 from reader.options import ReadOptions
@@ -49,6 +54,7 @@ class Records:
         counts = [s["num_examples"] for s in shards]
         self._firsts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
         self._fds: dict[int, int] = {}  # shard -> an open descriptor, opened on first use
+        self._local: dict[int, str] = {}  # shard -> the cache's local copy (see ``use``)
 
     def __enter__(self) -> Records:
         return self
@@ -61,12 +67,19 @@ class Records:
     def get(self, i: int) -> bytes:
         return self._get(i, self._fds)
 
+    def use(self, local: dict[int, str]) -> None:
+        """Reads these shards (by index) from these local copies, and closes the
+        descriptors of every other shard (an evicted copy must not stay open)."""
+        for f in [f for f in self._fds if f not in local]:
+            os.close(self._fds.pop(f))
+        self._local = local
+
     def _get(self, i: int, fds: dict[int, int]) -> bytes:
         f = int(np.searchsorted(self._firsts, i, side="right")) - 1
         r = i - int(self._firsts[f])
         offset, size = (int(v) for v in self._tables[f][r])
-        path = self._paths[f]
-        if storage.is_url(path):  # the tf.data reader's lead from a bucket: a ranged read
+        path = self._local.get(f, self._paths[f])
+        if storage.is_url(path):  # a lead from a bucket: a ranged read
             with storage.open_binary(path) as stream:
                 stream.seek(offset)
                 framed = stream.read(size)
@@ -101,28 +114,63 @@ class _Part:
                 "by offset from the DALI index, which only uncompressed shards have; "
                 "convert without --compression"
             )
-        if storage.is_url(data_dir):
-            raise DatasetError(
-                f"{data_dir}: the DALI reader reads local folders; read a bucket with "
-                "reader.make_dataset or TorchReader(backend='tf'), with cache_dir"
-            )
-        self.read, self.epochs = read, options.epochs
+        self.read, self.options = read, options
         self.kind = info["record_kind"]
         self.root = default_path_root(info, options.path_root)
         self.own = Records(read.shards)
         self.split = Records(read.split) if read.split else None
+        if storage.is_url(read.shards[0]["path"]):
+            check_limit(read.shards, read.plan.cycle, options.cache_limit)  # said now
 
     def examples(self):
-        with self.own, self.split or contextlib.nullcontext():
+        # The cache (and its fetching thread) starts in the process that reads: a
+        # DataLoader worker forked after this source was made, say.
+        cache = open_cache(self.read, self.options)
+        with self.own, self.split or contextlib.nullcontext(), cache or contextlib.nullcontext():
             if self.read.lead is not None:
                 for i in self.read.lead[0]:
                     yield self.example(self.split.get(int(i)))
-            plan = self.read.plan
+            plan, epochs = self.read.plan, self.options.epochs
             epoch, position = divmod(self.read.start, plan.size)
-            while self.epochs is None or epoch < self.epochs:
-                for i in plan.epoch_order(epoch)[position:]:
-                    yield self.example(self.own.get(int(i)))
-                epoch, position = epoch + 1, 0
+            opened = True  # the read's first epoch: opened where ``position`` is
+            while epochs is None or epoch < epochs:
+                if cache is None:
+                    for i in plan.epoch_order(epoch)[position:]:
+                        yield self.example(self.own.get(int(i)))
+                else:
+                    for data in self._cached_epoch(cache, epoch, position, opened):
+                        yield self.example(data)
+                epoch, position, opened = epoch + 1, 0, False
+
+    def _cached_epoch(self, cache, epoch: int, position: int, opened: bool):
+        """An epoch's records from ``position`` on, each window read as its groups give
+        it, entering the groups in the order the cache fetches them (``ReadPlan.groups``:
+        the read's first epoch from the group that holds its first record, every group
+        of the later ones, those that give this worker nothing too)."""
+        plan = self.read.plan
+        ids, group = plan.raw_order(epoch)
+        files = plan.runs(epoch).file
+        step = plan.window if plan.windowed else 1024
+        first = position - position % step
+        entered = int(group[first]) - 1 if opened else -1
+
+        def enter_through(g: int) -> None:
+            nonlocal entered
+            while entered < g:
+                entered += 1
+                shards = files[entered * plan.cycle : (entered + 1) * plan.cycle]
+                self.own.use(dict(zip((int(f) for f in shards), cache.enter(shards))))
+
+        for w, start in enumerate(range(first, len(ids), step), start=first // step):
+            stop = min(start + step, len(ids))
+            window = []
+            for k in range(start, stop):
+                enter_through(int(group[k]))
+                window.append(self.own.get(int(ids[k])))
+            if plan.windowed:
+                window = [window[j] for j in plan.window_permutation(epoch, w, len(window))]
+            yield from window[position - start if start == first else 0 :]
+        enter_through(-(-plan.num_runs // plan.cycle) - 1)  # groups that give nothing
 
     def example(self, data: bytes) -> tuple:
         """(encoded image, label, key) of a serialized record."""
@@ -138,9 +186,10 @@ class _Part:
         )
 
     def filler(self) -> tuple:
-        """An example to stand in the padding rows (masked)."""
-        with self.own:
-            return self.example(self.own.get(0))
+        """An example to stand in the padding rows (masked): the first of the worker's
+        first shard (from the bucket, a ranged read)."""
+        with Records(self.read.shards[:1]) as first:
+            return self.example(first.get(0))
 
 
 class RecordSource:
@@ -154,8 +203,9 @@ class RecordSource:
 
     Raises:
         DatasetError: as ``make_dataset``; also for gzip-compressed shards
-            (no index: convert without ``--compression gzip``) and for
-            datasets outside the local file system.
+            (no index: convert without ``--compression gzip``).
+        ValueError: for a bucket, a ``cache_limit`` below what a group of runs reads
+            at once (``reader.cache.open_cache``).
     """
 
     def __init__(self, data_dir, split: str, batch_size: int, options: ReadOptions, state=None):

@@ -3,8 +3,8 @@
 ``Stream`` reads the plan's runs of records, group by group (``reader/plan.py``):
 each group's runs interleaved round-robin, the seeded window permutation on top,
 epochs joined, a start anywhere. ``lead`` fetches the records a resized read
-begins with; ``groups`` lists the shards of each group in read order, for the
-bucket cache (``reader/cache.py``). No function of tf.data's runs per record:
+begins with. A bucket's shards are read from the local copies of a
+``reader.cache.ShardCache``. No function of tf.data's runs per record:
 a per-record map or filter cost 80% of the raw read rate.
 """
 
@@ -180,22 +180,6 @@ def _checked_records(path, listed, compression, start, stop):
         records.skip(listed).take(last).map(failing("holds more records than the", listed, in_info))
     )
     return records_read.concatenate(more)
-
-
-def groups(plan: ReadPlan, start: int, epochs: int | None):
-    """The shards of each group of runs, in the order ``_Stream`` reads them from ``start``."""
-    epoch, position = divmod(start, plan.size)
-    end = (1 << 62) if epochs is None else epochs
-    if epoch >= end:
-        return
-    files = plan.resume(epoch, position).runs.file
-    while True:
-        for g in range(0, len(files), plan.cycle):
-            yield files[g : g + plan.cycle]
-        epoch += 1
-        if epoch >= end:
-            return
-        files = plan.runs(epoch).file
 
 
 def lead(w: WorkerRead, tagged: bool):

@@ -269,5 +269,41 @@ def test_torch_reader_reads_a_bucket_through_the_cache(bucket, local_dataset, tm
     want = [b["key"] for b in TorchReader(local_dataset, "train", 8, **kw)]
     got = [b["key"] for b in TorchReader(url, "train", 8, cache_dir=str(tmp_path), **kw)]
     assert got == want
-    with pytest.raises(Exception, match="the DALI reader reads local folders"):
-        list(TorchReader(url, "train", 8, image_size=(8, 8), backend="dali"))
+    kw["backend"] = "dali"
+    want = [b["key"] for b in TorchReader(local_dataset, "train", 8, **kw)]
+    assert [b["key"] for b in TorchReader(url, "train", 8, cache_dir=str(tmp_path), **kw)] == want
+
+
+@pytest.mark.parametrize(
+    "opts",
+    [
+        dict(seed=1, epochs=2, cycle_length=2, shuffle_buffer=8),
+        dict(seed=2, epochs=3, cycle_length=3, shuffle_buffer=5, num_workers=2, worker_index=1),
+        dict(seed=3, epochs=2, cycle_length=2, shuffle_buffer=8, start_epoch=1, start_step=1),
+        dict(seed=4, epochs=2, cycle_length=1, num_workers=8, worker_index=5),
+        dict(shuffle=False, epochs=1, cycle_length=2, pad_final_batch=True),
+    ],
+    ids=["windows", "two-workers", "resumed-mid-window", "shared-shards", "unshuffled"],
+)
+def test_the_record_source_reads_a_bucket_through_the_cache_as_it_reads_the_folder(
+    opts, bucket, local_dataset, tmp_path
+):
+    """The DALI and Torch readers' source: through the cache, at the smallest limit it
+    allows (windows span groups: each is read as its groups give it), the read is the
+    folder's, record for record."""
+    from reader.options import ReadOptions
+    from reader.source import RecordSource
+
+    def source(data_dir, **cache):
+        return RecordSource(data_dir, "train", 4, ReadOptions(decode=False, **opts, **cache))
+
+    def keys(data_dir, **cache):
+        return [b.key for b in source(data_dir, **cache)]
+
+    url = bucket.upload(local_dataset, "source/out")
+    sizes = sorted(s["num_bytes"] for s in source(local_dataset).read.shards)
+    limit = sum(sizes[-opts["cycle_length"] :])
+    want = keys(local_dataset)
+    assert keys(url, cache_dir=str(tmp_path), cache_limit=limit) == want
+    with pytest.raises(ValueError, match="cache_limit .* is smaller than"):
+        keys(url, cache_dir=str(tmp_path), cache_limit=limit - 1)
