@@ -4,10 +4,11 @@ A reader of a gs:// dataset reads local copies of its shards. The read order is
 computable (``reader.plan``): epoch by epoch, groups of ``cycle_length`` runs, each
 run in one shard. So the shards a read needs, and when, are known in advance:
 a thread fetches them ahead of the reader, several at once, group after group,
-as far as ``cache_limit`` allows; to make room it evicts shards that no group
-from the reader's to the one being fetched needs, and when there are none it
-waits for the reader to finish its group. A reader waits only when it outruns
-the fetches.
+shard by shard as far as ``cache_limit`` allows (what is in flight counts). To
+make room it evicts a shard that no group from the reader's to the one being
+fetched needs, the one the plan needs again latest first (it looks
+``LOOKAHEAD`` groups ahead); when there is none it waits for the reader to
+finish its group. A reader waits only when it outruns the fetches.
 
 Several processes on one machine (local ranks) share one cache folder: a shard is
 fetched under a lock of its own, into a temporary name, checked against the size
@@ -20,9 +21,11 @@ fetches; ranks sharing a folder share the files they both read.
 from __future__ import annotations
 
 import atexit
+import collections
 import dataclasses
 import fcntl
 import hashlib
+import itertools
 import os
 import threading
 import uuid
@@ -31,7 +34,7 @@ from collections.abc import Iterator
 from schemas import storage
 from schemas.info import DatasetError
 
-_CHUNK = 1 << 22
+LOOKAHEAD = 64  # groups of the plan looked at to choose what to evict
 
 
 def default_cache_dir() -> str:
@@ -103,6 +106,7 @@ class ShardCache:
         self._groups = groups
         self._ahead: list[tuple[int, ...]] = []  # groups fetched or being fetched, in order
         self._held: dict[int, int] = {}  # shard -> bytes of this reader's copy
+        self._pending: dict[int, int] = {}  # shard -> bytes, being fetched
         self._lock = threading.Condition()
         self._next = 0  # the group the reader enters next
         self._reading = False  # whether it is inside group _next - 1
@@ -172,35 +176,61 @@ class ShardCache:
     def _fetch_ahead(self) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
+        groups = iter(self._groups)
+        future = collections.deque(itertools.islice(groups, LOOKAHEAD))
         try:
             with ThreadPoolExecutor(self.options.in_flight) as pool:
-                for group in self._groups:
-                    group = tuple(int(i) for i in group)
+                while future:
+                    group = tuple(int(i) for i in future.popleft())
+                    future.extend(itertools.islice(groups, 1))
                     with self._lock:
                         self._ahead.append(group)
-                        missing = [i for i in dict.fromkeys(group) if i not in self._held]
-                    if not self._make_room(missing, len(self._ahead) - 1):
-                        return
-                    # several shards in flight: the group's missing ones at once
-                    list(pool.map(self._fetch, missing))
+                        fetching = len(self._ahead) - 1
+                        missing = [
+                            i
+                            for i in dict.fromkeys(group)
+                            if i not in self._held and i not in self._pending
+                        ]
+                    # shard by shard, as room is made: fetches overlap the reader's group
+                    for i in missing:
+                        if not self._make_room(i, fetching, future):
+                            return
+                        pool.submit(self._fetch, i).add_done_callback(self._failed)
         except BaseException as e:  # noqa: BLE001 - handed to the reader
-            with self._lock:
-                self._error = e
-                self._lock.notify_all()
+            self._fail(e)
 
-    def _make_room(self, missing: list[int], fetching: int) -> bool:
-        """Waits until ``missing`` fits beside what is held, evicting shards no group
-        from the reader's to the one being fetched needs; False: closed."""
-        size = sum(self.shards[i]["num_bytes"] for i in missing)
+    def _failed(self, done) -> None:
+        if done.exception() is not None:
+            self._fail(done.exception())
+
+    def _fail(self, error: BaseException) -> None:
+        with self._lock:
+            self._error = self._error or error
+            self._done = True
+            self._lock.notify_all()
+
+    def _make_room(self, index: int, fetching: int, future) -> bool:
+        """Waits until shard ``index`` fits beside what is held and in flight, evicting
+        shards no group from the reader's to the one being fetched needs, the one
+        needed again latest first (the plan says when: ``future`` holds the next
+        groups); reserves its bytes. False: closed."""
+        size = self.shards[index]["num_bytes"]
         with self._lock:
             while not self._done:
-                if sum(self._held.values()) + size <= self.options.cache_limit:
+                if sum(self._held.values()) + sum(self._pending.values()) + size <= (
+                    self.options.cache_limit
+                ):
+                    self._pending[index] = size
                     return True
                 first = self._next - 1 if self._reading else self._next
                 needed = {i for g in self._ahead[max(first, 0) : fetching + 1] for i in g}
                 idle = [i for i in self._held if i not in needed]
                 if idle:
-                    self._evict(idle[0])
+                    next_use = {}
+                    for k, g in enumerate(future):
+                        for i in g:
+                            next_use.setdefault(int(i), k)
+                    self._evict(max(idle, key=lambda i: next_use.get(i, len(future))))
                 else:
                     self._lock.wait(0.5)  # the reader must finish its group first
             return False
@@ -235,30 +265,39 @@ class ShardCache:
             if not os.path.exists(self.local(index)):
                 os.link(path, self.local(index))
         with self._lock:
-            self._held[index] = shard["num_bytes"]
+            self._held[index] = self._pending.pop(index)
             self.peak = max(self.peak, sum(self._held.values()))
             self._lock.notify_all()
 
     def _download(self, shard: dict, path: str) -> str | None:
         """Fetches into a temporary name and renames into place; None, or what was wrong."""
         tmp = f"{path}.{uuid.uuid4().hex}.part"
-        digest, size = hashlib.sha256(), 0
         try:
-            with storage.open_binary(shard["path"]) as src, open(tmp, "wb") as out:
-                while chunk := src.read(_CHUNK):
-                    digest.update(chunk)
-                    size += len(chunk)
-                    out.write(chunk)
+            with open(tmp, "wb") as out:
+                checked = _Checked(out)
+                storage.download(shard["path"], checked)
             self.fetched += 1
-            if size != shard["num_bytes"]:
-                return f"{size:,} bytes fetched, {shard['num_bytes']:,} listed"
-            if "sha256" in shard and digest.hexdigest() != shard["sha256"]:
+            if checked.size != shard["num_bytes"]:
+                return f"{checked.size:,} bytes fetched, {shard['num_bytes']:,} listed"
+            if "sha256" in shard and checked.digest.hexdigest() != shard["sha256"]:
                 return "sha256 differs from the one listed"
             os.replace(tmp, path)
             return None
         finally:
             if os.path.exists(tmp):
                 os.remove(tmp)
+
+
+class _Checked:
+    """A file being written, with the size and sha256 of what was written."""
+
+    def __init__(self, out):
+        self.out, self.digest, self.size = out, hashlib.sha256(), 0
+
+    def write(self, chunk) -> int:
+        self.digest.update(chunk)
+        self.size += len(chunk)
+        return self.out.write(chunk)
 
 
 def _drop_dead_links(folder: str) -> None:
