@@ -150,6 +150,17 @@ def download(path: str, out) -> None:
             out.write(chunk)
 
 
+def read_head(path: str, size: int) -> bytes:
+    """Up to ``size`` bytes from the file's start (gs://: one ranged request)."""
+    if _is_gcs(path):
+        with _gcs_errors(path):
+            return _blob(path).download_as_bytes(
+                start=0, end=size - 1, checksum=None, raw_download=True
+            )
+    with open_binary(path) as f:
+        return f.read(size)
+
+
 def read_bytes(path: str) -> bytes:
     if _is_gcs(path):
         with _gcs_errors(path):

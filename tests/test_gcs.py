@@ -72,9 +72,16 @@ def test_convert_from_a_bucket_to_a_bucket(bucket, tmp_path, caplog):
     lines = ["path,label"] + [
         f"images/label_{i % 3}/img_{i // 3:05d}.png,l{i % 3}" for i in range(9)
     ]
+    lines.append("images/label_0/not_there.png,l0")  # a row naming no object: a reject
     bucket.bucket.blob("in/manifest.csv").upload_from_string("\n".join(lines) + "\n")
-    info = run_convert(f"{bucket.url}/in/manifest.csv", f"{bucket.url}/out_m", "--splits=train=1.0")
+    info = run_convert(
+        f"{bucket.url}/in/manifest.csv",
+        f"{bucket.url}/out_m",
+        "--splits=train=1.0",
+        "--max_reject_fraction=0.2",
+    )
     assert info["splits"]["train"]["num_examples"] == 9
+    assert info["rejects"]["by_reason"] == {"missing": 1}
     assert "Traceback" not in caplog.text and "credentials" not in caplog.text.lower()
     # what the workers were told ends with the run: later processes import no Beam for it
     assert "EVENSHARD_GCP_ANONYMOUS" not in os.environ
