@@ -286,6 +286,13 @@ def _shuffle_report(args: argparse.Namespace, _) -> int:
     except (DatasetError, ValueError, OSError) as e:
         _error("shuffle-report", str(e))
         return 1
+    except Exception as e:  # from inside tf.data (a shard of a bucket gone, say)
+        if not type(e).__module__.startswith("tensorflow"):
+            raise
+        from reader import one_line
+
+        _error("shuffle-report", one_line(e))
+        return 1
     print(json.dumps(r, indent=2) if args.json else render(r))
     return 0
 

@@ -17,10 +17,17 @@ ds, state = reader.resume(data_dir, "train", state, image_size=(224, 224))
 both = reader.mix([("web/", 0.8), (("curated/", "train"), 0.2)])
 ds = reader.make_dataset(both, batch_size=256, seed=0, image_size=(224, 224), epochs=None)
 
+# an error from inside tf.data (a bucket's shard gone, say) in one line
+try:
+    next(iter(ds))
+except Exception as e:
+    print(reader.one_line(e))
+
 TensorFlow, torch and DALI are imported on first use of the entry point that
 needs them, not by ``import reader``.
 """
 
+from reader.errors import one_line
 from reader.mixture import Mixture, mix
 from reader.options import ReadOptions
 from reader.state import ReadState, resume
@@ -36,6 +43,7 @@ __all__ = [
     "make_dali_pipeline",
     "make_dataset",
     "mix",
+    "one_line",
     "resume",
 ]
 

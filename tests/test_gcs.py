@@ -209,7 +209,7 @@ def test_the_cache_fetches_ahead_in_plan_order_within_its_limit(bucket, local_da
 
 
 def test_a_shard_that_does_not_match_its_listing_is_fetched_again_then_named(
-    bucket, local_dataset, tmp_path
+    bucket, local_dataset, tmp_path, capsys
 ):
     import reader
 
@@ -220,8 +220,24 @@ def test_a_shard_that_does_not_match_its_listing_is_fetched_again_then_named(
     data[100] ^= 0xFF  # same size, other bytes: only the sha256 tells
     blob.upload_from_string(bytes(data))
     ds = reader.make_dataset(url, "train", 4, seed=1, decode=False, cache_dir=str(tmp_path))
-    with pytest.raises(Exception, match=f"{shard}: sha256 differs from the one listed, twice"):
+    with pytest.raises(Exception, match=f"{shard}: sha256 differs from the one listed, twice") as e:
         list(ds)
+    # inside tf.data the error is TensorFlow's, with a traceback: reader.one_line unwraps it
+    line = (
+        f"DatasetError: {url}/{shard}: sha256 differs from the one listed, twice: the object "
+        "in the bucket does not match dataset_info.json (convert again, or restore it)"
+    )
+    assert reader.one_line(e.value) == line
+    png = str(tmp_path / "r.png")
+    assert cli.main(["shuffle-report", url, "--out", png, "--batch_size", "4"]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"evenshard shuffle-report: error: {line}"
+    ]
+    # a shard gone from the bucket is said when the dataset is built
+    bucket.bucket.blob(f"bad/out/{shard}").delete()
+    assert cli.main(["shuffle-report", url, "--out", png, "--batch_size", "4"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{url}/{shard} listed in dataset_info.json is missing" in err[0]
 
 
 def test_a_dataset_converted_again_at_the_same_url_is_not_read_from_stale_copies(bucket, tmp_path):
