@@ -152,6 +152,7 @@ def run(argv: list[str] | None = None, pipeline=None) -> dict:
 
 def convert(options: ConvertOptions, pipeline_args: list[str], pipeline=None) -> dict:
     """Runs a conversion of parsed options; see :func:`run`."""
+    from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import TestOptions
 
     from beam_jobs.preflight import has_at_least, preflight
@@ -171,6 +172,9 @@ def convert(options: ConvertOptions, pipeline_args: list[str], pipeline=None) ->
     urls = [options.input, options.output_dir, options.labels_file]
     with gcp_credentials(urls), resolve_runner(local_default(pipeline_args, many)) as pipeline_args:
         beam_options = pipeline_options(pipeline_args)
+        # the driver's own file system calls (preflight, the output folder) see the
+        # run's flags too (--s3_endpoint_url, say), as the pipeline's do
+        FileSystems.set_options(beam_options)
         offline = bool(beam_options.view_as(TestOptions).dry_run)
         result = _run(preflight(options, offline), beam_options, pipeline)
         result["runner"] = describe(beam_options)  # for the summary; not in the file

@@ -19,6 +19,7 @@ from apache_beam.io.filesystems import FileSystems
 
 import schemas
 from beam_jobs.options import ConvertOptions, Job
+from schemas import storage, stores
 from schemas.layout import (
     FORMAT_VERSION,
     INCOMPLETE_DIR,
@@ -50,7 +51,12 @@ _REJECT_LIMIT = re.compile(r"(\d+ of \d+ inputs were rejected.*?raise the limit)
 
 
 def write_atomically(path: str, data: bytes) -> None:
-    """Writes to a unique temp name beside ``path`` and renames it into place."""
+    """Writes to a unique temp name beside ``path`` and renames it into place; in a
+    bucket (gs://, s3://), one put, which is atomic itself (and the empty file Beam's
+    S3 filesystem cannot create: a multipart upload of no parts)."""
+    if stores.store(path):
+        storage.put(path, data)
+        return
     tmp = temp_name(path, uuid.uuid4().hex)
     with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
         f.write(data)

@@ -24,7 +24,7 @@ from beam_jobs.dead_letters import SplitRejects
 from beam_jobs.options import Job
 from beam_jobs.paths import open_binary, read_bytes
 from beam_jobs.records import Candidate, Image, make_reject
-from schemas import storage
+from schemas import storage, stores
 from schemas.images import MAGIC, Rejected, inspect_stream
 from schemas.progress import Progress
 
@@ -161,7 +161,7 @@ _SMALL_FILE = 1 << 20
 
 def _regular_file_size(source: str) -> int:
     """The size of a regular file; a folder, FIFO, device or socket is ``unreadable``."""
-    if source.startswith("gs://"):
+    if stores.store(source):
         return storage.size(source)  # one request (FileSystems.match makes two)
     if paths.is_url(source):
         found = FileSystems.match([source])[0].metadata_list

@@ -113,8 +113,10 @@ class _WriteShard(beam.DoFn):
             sink.finish()
         # the record first: a file in place always has one (output.py removes,
         # after a run that died, the files these records name and no others)
-        with FileSystems.create(f"{self._out}/{INCOMPLETE_DIR}/{name}{layout.OWNED_SUFFIX}"):
-            pass
+        # (not empty: Beam's S3 filesystem cannot create an empty object, a multipart
+        # upload of no parts, which S3 refuses)
+        with FileSystems.create(f"{self._out}/{INCOMPLETE_DIR}/{name}{layout.OWNED_SUFFIX}") as f:
+            f.write(name.encode() + b"\n")
         index_file = layout.index_name(name)
         if index_file:
             with FileSystems.create(f"{tmp}.idx") as f:

@@ -1,5 +1,6 @@
-"""A GCS API server on loopback for the tests and benchmarks (``gcp-storage-emulator``).
+"""Object-store servers on loopback for the tests and benchmarks: GCS and S3.
 
+GCS (``gcp-storage-emulator``):
 ``with gcs_emulator() as client:`` starts the server on a free port of 127.0.0.1,
 in memory, points ``STORAGE_EMULATOR_HOST`` at it (google-cloud-storage and Beam's
 GCS filesystem honour it; TensorFlow's own GCS client does not), and stops it
@@ -37,11 +38,9 @@ def upload(bucket, local: str, prefix: str) -> str:
 @contextlib.contextmanager
 def gcs_emulator():
     """The server, running; yields a google-cloud-storage client of it."""
-    from schemas import storage
+    from schemas import storage, stores
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "evenshard.emulator", str(port)],
         stdout=subprocess.DEVNULL,
@@ -49,26 +48,71 @@ def gcs_emulator():
     )
     before = os.environ.get("STORAGE_EMULATOR_HOST")
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the GCS emulator did not start") from None
-                time.sleep(0.1)
+        _wait_for(port, proc, "the GCS emulator")
         os.environ["STORAGE_EMULATOR_HOST"] = f"http://127.0.0.1:{port}"
-        storage._client = None
+        stores.GCS._client = None
         yield storage.gcs_client()
     finally:
         proc.kill()
         proc.wait()
-        storage._client = None
+        stores.GCS._client = None
         if before is None:
             os.environ.pop("STORAGE_EMULATOR_HOST", None)
         else:
             os.environ["STORAGE_EMULATOR_HOST"] = before
+
+
+@contextlib.contextmanager
+def s3_server():
+    """moto's S3 server, running; yields a boto3 client of it."""
+    from schemas import stores
+
+    port = _free_port()
+    server = os.path.join(os.path.dirname(sys.executable), "moto_server")
+    proc = subprocess.Popen(
+        [server, "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    names = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
+    before = {n: os.environ.get(n) for n in names}
+    try:
+        _wait_for(port, proc, "the S3 server")
+        os.environ.update(
+            AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}",
+            AWS_ACCESS_KEY_ID="test",
+            AWS_SECRET_ACCESS_KEY="test",
+            AWS_DEFAULT_REGION="us-east-1",
+        )
+        stores.S3._client = None
+        yield stores.S3.client()
+    finally:
+        proc.kill()
+        proc.wait()
+        stores.S3._client = None
+        for n, v in before.items():
+            if v is None:
+                os.environ.pop(n, None)
+            else:
+                os.environ[n] = v
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for(port: int, proc, what: str) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{what} did not start") from None
+            time.sleep(0.1)
 
 
 def _serve(port: int) -> None:

@@ -104,17 +104,46 @@ def write_pngs(root, n: int) -> None:
 
 
 class Bucket:
-    """A bucket of the loopback GCS server: ``url`` is gs://NAME; ``upload`` copies a folder."""
+    """A fresh bucket of a loopback server (gs:// or s3://): ``url`` is SCHEME://NAME."""
 
-    def __init__(self, client, name: str):
-        self.client, self.name, self.url = client, name, f"gs://{name}"
-        self.bucket = client.create_bucket(name)
+    def __init__(self, scheme: str, client, name: str):
+        self.scheme, self.client, self.name = scheme, client, name
+        self.url = f"{scheme}://{name}"
+        if scheme == "gs":
+            self._gcs = client.create_bucket(name)
+        else:
+            client.create_bucket(Bucket=name)
+
+    def put(self, key: str, data: bytes) -> None:
+        if self.scheme == "gs":
+            self._gcs.blob(key).upload_from_string(data)
+        else:
+            self.client.put_object(Bucket=self.name, Key=key, Body=data)
+
+    def get(self, key: str) -> bytes:
+        if self.scheme == "gs":
+            return self._gcs.blob(key).download_as_bytes()
+        return self.client.get_object(Bucket=self.name, Key=key)["Body"].read()
+
+    def delete(self, key: str) -> None:
+        if self.scheme == "gs":
+            self._gcs.blob(key).delete()
+        else:
+            self.client.delete_object(Bucket=self.name, Key=key)
+
+    def exists(self, key: str) -> bool:
+        from schemas import storage
+
+        return storage.exists(f"{self.url}/{key}")
 
     def upload(self, local: str, prefix: str) -> str:
-        """Copies every file under ``local`` to gs://NAME/prefix/...; returns that URL."""
-        from evenshard.emulator import upload
-
-        return upload(self.bucket, local, prefix)
+        """Copies every file under ``local`` to SCHEME://NAME/prefix/...; returns that URL."""
+        for folder, _, files in os.walk(local):
+            for f in files:
+                rel = os.path.relpath(os.path.join(folder, f), local)
+                with open(os.path.join(folder, f), "rb") as data:
+                    self.put(f"{prefix}/{rel}", data.read())
+        return f"{self.url}/{prefix}"
 
 
 @pytest.fixture(scope="session")
@@ -127,11 +156,22 @@ def gcs_server():
         yield client
 
 
-@pytest.fixture
-def bucket(gcs_server, request):
-    """A fresh bucket on the loopback GCS server, named after the test."""
+@pytest.fixture(scope="session")
+def s3_server():
+    """An S3 API server (moto) on 127.0.0.1 for the session (``evenshard.emulator``):
+    ``AWS_ENDPOINT_URL`` points at it; it stops with the session."""
+    from evenshard.emulator import s3_server
+
+    with s3_server() as client:
+        yield client
+
+
+@pytest.fixture(params=["gs", "s3"])
+def bucket(request):
+    """A fresh bucket on a loopback server, of each store, named after the test."""
     import hashlib
 
+    client = request.getfixturevalue("gcs_server" if request.param == "gs" else "s3_server")
     name = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:40]
     digest = hashlib.sha256(request.node.name.encode()).hexdigest()[:8]
-    return Bucket(gcs_server, f"t-{name.strip('-')}-{digest}")
+    return Bucket(request.param, client, f"t-{name.strip('-')}-{digest}")
