@@ -108,7 +108,7 @@ class _InspectImage(beam.DoFn):
         image.
         """
         try:
-            size = _regular_file_size(source)
+            size, data = _size_and_bytes(source)
             if size > self._max_bytes:
                 raise Rejected(
                     "too_large", f"{size:,} bytes > --max_image_mb ({self._max_bytes:,} bytes)"
@@ -116,7 +116,7 @@ class _InspectImage(beam.DoFn):
             if size <= _SMALL_FILE:
                 # one read: Pillow's header parsers make ~40 small reads an
                 # image, several times dearer on a file than in memory
-                data = read_bytes(source, size + 1)
+                data = read_bytes(source, size + 1) if data is None else data
                 if size and not data.startswith(MAGIC):
                     raise Rejected("unsupported_format", "not an image Pillow can identify")
                 return self._inspected(self._whole(data, size), size)
@@ -159,10 +159,19 @@ class _InspectImage(beam.DoFn):
 _SMALL_FILE = 1 << 20
 
 
+def _size_and_bytes(source: str) -> tuple[int, bytes | None]:
+    """The file's size, and its bytes when they came with it: an object of a bucket
+    up to ``_SMALL_FILE`` is one ranged request for both (its size alone is one too)."""
+    if stores.store(source):
+        data = read_bytes(source, _SMALL_FILE + 1)
+        if len(data) <= _SMALL_FILE:
+            return len(data), data
+        return storage.size(source), None
+    return _regular_file_size(source), None
+
+
 def _regular_file_size(source: str) -> int:
     """The size of a regular file; a folder, FIFO, device or socket is ``unreadable``."""
-    if stores.store(source):
-        return storage.size(source)  # one request (FileSystems.match makes two)
     if paths.is_url(source):
         found = FileSystems.match([source])[0].metadata_list
         if not found:
