@@ -6,12 +6,12 @@ Rules (docs/convert.md#output-folder):
   symlink does not get around it).
 - A folder that is a file, or cannot be created or written, stops the job
   before any work.
-- A lock file, created only if absent in one step (local: ``O_EXCL``; gs://:
-  the ``ifGenerationMatch=0`` precondition), is held while the job runs; a
-  second convert into the same folder is refused. A lock left by a killed run
-  (same host, its process gone) is taken over with a warning; the lock is
-  removed only if it is still the one taken (its generation). Other URL
-  schemes (s3://) are not locked: there each job needs its own folder.
+- A lock file, created only if absent in one step (local: ``O_EXCL``; a
+  bucket: a conditional write, ``schemas.stores``), is held while the job
+  runs; a second convert into the same folder is refused. A lock left by a
+  killed run (same host, its process gone) is taken over with a warning; the
+  lock is removed only if it is still the one taken (its token). Other URL
+  schemes are not locked: there each job needs its own folder.
 - Convert removes only files it wrote, known by name: those its
   ``dataset_info.json`` lists, those a run that died recorded in
   ``.incomplete/`` as renamed into place, its files of fixed name and their

@@ -333,3 +333,35 @@ def test_the_record_source_reads_a_bucket_through_the_cache_as_it_reads_the_fold
     assert keys(url, cache_dir=str(tmp_path), cache_limit=limit) == want
     with pytest.raises(ValueError, match="cache_limit .* is smaller than"):
         keys(url, cache_dir=str(tmp_path), cache_limit=limit - 1)
+
+
+def test_the_readmes_bucket_workflow_as_written(bucket, tmp_path, monkeypatch):
+    """README, "Train from the bucket": its commands and its code, with the bucket, the
+    image folder and the cache folder of this test in place of the README's."""
+    import re
+    import shlex
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "README.md")) as f:
+        readme = f.read()
+    section = readme.split("### Train from the bucket", 1)[1].split("\n### ", 1)[0]
+    (commands,) = re.findall(r"```bash\n(.*?)```", section, re.S)
+    (code,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    photos = tmp_path / "photos"
+    synthetic.make_image_folder(str(photos), num_labels=3, per_label=30, formats=("jpeg",))
+
+    def ours(text: str) -> str:
+        return text.replace("gs://bucket/ds", f"{bucket.url}/ds").replace(
+            "/mnt/local-ssd/evenshard", str(tmp_path / "cache")
+        )
+
+    monkeypatch.chdir(tmp_path)  # photos/ is the README's relative folder
+    for line in ours(commands).strip().splitlines():
+        argv = shlex.split(line)
+        assert argv[0] == ".venv/bin/evenshard"
+        assert cli.main(argv[1:]) == 0, line
+    namespace: dict = {}
+    exec(ours(code), namespace)
+    images, labels = namespace["images"], namespace["labels"]
+    assert images.shape == (32, 64, 64, 3) and labels.shape == (32,)
+    assert os.listdir(tmp_path / "cache")
