@@ -79,8 +79,33 @@ class ReadState:
 
     def check_same_read(self, dataset: str, order: str, split: str) -> None:
         """Raises ValueError unless this state was saved reading ``split`` with this
-        fingerprint and these order options (or does not know them: a new state)."""
-        _check_same_read(self, dataset, order, split)
+        fingerprint and these order options (or does not know them: a new state).
+
+        A state resumes only the read it was saved from: the same split's shards, and
+        the options that shape the order; otherwise examples would be read twice or
+        never.
+        """
+        if self.dataset not in (None, dataset):
+            raise ValueError(
+                f"the state was saved reading another version of split {split!r} (its "
+                "shards' checksums differ from those in dataset_info.json: re-converted "
+                "or replaced); resuming would read some examples twice and others never: "
+                "start a new read"
+            )
+        if self.order in (None, order):
+            return
+        saved = dict(pair.split("=", 1) for pair in self.order.split())
+        now = dict(pair.split("=", 1) for pair in order.split())
+        changed = ", ".join(
+            f"{k} {saved.get(k, 'unset')} -> {now.get(k, 'unset')}"
+            for k in sorted(set(saved) | set(now))
+            if saved.get(k) != now.get(k)
+        )
+        raise ValueError(
+            f"the state was saved reading with other order options ({changed}): the order "
+            "would differ and some examples would be read twice, others never; pass the "
+            "options of the saved run, or start a new read"
+        )
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -120,28 +145,3 @@ def resume(data_dir: str, split: str, state: ReadState, options=None, **override
 
     batch_size = overrides.pop("batch_size", state.batch_size)
     return make_dataset(data_dir, split, batch_size, options, state=state, **overrides)
-
-
-def _check_same_read(state: ReadState, dataset: str, order: str, split: str):
-    """A state resumes only the read it was saved from: the same split's shards, and the
-    options that shape the order; otherwise examples would be read twice or never."""
-    if state.dataset not in (None, dataset):
-        raise ValueError(
-            f"the state was saved reading another version of split {split!r} (its shards' "
-            "checksums differ from those in dataset_info.json: re-converted or replaced); "
-            "resuming would read some examples twice and others never: start a new read"
-        )
-    if state.order in (None, order):
-        return
-    saved = dict(pair.split("=", 1) for pair in state.order.split())
-    now = dict(pair.split("=", 1) for pair in order.split())
-    changed = ", ".join(
-        f"{k} {saved.get(k, 'unset')} -> {now.get(k, 'unset')}"
-        for k in sorted(set(saved) | set(now))
-        if saved.get(k) != now.get(k)
-    )
-    raise ValueError(
-        f"the state was saved reading with other order options ({changed}): the order "
-        "would differ and some examples would be read twice, others never; pass the "
-        "options of the saved run, or start a new read"
-    )
