@@ -115,7 +115,7 @@ def read_bytes(path: str, size: int) -> bytes:
     other URLs through FileSystems.
     """
     if stores.store(path):
-        return storage.read_head(path, size)
+        return storage.read_range(path, size)
     if is_url(path):
         with open_binary(path) as f:
             return f.read(size)

@@ -79,10 +79,8 @@ class Records:
         r = i - int(self._firsts[f])
         offset, size = (int(v) for v in self._tables[f][r])
         path = self._local.get(f, self._paths[f])
-        if storage.is_url(path):  # a lead from a bucket: a ranged read
-            with storage.open_binary(path) as stream:
-                stream.seek(offset)
-                framed = stream.read(size)
+        if storage.is_url(path):  # a lead from a bucket: one ranged request
+            framed = storage.read_range(path, size, offset)
         else:
             if f not in fds:
                 fds[f] = os.open(path, os.O_RDONLY)

@@ -91,11 +91,12 @@ def download(path: str, out) -> None:
             out.write(chunk)
 
 
-def read_head(path: str, size: int) -> bytes:
-    """Up to ``size`` bytes from the file's start (from a bucket: one ranged request)."""
+def read_range(path: str, size: int, start: int = 0) -> bytes:
+    """Up to ``size`` bytes from ``start`` (from a bucket: one ranged request)."""
     if store := stores.store(path):
-        return store.read(path, size)
+        return store.read(path, size, start)
     with open_binary(path) as f:
+        f.seek(start)
         return f.read(size)
 
 

@@ -93,14 +93,14 @@ class GCS:
             blob.reload()  # a missing object or bucket is said here, not on the first read
         return blob.open("rb", chunk_size=1 << 22)
 
-    def read(self, url: str, size: int | None = None) -> bytes:
-        """The object's bytes; with ``size``, up to that many from its start (one
+    def read(self, url: str, size: int | None = None, start: int = 0) -> bytes:
+        """The object's bytes; with ``size``, up to that many from ``start`` (one
         ranged request)."""
         with self.errors(url):
             if size is None:
                 return self._blob(url).download_as_bytes()
             return self._blob(url).download_as_bytes(
-                start=0, end=size - 1, checksum=None, raw_download=True
+                start=start, end=start + size - 1, checksum=None, raw_download=True
             )
 
     def download(self, url: str, out) -> None:
@@ -225,10 +225,11 @@ class S3:
     def open(self, url: str):
         return io.BufferedReader(_Ranged(url, self.size(url), self), buffer_size=1 << 22)
 
-    def read(self, url: str, size: int | None = None) -> bytes:
+    def read(self, url: str, size: int | None = None, start: int = 0) -> bytes:
         with self.errors(url):
             try:
-                return self._get(url, *((0, size - 1) if size else ()))["Body"].read()
+                ranged = (start, start + size - 1) if size else ()
+                return self._get(url, *ranged)["Body"].read()
             except Exception as e:  # an empty object has no byte 0
                 if getattr(e, "response", {}).get("Error", {}).get("Code") == "InvalidRange":
                     return b""

@@ -287,6 +287,28 @@ def test_shuffle_report_reads_a_bucket_through_the_default_cache(
     assert os.listdir(tmp_path / "evenshard-cache")
 
 
+def test_a_read_resumed_with_another_worker_count_from_a_bucket(bucket, local_dataset, tmp_path):
+    """Elastic resume from a bucket: the lead (what the old workers left) is fetched by
+    offset, one ranged request a record; the read equals the local one, on tf.data
+    and on the record source of DALI and Torch."""
+    import reader
+    from reader.options import ReadOptions
+    from reader.source import RecordSource
+
+    url = bucket.upload(local_dataset, "elastic/out")
+    state = reader.ReadState(seed=5, batch_size=4, epoch=0, step=2, num_workers=3)
+    opts = dict(decode=False, epochs=2, cycle_length=2)
+
+    def keys(data_dir, **cache):
+        ds, _ = reader.resume(data_dir, "train", state, ReadOptions(**opts, **cache))
+        return [k for b in ds for k in b["key"].numpy()]
+
+    want = keys(local_dataset)
+    assert keys(url, cache_dir=str(tmp_path)) == want
+    source = RecordSource(url, "train", 4, ReadOptions(**opts, cache_dir=str(tmp_path)), state)
+    assert [k.encode() for b in source for k in b.key] == want
+
+
 def test_torch_reader_reads_a_bucket_through_the_cache(bucket, local_dataset, tmp_path):
     from reader.torch import TorchReader
 
