@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from schemas import features, storage
+import numpy as np
+
+from schemas import features, layout, storage
 
 tf = storage.tensorflow()
 
@@ -28,9 +30,25 @@ class Decoder:
         self.random_crop, self.seed = random_crop, seed
 
     def _data(self, ex):
-        if self.kind == "image":
+        if features.ENCODED in ex:  # image records, or path records fetched from a bucket
             return ex[features.ENCODED]
         return tf.io.read_file(tf.strings.join([self.root, "/", ex[features.PATH]]))
+
+    def _fetched(self, ex):
+        """Path records whose images are in a bucket: each batch's images fetched at once,
+        through the store (``schemas.storage``), never TensorFlow's own GCS client."""
+        if self.kind != "path" or not storage.is_url(self.root):
+            return ex
+        paths = ex[features.PATH]
+        data = tf.numpy_function(self._fetch, [tf.reshape(paths, [-1])], tf.string, stateful=False)
+        return {**ex, features.ENCODED: tf.reshape(data, tf.shape(paths))}
+
+    def _fetch(self, paths):
+        from concurrent.futures import ThreadPoolExecutor
+
+        urls = [layout.join(self.root, p.decode()) for p in paths]
+        with ThreadPoolExecutor(min(16, max(len(urls), 1))) as pool:
+            return np.array(list(pool.map(storage.read_bytes, urls)), dtype=object)
 
     def _image(self, ex, epoch):
         data = self._data(ex)
@@ -61,14 +79,14 @@ class Decoder:
 
     def one(self, serialized, epoch=None):
         ex = tf.io.parse_single_example(serialized, self.spec)
-        ex = {k: tf.squeeze(v, 0) for k, v in ex.items()}
+        ex = self._fetched({k: tf.squeeze(v, 0) for k, v in ex.items()})
         return self._features(ex, self._image(ex, epoch))
 
     def batch(self, serialized, epochs=None):
         """Parses a batch of records and decodes its images; ``epochs`` (a crop's epoch)
         only with random_crop."""
         ex = tf.io.parse_example(serialized, self.spec)
-        ex = {k: tf.squeeze(v, 1) for k, v in ex.items()}
+        ex = self._fetched({k: tf.squeeze(v, 1) for k, v in ex.items()})
         if self.decode:
             signature = tf.TensorSpec([*self.image_size, self.channels], tf.uint8)
         else:

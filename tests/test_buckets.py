@@ -309,6 +309,35 @@ def test_a_read_resumed_with_another_worker_count_from_a_bucket(bucket, local_da
     assert [k.encode() for b in source for k in b.key] == want
 
 
+def test_path_records_whose_images_are_in_a_bucket(bucket, tmp_path):
+    """Convert to path records from a bucket; the readers fetch the images through the
+    store, a batch's at once: the same images as image records of the same input."""
+    import numpy as np
+
+    import reader
+    from reader.torch import TorchReader
+
+    root = tmp_path / "images"
+    synthetic.make_image_folder(str(root), num_labels=2, per_label=6, formats=("png", "jpeg"))
+    images = bucket.upload(str(root), "in/images")
+    flags = ("--splits=train=1.0", "--num_shards=2", "--seed=3")
+    run_convert(images, f"{bucket.url}/paths", "--record_kind=path", *flags)
+    run_convert(images, f"{bucket.url}/images", *flags)
+    opts = dict(seed=1, image_size=(16, 16), cache_dir=str(tmp_path / "c"))
+    got, want = (
+        list(reader.make_dataset(f"{bucket.url}/{kind}", "train", 4, **opts))
+        for kind in ("paths", "images")
+    )
+    assert len(got) == len(want) == 3
+    for a, b in zip(got, want):
+        assert list(a["key"].numpy()) == list(b["key"].numpy())
+        assert np.array_equal(a["image"].numpy(), b["image"].numpy())
+    one = next(iter(reader.make_dataset(f"{bucket.url}/paths", "train", None, **opts)))
+    assert one["image"].shape == (16, 16, 3)
+    torch_keys = [b["key"] for b in TorchReader(f"{bucket.url}/paths", "train", 4, **opts)]
+    assert torch_keys == [[k.decode() for k in b["key"].numpy()] for b in want]
+
+
 def test_torch_reader_reads_a_bucket_through_the_cache(bucket, local_dataset, tmp_path):
     from reader.torch import TorchReader
 
