@@ -34,7 +34,8 @@ from collections.abc import Iterator
 from schemas import storage
 from schemas.info import DatasetError
 
-LOOKAHEAD = 64  # groups of the plan looked at to choose what to evict
+AHEAD = 64  # groups the fetching may run ahead of the reader, at most
+LOOKAHEAD = 64  # groups of the plan beyond those looked at to choose what to evict
 
 
 def default_cache_dir() -> str:
@@ -153,6 +154,7 @@ class ShardCache:
                     if self._ahead[self._next] != group:
                         raise RuntimeError("the cache's groups and the reader's differ")
                     self._next += 1
+                    self._lock.notify_all()  # the fetching may be waiting to run further
                     self._reading = True
                     return [self.local(i) for i in group]
                 self._lock.wait(0.5)
@@ -184,6 +186,17 @@ class ShardCache:
                     group = tuple(int(i) for i in future.popleft())
                     future.extend(itertools.islice(groups, 1))
                     with self._lock:
+                        # at most AHEAD groups ahead of the reader: a cache that holds
+                        # every shard of an endless read has nothing to fetch, and would
+                        # walk the plan forever
+                        while len(self._ahead) - self._next >= AHEAD and not self._done:
+                            self._lock.wait(0.5)
+                        if self._done:
+                            return
+                        behind = self._next - 1  # groups the reader has left
+                        if behind >= AHEAD:
+                            del self._ahead[:behind]
+                            self._next -= behind
                         self._ahead.append(group)
                         fetching = len(self._ahead) - 1
                         missing = [

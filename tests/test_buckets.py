@@ -212,6 +212,42 @@ def test_the_cache_fetches_ahead_in_plan_order_within_its_limit(bucket, local_da
         c.close()
 
 
+def test_an_endless_read_that_the_cache_holds_does_not_walk_the_plan_ahead(
+    bucket, local_dataset, tmp_path
+):
+    """With every shard held, there is nothing to fetch: the fetching still stays at
+    most AHEAD groups ahead of the reader (an endless read would otherwise be walked
+    forever, on a core of its own), and forgets the groups the reader left."""
+    import itertools
+    import time
+
+    from reader.cache import AHEAD, LOOKAHEAD, CacheOptions, ShardCache
+
+    url = bucket.upload(local_dataset, "endless/out")
+    shards = [
+        {**s, "path": f"{url}/{s['file']}"} for s in load_info(url)["splits"]["train"]["shards"]
+    ]
+    walked = itertools.count()
+    pairs = [(0, 1), (2, 3), (4, 5)]
+
+    def endless():
+        for group in itertools.cycle(pairs):
+            next(walked)
+            yield group
+
+    cache = ShardCache(shards, endless(), CacheOptions(str(tmp_path), 10**9))
+    try:
+        time.sleep(1.0)
+        assert next(walked) <= AHEAD + LOOKAHEAD + 1
+        for group in itertools.islice(itertools.cycle(pairs), 3 * AHEAD):
+            cache.enter(group)
+        time.sleep(0.2)
+        assert next(walked) <= 4 * AHEAD + LOOKAHEAD + 3
+        assert len(cache._ahead) <= 2 * AHEAD + 1 and cache.fetched == 6
+    finally:
+        cache.close()
+
+
 def test_a_shard_that_does_not_match_its_listing_is_fetched_again_then_named(
     bucket, local_dataset, tmp_path, capsys
 ):
