@@ -8,7 +8,9 @@ shard by shard as far as ``cache_limit`` allows (what is in flight counts). To
 make room it evicts a shard that no group from the reader's to the one being
 fetched needs, the one the plan needs again latest first (it looks
 ``LOOKAHEAD`` groups ahead); when there is none it waits for the reader to
-finish its group. A reader waits only when it outruns the fetches.
+finish its group. It runs at most ``AHEAD`` groups ahead of the reader (a cache
+that holds every shard has nothing to fetch, and an endless read never ends). A
+reader waits only when it outruns the fetches.
 
 Several processes on one machine (local ranks) share one cache folder: a shard is
 fetched under a lock of its own, into a temporary name, checked against the size
