@@ -9,6 +9,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -452,3 +453,23 @@ def test_the_readmes_bucket_workflow_as_written(bucket, tmp_path, monkeypatch):
     images, labels = namespace["images"], namespace["labels"]
     assert images.shape == (32, 64, 64, 3) and labels.shape == (32,)
     assert os.listdir(tmp_path / "cache")
+
+
+@pytest.mark.parametrize("backend, context", [("dali", "fork"), ("tf", "spawn")])
+def test_a_dataloader_worker_reads_a_bucket(bucket, local_dataset, tmp_path, backend, context):
+    """The reader read in the parent first, then in a DataLoader worker: the worker
+    starts a cache of its own (its fetching thread is not inherited) and reads the same
+    batches."""
+    from test_frameworks import DATALOADER_RECIPE
+
+    url = bucket.upload(local_dataset, "loader/out")
+    script = tmp_path / "loader.py"
+    script.write_text(DATALOADER_RECIPE)
+    done = subprocess.run(
+        [sys.executable, str(script), url, backend, "1", "1", context],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1].startswith("read"), done.stdout
