@@ -31,7 +31,7 @@ import itertools
 import os
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from schemas import storage
 from schemas.info import DatasetError
@@ -74,7 +74,7 @@ def open_cache(read, options) -> ShardCache | None:
     check_limit(read.shards, read.plan.cycle, options.cache_limit)
     return ShardCache(
         read.shards,
-        read.plan.groups(read.start, options.epochs),
+        lambda: read.plan.groups(read.start, options.epochs),
         CacheOptions(options.cache_dir or default_cache_dir(), options.cache_limit),
     )
 
@@ -96,17 +96,19 @@ class ShardCache:
 
     Args:
         shards: [{path (a URL), num_bytes, sha256?}], indexed as the groups index them.
-        groups: the read's groups in order: each the shard indices read at once.
+        groups: gives the read's groups in order (each the shard indices read at
+            once), anew for each pass over the read.
         options: where and how much.
 
     A limit smaller than a group's shards would wait forever: ``open_cache`` refuses
     it first.
     """
 
-    def __init__(self, shards: list[dict], groups: Iterator, options: CacheOptions):
+    def __init__(self, shards: list[dict], groups: Callable[[], Iterator], options: CacheOptions):
         self.shards, self.options = shards, options
         os.makedirs(options.cache_dir, exist_ok=True)
         self._groups = groups
+        self._run = 0  # the reader's pass over the read (a new one restarts the fetching)
         self._ahead: list[tuple[int, ...]] = []  # groups fetched or being fetched, in order
         self._held: dict[int, int] = {}  # shard -> bytes of this reader's copy
         self._pending: dict[int, int] = {}  # shard -> bytes, being fetched
@@ -120,8 +122,16 @@ class ShardCache:
         self._id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}.reading"
         _drop_dead_links(options.cache_dir)
         atexit.register(self.close)
-        self._thread = threading.Thread(target=self._fetch_ahead, daemon=True)
-        self._thread.start()
+        self._thread = self._start()
+
+    def _start(self) -> threading.Thread:
+        thread = threading.Thread(target=self._fetch_ahead, args=(self._run,), daemon=True)
+        thread.start()
+        return thread
+
+    def _live(self, run: int) -> bool:
+        """Whether the fetching of pass ``run`` goes on (not closed, no newer pass)."""
+        return not self._done and run == self._run
 
     def _shared(self, index: int) -> str:
         """The shard's file in the cache folder, shared by the readers of the folder: named
@@ -140,10 +150,15 @@ class ShardCache:
         another reader evicting the shard never removes a file this one reads."""
         return f"{self._shared(index)}.{self._id}"
 
-    def enter(self, group) -> list[str]:
+    def enter(self, group, first: bool = False) -> list[str]:
         """The reader is done with its group and starts the next: waits until that
-        group's shards are local; returns their paths. Groups are entered in order."""
+        group's shards are local; returns their paths. Groups are entered in order;
+        ``first``: the read's first group, where a new pass over the read starts (a
+        tf.data dataset is iterated again each Keras epoch: the fetching starts over,
+        keeping the copies it holds)."""
         group = tuple(int(i) for i in group)
+        if first and self._next:  # the reader entered groups of an earlier pass
+            self._restart()
         with self._lock:
             self._reading = False
             self._lock.notify_all()
@@ -167,6 +182,15 @@ class ShardCache:
     def __exit__(self, *_) -> None:
         self.close()
 
+    def _restart(self) -> None:
+        with self._lock:
+            self._run += 1
+            self._lock.notify_all()
+        self._thread.join()  # what it has in flight lands among the held copies
+        with self._lock:
+            self._ahead, self._next, self._reading = [], 0, False
+        self._thread = self._start()
+
     def close(self) -> None:
         """Stops fetching and drops this reader's links (shared files no reader links go)."""
         with self._lock:
@@ -177,12 +201,12 @@ class ShardCache:
             for index in list(self._held):
                 self._evict(index)
 
-    def _fetch_ahead(self) -> None:
+    def _fetch_ahead(self, run: int) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
-        groups = iter(self._groups)
-        future = collections.deque(itertools.islice(groups, LOOKAHEAD))
-        try:
+        try:  # any error, the plan's too, is the reader's
+            groups = iter(self._groups())
+            future = collections.deque(itertools.islice(groups, LOOKAHEAD))
             with ThreadPoolExecutor(self.options.in_flight) as pool:
                 while future:
                     group = tuple(int(i) for i in future.popleft())
@@ -191,9 +215,9 @@ class ShardCache:
                         # at most AHEAD groups ahead of the reader: a cache that holds
                         # every shard of an endless read has nothing to fetch, and would
                         # walk the plan forever
-                        while len(self._ahead) - self._next >= AHEAD and not self._done:
+                        while len(self._ahead) - self._next >= AHEAD and self._live(run):
                             self._lock.wait(0.5)
-                        if self._done:
+                        if not self._live(run):
                             return
                         behind = self._next - 1  # groups the reader has left
                         if behind >= AHEAD:
@@ -208,7 +232,7 @@ class ShardCache:
                         ]
                     # shard by shard, as room is made: fetches overlap the reader's group
                     for i in missing:
-                        if not self._make_room(i, fetching, future):
+                        if not self._make_room(i, fetching, future, run):
                             return
                         pool.submit(self._fetch, i).add_done_callback(self._failed)
         except BaseException as e:  # noqa: BLE001 - handed to the reader
@@ -224,14 +248,14 @@ class ShardCache:
             self._done = True
             self._lock.notify_all()
 
-    def _make_room(self, index: int, fetching: int, future) -> bool:
+    def _make_room(self, index: int, fetching: int, future, run: int) -> bool:
         """Waits until shard ``index`` fits beside what is held and in flight, evicting
         shards no group from the reader's to the one being fetched needs, the one
         needed again latest first (the plan says when: ``future`` holds the next
-        groups); reserves its bytes. False: closed."""
+        groups); reserves its bytes. False: closed, or a new pass began."""
         size = self.shards[index]["num_bytes"]
         with self._lock:
-            while not self._done:
+            while self._live(run):
                 if sum(self._held.values()) + sum(self._pending.values()) + size <= (
                     self.options.cache_limit
                 ):

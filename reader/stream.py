@@ -50,7 +50,7 @@ class Stream:
         end = (1 << 62) if epochs is None else epochs
         if epoch >= end:  # resumed at the very end
             return self._epoch(0, plan.resume(0, 0)).take(0)
-        records = self._epoch(epoch, plan.resume(epoch, position), position)
+        records = self._epoch(epoch, plan.resume(epoch, position), position, first=True)
         if epoch + 1 < end:
             rest = tf.data.Dataset.range(epoch + 1, end).flat_map(self._whole_epoch)
             records = records.concatenate(rest)
@@ -69,7 +69,9 @@ class Stream:
             part.set_shape([self.plan.num_runs])
         return self._epoch(epoch, Resume(Runs(*runs), self.plan.offset, 0, 0))
 
-    def _epoch(self, epoch, at: Resume, position: int = 0):
+    def _epoch(self, epoch, at: Resume, position: int = 0, first: bool = False):
+        """One epoch's records from ``at``; ``first``: the read's first epoch, whose
+        first group starts a pass over the read (the bucket cache starts over there)."""
         # No function of tf.data's runs per record here: a per-record map or
         # filter cost 80% of the raw read rate.
         plan = self.plan
@@ -79,8 +81,9 @@ class Stream:
             ids.set_shape([None])
             records = tf.data.Dataset.from_tensor_slices(ids[position:]).batch(CHUNK)
             return records.map(lambda i: self._tag(tf.gather(self.cached, i), epoch)).unbatch()
-        runs = tf.data.Dataset.from_tensor_slices(_columns(at.runs))
-        records = runs.batch(plan.cycle).flat_map(self._group)
+        groups = tf.data.Dataset.from_tensor_slices(_columns(at.runs)).batch(plan.cycle)
+        groups = groups.enumerate().map(lambda k, g: (*g, tf.logical_and(first, tf.equal(k, 0))))
+        records = groups.flat_map(self._group)
         if at.raw_skip:
             records = records.skip(at.raw_skip)
         if plan.stride > 1:
@@ -109,13 +112,14 @@ class Stream:
         """A window or chunk of records, with its epoch when crops need it."""
         return (records, tf.fill(tf.shape(records), epoch)) if self.tagged else records
 
-    def _group(self, files, starts, stops):
-        """One group of runs, read round-robin ``block`` records at a time."""
+    def _group(self, files, starts, stops, first):
+        """One group of runs, read round-robin ``block`` records at a time; ``first``:
+        the first group of a pass over the read."""
         paths = tf.gather(self.paths, files)
         if self.shard_cache is not None:  # the local copies, once the cache has them
             paths = tf.numpy_function(
-                lambda f: np.array(self.shard_cache.enter(f), dtype=object),
-                [files],
+                lambda f, new: np.array(self.shard_cache.enter(f, bool(new)), dtype=object),
+                [files, first],
                 tf.string,
                 stateful=True,
             )

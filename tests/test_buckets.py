@@ -192,7 +192,7 @@ def test_the_cache_fetches_ahead_in_plan_order_within_its_limit(bucket, local_da
                 seen[st.st_ino] = st.st_size  # a shard and its readers' links: one copy
         return sum(seen.values())
 
-    cache = ShardCache(shards, iter(groups), CacheOptions(folder, limit, in_flight=2))
+    cache = ShardCache(shards, lambda: iter(groups), CacheOptions(folder, limit, in_flight=2))
     for group in groups:
         paths = cache.enter(group)
         assert all(os.path.getsize(p) == shards[i]["num_bytes"] for p, i in zip(paths, group))
@@ -202,7 +202,9 @@ def test_the_cache_fetches_ahead_in_plan_order_within_its_limit(bucket, local_da
     assert on_disk() == 0  # nothing of it left behind
 
     # two readers, the same groups, one folder: one download a shard, both read it
-    pair = [ShardCache(shards, iter(groups[:3]), CacheOptions(folder, 10 * size)) for _ in "ab"]
+    pair = [
+        ShardCache(shards, lambda: iter(groups[:3]), CacheOptions(folder, 10 * size)) for _ in "ab"
+    ]
     done = [threading.Thread(target=lambda c=c: [c.enter(g) for g in groups[:3]]) for c in pair]
     for t in done:
         t.start()
@@ -211,6 +213,38 @@ def test_the_cache_fetches_ahead_in_plan_order_within_its_limit(bucket, local_da
     assert sum(c.fetched for c in pair) == 5  # shards 0-4, each once
     for c in pair:
         c.close()
+
+
+def test_a_dataset_from_a_bucket_is_iterated_again_as_keras_does(bucket, local_dataset, tmp_path):
+    """Each pass over the dataset (each Keras epoch, each ``for`` over it) starts the
+    cache's fetching over: the same records as the local dataset's passes, with a limit
+    that holds the split and with the smallest allowed; Keras fit runs its epochs."""
+    import keras
+
+    import reader
+
+    url = bucket.upload(local_dataset, "again/out")
+    sizes = sorted(s["num_bytes"] for s in load_info(url)["splits"]["train"]["shards"])
+    opts = dict(seed=2, decode=False, cycle_length=2)
+
+    def passes(data_dir, **cache):
+        ds = reader.make_dataset(data_dir, "train", 4, **opts, **cache)
+        first = [k for b in ds for k in b["key"].numpy()]
+        half = [k for b in ds.take(3) for k in b["key"].numpy()]  # a pass left early
+        return first, half, [k for b in ds for k in b["key"].numpy()]
+
+    want = passes(local_dataset)
+    for limit in (sum(sizes) + 1, sizes[-1] + sizes[-2]):
+        assert passes(url, cache_dir=str(tmp_path / str(limit)), cache_limit=limit) == want
+
+    train = reader.make_dataset(
+        url, "train", 8, seed=0, image_size=(8, 8), as_supervised=True, cache_dir=str(tmp_path)
+    )
+    model = keras.Sequential(
+        [keras.layers.Input((8, 8, 3)), keras.layers.Flatten(), keras.layers.Dense(3)]
+    )
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    assert len(model.fit(train, epochs=3, verbose=0).history["loss"]) == 3
 
 
 def test_an_endless_read_that_the_cache_holds_does_not_walk_the_plan_ahead(
@@ -236,7 +270,7 @@ def test_an_endless_read_that_the_cache_holds_does_not_walk_the_plan_ahead(
             next(walked)
             yield group
 
-    cache = ShardCache(shards, endless(), CacheOptions(str(tmp_path), 10**9))
+    cache = ShardCache(shards, endless, CacheOptions(str(tmp_path), 10**9))
     try:
         time.sleep(1.0)
         assert next(walked) <= AHEAD + LOOKAHEAD + 1
