@@ -277,15 +277,7 @@ class ShardCache:
     def _evict(self, index: int) -> None:
         """Drops this reader's link; the shared file goes with the last reader's."""
         self._held.pop(index)
-        shared = self._shared(index)
-        with open(shared + ".lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                os.remove(self.local(index))
-                if os.stat(shared).st_nlink == 1:
-                    os.remove(shared)
-            except FileNotFoundError:
-                pass
+        _unlink(self.local(index), self._shared(index))
 
     def _fetch(self, index: int) -> None:
         shard, path = self.shards[index], self._shared(index)
@@ -353,12 +345,17 @@ def _drop_dead_links(folder: str) -> None:
             pass
         except PermissionError:
             continue  # alive, someone else's
-        shared = os.path.join(folder, name.rsplit(".", 2)[0])
-        with open(shared + ".lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                os.remove(os.path.join(folder, name))
-                if os.stat(shared).st_nlink == 1:
-                    os.remove(shared)
-            except FileNotFoundError:
-                pass
+        _unlink(os.path.join(folder, name), os.path.join(folder, name.rsplit(".", 2)[0]))
+
+
+def _unlink(link: str, shared: str) -> None:
+    """Drops a reader's link, and the shared file with the last link, under the shard's
+    lock (a reader fetching it meanwhile finds it whole or not at all)."""
+    with open(shared + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            os.remove(link)
+            if os.stat(shared).st_nlink == 1:
+                os.remove(shared)
+        except FileNotFoundError:
+            pass
