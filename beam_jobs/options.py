@@ -203,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
 # Convert's flags: the field of ConvertOptions each sets -> (its help, its choices).
 # Types and defaults are the fields' own; ``--labels`` sets ``labels_file``.
 _FLAGS = {
-    "input": ("image-folder root, or a .csv/.jsonl manifest (local, gs://)", None),
+    "input": ("image-folder root, or a .csv/.jsonl manifest (local, gs://, s3://)", None),
     "output_dir": ("where shards and dataset_info.json go", None),
     "record_kind": ("image: bytes in the record; path: the path only", RECORD_KINDS),
     "splits": ("NAME=FRACTION,... summing to 1", None),
