@@ -75,27 +75,13 @@ def bad_label(label: str, vocabulary: frozenset[str] | None) -> str | None:
 
 
 def rows_of(manifest: str, f):
-    """Yields (row number, dict or error text); blank lines are skipped."""
+    """Yields (row number, dict or error text); blank lines are skipped.
+
+    A row is a line of the file: a CSV record over several lines (a quoted field
+    with a line break, usually a stray quote) is an error for each line it took.
+    """
     if is_csv(manifest):
-        reader = csv.reader(f)
-        header = [c.strip() for c in next(reader, [])]
-        while True:
-            try:
-                values = next(reader)
-            except StopIteration:
-                return
-            except csv.Error as e:  # a field over 16 MiB: this row only
-                yield reader.line_num, f"row cannot be parsed as CSV: {e}"
-                continue
-            if not any(v.strip() for v in values):
-                continue
-            if len(values) != len(header):
-                yield (
-                    reader.line_num,
-                    (f"row has {len(values)} fields, the header has {len(header)}"),
-                )
-            else:
-                yield reader.line_num, {k: v for k, v in zip(header, values) if k}
+        yield from _csv_rows(f)
         return
     for number, line in enumerate(f, start=1):
         if not line.strip():
@@ -109,6 +95,51 @@ def rows_of(manifest: str, f):
             yield number, "line is not a JSON object"
         else:
             yield number, {k: text_value(v) for k, v in row.items()}
+
+
+def _csv_rows(f):
+    taken: list[str] = []  # the lines of the record being read
+    reader = csv.reader(_recorded(f, taken))
+    header = [c.strip() for c in next(reader, [])]
+    while True:
+        taken.clear()
+        first = reader.line_num + 1
+        try:
+            values = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:  # a field over 16 MiB: this row only
+            yield from _line_by_line(first, taken, f"row cannot be parsed as CSV: {e}")
+            continue
+        if len(taken) > 1:
+            problem = "a quoted field holds a line break (a stray quote?); one row a line"
+            yield from _line_by_line(first, taken, problem)
+        elif not any(v.strip() for v in values):
+            continue
+        elif len(values) != len(header):
+            yield first, f"row has {len(values)} fields, the header has {len(header)}"
+        else:
+            yield first, {k: v for k, v in zip(header, values) if k}
+
+
+def _recorded(lines, into: list[str]):
+    """``lines``, each also appended to ``into``."""
+    for line in lines:
+        into.append(line)
+        yield line
+
+
+def _line_by_line(first: int, lines: list[str], problem: str):
+    """A CSV record read from ``lines`` (starting at line ``first``): ``problem`` for its
+    first line and a row error for each other non-blank line, so every line is counted."""
+    last = first + len(lines) - 1
+    if last == first:
+        yield first, problem
+        return
+    yield first, f"{problem}: the row runs over lines {first}-{last}, each is rejected"
+    for number, line in enumerate(lines[1:], start=first + 1):
+        if line.strip():
+            yield number, f"taken into row {first}, which runs over lines {first}-{last}"
 
 
 @dataclasses.dataclass(frozen=True)

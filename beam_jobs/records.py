@@ -35,7 +35,10 @@ REJECT_REASONS = {
         "a manifest split value that is not a valid split name, or a --group_by group "
         "whose rows give two different splits (every row of the group)"
     ),
-    "malformed_row": "a manifest row that cannot be parsed or lacks the path column",
+    "malformed_row": (
+        "a manifest row that cannot be parsed or lacks the path column; each line of a "
+        "CSV row over several lines"
+    ),
 }
 
 

@@ -142,6 +142,34 @@ def test_jsonl_manifest_with_malformed_lines(crafted, tmp_path):
     assert info["inputs"] == 5
 
 
+def test_a_stray_quote_in_a_csv_manifest_rejects_every_line_it_takes(crafted, tmp_path):
+    """A quoted field over several lines (a stray quote, closed later or never) is a
+    malformed_row for each non-blank line it took: inputs count physical rows."""
+    root, _ = crafted
+    lines = [
+        "path,label",
+        "images/a/good_0.png,a",
+        '"images/a/good_1.png,a',  # 3: closed on line 4
+        'images/a/good_2.png",a',
+        "images/a/good_3.png,a",
+        '"images/b/good_0.png,b',  # 6: never closed
+        "images/b/good_1.png,b",
+        "",  # blank lines are not inputs, inside the field or not
+        "images/b/good_2.png,b",
+    ]
+    manifest = os.path.join(os.path.dirname(root), "quote.csv")
+    with open(manifest, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    out = str(tmp_path / "out")
+    info = run_convert(manifest, out, "--max_reject_fraction=1")
+    rejects = {r["key"]: r for r in read_rejects(out)}
+    assert sorted(rejects) == ["row:3", "row:4", "row:6", "row:7", "row:9"]
+    assert {r["reason"] for r in rejects.values()} == {"malformed_row"}
+    assert "lines 3-4" in rejects["row:3"]["detail"]
+    assert "lines 6-9" in rejects["row:6"]["detail"] and "row 6" in rejects["row:9"]["detail"]
+    assert info["inputs"] == 7 and info["rejects"]["total"] == 5
+
+
 def test_too_many_rejects_fail_after_writing_rejects_and_no_info(crafted, tmp_path, capsys):
     root, expected = crafted
     out = str(tmp_path / "out")
