@@ -49,6 +49,7 @@ def resolve(root: str, path: str) -> str:
     if not path:
         raise BadPath("path is empty")
     if is_url(path):
+        check_object_url(path)
         return normalize_root(path)
     if path.startswith("/"):
         return os.path.normpath(path)
@@ -63,6 +64,17 @@ def resolve(root: str, path: str) -> str:
         if relative_to(real_root, os.path.realpath(joined)) is None:
             raise BadPath(f"path {path!r} leaves the root {root} through a symlink")
     return joined
+
+
+def check_object_url(url: str) -> None:
+    """A gs:// or s3:// URL names a bucket and an object in it (the stores' clients
+    fail on ``gs:///x.jpg`` with an IndexError, not a message)."""
+    if stores.store(url):
+        bucket, key = stores.split(url)
+        if not bucket:
+            raise BadPath(f"URL {url!r} names no bucket")
+        if not posixpath.normpath("/" + key).strip("/"):
+            raise BadPath(f"URL {url!r} names no object in bucket {bucket}")
 
 
 @functools.lru_cache(maxsize=16)

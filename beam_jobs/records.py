@@ -30,7 +30,10 @@ REJECT_REASONS = {
     ),
     "duplicate_content": "--dedupe content: the same bytes as an input with a smaller key",
     "bad_label": "no label, an unusable label, or one outside the --labels vocabulary",
-    "bad_path": "a path that escapes its root, holds NUL or is not valid UTF-8",
+    "bad_path": (
+        "a path that escapes its root, holds NUL or is not valid UTF-8, or a bucket URL "
+        "without a bucket or an object"
+    ),
     "bad_split": (
         "a manifest split value that is not a valid split name, or a --group_by group "
         "whose rows give two different splits (every row of the group)"

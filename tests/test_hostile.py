@@ -256,6 +256,20 @@ def test_bad_jsonl_rows_are_rejects_not_tracebacks(tmp_path):
     assert reasons == ["bad_label"] * 4 + ["bad_path", "malformed_row"]
 
 
+def test_urls_without_a_bucket_or_an_object_are_bad_path_rejects(tmp_path):
+    """A row such as gs:///x.jpg crashed the storage client's bucket-name check."""
+    _pngs(tmp_path, [f"img/{i}.png" for i in range(4)])
+    odd = ["gs:///x.jpg", "s3:///x.jpg", "gs://", "s3://", "gs://bucket", "s3://bucket/"]
+    rows = [(url, "a") for url in odd] + [(f"img/{i}.png", "ab"[i % 2]) for i in range(4)]
+    out = str(tmp_path / "out")
+    info = run_convert(_manifest(str(tmp_path / "m.csv"), rows), out, "--max_reject_fraction=1")
+    assert _accounted(info) == 4
+    rejects = read_rejects(out)
+    assert [r["reason"] for r in rejects] == ["bad_path"] * len(odd)
+    details = " ".join(r["detail"] for r in rejects)
+    assert "names no bucket" in details and "names no object" in details
+
+
 def test_one_line_errors_naming_the_fix(tmp_path, capsys):
     _pngs(tmp_path, ["img/a/0.png", "img/a/1.png"])
     (tmp_path / "empty").mkdir()
