@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Callable, Iterator
 
 from schemas import storage
-from schemas.info import DatasetError
+from schemas.info import SHA256, DatasetError
 
 AHEAD = 64  # groups the fetching may run ahead of the reader, at most
 LOOKAHEAD = 64  # groups of the plan beyond those looked at to choose what to evict
@@ -120,6 +120,7 @@ class ShardCache:
         self.fetched = 0  # downloads made by this reader (tests count them)
         self.peak = 0  # the most bytes this reader held at once
         self._id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}.reading"
+        self._names = [self._name(i) for i in range(len(shards))]  # refused here, not later
         _drop_dead_links(options.cache_dir)
         atexit.register(self.close)
         self._thread = self._start()
@@ -133,17 +134,36 @@ class ShardCache:
         """Whether the fetching of pass ``run`` goes on (not closed, no newer pass)."""
         return not self._done and run == self._run
 
-    def _shared(self, index: int) -> str:
+    def _name(self, index: int) -> str:
         """The shard's file in the cache folder, shared by the readers of the folder: named
         by its content (the listed sha256) or else its URL, so that shards of like names
-        from other datasets, or from an earlier conversion of this one, never stand in."""
+        from other datasets, or from an earlier conversion of this one, never stand in.
+
+        Raises:
+            DatasetError: a sha256 that is not one, or a name that would leave the folder
+                (``schemas.info`` refuses both first: this is defence in depth).
+        """
         shard = self.shards[index]
-        key = (
-            shard.get("sha256")
-            or hashlib.sha256(f"{shard['path']}:{shard['num_bytes']}".encode()).hexdigest()
-        )
+        key = shard.get("sha256")
+        if key is None:
+            key = hashlib.sha256(f"{shard['path']}:{shard['num_bytes']}".encode()).hexdigest()
+        if not isinstance(key, str) or not SHA256.fullmatch(key):
+            raise DatasetError(
+                f"{shard['path']}: sha256 {key!r:.80} is not 64 lowercase hex digits: "
+                "it cannot name a copy in the cache (convert again, or restore dataset_info.json)"
+            )
         name = f"{key[:32]}-{os.path.basename(shard['path'])}"
+        folder = os.path.abspath(self.options.cache_dir)
+        if os.path.dirname(os.path.normpath(os.path.join(folder, name))) != folder:
+            raise DatasetError(
+                f"{shard['path']}: its copy {name!r} would lie outside the cache folder {folder}"
+            )
         return os.path.join(self.options.cache_dir, name)
+
+    def _shared(self, index: int) -> str:
+        """The shard's file in the cache folder (``_name``; every other file of the shard,
+        the lock, the downloads and the links, is this path and a suffix)."""
+        return self._names[index]
 
     def local(self, index: int) -> str:
         """This reader's path of shard ``index``: a hard link to the shared file, so that

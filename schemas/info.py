@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from schemas import layout, storage
 
@@ -10,6 +11,8 @@ from schemas import layout, storage
 _PARTIAL = (layout.INCOMPLETE_DIR, layout.REJECTS_FILE.split("/")[0], layout.SCHEMA_FILE)
 
 REQUIRED_FIELDS = ("format_version", "record_kind", "labels", "splits", "inputs", "rejects")
+
+SHA256 = re.compile(r"[0-9a-f]{64}")  # a shard's sha256: its hex digest, lowercase
 
 
 class DatasetError(ValueError):
@@ -23,7 +26,8 @@ def parse_info(data: bytes | str, where: str = layout.INFO_FILE) -> dict:
     code knows; every shard a plain file name by the shard-name rule (so a
     hand-edited file cannot send a reader outside the dataset folder),
     listed once, with the suffix of the compression; counts whole numbers,
-    each split's the sum of its shards'.
+    each split's the sum of its shards'; a listed sha256 64 lowercase hex
+    digits (the cache names copies by it: nothing else may reach a path).
 
     Raises:
         DatasetError: naming ``where`` and what is wrong.
@@ -81,6 +85,12 @@ def parse_info(data: bytes | str, where: str = layout.INFO_FILE) -> dict:
                 )
             for field in ("num_examples", "num_bytes"):
                 _whole(shard.get(field), f"{where}: shard {name}: {field}")
+            digest = shard.get("sha256", "0" * 64)
+            if not isinstance(digest, str) or not SHA256.fullmatch(digest):
+                raise DatasetError(
+                    f"{where}: split {split}: shard {name}: sha256 {_short(digest)} is not "
+                    "64 lowercase hex digits (convert again, or restore the file)"
+                )
             total += shard["num_examples"]
         _whole(s.get("num_examples"), f"{where}: split {split}: num_examples")
         if total != s["num_examples"]:
@@ -95,6 +105,12 @@ def _whole(value, what: str) -> None:
     """A count: a JSON whole number >= 0 (not 25.0, "25" or true)."""
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise DatasetError(f"{what} is {value!r}, not a whole number >= 0")
+
+
+def _short(value) -> str:
+    """A value for a one-line message: its repr, cut at 80 characters."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def load_info(data_dir: str) -> dict:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -19,7 +21,7 @@ from audit.validate import validate
 from beam_jobs.options import UserError
 from evenshard import cli, synthetic
 from schemas import layout, storage
-from schemas.info import load_info
+from schemas.info import DatasetError, load_info
 
 pytestmark = pytest.mark.slow
 
@@ -312,6 +314,47 @@ def test_a_shard_that_does_not_match_its_listing_is_fetched_again_then_named(
     assert cli.main(["shuffle-report", url, "--out", png, "--batch_size", "4"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{url}/{shard} listed in dataset_info.json is missing" in err[0]
+
+
+def test_a_sha256_naming_a_path_is_refused_and_the_users_files_stay(
+    bucket, local_dataset, tmp_path
+):
+    """Issue 27: a hand-edited sha256 named the copy's path: "../victim/x" made the reader
+    read a user's file of the listed size as the shard (no hash check), link it and delete
+    it; an absolute one too; a number crashed. Each is one line naming shard and field."""
+    import tempfile
+
+    import reader
+
+    url = bucket.upload(local_dataset, "hostile/out")
+    info = json.loads(bucket.get(f"hostile/out/{layout.INFO_FILE}"))
+    shard = info["splits"]["train"]["shards"][0]
+    far = tempfile.mkdtemp(prefix="v")  # short: an absolute sha256 keeps 32 characters
+    try:
+        (tmp_path / "victim").mkdir()
+        for key, planted in (
+            ("../victim/x", tmp_path / "victim" / f"x-{shard['file']}"),
+            (f"{far}/x", f"{far}/x-{shard['file']}"),
+            (7, None),
+        ):
+            if planted:
+                with open(planted, "wb") as f:
+                    f.write(b"the user's" + b"\0" * (shard["num_bytes"] - 10))
+            shard["sha256"] = key
+            bucket.put(f"hostile/out/{layout.INFO_FILE}", json.dumps(info).encode())
+            want = f"shard {shard['file']}: sha256 {key!r} is not 64 lowercase hex digits"
+            with pytest.raises(DatasetError, match=re.escape(want)) as e:
+                ds = reader.make_dataset(
+                    url, "train", 4, cache_dir=str(tmp_path / "c"), decode=False
+                )
+                list(ds)
+            assert "\n" not in str(e.value)
+        for folder in (tmp_path / "victim", far):
+            (name,) = os.listdir(folder)  # the user's file, and nothing of the cache's
+            with open(os.path.join(folder, name), "rb") as f:
+                assert f.read(10) == b"the user's"
+    finally:
+        shutil.rmtree(far)
 
 
 def test_a_dataset_converted_again_at_the_same_url_is_not_read_from_stale_copies(bucket, tmp_path):

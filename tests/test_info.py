@@ -66,12 +66,25 @@ def test_a_good_info_parses():
         (_info(compression="zip"), "compression 'zip' is not one of"),
         (_shard(num_examples=2), "num_examples 3 is not the sum of its shards' \\(2\\)"),
         (_shard(dali_index="../../x.idx"), "dali_index '../../x.idx' is not"),
+        (_shard(sha256="../victim/x"), "shard train-00000-of-00001.tfrecord: sha256 '../victim/x'"),
+        (_shard(sha256="/home/someone/x"), "sha256 '/home/someone/x' is not 64 lowercase hex"),
+        (_shard(sha256=12345), "sha256 12345 is not 64 lowercase hex digits"),
+        (_shard(sha256="AB" * 32), "is not 64 lowercase hex digits"),
+        (_shard(sha256="ab" * 31), "is not 64 lowercase hex digits"),
+        (_shard(sha256="ab" * 32 + "\n"), "is not 64 lowercase hex digits"),
     ],
 )
 def test_a_bad_info_is_a_dataset_error_naming_the_file(text, message):
     with pytest.raises(DatasetError, match=message) as e:
         parse_info(text, "somewhere/dataset_info.json")
     assert "somewhere/dataset_info.json" in str(e.value)
+
+
+def test_a_listed_sha256_is_a_digest_and_a_long_one_is_cut_in_the_message():
+    assert parse_info(_shard(sha256="0123456789abcdef" * 4))
+    with pytest.raises(DatasetError) as e:
+        parse_info(_shard(sha256="x" * 5000))
+    assert len(str(e.value)) < 300 and "\n" not in str(e.value)
 
 
 def test_load_info_says_what_a_folder_is_missing(tmp_path):
