@@ -145,6 +145,8 @@ def run(argv: list[str] | None = None, pipeline=None) -> dict:
 
     Raises:
         UserError: a mistake in the flags or inputs, found before any work.
+        DatasetRefused: the run ended without a dataset because of its inputs
+            (too many rejects), in one line.
     """
     options, pipeline_args = parse_args(argv)
     return convert(options, pipeline_args, pipeline)
@@ -214,7 +216,7 @@ def _run(job: Job, beam_options, pipeline) -> dict:
     from apache_beam.options.pipeline_options import TestOptions
 
     from beam_jobs import output
-    from beam_jobs.finalize import RejectLimitExceeded
+    from beam_jobs.finalize import DatasetRefused
     from schemas.info import parse_info
 
     dry_run = beam_options.view_as(TestOptions).dry_run
@@ -239,15 +241,13 @@ def _run(job: Job, beam_options, pipeline) -> dict:
         result = pipeline.run()
         try:
             result.wait_until_finish()
-        except Exception as e:  # the runner wraps a worker's error: ours, by its type
-            refused = RejectLimitExceeded.within(e)
-            if refused is None:
-                raise
-            raise refused from None
         finally:
             client = getattr(result, "client", None)  # the DaskRunner's; its cluster may stop
             if client is not None:
                 client.close()
+    refused = DatasetRefused.of_run(job.options.output_dir)
+    if refused is not None:  # raised here, never in a worker (one line on every runner)
+        raise refused
     path = layout.join(job.options.output_dir, layout.INFO_FILE)
     with FileSystems.open(path) as f:
         return parse_info(f.read(), path)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import uuid
 
 import apache_beam as beam
@@ -25,6 +24,7 @@ from schemas.layout import (
     INCOMPLETE_DIR,
     INFO_FILE,
     LABELS_FILE,
+    REFUSED_FILE,
     REJECTS_FILE,
     SCHEMA_FILE,
     join,
@@ -32,22 +32,23 @@ from schemas.layout import (
 )
 
 
-class RejectLimitExceeded(RuntimeError):
-    """More inputs were rejected than --max_reject_fraction allows: no dataset was written.
+class DatasetRefused(RuntimeError):
+    """The run ended without a dataset because of its inputs (more rejects than
+    --max_reject_fraction allows): one line saying why and what to do.
 
-    Raised in a worker; runners wrap a worker's exception (often as text), so
-    ``convert.run`` finds it again in the runner's error (:meth:`within`) and
-    raises this type, with the one-line message, in the driver.
+    Never raised in a worker: finalize writes the line to ``REFUSED_FILE`` and
+    the pipeline ends normally; ``convert`` raises this in the driver (a
+    worker's exception reached the user wrapped, with a traceback a worker).
     """
 
     @classmethod
-    def within(cls, error: BaseException) -> RejectLimitExceeded | None:
-        """This failure inside a runner's ``error``, or None."""
-        found = _REJECT_LIMIT.search(str(error))
-        return cls(found.group(1)) if found else None
-
-
-_REJECT_LIMIT = re.compile(r"(\d+ of \d+ inputs were rejected.*?raise the limit)", re.S)
+    def of_run(cls, output_dir: str) -> DatasetRefused | None:
+        """The refusal the run into ``output_dir`` wrote, or None."""
+        path = join(output_dir, REFUSED_FILE)
+        if not FileSystems.exists(path):
+            return None
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            return cls(f.read().decode("utf-8"))
 
 
 def write_atomically(path: str, data: bytes) -> None:
@@ -171,6 +172,12 @@ def dataset_info(
     return info
 
 
+def refuse(out: str, message: str) -> None:
+    """Ends the run without a dataset: ``message`` (one line) for the driver to raise."""
+    logging.info("evenshard: no dataset: %s", message)
+    write_atomically(join(out, REFUSED_FILE), message.encode("utf-8"))
+
+
 class _Finalize(beam.DoFn):
     def __init__(self, job: Job):
         self._options = job.options
@@ -180,12 +187,14 @@ class _Finalize(beam.DoFn):
         o = self._options
         out = o.output_dir.rstrip("/")
         if not gate["ok"]:
-            raise RejectLimitExceeded(
+            refuse(
+                out,
                 f"{gate['rejects']} of {gate['inputs']} inputs were rejected, above "
                 f"--max_reject_fraction={o.max_reject_fraction}; no dataset was written. "
                 f"See {out}/{REJECTS_FILE} for each input and its reason, then fix the "
-                "inputs or raise the limit"
+                "inputs or raise the limit",
             )
+            return
         info = dataset_info(o, shards, plan, vocab, gate, reject_summary, self._path_root)
         written = sum(s["num_examples"] for s in info["splits"].values())
         if written + gate["rejects"] != gate["inputs"]:

@@ -153,7 +153,7 @@ def _error(command: str, message: str) -> None:
 
 def _convert(args: argparse.Namespace, pipeline_args: list[str]) -> int:
     from beam_jobs import convert
-    from beam_jobs.finalize import RejectLimitExceeded
+    from beam_jobs.finalize import DatasetRefused
     from beam_jobs.options import UserError, from_namespace
 
     # The runner logs a failing step's traceback at ERROR; ours are re-raised
@@ -166,7 +166,7 @@ def _convert(args: argparse.Namespace, pipeline_args: list[str]) -> int:
     except UserError as e:
         _error("convert", str(e))
         return 2
-    except RejectLimitExceeded as e:
+    except DatasetRefused as e:
         _error("convert", str(e))
         return 1
     except Exception as e:  # a disk that fills, a folder that goes: one line

@@ -55,6 +55,10 @@ CLAIMED_PATTERNS = (
 FIXED_FILES = (INFO_FILE, SCHEMA_FILE, LABELS_FILE, REJECTS_FILE, MARKER_FILE)
 _TEMP_RE = re.compile(r"^(?P<name>.+)\.tmp-[0-9a-f]{32}$")
 
+# Why a run ended without a dataset (too many rejects, say), one line: finalize writes
+# it, the driver reads it after the run and fails with it (a worker never raises it).
+REFUSED_FILE = f"{INCOMPLETE_DIR}/refused.txt"
+
 # A shard renamed into place is first recorded as ``.incomplete/NAME.owned``,
 # so the files of a run that died before dataset_info.json are known by name.
 OWNED_SUFFIX = ".owned"

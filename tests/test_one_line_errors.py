@@ -86,6 +86,23 @@ def test_a_label_with_any_line_break_is_rejected(tmp_path):
     assert labels.splitlines() == info["labels"] == [] or labels.splitlines() == info["labels"]
 
 
+def test_the_reject_limit_is_one_line_from_worker_processes(tmp_path):
+    """In multi-process mode the refusal came from a worker, wrapped: 186 lines of
+    tracebacks. It is raised in the driver after the run: one line on stderr."""
+    write_pngs(tmp_path / "img", 4)
+    for i in range(2):
+        (tmp_path / "img" / "l0" / f"text_{i}.png").write_text("not an image")
+    argv = [os.path.join(os.path.dirname(PY), "evenshard"), "convert"]
+    argv += [f"--input={tmp_path / 'img'}", f"--output_dir={tmp_path / 'out'}"]
+    argv += ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+    env = {**os.environ, "EVENSHARD_PROGRESS_SECONDS": "3600"}
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 1 and not done.stdout
+    assert done.stderr.count("\n") == 1, done.stderr[-3000:]
+    assert "2 of 6 inputs were rejected, above --max_reject_fraction" in done.stderr
+    assert not (tmp_path / "out" / "dataset_info.json").exists()
+
+
 def test_read_options_and_states_refuse_what_is_not_a_count(images):
     for kw in ({"epochs": 2.0}, {"seed": True}, {"start_step": 1.5}):
         with pytest.raises(TypeError, match="must be a whole number"):
