@@ -58,7 +58,12 @@ class Pending:
         return divmod(len(self.ids) - offset, workers)
 
 
-def pending(position: Position, plans: list[ReadPlan], to_split: list[np.ndarray]) -> Pending:
+def pending(
+    position: Position,
+    plans: list[ReadPlan],
+    to_split: list[np.ndarray],
+    epochs: int | None = None,
+) -> Pending:
     """The records the old workers had not read of the epochs they had started.
 
     Args:
@@ -66,9 +71,15 @@ def pending(position: Position, plans: list[ReadPlan], to_split: list[np.ndarray
         plans: every old worker's read order, worker w at ``plans[w]``.
         to_split: per old worker, its record ids (``ReadPlan.epoch_order``'s) mapped to
             split-wide ids: ``to_split[w][local_id]``.
+        epochs: the read's epochs (None: endless). A worker that has read all of them
+            is done (padding, or waiting for the others), not into an epoch past the end.
     """
     at = [divmod(position.of(w, p.size), p.size) for w, p in enumerate(plans)]
+    if epochs is not None:
+        at = [(e, start) if e < epochs else (epochs, 0) for e, start in at]
     top = max(e for e, _ in at)
+    if epochs is not None:
+        top = min(top, epochs - 1)
     tails, tail_epochs = [], []
     for w, (plan, (epoch, start)) in enumerate(zip(plans, at)):
         parts = [

@@ -141,7 +141,7 @@ class WorkerRead:
         unit = batch_size or 1
         segment = _Segment.plain(o, unit, n_workers)
         if state is not None:
-            segment = _Segment.resumed(state, shards, n_workers, plan_of)
+            segment = _Segment.resumed(state, shards, n_workers, plan_of, o.epochs)
         mine, num_examples, _ = worker_plan(shards, n_workers, index)
         # the count read is the count listed: each shard's index describes it exactly
         mine = [{**s, "table": load_index(s)} for s in mine]
@@ -230,6 +230,7 @@ class _Segment:
     offset: int = 0
     workers: int = 1
     elastic: tuple | None = None
+    saved: bool = False  # from a ReadState: a worker past its end has finished, not erred
 
     @classmethod
     def plain(cls, o: ReadOptions, unit: int, workers: int) -> _Segment:
@@ -237,34 +238,35 @@ class _Segment:
         return cls(o.start_epoch, o.start_step * unit, workers=workers)
 
     @classmethod
-    def resumed(cls, state, shards: list[dict], workers: int, plan_of) -> _Segment:
+    def resumed(cls, state, shards: list[dict], workers: int, plan_of, epochs) -> _Segment:
         """Where a saved read stands, for ``workers`` workers (docs/design.md, "Elastic
-        resume"): the same workers go on; others first read what the old ones left."""
+        resume"): the same workers go on; others first read what the old ones left
+        (of ``epochs``, None: endless)."""
 
         def left_by(at: Position) -> Pending:
             plans = [plan_of(at.workers, w) for w in range(at.workers)]
             ids = [split_ids(shards, at.workers, w) for w in range(at.workers)]
-            return pending(at, plans, ids)
+            return pending(at, plans, ids, epochs)
 
         consumed = state.step * state.batch_size
         saved = state.num_workers or workers
         if state.elastic is None:
             if saved == workers:
-                return cls(state.epoch, consumed, workers=workers)
+                return cls(state.epoch, consumed, workers=workers, saved=True)
             at = Position(saved, state.epoch, consumed)
         else:
             *before, offset = state.elastic
             lead = left_by(Position(*before))
             if saved == workers:
-                return cls(state.epoch, consumed, lead, offset, workers, state.elastic)
+                return cls(state.epoch, consumed, lead, offset, workers, state.elastic, True)
             q, r = lead.shares(offset, saved)
             if consumed * saved < len(lead.ids) - offset:  # during the lead: a suffix of it
                 offset += consumed * saved
-                return cls(state.epoch, 0, lead, offset, workers, (*before, offset))
+                return cls(state.epoch, 0, lead, offset, workers, (*before, offset), True)
             at = Position(saved, state.epoch, consumed, q, r)
         lead = left_by(at)
         elastic = (at.workers, at.epoch, at.consumed, at.q, at.r, 0)
-        return cls(lead.top + 1, 0, lead, 0, workers, elastic)
+        return cls(lead.top + 1, 0, lead, 0, workers, elastic, True)
 
     def lead(self, w: int) -> tuple | None:
         """Worker ``w``'s whole lead: (split-wide ids, epochs), or None."""
@@ -293,7 +295,7 @@ class _Segment:
             return None
         own = epochs * size - self.start(w, size)
         if self.pending is None:
-            return own
+            return max(own, 0) if self.saved else own
         return self.lead_size(w) - self.skipped(w) + max(own, 0)
 
     def state(self, saved, seed, unit: int, workers: int, fingerprint, order):

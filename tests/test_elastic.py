@@ -230,3 +230,40 @@ def test_gzip_shards_refuse_another_worker_count(tmp_path):
         out, "train", state, reader.ReadOptions(**OPTS), num_workers=2, worker_index=0
     )
     assert len(keys(ds)) == 10 - 2
+
+
+@pytest.mark.parametrize("pad", [True, False])
+@pytest.mark.parametrize("new_n", [1, 2, 3])
+def test_a_worker_whose_read_has_ended_is_done_not_in_its_next_epoch(data_240, pad, new_n):
+    """Issue 27.6: 7 unequal shards, 2 workers, one epoch; saved after the smaller worker's
+    last real batch (padding, or waiting for the other). Resumed by 1, 2 or 3 workers,
+    every example is read once in all, and none twice (185 were, counted into epoch 1)."""
+    data_dir = data_240[1]
+    opts = dict(OPTS, shuffle=False, epochs=1, pad_final_batch=pad)
+
+    def real_keys(ds) -> list[str]:
+        out = []
+        for b in ds:
+            mask = b["mask"].numpy() if pad else [True] * len(b["key"])
+            out += [k.decode() for k, m in zip(b["key"].numpy(), mask) if m]
+        return out
+
+    old = [
+        real_keys(reader.make_dataset(data_dir, "train", B, num_workers=2, worker_index=w, **opts))
+        for w in range(2)
+    ]
+    small = min(len(s) for s in old)
+    step = -(-small // B) + 2  # the smaller worker finished 2 batches ago
+    assert step * B < max(len(s) for s in old)
+    _, state = reader.make_dataset(
+        data_dir, "train", B, state=reader.ReadState(3, B), num_workers=2, worker_index=0, **opts
+    )
+    state = state.advance(step)
+    before = [k for s in old for k in s[: step * B]]
+    after = []
+    for j in range(new_n):
+        ds, _ = reader.resume(
+            data_dir, "train", state, reader.ReadOptions(**opts), num_workers=new_n, worker_index=j
+        )
+        after += real_keys(ds)
+    assert len(before + after) == len(set(before + after)) == 240
