@@ -29,6 +29,7 @@ import fcntl
 import hashlib
 import itertools
 import os
+import stat
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -41,19 +42,91 @@ LOOKAHEAD = 64  # groups of the plan beyond those looked at to choose what to ev
 
 
 def default_cache_dir() -> str:
-    """Where a reader without ``cache_dir`` keeps a bucket's shards: one folder of the
-    machine's temp folder, so that the local ranks share it."""
+    """Where a reader without ``cache_dir`` keeps a bucket's shards: a folder of this
+    user's in the machine's temp folder, ``evenshard-cache-<uid>``, so that the user's
+    local ranks share it and no other user's files stand in for copies."""
     import tempfile
 
-    return os.path.join(tempfile.gettempdir(), "evenshard-cache")
+    return os.path.join(tempfile.gettempdir(), f"evenshard-cache-{os.getuid()}")
+
+
+def cache_folder(cache_dir: str | None) -> str:
+    """The folder the copies go in: one that only this user can write. A copy found there
+    of the listed size is used unread: only a reader of this user, having checked its
+    sha256, renamed it into place (its name is the mark of that check).
+
+    Without ``cache_dir``: ``default_cache_dir()``, created 0700; it must be a folder (not
+    a link) of this user's that group and others cannot write. A given ``cache_dir`` is
+    created 0700 when missing and used as it is when it is this user's and group and
+    others cannot write it. One shared safely (of this user or root, sticky where others
+    may write, as /tmp is) gets a folder of this user's inside, ``evenshard-<uid>``,
+    checked as the default is.
+
+    Raises:
+        DatasetError: another user could write the folder, or this user cannot; the
+            message says what to do.
+    """
+    if cache_dir is None:
+        return _own_folder(default_cache_dir(), "the default cache folder", "pass cache_dir")
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(cache_dir)), exist_ok=True)
+        os.mkdir(cache_dir, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        raise DatasetError(
+            f"cache_dir {cache_dir} cannot be made ({e.strerror}): pass a folder you can write"
+        ) from None
+    st = os.stat(cache_dir)
+    if not stat.S_ISDIR(st.st_mode):
+        raise DatasetError(f"cache_dir {cache_dir} is not a folder: pass a folder")
+    if st.st_uid == os.getuid() and not st.st_mode & 0o022:
+        return cache_dir
+    shared_safely = st.st_uid in (os.getuid(), 0) and (
+        not st.st_mode & 0o022 or st.st_mode & stat.S_ISVTX
+    )
+    if shared_safely and os.access(cache_dir, os.W_OK | os.X_OK):
+        return _own_folder(
+            os.path.join(cache_dir, f"evenshard-{os.getuid()}"), "cache folder", "pass cache_dir"
+        )
+    raise DatasetError(
+        f"cache_dir {cache_dir} (owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):#o}) "
+        "is not a folder only you can write: other users could put files in place of "
+        "copies there, or you cannot write it; pass a folder of your own (it is created)"
+    )
+
+
+def _own_folder(path: str, what: str, fix: str) -> str:
+    """``path``, created 0700 when missing; refused unless it is a folder (not a link) of
+    this user's that group and others cannot write."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        raise DatasetError(f"{what} {path} cannot be made ({e.strerror}): {fix}") from None
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        problem = "not a folder"
+    elif st.st_uid != os.getuid():
+        problem = f"owned by uid {st.st_uid}, not by you (uid {os.getuid()})"
+    elif st.st_mode & 0o022:
+        problem = f"writable by group or others (mode {stat.S_IMODE(st.st_mode):#o})"
+    else:
+        return path
+    raise DatasetError(
+        f"{what} {path} is {problem}: another user may have put files there in place of "
+        f"shards; remove it (it is made again, 0700), or {fix}"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
 class CacheOptions:
-    """``cache_dir``: a local folder for the shards of a gs:// dataset (created);
-    ``cache_limit``: bytes this reader keeps there at most; ``in_flight``: fetches at once."""
+    """``cache_dir``: a local folder for the shards of a gs:// dataset (created; None: the
+    default, ``cache_folder`` says which and what is refused); ``cache_limit``: bytes this
+    reader keeps there at most; ``in_flight``: fetches at once."""
 
-    cache_dir: str
+    cache_dir: str | None
     cache_limit: int
     in_flight: int = 4
 
@@ -75,7 +148,7 @@ def open_cache(read, options) -> ShardCache | None:
     return ShardCache(
         read.shards,
         lambda: read.plan.groups(read.start, options.epochs),
-        CacheOptions(options.cache_dir or default_cache_dir(), options.cache_limit),
+        CacheOptions(options.cache_dir, options.cache_limit),
     )
 
 
@@ -106,7 +179,7 @@ class ShardCache:
 
     def __init__(self, shards: list[dict], groups: Callable[[], Iterator], options: CacheOptions):
         self.shards, self.options = shards, options
-        os.makedirs(options.cache_dir, exist_ok=True)
+        self.folder = cache_folder(options.cache_dir)  # only this user can write it
         self._groups = groups
         self._run = 0  # the reader's pass over the read (a new one restarts the fetching)
         self._ahead: list[tuple[int, ...]] = []  # groups fetched or being fetched, in order
@@ -121,7 +194,7 @@ class ShardCache:
         self.peak = 0  # the most bytes this reader held at once
         self._id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}.reading"
         self._names = [self._name(i) for i in range(len(shards))]  # refused here, not later
-        _drop_dead_links(options.cache_dir)
+        _drop_dead_links(self.folder)
         atexit.register(self.close)
         self._thread = self._start()
 
@@ -153,12 +226,12 @@ class ShardCache:
                 "it cannot name a copy in the cache (convert again, or restore dataset_info.json)"
             )
         name = f"{key[:32]}-{os.path.basename(shard['path'])}"
-        folder = os.path.abspath(self.options.cache_dir)
+        folder = os.path.abspath(self.folder)
         if os.path.dirname(os.path.normpath(os.path.join(folder, name))) != folder:
             raise DatasetError(
                 f"{shard['path']}: its copy {name!r} would lie outside the cache folder {folder}"
             )
-        return os.path.join(self.options.cache_dir, name)
+        return os.path.join(self.folder, name)
 
     def _shared(self, index: int) -> str:
         """The shard's file in the cache folder (``_name``; every other file of the shard,

@@ -148,6 +148,35 @@ def test_a_bucket_output_folder_is_locked_and_keeps_the_users_files(bucket, tmp_
     assert not bucket.exists(f"mine/{layout.LOCK_FILE}")
 
 
+def test_convert_into_a_bucket_clears_the_incomplete_folder(bucket, tmp_path):
+    """A bucket has no folders (FileSystems.exists is False for a prefix): .incomplete/
+    stayed, and a temp shard of a killed run stayed through a rerun and --overwrite
+    while validate called the dataset valid. Its objects are listed and removed, and
+    validate names what is left there."""
+    root = tmp_path / "images"
+    synthetic.make_image_folder(str(root), num_labels=2, per_label=3, formats=("png",))
+    out = f"{bucket.url}/out"
+    incomplete = f"{out}/{layout.INCOMPLETE_DIR}"
+
+    def leftovers() -> list[str]:
+        return storage.listdir(incomplete)
+
+    flags = ("--splits=train=1.0", "--num_shards=2")
+    run_convert(str(root), out, *flags)
+    assert leftovers() == []
+    temp = f"out/{layout.INCOMPLETE_DIR}/train-00000-of-00002.tfrecord.{'0' * 32}"
+    bucket.put(temp, b"half a shard, of a run killed while writing")
+    problems = validate(out)
+    assert len(problems) == 1 and f"{incomplete}: 1 file" in problems[0], problems
+    run_convert(str(root), out, *flags, "--overwrite")  # validated: no problem left
+    assert leftovers() == []
+    # a killed run's folder (its marker, no dataset_info.json): the rerun clears it
+    bucket.put(f"killed/{layout.MARKER_FILE}", b"evenshard convert writes this folder\n")
+    bucket.put(temp.replace("out/", "killed/", 1), b"half a shard")
+    run_convert(str(root), f"{bucket.url}/killed", *flags)
+    assert storage.listdir(f"{bucket.url}/killed/{layout.INCOMPLETE_DIR}") == []
+
+
 def test_make_dataset_streams_a_bucket_through_a_bounded_cache(bucket, local_dataset, tmp_path):
     """Through the cache, the read is the local read, record for record; a limit below
     what a group reads at once is an error when the dataset is built."""
@@ -398,7 +427,7 @@ def test_shuffle_report_reads_a_bucket_through_the_default_cache(
         cli.main(["shuffle-report", url, "--out", str(png), "--batch_size", "8", "--baseline"]) == 0
     )
     assert png.stat().st_size > 0 and "label mix" in capsys.readouterr().out
-    assert os.listdir(tmp_path / "evenshard-cache")
+    assert os.listdir(tmp_path / f"evenshard-cache-{os.getuid()}")  # the user's own
 
 
 def test_a_read_resumed_with_another_worker_count_from_a_bucket(bucket, local_dataset, tmp_path):

@@ -4,13 +4,16 @@ in a loopback bucket: the cache reads bytes, not records."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import random
+import shutil
+import stat
 
 import pytest
 
-from reader.cache import CacheOptions, ShardCache
+from reader.cache import CacheOptions, ShardCache, open_cache
 from schemas.info import DatasetError
 
 pytestmark = pytest.mark.slow
@@ -40,3 +43,195 @@ def test_a_sha256_that_is_not_a_digest_cannot_name_a_path(key, tmp_path):
     with pytest.raises(DatasetError, match="sha256 .* is not 64 lowercase hex digits"):
         ShardCache(shards, lambda: iter([(0,)]), CacheOptions(str(tmp_path / "c"), 100))
     assert os.listdir(tmp_path / "victim") == []
+
+
+def _open(shards: list[dict], groups: list[tuple], cache_dir: str | None = None) -> ShardCache:
+    """The cache as a reader opens it (``open_cache``), for these groups, 1 MB at most."""
+    from types import SimpleNamespace
+
+    plan = SimpleNamespace(cycle=1, groups=lambda start, epochs: iter(groups))
+    read = SimpleNamespace(shards=shards, plan=plan, start=0)
+    return open_cache(read, SimpleNamespace(cache_dir=cache_dir, cache_limit=10**6, epochs=1))
+
+
+@contextlib.contextmanager
+def tempfile_dir(folder: str):
+    """``tempfile.gettempdir()`` is ``folder`` meanwhile (where the default cache goes)."""
+    import tempfile
+
+    saved, tempfile.tempdir = tempfile.tempdir, folder
+    try:
+        yield
+    finally:
+        tempfile.tempdir = saved
+
+
+def _read(cache: ShardCache, group: tuple[int, ...]) -> list[bytes]:
+    """The bytes the reader reads for ``group``."""
+    out = []
+    for path in cache.enter(group):
+        with open(path, "rb") as f:
+            out.append(f.read())
+    return out
+
+
+def _plant(folder, shards: list[dict], uid: int | None = None) -> list[str]:
+    """Files another user puts in ``folder`` in place of copies of ``shards``: the copies'
+    names and sizes, other bytes (owned by ``uid`` when given: we run as root)."""
+    os.makedirs(folder, exist_ok=True)
+    planted = []
+    for s in shards:
+        path = os.path.join(folder, f"{s['sha256'][:32]}-{os.path.basename(s['path'])}")
+        with open(path, "wb") as f:
+            f.write(b"planted".ljust(s["num_bytes"], b"!"))
+        planted.append(path)
+        if uid is not None:
+            os.chown(path, uid, uid)
+    return planted
+
+
+def _another_uid() -> int | None:
+    """A uid that is not ours, to own files as another user would (root only: chown)."""
+    return 65534 if os.getuid() == 0 else None
+
+
+def test_the_default_folder_is_the_users_own_and_refused_when_others_can_write_it(
+    bucket, tmp_path, monkeypatch
+):
+    """Issue 27: another user pre-created the shared default folder (0777) and put files
+    of the copies' names and sizes there: a read returned them. The default is now
+    evenshard-cache-<uid>, made 0700, refused (one line) when it is another user's or
+    writable by group or others; no planted byte is ever read."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    shards = _shards(bucket)
+    want = [bucket.get(s["path"].split("/", 3)[3]) for s in shards]
+    other = _another_uid()
+    for name in ("evenshard-cache", f"evenshard-cache-{os.getuid()}"):  # the old name, the new
+        folder = tmp_path / name
+        _plant(folder, shards, other)
+        os.chmod(folder, 0o777)
+        if other is not None:
+            os.chown(folder, other, other)
+    problem = "owned by uid 65534, not by you" if other is not None else "writable by group"
+    with pytest.raises(DatasetError, match=f"cache folder .*-{os.getuid()} is {problem}") as e:
+        with _open(shards, [(0, 1)]) as cache:
+            assert _read(cache, (0, 1)) == want[:2]
+    assert "\n" not in str(e.value) and "remove it" in str(e.value)
+    if other is not None:
+        os.chown(tmp_path / f"evenshard-cache-{os.getuid()}", os.getuid(), os.getgid())
+        with pytest.raises(DatasetError, match=r"writable by group or others \(mode 0o777\)"):
+            _open(shards, [])
+    shutil.rmtree(tmp_path / f"evenshard-cache-{os.getuid()}")
+    groups = [(0, 1), (2, 3)]
+    with _open(shards, groups) as cache:
+        assert [b for g in groups for b in _read(cache, g)] == want
+        st = os.stat(cache.folder)
+        assert st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) == 0o700
+
+
+def test_a_cache_dir_others_can_write_gets_a_folder_of_the_users_own(bucket, tmp_path):
+    """A given cache_dir that is sticky (1777, as /tmp): the copies go in a folder of the
+    user's inside it, and planted files beside it are never read; a non-sticky one that
+    others can write, or one of another user's, is refused in one line."""
+    shards = _shards(bucket)
+    want = [bucket.get(s["path"].split("/", 3)[3]) for s in shards]
+    shared = tmp_path / "shared"
+    planted = _plant(shared, shards, _another_uid())
+    os.chmod(shared, 0o1777)
+    with ShardCache(shards, lambda: iter([(0, 1, 2, 3)]), CacheOptions(str(shared), 10**6)) as c:
+        assert _read(c, (0, 1, 2, 3)) == want
+        assert c.folder == str(shared / f"evenshard-{os.getuid()}")
+    for path in planted:
+        with open(path, "rb") as f:
+            assert f.read(7) == b"planted"
+    os.chmod(shared, 0o777)
+    with pytest.raises(DatasetError, match=r"mode 0o777\) is not a folder only you can write"):
+        ShardCache(shards, lambda: iter([]), CacheOptions(str(shared), 10**6))
+    if _another_uid() is not None:
+        os.chmod(shared, 0o755)
+        os.chown(shared, _another_uid(), _another_uid())
+        with pytest.raises(DatasetError, match="owner uid 65534, mode 0o755"):
+            ShardCache(shards, lambda: iter([]), CacheOptions(str(shared), 10**6))
+
+
+def _as_user(uid: int, fn, *args) -> tuple[int, str]:
+    """``fn(*args)`` in a forked child running as ``uid`` (root only), a real second user
+    of the machine (fork, not exec: this Python lies in a folder other users cannot
+    read); its exit status (0: returned) and what it returned, or its traceback."""
+    import signal
+    import traceback
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code, out = 1, ""
+        try:
+            os.close(read)
+            signal.alarm(120)  # a hang is a failure, not a stuck test
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            out, code = str(fn(*args)), 0
+        except BaseException:  # noqa: BLE001 - the test shows it
+            out = traceback.format_exc()
+        finally:
+            os.write(write, out.encode())
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as f:
+        out = f.read().decode()
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), out
+
+
+def _second_user_reads(shards: list[dict], cache_dir: str | None) -> str:
+    from schemas import stores
+
+    stores.GCS._client = stores.S3._client = None  # connections of its own
+    try:
+        with _open(shards, [(0, 1)], cache_dir) as cache:
+            _read(cache, (0, 1))
+            return f"read {os.path.dirname(cache.local(0))}"
+    except DatasetError as e:
+        return f"refused {e}"
+
+
+def test_a_second_user_of_the_machine_reads_with_a_folder_of_its_own(bucket, tmp_path):
+    """Issue 27's converse: the first user made the shared default (umask 022), and the
+    second user's read died on a .lock with a 41-line PermissionError. A real second user
+    (nobody, by setuid: root only) now reads through a default of its own; given the first
+    user's folder, it is told so in one line."""
+    import pwd
+    import tempfile
+
+    if os.getuid() != 0:
+        pytest.skip("a second user needs root (setuid)")
+    try:
+        nobody = pwd.getpwnam("nobody").pw_uid
+    except KeyError:
+        pytest.skip("no user nobody here")
+    shards = _shards(bucket)
+    shared = tempfile.mkdtemp(prefix="evenshard-test-")  # in /tmp: nobody can reach it
+    os.chmod(shared, 0o1777)
+    old_umask = os.umask(0o022)
+    try:
+        with tempfile_dir(shared):
+            with _open(shards, [(0, 1)]) as first:
+                _read(first, (0, 1))
+                mine = os.path.dirname(first.local(0))
+
+        with tempfile_dir(shared):
+            assert _as_user(nobody, _second_user_reads, shards, None) == (
+                0,
+                f"read {shared}/evenshard-cache-{nobody}",
+            )
+            st = os.stat(f"{shared}/evenshard-cache-{nobody}")
+            assert st.st_uid == nobody and stat.S_IMODE(st.st_mode) == 0o700
+            code, out = _as_user(nobody, _second_user_reads, shards, mine)
+        assert code == 0, out
+        assert out.startswith(f"refused cache_dir {mine} (owner uid 0, mode 0o700)"), out
+        assert "\n" not in out
+    finally:
+        os.umask(old_umask)
+        shutil.rmtree(shared)
