@@ -192,7 +192,7 @@ class ShardCache:
         self._done = False
         self.fetched = 0  # downloads made by this reader (tests count them)
         self.peak = 0  # the most bytes this reader held at once
-        self._id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}.reading"
+        self._id = f"{_owner()}-{uuid.uuid4().hex[:8]}.reading"
         self._names = [self._name(i) for i in range(len(shards))]  # refused here, not later
         _drop_dead_links(self.folder)
         atexit.register(self.close)
@@ -425,20 +425,65 @@ class _Checked:
 
 
 def _drop_dead_links(folder: str) -> None:
-    """Links of readers whose process is gone (killed before closing), and shared files no
-    reader links any more: a cache folder does not grow from run to run."""
+    """Links of readers whose process is provably gone (killed before closing), and shared
+    files no reader links any more: a cache folder does not grow from run to run."""
     for name in os.listdir(folder):
         if not name.endswith(".reading"):
             continue
-        pid = name.rsplit(".", 2)[-2].split("-")[0]
-        try:
-            os.kill(int(pid), 0)
-            continue  # alive
-        except (ProcessLookupError, ValueError):
-            pass
-        except PermissionError:
-            continue  # alive, someone else's
-        _unlink(os.path.join(folder, name), os.path.join(folder, name.rsplit(".", 2)[0]))
+        shared, owner, _ = name.rsplit(".", 2)
+        if _dead(owner.rsplit("-", 1)[0]):
+            _unlink(os.path.join(folder, name), os.path.join(folder, shared))
+
+
+def _owner() -> str:
+    """Who makes a file of the cache folder, in its name: ``NS-PID-START``, NS naming this
+    machine's boot and this process's PID namespace, START the process's start (so that
+    a PID used again is not taken for its old owner)."""
+    ns = _namespace()  # None: /proc was read above, this process's stat reads too
+    return f"{ns or 'unknown'}-{os.getpid()}-{_started(os.getpid()) if ns else 0}"
+
+
+def _dead(owner: str) -> bool:
+    """Whether the process that wrote ``owner`` (``_owner``) is provably gone: it ran in
+    this boot of this machine and in this PID namespace, and its PID is gone or started
+    at another time. A PID this process cannot see is not a dead one: a reader in another
+    container sharing the folder, or on another machine, or named by an older version of
+    evenshard, is alive."""
+    try:
+        ns, pid, start = owner.split("-")
+        return ns == _namespace() is not None and _started(int(pid)) != start
+    except (ValueError, OSError):  # not a name of ours; a process we may not look at
+        return False
+
+
+def _namespace() -> str | None:
+    """This machine's boot and this process's PID namespace, hashed; None when /proc
+    cannot say (then no process is ever taken for dead)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        ns = os.readlink("/proc/self/ns/pid")
+        if int(os.readlink("/proc/self")) != os.getpid():
+            return None  # a /proc of another PID namespace: its PIDs are not ours
+    except (OSError, ValueError):
+        return None
+    return hashlib.sha256(f"{boot}:{ns}".encode()).hexdigest()[:12]
+
+
+def _started(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks after boot, /proc/PID/stat's 22nd
+    field); None when there is no such process.
+
+    Raises:
+        OSError: /proc says no more (not ours to read, say).
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat_line = f.read()
+    except FileNotFoundError:
+        return None
+    fields = stat_line.rsplit(b")", 1)[-1].split()  # after the command, which may hold spaces
+    return fields[19].decode() if len(fields) > 19 else None
 
 
 def _unlink(link: str, shared: str) -> None:

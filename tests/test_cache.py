@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import random
 import shutil
@@ -235,3 +236,69 @@ def test_a_second_user_of_the_machine_reads_with_a_folder_of_its_own(bucket, tmp
     finally:
         os.umask(old_umask)
         shutil.rmtree(shared)
+
+
+NAMESPACED_READER = """
+import hashlib, json, os, sys
+from reader.cache import CacheOptions, ShardCache
+shards, folder, ready = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+with ShardCache(shards, lambda: iter([(0, 1)]), CacheOptions(folder, 10**6)) as cache:
+    paths = cache.enter((0, 1))
+    with open(ready, "w") as f:
+        f.write(str(os.getpid()))
+    sys.stdin.readline()  # another reader opens the folder meanwhile
+    for path, shard in zip(paths, shards):
+        with open(path, "rb") as f:
+            assert hashlib.sha256(f.read()).hexdigest() == shard["sha256"], path
+print("read")
+"""
+
+
+def _wait_for(path, proc, seconds: float = 60) -> str:
+    """The text ``proc`` writes to ``path`` when it is ready (fails if it dies first)."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not os.path.exists(path) or not open(path).read():
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, f"not ready in {seconds} s"
+        time.sleep(0.05)
+    return open(path).read()
+
+
+def test_a_reader_in_another_pid_namespace_is_not_taken_for_dead(bucket, tmp_path):
+    """Issue 27: "a PID you cannot see is not a dead one". A reader in another PID
+    namespace (a container sharing cache_dir: here `unshare --pid`, its PID one that
+    does not exist here) holds links; a reader opening the folder here leaves them, and
+    the first reads its shards to the end."""
+    import subprocess
+    import sys
+
+    if os.getuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("a PID namespace needs root and unshare")
+    namespaced = ["unshare", "--pid", "--fork", "--mount-proc"]
+    if subprocess.run([*namespaced, "true"], capture_output=True).returncode:
+        pytest.skip("unshare --pid is not allowed here")
+    pid = next(p for p in range(30000, 1 << 22) if not os.path.exists(f"/proc/{p}"))
+    shards, folder, ready = _shards(bucket), str(tmp_path / "c"), str(tmp_path / "ready")
+    script = f'echo {pid - 1} > /proc/sys/kernel/ns_last_pid; "$@"; exit $?'
+    reader = subprocess.Popen(
+        [*namespaced, "sh", "-c", script, "sh", sys.executable, "-c", NAMESPACED_READER]
+        + [json.dumps(shards), folder, ready],
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert _wait_for(ready, reader) == str(pid)  # not a PID of this namespace
+        links = sorted(n for n in os.listdir(folder) if n.endswith(".reading"))
+        assert len(links) == 2
+        with ShardCache(shards, lambda: iter([]), CacheOptions(folder, 10**6)):
+            assert sorted(n for n in os.listdir(folder) if n.endswith(".reading")) == links
+        out, err = reader.communicate("go\n", timeout=60)
+        assert reader.returncode == 0 and out.strip() == "read", err[-3000:]
+    finally:
+        reader.kill()
+        reader.wait()
