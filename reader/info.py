@@ -19,14 +19,8 @@ def split_shards(info: dict, data_dir: str, split: str) -> list[dict]:
     shards = []
     for shard in splits[split]["shards"]:
         path = layout.join(data_dir, shard["file"])
-        if not storage.exists(path):
-            raise DatasetError(f"shard {path} listed in {layout.INFO_FILE} is missing")
-        size = storage.size(path)
-        if size != shard["num_bytes"]:
-            raise DatasetError(
-                f"shard {path} has {size} bytes, {layout.INFO_FILE} records "
-                f"{shard['num_bytes']}: the file is truncated or was replaced"
-            )
+        size = shard["num_bytes"]
+        check_shard(path, size)
         index = layout.join(data_dir, shard["dali_index"]) if "dali_index" in shard else None
         shards.append(
             {
@@ -38,6 +32,24 @@ def split_shards(info: dict, data_dir: str, split: str) -> list[dict]:
             }
         )
     return shards
+
+
+def check_shard(path: str, listed: int) -> None:
+    """Raises DatasetError unless the shard is there with its listed size: checked when a
+    read is built, and again as each run of records starts (a shard removed or replaced
+    under a running read, by ``convert --overwrite`` say, stops it naming the shard;
+    tf.data's reader retried a file it could not open forever)."""
+    if not storage.exists(path):
+        raise DatasetError(
+            f"shard {path} listed in {layout.INFO_FILE} is missing (removed while it was "
+            "read? a dataset replaced under a read must be read again)"
+        )
+    size = storage.size(path)
+    if size != listed:
+        raise DatasetError(
+            f"shard {path} has {size} bytes, {layout.INFO_FILE} records "
+            f"{listed}: the file is truncated or was replaced"
+        )
 
 
 def split_fingerprint(info: dict, split: str) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import secrets
 
 import numpy as np
@@ -39,10 +40,12 @@ class Mixture:
         if not self.sources:
             raise ValueError("reader.mix needs at least one source")
         for w in self.weights:
-            if isinstance(w, bool) or not isinstance(w, (int, float)) or not w > 0:
+            # numpy scalars (np.float32(0.3), np.int64(3)) are numbers too
+            if isinstance(w, (bool, np.bool_)) or not isinstance(w, numbers.Real) or not w > 0:
                 raise ValueError(f"mixing weights must be numbers > 0, got {w!r}")
             if not math.isfinite(w):
                 raise ValueError(f"mixing weights must be finite, got {w!r}")
+        object.__setattr__(self, "weights", tuple(float(w) for w in self.weights))
 
 
 def mix(sources, split: str = "train") -> Mixture:
@@ -85,7 +88,10 @@ class Schedule:
 
     @property
     def _w(self) -> np.ndarray:
-        return np.asarray(self.weights, np.float64)
+        # relative to the largest: the times (k + u) / w then stay at most the record
+        # counts, whatever the weights' scale (1e19 overflowed int64: the search never ended)
+        w = np.asarray(self.weights, np.float64)
+        return w / w.max()
 
     @property
     def _u(self) -> np.ndarray:

@@ -7,6 +7,7 @@ import numbers
 
 AUTOTUNE = -1  # tf.data.AUTOTUNE, without importing TensorFlow here
 DEFAULT_CYCLE = 16  # runs read at once when cycle_length is None
+MAX_POSITION = 2**62  # records and batches are counted in int64 (tf.data, numpy)
 
 
 # Options that count: an int (2.0 or True is a mistake, said at once, not deep in tf.data).
@@ -48,7 +49,7 @@ class ReadOptions:
             shuffling (evaluation reads in one fixed order, the short batch last);
             False only for unseeded shuffling, whose order is random anyway.
         decode: decode images (False: ``image`` holds the encoded bytes).
-        image_size: (height, width) to resize to; needed to batch decoded
+        image_size: (height, width) to resize to, or one int for a square; needed to batch decoded
             images, whose sizes differ.
         channels: channels of decoded images (1, 3 or 4).
         random_crop: crop a random box (JPEG decodes only the box) before resizing.
@@ -112,10 +113,11 @@ class ReadOptions:
     def __post_init__(self) -> None:
         for name in _WHOLE:
             value = getattr(self, name)
-            if value is not None and (
-                not isinstance(value, numbers.Integral) or isinstance(value, bool)
-            ):
+            if value is not None and not _whole(value):
                 raise TypeError(f"{name} must be a whole number (int), got {value!r}")
+        for name in ("start_epoch", "start_step"):
+            if getattr(self, name) >= MAX_POSITION:
+                raise ValueError(f"{name} must be below 2**62, got {getattr(self, name)}")
         if self.epochs is not None and self.epochs < 1:
             raise ValueError(f"epochs must be >= 1 or None, got {self.epochs}")
         if self.channels not in (1, 3, 4):
@@ -134,12 +136,15 @@ class ReadOptions:
         if self.block_length < 1:
             raise ValueError(f"block_length must be >= 1, got {self.block_length}")
         if self.image_size is not None:
-            size = tuple(self.image_size)
-            if len(size) != 2 or not all(isinstance(v, int) and v >= 1 for v in size):
+            # an int is a square, as torchvision's Resize(32) and RandomResizedCrop(32)
+            square = isinstance(self.image_size, numbers.Integral)
+            iterable = square or hasattr(self.image_size, "__iter__")
+            size = (self.image_size,) * 2 if square else tuple(self.image_size) if iterable else ()
+            if len(size) != 2 or not all(_whole(v) and v >= 1 for v in size):
                 raise ValueError(
                     f"image_size must be (height, width), whole numbers >= 1, got {self.image_size}"
                 )
-            object.__setattr__(self, "image_size", size)
+            object.__setattr__(self, "image_size", tuple(int(v) for v in size))
         if self.input_context is not None:
             if self.num_workers is not None or self.worker_index is not None:
                 raise ValueError("give input_context or num_workers/worker_index, not both")
@@ -187,3 +192,8 @@ class ReadOptions:
         if self.num_workers is None:
             return 1, 0
         return self.num_workers, self.worker_index
+
+
+def _whole(value) -> bool:
+    """An int (numpy's too); 2.0 and True are mistakes."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)

@@ -20,7 +20,7 @@ import os
 import numpy as np
 
 from reader.cache import check_limit, open_cache
-from reader.info import default_path_root
+from reader.info import check_shard, default_path_root
 from reader.mixture import MixRead, Mixture
 from reader.options import ReadOptions
 from reader.worker import WorkerRead
@@ -51,6 +51,7 @@ class Records:
     def __init__(self, shards: list[dict]):
         self._paths = [s["path"] for s in shards]
         self._tables = [s["table"] for s in shards]
+        self._sizes = [s["num_bytes"] for s in shards]
         counts = [s["num_examples"] for s in shards]
         self._firsts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
         self._fds: dict[int, int] = {}  # shard -> an open descriptor, opened on first use
@@ -83,6 +84,7 @@ class Records:
             framed = storage.read_range(path, size, offset)
         else:
             if f not in fds:
+                check_shard(path, self._sizes[f])  # removed or replaced since the build?
                 fds[f] = os.open(path, os.O_RDONLY)
             framed = os.pread(fds[f], size, offset)
         try:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from reader.options import MAX_POSITION
+
 
 @dataclasses.dataclass(frozen=True)
 class ReadState:
@@ -52,6 +54,11 @@ class ReadState:
                 raise TypeError(f"ReadState.{name} must be an int, got {value!r}")
         if self.batch_size < 1 or self.epoch < 0 or self.step < 0:
             raise ValueError(f"ReadState needs batch_size >= 1, epoch, step >= 0: {self}")
+        if max(self.epoch, self.step * self.batch_size, self.batch_size) >= MAX_POSITION:
+            raise ValueError(
+                f"ReadState counts records in int64: epoch, step x batch_size must be below "
+                f"2**62, got epoch {self.epoch}, step {self.step}, batch_size {self.batch_size}"
+            )
         for name in ("num_workers",):
             value = getattr(self, name)
             if value is None:
@@ -62,10 +69,23 @@ class ReadState:
         for name in ("dataset", "order"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
                 raise TypeError(f"ReadState.{name} must be a str or None")
+        if self.order is not None and not all("=" in pair for pair in self.order.split()):
+            raise ValueError(
+                f"ReadState.order must be name=value pairs (ReadOptions.order), got {self.order!r}"
+            )
         if self.elastic is not None:
+            if not isinstance(self.elastic, (list, tuple)):
+                raise TypeError(f"ReadState.elastic must be 6 whole numbers, got {self.elastic!r}")
             elastic = tuple(self.elastic)
-            if len(elastic) != 6 or not all(isinstance(v, int) and v >= 0 for v in elastic):
-                raise ValueError(f"ReadState.elastic must be 6 whole numbers >= 0, got {elastic}")
+            if (
+                len(elastic) != 6
+                or not all(isinstance(v, int) and 0 <= v < MAX_POSITION for v in elastic)
+                or elastic[0] < 1
+            ):
+                raise ValueError(
+                    "ReadState.elastic must be 6 whole numbers >= 0 (below 2**62), the first "
+                    f"(the old worker count) >= 1, got {elastic}"
+                )
             object.__setattr__(self, "elastic", elastic)
         if self.parts is not None:
             parts = tuple(self.parts)
@@ -112,7 +132,12 @@ class ReadState:
 
     @classmethod
     def from_json(cls, text: str) -> ReadState:
-        fields = json.loads(text)
+        try:
+            fields = json.loads(text)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"not a ReadState: not JSON text ({e})") from None
+        if not isinstance(fields, dict):
+            raise ValueError(f"not a ReadState: a JSON object was expected, got {text!r:.80}")
         # saved before the split's fingerprint replaced it: what it checked, that does
         fields.pop("examples_per_worker", None)
         known = {f.name for f in dataclasses.fields(cls)}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from reader.info import check_shard
 from reader.options import ReadOptions
 from reader.plan import ReadPlan, Resume, Runs
 from reader.source import Records
@@ -35,6 +36,7 @@ class Stream:
         self.tagged = o.random_crop
         self.paths = tf.constant([s["path"] for s in mine])
         self.counts = tf.constant([s["num_examples"] for s in mine], tf.int64)
+        self.sizes = tf.constant([s["num_bytes"] for s in mine], tf.int64)
         self.compression = "GZIP" if compression == "gzip" else ""
         # cache: this worker's records in memory, read once now, in stored order.
         self.cached = None
@@ -127,6 +129,12 @@ class Stream:
 
         def read(path, f, start, stop):
             listed = tf.gather(self.counts, f)
+            # the shard is still there, whole, as each run starts: one call a run, not a
+            # record (TFRecordDataset under ignore_errors retries a missing file forever)
+            path = tf.numpy_function(
+                _present, [path, tf.gather(self.sizes, f)], tf.string, stateful=True
+            )
+            path.set_shape([])
             return _checked_records(path, listed, self.compression, start, stop)
 
         # A sequential interleave: a parallel one nested in flat_map is not
@@ -134,6 +142,11 @@ class Stream:
         return tf.data.Dataset.from_tensor_slices((paths, files, starts, stops)).interleave(
             read, cycle_length=self.plan.cycle, block_length=self.plan.block
         )
+
+
+def _present(path: bytes, size) -> bytes:
+    check_shard(path.decode(), int(size))
+    return path
 
 
 def _columns(runs: Runs) -> tuple:

@@ -1,0 +1,130 @@
+"""Reads that fail end, naming what failed: never a hang, never a stale or wrong answer
+(issue 27: a shard removed under a running read, a huge mix weight, a DataLoader worker's
+state, states and options a user typed)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from conftest import run_convert
+
+import reader
+from evenshard import synthetic
+from reader.mixture import Schedule
+
+PY = sys.executable
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """48 PNGs in 4 train shards."""
+    root = tmp_path_factory.mktemp("faults") / "images"
+    synthetic.make_image_folder(str(root), num_labels=3, per_label=16, formats=("png",))
+    out = str(tmp_path_factory.mktemp("faults_out") / "ds")
+    run_convert(str(root), out, "--splits=train=1.0", "--num_shards=4")
+    return out
+
+
+# Each builds a reader, removes every shard, then iterates: the read must stop naming one.
+READERS = {
+    "tf.data": "it = iter(reader.make_dataset(D, 'train', 4, seed=0, image_size=(8, 8)))",
+    "dali": (
+        "from reader.dali import make_dali_pipeline\n"
+        "it = iter(make_dali_pipeline(D, 'train', 4, seed=0, image_size=(8, 8), device='cpu'))"
+    ),
+    "torch-tf": (
+        "from reader.torch import TorchReader\n"
+        "it = iter(TorchReader(D, 'train', 4, seed=0, image_size=(8, 8), backend='tf'))"
+    ),
+    "torch-dali": (
+        "from reader.torch import TorchReader\n"
+        "it = iter(TorchReader(D, 'train', 4, seed=0, image_size=(8, 8), backend='dali'))"
+    ),
+}
+
+
+@pytest.mark.parametrize("face", sorted(READERS))
+def test_a_shard_removed_under_a_running_read_stops_it_naming_the_shard(data, tmp_path, face):
+    """Issue 27.3: tf.data's reader spun at 100% CPU forever on a shard it could not open
+    (``convert --overwrite`` into a folder being read). Every reader stops in seconds."""
+    import shutil
+
+    copy = str(tmp_path / "ds")
+    shutil.copytree(data, copy)
+    script = "import glob, os, sys\nimport reader\nD = sys.argv[1]\n" + READERS[face]
+    script += textwrap.dedent(
+        """
+        for path in glob.glob(os.path.join(D, "train-*.tfrecord")):
+            os.remove(path)
+        try:
+            for _ in it:
+                pass
+        except Exception as e:
+            print("ERROR", reader.one_line(e))
+            sys.exit(3)
+        print("no error")
+        """
+    )
+    done = subprocess.run(
+        [PY, "-c", script, copy], capture_output=True, text=True, timeout=120
+    )  # a hang fails here (TimeoutExpired)
+    assert done.returncode == 3, done.stdout + done.stderr[-2000:]
+    line = done.stdout.strip().splitlines()[-1]
+    assert "train-0000" in line and "is missing" in line, line
+
+
+def test_huge_mix_weights_are_relative_and_numpy_numbers_are_weights():
+    """Issue 27.4: a weight >= 1e19 overflowed int64 and the schedule's search never ended.
+    Weights are relative: (1e19, 1e19) mixes as (1, 1); numpy scalars are accepted."""
+    totals = (500, 300)
+    huge = Schedule((1e19, 1e19), 5, totals)
+    assert (huge.choices(0, 800) == Schedule((1.0, 1.0), 5, totals).choices(0, 800)).all()
+    assert list(huge.counts(400)) == [200, 200]
+    lopsided = Schedule((1e300, 1.0), 5, (None, None))
+    assert lopsided.counts(1000).sum() == 1000
+    mixed = reader.mix([("a/", np.float32(0.7)), ("b/", np.int64(3))])
+    assert mixed.weights == (pytest.approx(0.7), 3.0)
+    for bad in (0, -1, float("nan"), float("inf"), True, "1", np.bool_(True)):
+        with pytest.raises(ValueError, match="weights must be"):
+            reader.mix([("a/", bad)])
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("null", "a JSON object was expected"),
+        ("[]", "a JSON object was expected"),
+        ("{nope", "not JSON text"),
+        ('{"seed": 0, "batch_size": 4, "elastic": [0, 0, 0, 0, 0, 0]}', "old worker count"),
+        ('{"seed": 0, "batch_size": 4, "elastic": 7}', "6 whole numbers"),
+        ('{"seed": 0, "batch_size": 4, "order": "shuffle"}', "name=value pairs"),
+        ('{"seed": 0, "batch_size": 4, "step": 1000000000000000000000000000000}', "2\\*\\*62"),
+    ],
+)
+def test_a_state_that_is_not_one_is_one_line(text, message):
+    """Issue 27.13: these were tracebacks (a deep FailedPreconditionError for a huge step)."""
+    with pytest.raises((ValueError, TypeError), match=message) as raised:
+        reader.ReadState.from_json(text)
+    assert "\n" not in str(raised.value)
+
+
+def test_options_a_user_types_are_one_line_and_an_int_size_is_a_square(data):
+    """Issue 27.13: image_size=32 was "'int' object is not iterable"; a start past int64
+    a deep TensorFlow error. An int is a square, as torchvision's Resize(32)."""
+    assert reader.ReadOptions(image_size=32).image_size == (32, 32)
+    assert reader.ReadOptions(image_size=np.int64(5)).image_size == (5, 5)
+    assert reader.ReadOptions(image_size=(np.int32(4), 6)).image_size == (4, 6)
+    for bad in (32.0, (0, 4), (4,), "32"):
+        with pytest.raises(ValueError, match="image_size must be"):
+            reader.ReadOptions(image_size=bad)
+    with pytest.raises(ValueError, match="start_step must be below 2\\*\\*62"):
+        reader.ReadOptions(start_step=10**30)
+    batch = next(iter(reader.make_dataset(data, "train", 4, seed=0, image_size=6)))
+    assert tuple(batch["image"].shape) == (4, 6, 6, 3)
+    state = json.loads(reader.ReadState(0, 4).to_json())
+    assert reader.ReadState.from_json(json.dumps(state)) == reader.ReadState(0, 4)
