@@ -1,7 +1,8 @@
 """Validation of a dataset (``evenshard validate``): is it what dataset_info.json says?
 
 Quick checks: dataset_info.json present and well-formed; every listed shard
-exists with its recorded size and sha256; no stray shard files; records per
+exists with its recorded size and sha256; no stray shard files, nothing left in
+``.incomplete/`` (a bucket too, where it is a prefix); records per
 shard and labels per shard, counted from the files (every CRC checked);
 inputs = written + rejects, and the rejects file agrees.
 ``--full`` adds: every record parses against schema.pbtxt (types, value
@@ -249,11 +250,21 @@ def _check_dali_index(path: str, shard: dict, lengths: list[int]) -> list[str]:
 
 
 def _check_strays(out: str, listed: set[str]) -> list[str]:
-    return [
+    names = storage.listdir(out)
+    problems = [
         f"{layout.join(out, name)}: stray shard file, not listed in {INFO}"
-        for name in storage.listdir(out)
+        for name in names
         if layout.is_shard_name(name) and name not in listed
     ]
+    if layout.INCOMPLETE_DIR in names:  # a finished run removes it (a bucket: its objects)
+        incomplete = layout.join(out, layout.INCOMPLETE_DIR)
+        left = storage.listdir(incomplete)
+        problems.append(
+            f"{incomplete}: {len(left)} file(s) of a run that did not finish ("
+            f"{', '.join(left[:3])}{', ...' if len(left) > 3 else ''}), not part of the "
+            "dataset; convert again with --overwrite to clear them"
+        )
+    return problems
 
 
 def _check_rejects(out: str, info: dict, written: int) -> list[str]:

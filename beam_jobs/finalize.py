@@ -17,6 +17,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 import schemas
+from beam_jobs import paths
 from beam_jobs.options import ConvertOptions, Job
 from schemas import storage, stores
 from schemas.layout import (
@@ -216,9 +217,9 @@ class _Finalize(beam.DoFn):
         write_atomically(join(out, INFO_FILE), text.encode("utf-8"))  # LAST
         # after the info, which now lists the shards: until then the records in
         # .incomplete/ say which files in the folder this run wrote
-        incomplete = join(out, INCOMPLETE_DIR)
-        if FileSystems.exists(incomplete):
-            FileSystems.delete([incomplete])
+        incomplete = paths.folder_files(join(out, INCOMPLETE_DIR))
+        if incomplete:
+            FileSystems.delete(incomplete)
         logging.info("evenshard: wrote %s examples to %s", written, out)
         yield info
 

@@ -248,9 +248,7 @@ def owned_files(out: str) -> list[str]:
         if rel and layout.is_temp_of_fixed_file(rel):
             names.append(rel)
     files = [layout.join(out, n) for n in dict.fromkeys(names) if n]
-    if FileSystems.exists(incomplete):
-        files.append(incomplete)
-    return files
+    return files + paths.folder_files(incomplete)
 
 
 def _matches(folder: str, patterns) -> list[str]:

@@ -117,6 +117,19 @@ def relative_to(root: str, path: str) -> str | None:
     return None
 
 
+def folder_files(folder: str) -> list[str]:
+    """What removing ``folder`` takes, for ``FileSystems.delete``: the folder itself where
+    it exists (local: removed with its files), else the objects under its prefix (a
+    bucket has no folders: ``FileSystems.exists`` is False for a prefix)."""
+    from apache_beam.io.filesystems import FileSystems
+
+    if FileSystems.exists(folder):
+        return [folder]
+    if not is_url(folder):
+        return []
+    return sorted(m.path for m in FileSystems.match([folder + "/*"])[0].metadata_list)
+
+
 def read_bytes(path: str, size: int) -> bytes:
     """Up to ``size`` bytes of a file from its start.
 

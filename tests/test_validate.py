@@ -76,6 +76,8 @@ def test_stray_shard_and_edited_count_are_reported(datasets, tmp_path, capsys):
     data_dir = damaged(datasets[0], tmp_path)
     stray = os.path.join(data_dir, "train-00007-of-00009.tfrecord")
     shutil.copy(first_shard(data_dir), stray)
+    os.mkdir(os.path.join(data_dir, ".incomplete"))  # a temp shard, of a run that died
+    open(os.path.join(data_dir, ".incomplete", "train-00000-of-00002.tfrecord.0a"), "w").close()
     info_path = os.path.join(data_dir, "dataset_info.json")
     info = load_info(data_dir)
     info["splits"]["val"]["shards"][0]["num_examples"] += 1
@@ -84,6 +86,7 @@ def test_stray_shard_and_edited_count_are_reported(datasets, tmp_path, capsys):
     assert cli.main(["validate", data_dir]) == 1
     out = capsys.readouterr().out
     assert f"{stray}: stray shard file" in out
+    assert f"{data_dir}/.incomplete: 1 file(s) of a run that did not finish" in out
     val_shard = os.path.join(data_dir, info["splits"]["val"]["shards"][0]["file"])
     assert f"{val_shard}: " in out and "readable records, dataset_info.json records" in out
     # a split count that is not the sum of its shards' stops the parse: one line
