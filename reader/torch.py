@@ -16,9 +16,11 @@ files with equal step counts, as ``num_workers``/``worker_index`` do.
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
 import os
 import secrets
 import sys
+from multiprocessing.reduction import ForkingPickler
 
 import numpy as np
 import torch
@@ -32,6 +34,38 @@ from schemas.info import load_info
 
 # pipelines a forked process inherited: kept, never destroyed (see TorchReader._pipeline)
 _INHERITED: list = []
+
+# reader token -> batches of its current iteration that a DataLoader worker handed to this
+# process (None: taken by the DataLoader's pin-memory thread, ahead of the training loop)
+_RECEIVED: dict[str, int | None] = {}
+
+
+class _Sent(dict):
+    """A batch a DataLoader worker sends: it is counted in the process that unpickles it
+    (``_received``), the one whose ``state_dict()`` must say where the read stands."""
+
+
+class _SentList(list):
+    """An (image, label[, mask]) batch a DataLoader worker sends (the DataLoader turns
+    tuples into lists itself)."""
+
+
+def _send(batch):
+    return _received, (batch.token, batch.count, type(batch).__mro__[1](batch))
+
+
+def _received(token: str, count: int, batch):
+    """Unpickled in the DataLoader's process: the batch counts for the reader's state,
+    unless the pin-memory thread took it (it runs ahead of the training loop)."""
+    frame, pinned = sys._getframe(1), False
+    while frame is not None and not pinned:
+        pinned, frame = frame.f_code.co_name == "_pin_memory_loop", frame.f_back
+    _RECEIVED[token] = None if pinned else count
+    return batch
+
+
+ForkingPickler.register(_Sent, _send)
+ForkingPickler.register(_SentList, _send)
 
 
 def distributed_workers() -> tuple[int, int] | None:
@@ -60,7 +94,8 @@ class TorchReader(torch.utils.data.IterableDataset):
     padding of ``pad_final_batch``); with ``as_supervised``, the tuple
     (image, label), or (image, label, mask) with ``pad_final_batch``. Use it directly, or in a
     ``DataLoader(reader, batch_size=None)`` with ``num_workers`` 0 or 1: it
-    batches, shuffles and splits work across ranks itself.
+    batches, shuffles and splits work across ranks itself (``state_dict()`` counts
+    the batches that reached the training process).
 
     Building checks the options and the split's files, and nothing more: the
     TensorFlow or DALI pipeline is built by the process that iterates, on
@@ -126,12 +161,38 @@ class TorchReader(torch.utils.data.IterableDataset):
             o = dataclasses.replace(o, start_epoch=0, start_step=0)
         self._args = (data_dir, split, batch_size, o)
         self._reader, self._built_by = None, None
+        self._token = secrets.token_hex(8)  # names its batches sent by a DataLoader worker
+        self._in_worker = multiprocessing.RawValue("b", 0)  # a DataLoader worker iterated
         self.load_state_dict({"read_state": state.to_json()})
 
     def state_dict(self) -> dict:
         """Where this reader stands: ``{"read_state": ReadState JSON}``, advanced by the
-        batches this iteration yielded (save it beside the model's state_dict)."""
-        return {"read_state": self._state.advance(self._consumed).to_json()}
+        batches this process received from this iteration (save it beside the model's
+        state_dict). In a ``DataLoader(num_workers=1)``, the batches the worker sent
+        that reached this process, not those it read ahead.
+
+        Raises:
+            RuntimeError: where it cannot know: the DataLoader's ``pin_memory=True``
+                thread takes batches ahead of the training loop, or the batches reached
+                this process without their count (a ``collate_fn`` that rebuilds them).
+        """
+        consumed = self._consumed
+        if self._token in _RECEIVED:
+            consumed = _RECEIVED[self._token]
+            if consumed is None:
+                raise RuntimeError(
+                    "TorchReader.state_dict() under DataLoader(pin_memory=True): the pin "
+                    "thread takes batches ahead of the training loop, so which were trained "
+                    "on is unknown; use pin_memory=False and move batches with "
+                    ".to(device, non_blocking=True) in the loop"
+                )
+        elif self._in_worker.value:
+            raise RuntimeError(
+                "TorchReader.state_dict(): a DataLoader worker reads this reader but none of "
+                "its batches reached this process counted (a collate_fn that rebuilds them?); "
+                "use DataLoader(reader, batch_size=None) without a collate_fn, or num_workers=0"
+            )
+        return {"read_state": self._state.advance(consumed).to_json()}
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Continues the read ``state_dict`` saved (any worker count: the ranks of this
@@ -145,6 +206,8 @@ class TorchReader(torch.utils.data.IterableDataset):
             w = WorkerRead.of(load_info(data_dir), data_dir, split, batch_size, o, saved)
         self._len, self._state, self._consumed = w.remaining, w.state, 0
         self._reader, self._built_by = None, None
+        _RECEIVED.pop(self._token, None)
+        self._in_worker.value = 0
 
     def __len__(self) -> int:
         if self._len is None:
@@ -174,8 +237,11 @@ class TorchReader(torch.utils.data.IterableDataset):
         return self._reader
 
     def __getstate__(self) -> dict:
-        # a DataLoader with the "spawn" context pickles the reader: without its pipeline
-        return {**self.__dict__, "_reader": None, "_built_by": None}
+        # a DataLoader with the "spawn" context pickles the reader: without its pipeline;
+        # the shared flag goes to the processes it starts, not into other pickles
+        spawning = multiprocessing.context.get_spawning_popen() is not None
+        flag = self._in_worker if spawning else multiprocessing.RawValue("b", 0)
+        return {**self.__dict__, "_reader": None, "_built_by": None, "_in_worker": flag}
 
     def __iter__(self):
         info = torch.utils.data.get_worker_info()
@@ -188,17 +254,22 @@ class TorchReader(torch.utils.data.IterableDataset):
             )
         convert = self._from_dali if self.backend == "dali" else self._from_tf
         self._consumed = 0  # iterating again starts the read again, from the state
+        if info is None:
+            _RECEIVED.pop(self._token, None)  # counted here, not by a DataLoader's worker
+        else:
+            self._in_worker.value = 1
         for batch in self._pipeline():
             self._consumed += 1
             out = convert(batch)
             if self.layout == "NCHW":
                 out["image"] = out["image"].permute(0, 3, 1, 2)
-            if not self.as_supervised:
-                yield out
-            elif self.options.pad_final_batch:
-                yield out["image"], out["label"], out["mask"]
-            else:
-                yield out["image"], out["label"]
+            if self.as_supervised:
+                out = out["image"], out["label"], out["mask"]
+                out = out if self.options.pad_final_batch else out[:2]
+            if info is not None:  # counted by the process that receives it
+                out = _Sent(out) if isinstance(out, dict) else _SentList(out)
+                out.token, out.count = self._token, self._consumed
+            yield out
 
     @staticmethod
     def _from_tf(batch) -> dict:

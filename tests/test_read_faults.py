@@ -128,3 +128,90 @@ def test_options_a_user_types_are_one_line_and_an_int_size_is_a_square(data):
     assert tuple(batch["image"].shape) == (4, 6, 6, 3)
     state = json.loads(reader.ReadState(0, 4).to_json())
     assert reader.ReadState.from_json(json.dumps(state)) == reader.ReadState(0, 4)
+
+
+LOADER_RECIPE = r"""
+import sys
+import torch
+import reader
+from reader.torch import TorchReader
+
+data_dir, backend, context, supervised = sys.argv[1:]
+kw = dict(image_size=(8, 8), seed=0, backend=backend, as_supervised=supervised == "1")
+
+
+def keys(batches):
+    return [k for b in batches for k in b["key"]]
+
+
+def main():
+    r = TorchReader(data_dir, "train", 4, **kw)
+    loader = torch.utils.data.DataLoader(
+        r, batch_size=None, num_workers=1, multiprocessing_context=context
+    )
+    it = iter(loader)
+    got = [next(it) for _ in range(5)]
+    step = reader.ReadState.from_json(r.state_dict()["read_state"]).step
+    assert step == 5, step  # was 0: the batches were counted in the worker
+    saved = r.state_dict()
+    del it
+    again = iter(loader)  # a new pass starts the read again, and the count
+    next(again)
+    assert reader.ReadState.from_json(r.state_dict()["read_state"]).step == 1
+    del again
+    if supervised == "1":
+        assert [len(b) for b in got] == [2] * 5  # the DataLoader's lists, as for any tuples
+        raise SystemExit(print("ok"))
+    rest = TorchReader(data_dir, "train", 4, **kw)
+    rest.load_state_dict(saved)
+    whole = keys(TorchReader(data_dir, "train", 4, **kw))
+    assert keys(got) + keys(rest) == whole, (len(keys(got)), len(keys(rest)), len(whole))
+    print("ok")
+
+
+if __name__ == "__main__":  # spawned workers import this file
+    main()
+"""
+
+
+@pytest.mark.parametrize(
+    "backend, context, supervised",
+    [("dali", "fork", "0"), ("tf", "spawn", "0"), ("dali", "fork", "1")],
+)
+def test_state_dict_counts_the_batches_a_dataloader_worker_handed_over(
+    data, tmp_path, backend, context, supervised
+):
+    """Issue 27.5: under DataLoader(num_workers=1) the state never advanced (the batches
+    were counted in the worker): a run killed at step 70 resumed at batch 0."""
+    script = tmp_path / "loader.py"
+    script.write_text(LOADER_RECIPE)
+    done = subprocess.run(
+        [PY, str(script), data, backend, context, supervised],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
+def test_batches_the_pin_memory_thread_took_make_state_dict_refuse(data):
+    """pin_memory=True (on a GPU machine) takes batches ahead of the loop: refused, never
+    a state ahead of what was trained on. The pin thread is its function's frame."""
+    import pickle
+    from multiprocessing.reduction import ForkingPickler
+
+    from reader.torch import TorchReader, _Sent
+
+    r = TorchReader(data, "train", 4, image_size=(8, 8), seed=0, backend="tf")
+    sent = _Sent(image=1)
+    sent.token, sent.count = r._token, 3
+    wire = bytes(ForkingPickler.dumps(sent))
+
+    def _pin_memory_loop():  # noqa: N802 - torch's pin thread's name
+        return pickle.loads(wire)
+
+    assert pickle.loads(wire) == {"image": 1}
+    assert reader.ReadState.from_json(r.state_dict()["read_state"]).step == 3
+    _pin_memory_loop()
+    with pytest.raises(RuntimeError, match="pin_memory=True"):
+        r.state_dict()
