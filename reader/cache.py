@@ -17,28 +17,34 @@ fetched under a lock of its own, into a temporary name, checked against the size
 and sha256 dataset_info.json lists (fetched again once if it does not match, then
 an error naming it), and renamed into place; a rank that finds it in place uses
 it. Eviction removes only files of this cache. The limit bounds each reader's own
-fetches; ranks sharing a folder share the files they both read.
+fetches (downloads in flight included); ranks sharing a folder share the files they
+both read. The folder is one only this user can write (``cache_folder``): a copy in
+place is used unread. A cache that opens the folder sweeps what readers that provably
+died left (links, downloads) and the locks and copies no reader uses (``_sweep``).
 """
 
 from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import dataclasses
 import fcntl
 import hashlib
 import itertools
 import os
+import re
 import stat
 import threading
 import uuid
 from collections.abc import Callable, Iterator
 
-from schemas import storage
+from schemas import layout, storage
 from schemas.info import SHA256, DatasetError
 
 AHEAD = 64  # groups the fetching may run ahead of the reader, at most
 LOOKAHEAD = 64  # groups of the plan beyond those looked at to choose what to evict
+_COPY = re.compile(r"[0-9a-f]{32}-(.+)")  # a copy's name: its key, its shard's file name
 
 
 def default_cache_dir() -> str:
@@ -192,9 +198,10 @@ class ShardCache:
         self._done = False
         self.fetched = 0  # downloads made by this reader (tests count them)
         self.peak = 0  # the most bytes this reader held at once
-        self._id = f"{_owner()}-{uuid.uuid4().hex[:8]}.reading"
+        self._owner = _owner()  # in the names of this reader's links and downloads
+        self._id = f"{self._owner}-{uuid.uuid4().hex[:8]}.reading"
         self._names = [self._name(i) for i in range(len(shards))]  # refused here, not later
-        _drop_dead_links(self.folder)
+        _sweep(self.folder)
         atexit.register(self.close)
         self._thread = self._start()
 
@@ -374,8 +381,8 @@ class ShardCache:
 
     def _fetch(self, index: int) -> None:
         shard, path = self.shards[index], self._shared(index)
-        with open(path + ".lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # one reader fetches; the others find it
+        lock = _lock(path)  # one reader fetches; the others find it
+        try:
             if not (os.path.exists(path) and os.path.getsize(path) == shard["num_bytes"]):
                 for attempt in (1, 2):
                     problem = self._download(shard, path)
@@ -388,6 +395,8 @@ class ShardCache:
                         )
             if not os.path.exists(self.local(index)):
                 os.link(path, self.local(index))
+        finally:
+            _release(lock, path)
         with self._lock:
             self._held[index] = self._pending.pop(index)
             self.peak = max(self.peak, sum(self._held.values()))
@@ -395,7 +404,7 @@ class ShardCache:
 
     def _download(self, shard: dict, path: str) -> str | None:
         """Fetches into a temporary name and renames into place; None, or what was wrong."""
-        tmp = f"{path}.{uuid.uuid4().hex}.part"
+        tmp = f"{path}.{self._owner}-{uuid.uuid4().hex[:8]}.part"  # swept if this reader dies
         try:
             with open(tmp, "wb") as out:
                 checked = _Checked(out)
@@ -424,15 +433,40 @@ class _Checked:
         return self.out.write(chunk)
 
 
-def _drop_dead_links(folder: str) -> None:
-    """Links of readers whose process is provably gone (killed before closing), and shared
-    files no reader links any more: a cache folder does not grow from run to run."""
-    for name in os.listdir(folder):
-        if not name.endswith(".reading"):
-            continue
-        shared, owner, _ = name.rsplit(".", 2)
-        if _dead(owner.rsplit("-", 1)[0]):
-            _unlink(os.path.join(folder, name), os.path.join(folder, shared))
+def _sweep(folder: str) -> None:
+    """What readers that died (killed before closing) left in the cache folder, their
+    links and downloads (``.part``), and the shard files no reader uses: a copy no reader
+    links, a lock beside no copy. A reader's file goes only when the reader is provably
+    dead (``_dead``); a copy or a lock only when found unused under the shard's lock (no
+    reader is fetching or linking it meanwhile), never waiting for it. Only names the
+    cache makes are looked at: the folder may hold other files. So a folder does not
+    grow from run to run."""
+    names = [(name, _kind(name)) for name in os.listdir(folder)]
+    for name, (copy, owner, kind) in names:
+        if kind in ("reading", "part") and _dead(owner):
+            if kind == "reading":
+                _unlink(os.path.join(folder, name), os.path.join(folder, copy))
+            else:  # its reader held the lock, and died: nothing else writes it
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(folder, name))
+    for copy in dict.fromkeys(copy for _, (copy, _, kind) in names if kind in ("copy", "lock")):
+        lock = _lock(os.path.join(folder, copy), wait=False)
+        if lock is not None:
+            _release(lock, os.path.join(folder, copy), unused=True)
+
+
+def _kind(name: str) -> tuple[str, str, str]:
+    """(copy, owner, kind) of a name in the cache folder: kind "copy" (a shard's shared
+    file), "lock", "reading" (a reader's link), "part" (a download) or "" (not a name the
+    cache makes); owner: ``_owner`` of a link's or download's reader."""
+    copy, owner, kind = name, "", "copy"
+    if name.endswith(".lock"):
+        copy, kind = name[: -len(".lock")], "lock"
+    elif name.endswith((".reading", ".part")):
+        copy, tag, kind = name.rsplit(".", 2)
+        owner = tag.rsplit("-", 1)[0]
+    match = _COPY.fullmatch(copy)
+    return copy, owner, kind if match and layout.is_shard_name(match[1]) else ""
 
 
 def _owner() -> str:
@@ -489,11 +523,50 @@ def _started(pid: int) -> str | None:
 def _unlink(link: str, shared: str) -> None:
     """Drops a reader's link, and the shared file with the last link, under the shard's
     lock (a reader fetching it meanwhile finds it whole or not at all)."""
-    with open(shared + ".lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
+    lock = _lock(shared)
+    try:
+        with contextlib.suppress(FileNotFoundError):
             os.remove(link)
             if os.stat(shared).st_nlink == 1:
                 os.remove(shared)
+    finally:
+        _release(lock, shared)
+
+
+def _lock(shared: str, wait: bool = True) -> int | None:
+    """Takes the lock of shard file ``shared`` (``flock`` on ``shared.lock``, made when
+    missing); returns its descriptor, or None when ``wait`` is False and another reader
+    holds it. The lock file goes when the shard's file does (``_release``): a reader
+    that locked a file no longer at that name locks the one there now."""
+    name = shared + ".lock"
+    while True:
+        fd = os.open(name, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            with contextlib.suppress(FileNotFoundError):
+                if os.path.samestat(os.stat(name), os.fstat(fd)):
+                    return fd
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # removed by the reader that held it: lock the one there now
+
+
+def _release(lock: int, shared: str, unused: bool = False) -> None:
+    """Unlocks the shard's lock (``_lock``), removing the lock file when the shard has no
+    file; ``unused``: removing first the shard's file when no reader links it."""
+    try:
+        try:
+            if unused and os.stat(shared).st_nlink == 1:
+                os.remove(shared)
+            gone = not os.path.exists(shared)
         except FileNotFoundError:
-            pass
+            gone = True
+        if gone:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(shared + ".lock")  # held: no reader removes or locks it meanwhile
+    finally:
+        os.close(lock)

@@ -302,3 +302,70 @@ def test_a_reader_in_another_pid_namespace_is_not_taken_for_dead(bucket, tmp_pat
     finally:
         reader.kill()
         reader.wait()
+
+
+KILLED_MID_FETCH = """
+import json, sys, time
+from reader import cache as module
+from reader.cache import CacheOptions, ShardCache
+shards, folder, ready = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+real = module.storage.download
+
+def stalled(path, out):
+    if path != shards[1]["path"]:
+        return real(path, out)
+    out.write(b"half a shard")
+    out.out.flush()
+    with open(ready, "w") as f:
+        f.write("stalled")
+    time.sleep(600)
+
+module.storage.download = stalled
+cache = ShardCache(shards, lambda: iter([(0,), (1,)]), CacheOptions(folder, 10**6, in_flight=1))
+cache.enter((0,))
+time.sleep(600)
+"""
+
+
+def test_what_a_reader_killed_mid_fetch_left_is_swept_and_a_closed_one_leaves_nothing(
+    bucket, tmp_path
+):
+    """Issue 27: a reader killed mid-fetch left its .part (up to a shard, outside any
+    limit) and its links forever, and every shard ever read left its .lock. The next
+    reader to open the folder sweeps what the dead reader left; a reader that closes
+    leaves nothing; a download of a reader that is not provably dead (another PID
+    namespace), and files the cache did not make, stay."""
+    import signal
+    import subprocess
+    import sys
+
+    shards, folder, ready = _shards(bucket), tmp_path / "c", str(tmp_path / "ready")
+    with ShardCache(shards, lambda: iter([(0, 1), (2, 3)]), CacheOptions(str(folder), 10**6)) as c:
+        assert [len(b) for g in [(0, 1), (2, 3)] for b in _read(c, g)] == [3000] * 4
+    assert os.listdir(folder) == []  # no lock left either
+
+    killed = subprocess.Popen(
+        [sys.executable, "-c", KILLED_MID_FETCH, json.dumps(shards), str(folder), ready],
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait_for(ready, killed)
+    finally:
+        killed.send_signal(signal.SIGKILL)
+        killed.wait()
+    left = sorted(os.listdir(folder))
+    assert sorted(n.rsplit(".", 1)[-1] for n in left) == [
+        *("lock", "lock", "part", "reading", "tfrecord")  # shard 0 read, shard 1 half fetched
+    ]
+    (copy,) = (n for n in left if n.endswith(".tfrecord"))
+    others = [  # a download of a reader in another PID namespace; a file of the user's
+        f"{copy}.ffffffffffff-{os.getpid()}-1-0abc.part",
+        "notes.txt",
+    ]
+    for name in others:
+        (folder / name).write_bytes(b"x")
+    ShardCache(shards, lambda: iter([]), CacheOptions(str(folder), 10**6)).close()
+    assert sorted(os.listdir(folder)) == sorted(others)
