@@ -407,9 +407,12 @@ class ShardCache:
         tmp = f"{path}.{self._owner}-{uuid.uuid4().hex[:8]}.part"  # swept if this reader dies
         try:
             with open(tmp, "wb") as out:
-                checked = _Checked(out)
-                storage.download(shard["path"], checked)
+                checked = _Checked(out, shard["num_bytes"])
+                with contextlib.suppress(_TooLarge):  # it stops the download there
+                    storage.download(shard["path"], checked)
             self.fetched += 1
+            if checked.over:
+                return f"more bytes than the {shard['num_bytes']:,} listed fetched"
             if checked.size != shard["num_bytes"]:
                 return f"{checked.size:,} bytes fetched, {shard['num_bytes']:,} listed"
             if "sha256" in shard and checked.digest.hexdigest() != shard["sha256"]:
@@ -422,15 +425,24 @@ class ShardCache:
 
 
 class _Checked:
-    """A file being written, with the size and sha256 of what was written."""
+    """A file being written, with the size and sha256 of what was written; it refuses to
+    grow past ``limit`` bytes (the listed size, reserved against the cache's limit)."""
 
-    def __init__(self, out):
-        self.out, self.digest, self.size = out, hashlib.sha256(), 0
+    def __init__(self, out, limit: int):
+        self.out, self.limit, self.digest, self.size = out, limit, hashlib.sha256(), 0
+        self.over = False  # the object holds more than ``limit`` bytes
 
     def write(self, chunk) -> int:
+        if self.size + len(chunk) > self.limit:
+            self.over = True
+            raise _TooLarge
         self.digest.update(chunk)
         self.size += len(chunk)
         return self.out.write(chunk)
+
+
+class _TooLarge(Exception):
+    """The object holds more bytes than listed: its download stops there."""
 
 
 def _sweep(folder: str) -> None:

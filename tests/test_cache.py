@@ -369,3 +369,29 @@ def test_what_a_reader_killed_mid_fetch_left_is_swept_and_a_closed_one_leaves_no
         (folder / name).write_bytes(b"x")
     ShardCache(shards, lambda: iter([]), CacheOptions(str(folder), 10**6)).close()
     assert sorted(os.listdir(folder)) == sorted(others)
+
+
+def test_a_download_never_grows_past_the_listed_size(bucket, tmp_path, monkeypatch):
+    """A download counts against cache_limit as its listed size, reserved before its
+    .part is made: an object larger than listed (replaced, or hostile: 5 MB where 3,000
+    bytes are listed) stops at the listed size, and is named. Before, all of it landed
+    in the .part first."""
+    from schemas import storage
+
+    (shard,) = _shards(bucket, n=1)
+    bucket.put(shard["path"].split("/", 3)[3], b"x" * (5 << 20))
+    real, written = storage.download, [0]
+
+    def counted(path, out):
+        class Counted:
+            def write(self, chunk):
+                out.write(chunk)  # raises when the download must stop
+                written[0] += len(chunk)
+
+        return real(path, Counted())
+
+    monkeypatch.setattr(storage, "download", counted)
+    with ShardCache([shard], lambda: iter([(0,)]), CacheOptions(str(tmp_path), 10**6)) as c:
+        with pytest.raises(DatasetError, match="more bytes than the 3,000 listed fetched, twice"):
+            c.enter((0,))
+    assert written[0] <= 2 * 3000 and os.listdir(tmp_path) == []
