@@ -29,6 +29,7 @@ import atexit
 import collections
 import contextlib
 import dataclasses
+import errno
 import fcntl
 import hashlib
 import itertools
@@ -380,6 +381,24 @@ class ShardCache:
         _unlink(self.local(index), self._shared(index))
 
     def _fetch(self, index: int) -> None:
+        try:
+            self._fetch_locked(index)
+        except OSError as e:
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            shard = self.shards[index]
+            raise DatasetError(
+                f"cache folder {self.folder} is full ({e.strerror}) fetching {shard['path']} "
+                f"({shard['num_bytes']:,} bytes): free space there, or lower cache_limit, "
+                "or pass a cache_dir on a disk with room"
+            ) from None
+        with self._lock:
+            self._held[index] = self._pending.pop(index)
+            self.peak = max(self.peak, sum(self._held.values()))
+            self._lock.notify_all()
+
+    def _fetch_locked(self, index: int) -> None:
+        """Shard ``index`` in place, and this reader's link to it, under the shard's lock."""
         shard, path = self.shards[index], self._shared(index)
         lock = _lock(path)  # one reader fetches; the others find it
         try:
@@ -397,10 +416,6 @@ class ShardCache:
                 os.link(path, self.local(index))
         finally:
             _release(lock, path)
-        with self._lock:
-            self._held[index] = self._pending.pop(index)
-            self.peak = max(self.peak, sum(self._held.values()))
-            self._lock.notify_all()
 
     def _download(self, shard: dict, path: str) -> str | None:
         """Fetches into a temporary name and renames into place; None, or what was wrong."""

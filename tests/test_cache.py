@@ -395,3 +395,27 @@ def test_a_download_never_grows_past_the_listed_size(bucket, tmp_path, monkeypat
         with pytest.raises(DatasetError, match="more bytes than the 3,000 listed fetched, twice"):
             c.enter((0,))
     assert written[0] <= 2 * 3000 and os.listdir(tmp_path) == []
+
+
+def test_a_full_disk_under_the_cache_is_one_line_naming_folder_and_shard(bucket, tmp_path):
+    """Issue 27: a full disk gave a bare "[Errno 28] No space left on device" naming
+    neither the folder nor the shard. The cache folder on a 64 KiB tmpfs (mounting needs
+    root), four shards of 40,000 bytes: one line saying what to do, and no .part left."""
+    import subprocess
+
+    small = tmp_path / "small"
+    small.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(small)]
+    if os.getuid() != 0 or subprocess.run(mount, capture_output=True).returncode:
+        pytest.skip("mounting a small tmpfs needs root and the right to mount")
+    try:
+        shards = _shards(bucket, size=40000)
+        with ShardCache(shards, lambda: iter([(0, 1, 2, 3)]), CacheOptions(str(small), 10**6)) as c:
+            with pytest.raises(DatasetError) as e:
+                c.enter((0, 1, 2, 3))
+        (line,) = str(e.value).splitlines()
+        assert line.startswith(f"cache folder {small} is full (No space left on device) fetching ")
+        assert "-of-00004.tfrecord (40,000 bytes): free space there, or lower cache_limit" in line
+        assert not [n for n in os.listdir(small) if n.endswith(".part")]
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=True)
