@@ -122,9 +122,11 @@ def build(pipeline, job: Job):
     plan = split_images | "PlanShards" >> PlanShards(job)
     # (split, Image) -> ((split, shard), [Image] in order)
     sharded = split_images | "OrderAndShard" >> OrderAndShard(job, plan)
-    # -> shard info dicts
-    shards = sharded | "WriteShards" >> WriteShards(job, plan, vocab, gate)
-    return pipeline | "Finalize" >> Finalize(job, shards, plan, vocab, gate, reject_summary)
+    # -> shard info dicts | Reject (an input that changed since inspection)
+    written = sharded | "WriteShards" >> WriteShards(job, plan, vocab, gate)
+    return pipeline | "Finalize" >> Finalize(
+        job, written["main"], plan, vocab, gate, reject_summary, written["rejects"]
+    )
 
 
 def run(argv: list[str] | None = None, pipeline=None) -> dict:
@@ -146,7 +148,7 @@ def run(argv: list[str] | None = None, pipeline=None) -> dict:
     Raises:
         UserError: a mistake in the flags or inputs, found before any work.
         DatasetRefused: the run ended without a dataset because of its inputs
-            (too many rejects), in one line.
+            (too many rejects, inputs that changed while it ran), in one line.
     """
     options, pipeline_args = parse_args(argv)
     return convert(options, pipeline_args, pipeline)

@@ -19,6 +19,7 @@ from apache_beam.io.filesystems import FileSystems
 import schemas
 from beam_jobs import paths
 from beam_jobs.options import ConvertOptions, Job
+from beam_jobs.records import Reject
 from schemas import storage, stores
 from schemas.layout import (
     FORMAT_VERSION,
@@ -35,7 +36,8 @@ from schemas.layout import (
 
 class DatasetRefused(RuntimeError):
     """The run ended without a dataset because of its inputs (more rejects than
-    --max_reject_fraction allows): one line saying why and what to do.
+    --max_reject_fraction allows, inputs rewritten while it ran): one line saying
+    why and what to do.
 
     Never raised in a worker: finalize writes the line to ``REFUSED_FILE`` and
     the pipeline ends normally; ``convert`` raises this in the driver (a
@@ -65,6 +67,22 @@ def write_atomically(path: str, data: bytes) -> None:
     FileSystems.rename([tmp], [path])
 
 
+def write_rejects(path: str, rejects: list[Reject]) -> None:
+    """The rejects file: a JSON line each, sorted. The whole reject sorts: one input can be
+    rejected twice (a duplicate row of an empty file), and the runner decides which
+    arrives first."""
+    lines = [r.to_json() for r in sorted(rejects)]
+    write_atomically(path, "".join(line + "\n" for line in lines).encode("utf-8"))
+
+
+def _add_rejects(path: str, rejects: list[Reject]) -> None:
+    """Adds ``rejects`` to the rejects file written already (once: a retried finalize
+    finds them there)."""
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        written = [Reject(**json.loads(line)) for line in f.read().decode("utf-8").splitlines()]
+    write_rejects(path, written + [r for r in rejects if r not in set(written)])
+
+
 class WriteRejects(beam.PTransform):
     """Reject -> one summary {reason: count}; writes rejects/rejects.jsonl.
 
@@ -82,10 +100,7 @@ class WriteRejects(beam.PTransform):
         path = self._path
 
         def write(all_rejects):
-            # the whole reject sorts: one input can be rejected twice (a duplicate
-            # row of an empty file), and the runner decides which arrives first
-            lines = [r.to_json() for r in sorted(all_rejects)]
-            write_atomically(path, "".join(line + "\n" for line in lines).encode("utf-8"))
+            write_rejects(path, all_rejects)
             summary: dict[str, int] = {}
             for r in all_rejects:
                 summary[r.reason] = summary.get(r.reason, 0) + 1
@@ -184,7 +199,7 @@ class _Finalize(beam.DoFn):
         self._options = job.options
         self._path_root = job.path_root
 
-    def process(self, _, shards, plan, vocab, gate, reject_summary):
+    def process(self, _, shards, plan, vocab, gate, reject_summary, changed):
         o = self._options
         out = o.output_dir.rstrip("/")
         if not gate["ok"]:
@@ -198,11 +213,22 @@ class _Finalize(beam.DoFn):
             return
         info = dataset_info(o, shards, plan, vocab, gate, reject_summary, self._path_root)
         written = sum(s["num_examples"] for s in info["splits"].values())
-        if written + gate["rejects"] != gate["inputs"]:
+        if written + gate["rejects"] + len(changed) != gate["inputs"]:
             raise RuntimeError(  # a bug, never a user error: say so loudly
                 f"counts do not reconcile: {gate['inputs']} inputs, {written} written, "
-                f"{gate['rejects']} rejected"
+                f"{gate['rejects']} rejected, {len(changed)} changed"
             )
+        if changed:  # the shards are one short each: no balanced dataset to declare
+            _add_rejects(join(out, REJECTS_FILE), changed)
+            sources = ", ".join(sorted(r.source for r in changed)[:3])
+            refuse(
+                out,
+                f"{len(changed)} input(s) changed while convert ran ({sources}"
+                f"{', ...' if len(changed) > 3 else ''}); no dataset was written. They are "
+                f"`changed` rejects in {out}/{REJECTS_FILE}; run again once the inputs "
+                "stay as they are",
+            )
+            return
         for split, s in info["splits"].items():
             if s["num_examples"] != plan[split]["num_examples"]:
                 raise RuntimeError(
@@ -225,15 +251,17 @@ class _Finalize(beam.DoFn):
 
 
 class Finalize(beam.PTransform):
-    """PBegin -> the dataset_info dict, once every shard and the rejects are written."""
+    """PBegin -> the dataset_info dict, once every shard and the rejects are written; or
+    no dataset (``refuse``): too many rejects, or inputs that changed while shards were
+    written (``changed``: added to the rejects file)."""
 
-    def __init__(self, job: Job, shards, plan, vocab, gate, reject_summary):
+    def __init__(self, job: Job, shards, plan, vocab, gate, reject_summary, changed):
         super().__init__()
         self._fn = _Finalize(job)
-        self._side = (shards, plan, vocab, gate, reject_summary)
+        self._side = (shards, plan, vocab, gate, reject_summary, changed)
 
     def expand(self, pbegin):
-        shards, plan, vocab, gate, summary = self._side
+        shards, plan, vocab, gate, summary, changed = self._side
         return (
             pbegin
             | "Once" >> beam.Create([None])
@@ -245,5 +273,6 @@ class Finalize(beam.PTransform):
                 beam.pvalue.AsSingleton(vocab),
                 beam.pvalue.AsSingleton(gate),
                 beam.pvalue.AsSingleton(summary),
+                beam.pvalue.AsList(changed),
             )
         )

@@ -14,6 +14,7 @@ import hashlib
 import io
 import os
 import stat
+import zlib
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -72,7 +73,7 @@ class _InspectImage(beam.DoFn):
 
     def process(self, c: Candidate):
         try:
-            fmt, height, width, channels, size, content = self._inspect(
+            fmt, height, width, channels, size, content, crc32 = self._inspect(
                 paths.full_source(self._root, c.source, c.key)
             )
         except Rejected as r:
@@ -96,6 +97,7 @@ class _InspectImage(beam.DoFn):
             channels,
             size,
             content,
+            crc32,
         )
 
     def _inspect(self, source: str):
@@ -141,16 +143,23 @@ class _InspectImage(beam.DoFn):
 
     def _inspected(self, stream, size: int) -> tuple:
         found = inspect_stream(stream, size, full=self._full, max_pixels=self._max_pixels)
-        return (*found, size, self._content_hash(stream) if self._hash else "")
+        return (*found, size, *self._digests(stream))
 
-    @staticmethod
-    def _content_hash(stream) -> str:
-        """sha256 of the whole file (``--dedupe content``), read in 1 MB chunks."""
-        digest = hashlib.sha256()
+    def _digests(self, stream) -> tuple[str, int | None]:
+        """(sha256 for ``--dedupe content``, else ""; CRC-32 of the file, None when only its
+        header was read): from the bytes in memory, else the file read in 1 MB chunks
+        (``--dedupe content`` reads it whole)."""
+        if isinstance(stream, io.BytesIO):
+            with stream.getbuffer() as data:
+                return hashlib.sha256(data).hexdigest() if self._hash else "", zlib.crc32(data)
+        if not self._hash:
+            return "", None
+        digest, crc32 = hashlib.sha256(), 0
         stream.seek(0)
         while chunk := stream.read(1 << 20):
             digest.update(chunk)
-        return digest.hexdigest()
+            crc32 = zlib.crc32(chunk, crc32)
+        return digest.hexdigest(), crc32
 
 
 # Files up to this size (a typical photo or icon) are read whole in one call;

@@ -38,6 +38,10 @@ REJECT_REASONS = {
         "a manifest split value that is not a valid split name, or a --group_by group "
         "whose rows give two different splits (every row of the group)"
     ),
+    "changed": (
+        "the file's bytes when the shard writer read them were not those inspected "
+        "(rewritten or removed while convert ran)"
+    ),
     "malformed_row": (
         "a manifest row that cannot be parsed or lacks the path column; each line of a "
         "CSV row over several lines"
@@ -85,6 +89,9 @@ class Image(NamedTuple):
     channels: int
     num_bytes: int
     content: str = ""  # sha256 of the file with --dedupe content, else ""
+    # CRC-32 of the bytes inspected, which the shard writer compares with the bytes it
+    # reads; None when inspection did not read them all (--verify header, over 1 MB)
+    crc32: int | None = None
 
 
 class Reject(NamedTuple):

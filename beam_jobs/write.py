@@ -1,7 +1,9 @@
 """WriteShards: one TFRecord file per (split, shard), written to a temp name and renamed.
 
 The writer reads each image's bytes again (only metadata went through the
-shuffle), builds a ``tf.train.Example``, serializes it deterministically and
+shuffle), checks they are the bytes inspected (size, and the CRC-32 taken
+then: an input rewritten meanwhile is a ``changed`` reject, left out of the
+shard), builds a ``tf.train.Example``, serializes it deterministically and
 frames it as TFRecord. Framing is done here rather than with
 ``tf.io.TFRecordWriter`` so that all IO goes through Beam's FileSystems (gs://
 and friends) and the bytes are ours to pin: gzip output uses zlib's gzip
@@ -20,9 +22,10 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from beam_jobs import paths
+from beam_jobs.dead_letters import SplitRejects
 from beam_jobs.options import Job
 from beam_jobs.paths import read_bytes
-from beam_jobs.records import Image
+from beam_jobs.records import Image, Reject, make_reject
 from schemas import layout, tfrecord
 from schemas.example import encode_record
 from schemas.layout import INCOMPLETE_DIR
@@ -68,7 +71,9 @@ def example_bytes(im: Image, label_id: int, record_kind: str, data: bytes | None
 
 
 class _WriteShard(beam.DoFn):
-    """((split, shard), [Image] in order) -> shard info dict."""
+    """((split, shard), [Image] in order) -> shard info dict, and a ``changed`` Reject for
+    each image whose bytes are not those inspected (left out of the shard; finalize
+    then writes no dataset)."""
 
     def __init__(
         self, output_dir: str, record_kind: str, compression: str, source_root: str | None
@@ -95,15 +100,18 @@ class _WriteShard(beam.DoFn):
         tmp = f"{self._out}/{INCOMPLETE_DIR}/{name}.{uuid.uuid4().hex}"
         label_counts: dict[str, int] = {}
         lengths: list[int] = []  # for the DALI index (a shard's metadata)
+        changed: list[Reject] = []
         count = 0
         with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
             sink = _Sink(f, gzip=self._compression == "gzip")
             for im in images:
                 data = None
                 if self._kind == "image":
-                    data = _read_source(
-                        paths.full_source(self._root, im.source, im.key), im.num_bytes
-                    )
+                    source = paths.full_source(self._root, im.source, im.key)
+                    data, problem = _read_again(source, im)
+                    if problem:
+                        changed.append(make_reject(im.key, source, "changed", problem))
+                        continue
                 record = example_bytes(im, label_ids[im.label], self._kind, data)
                 sink.write(tfrecord.frame(record))
                 lengths.append(len(record))
@@ -137,21 +145,26 @@ class _WriteShard(beam.DoFn):
             "sha256": sink.sha256.hexdigest(),
             "label_counts": dict(sorted(label_counts.items())),
         }
+        yield from changed
 
 
-def _read_source(path: str, num_bytes: int) -> bytes:
-    data = read_bytes(path, num_bytes + 1)  # one more: a file that grew is caught
-    if len(data) != num_bytes:
-        raise RuntimeError(
-            f"{path} changed during the conversion: {num_bytes} bytes when inspected, "
-            f"{len(data)} now; rerun when the input is stable"
-        )
-    return data
+def _read_again(path: str, im: Image) -> tuple[bytes, str | None]:
+    """The image's bytes, and what changed since inspection (None: nothing)."""
+    try:
+        data = read_bytes(path, im.num_bytes + 1)  # one more: a file that grew is caught
+    except FileNotFoundError:
+        return b"", "the file was removed after it was inspected"
+    if len(data) != im.num_bytes:
+        return data, f"{im.num_bytes} bytes when inspected, {len(data)} when written"
+    if im.crc32 is not None and zlib.crc32(data) != im.crc32:
+        return data, f"the same size ({im.num_bytes} bytes), other bytes than those inspected"
+    return data, None
 
 
 class WriteShards(beam.PTransform):
-    """((split, shard), [Image] in order) -> shard info dicts (the job's output folder,
-    record kind and compression; relative ``Image.source`` values are under its input root).
+    """((split, shard), [Image] in order) -> {main: shard info dicts, rejects: the images
+    that changed since inspection} (the job's output folder, record kind and compression;
+    relative ``Image.source`` values are under its input root).
     """
 
     def __init__(self, job: Job, plan, vocab, gate):
@@ -161,9 +174,10 @@ class WriteShards(beam.PTransform):
         self._plan, self._vocab, self._gate = plan, vocab, gate
 
     def expand(self, sharded):
-        return sharded | "WriteShard" >> beam.ParDo(
+        written = sharded | "WriteShard" >> beam.ParDo(
             _WriteShard(*self._args),
             beam.pvalue.AsSingleton(self._plan),
             beam.pvalue.AsSingleton(self._vocab),
             beam.pvalue.AsSingleton(self._gate),
         )
+        return written | "SplitChanged" >> SplitRejects()

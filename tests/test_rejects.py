@@ -182,6 +182,48 @@ def test_too_many_rejects_fail_after_writing_rejects_and_no_info(crafted, tmp_pa
     assert not [f for f in os.listdir(out) if ".tfrecord" in f]
 
 
+def test_an_input_rewritten_while_convert_runs_is_a_changed_reject(tmp_path, monkeypatch, capsys):
+    """An image rewritten between inspection and the shard writer (same size, not an
+    image any more) went into a dataset declared complete. It is a `changed` reject and
+    the run writes no dataset, in one line; a rerun inspects the new bytes."""
+    import functools
+
+    from beam_jobs.inspect_images import _InspectImage
+    from schemas import tfrecord
+
+    rng = np.random.default_rng(7)
+    root = tmp_path / "images"
+    for i in range(6):
+        (root / "ab"[i % 2]).mkdir(parents=True, exist_ok=True)
+        (root / "ab"[i % 2] / f"{i}.png").write_bytes(synthetic.image_bytes("png", 8, 8, rng))
+    victim = root / "a" / "2.png"
+    inspect = _InspectImage.process
+
+    @functools.wraps(inspect)
+    def inspect_then_rewrite(self, candidate):  # another program writes the file meanwhile
+        yield from inspect(self, candidate)
+        if candidate.key == "a/2.png":
+            victim.write_bytes(victim.read_bytes()[::-1])
+
+    monkeypatch.setattr(_InspectImage, "process", inspect_then_rewrite)
+    out = tmp_path / "out"
+    argv = ["convert", f"--input={root}", f"--output_dir={out}", "--max_reject_fraction=1"]
+    argv.append("--direct_running_mode=in_memory")  # the same process: the rewrite runs
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"1 input(s) changed while convert ran ({victim})" in err[0], err
+    assert not (out / "dataset_info.json").exists()
+    rejects = read_rejects(str(out))
+    assert [(r["key"], r["reason"]) for r in rejects] == [("a/2.png", "changed")]
+    assert "other bytes than those inspected" in rejects[0]["detail"]
+    shards = [p for p in out.iterdir() if p.name.endswith(".tfrecord")]
+    written = sum(1 for p in shards for _ in tfrecord.iter_records(str(p)))
+    assert written + len(rejects) == 6  # inputs = written + rejects, in what is there
+    monkeypatch.undo()
+    info = run_convert(str(root), str(out), "--max_reject_fraction=1")
+    assert info["rejects"]["by_reason"] == {"unsupported_format": 1}
+
+
 USER_ERRORS = [
     (["--input={missing}", "--output_dir={out}"], "does not exist"),
     (["--input={root}", "--output_dir={out}", "--splits=train=0.8,val=0.1"], "sum to 1"),
