@@ -21,6 +21,30 @@ from schemas.progress import Progress
 
 INFO = layout.INFO_FILE
 BATCH = 512
+MISSING_SHOWN = 10  # path records: images named when they are missing; the rest counted
+
+
+class _Missing:
+    """The images of path records that are not there: the first few named, all counted,
+    and one line with the fix (they moved: ``--path_root``)."""
+
+    def __init__(self):
+        self.count = 0
+        self.named: list[str] = []
+
+    def add(self, line: str) -> None:
+        self.count += 1
+        if len(self.named) < MISSING_SHOWN:
+            self.named.append(line)
+
+    def problems(self, root: str) -> list[str]:
+        if not self.count:
+            return []
+        return self.named + [
+            f"{root}: {self.count:,} image(s) of path records missing here "
+            f"({len(self.named)} named above); if the images moved, pass "
+            "--path_root=THEIR_NEW_FOLDER"
+        ]
 
 
 def _label_schema():
@@ -78,6 +102,7 @@ def validate(
     listed = set()
     written = 0
     label_schema = _label_schema()
+    missing = _Missing()
     for split, s in info["splits"].items():
         split_labels: dict[str, int] = {}
         for shard in s["shards"]:
@@ -94,6 +119,7 @@ def validate(
                 split_labels,
                 progress,
                 check_examples,
+                missing,
             )
         written += s["num_examples"]
         if sum(sh["num_examples"] for sh in s["shards"]) != s["num_examples"]:
@@ -107,13 +133,14 @@ def validate(
                 f"{info_path}: split {split}: label_counts {recorded} but the "
                 f"shards hold {split_labels}"
             )
+    problems += missing.problems(info.get("path_root", ""))
     problems += _check_strays(out, listed)
     problems += _check_rejects(out, info, written)
     return problems
 
 
 def _check_shard(
-    path, shard, info, labels, schema, label_schema, split_labels, progress, check_examples
+    path, shard, info, labels, schema, label_schema, split_labels, progress, check_examples, missing
 ) -> list[str]:
     if not storage.exists(path):
         return [f"{path}: listed in {INFO} but missing"]
@@ -137,7 +164,7 @@ def _check_shard(
             for index, problem in check_examples(batch, schema, first):
                 problems.append(f"{path}: record {index}: {problem}")
         if schema is not None or info["record_kind"] == "path":
-            problems.extend(_check_content(path, batch, first, info, full=schema is not None))
+            problems.extend(_check_content(path, batch, first, info, schema is not None, missing))
         progress.add(len(batch))
         batch.clear()
 
@@ -173,9 +200,9 @@ def _check_shard(
 
 
 def _check_content(
-    path: str, records: list[bytes], first: int, info: dict, full: bool
+    path: str, records: list[bytes], first: int, info: dict, full: bool, missing: _Missing
 ) -> list[str]:
-    """Path kind: every path resolves (an image that is gone is a problem), and
+    """Path kind: every path resolves (an image that is gone goes to ``missing``), and
     with ``full`` its image decodes as the record says. Image kind, ``full``:
     every image decodes as the record says."""
     tf = storage.tensorflow() if full else None
@@ -192,7 +219,7 @@ def _check_content(
         else:
             target = f"{root}/{feature.get(features.PATH, b'').decode(errors='replace')}"
             if not feature.get(features.PATH) or not storage.exists(target):
-                problems.append(f"{path}: record {first + i}: image {target} is missing")
+                missing.add(f"{path}: record {first + i}: image {target} is missing")
                 continue
             if not full:
                 continue
