@@ -257,13 +257,14 @@ print("read")
 def _wait_for(path, proc, seconds: float = 60) -> str:
     """The text ``proc`` writes to ``path`` when it is ready (fails if it dies first)."""
     import time
+    from pathlib import Path
 
     deadline = time.monotonic() + seconds
-    while not os.path.exists(path) or not open(path).read():
+    while not os.path.exists(path) or not Path(path).read_text():
         assert proc.poll() is None, proc.communicate()[1][-3000:]
         assert time.monotonic() < deadline, f"not ready in {seconds} s"
         time.sleep(0.05)
-    return open(path).read()
+    return Path(path).read_text()
 
 
 def test_a_reader_in_another_pid_namespace_is_not_taken_for_dead(bucket, tmp_path):
@@ -301,7 +302,7 @@ def test_a_reader_in_another_pid_namespace_is_not_taken_for_dead(bucket, tmp_pat
         assert reader.returncode == 0 and out.strip() == "read", err[-3000:]
     finally:
         reader.kill()
-        reader.wait()
+        reader.communicate()  # closes its pipes
 
 
 KILLED_MID_FETCH = """
@@ -355,7 +356,7 @@ def test_what_a_reader_killed_mid_fetch_left_is_swept_and_a_closed_one_leaves_no
         _wait_for(ready, killed)
     finally:
         killed.send_signal(signal.SIGKILL)
-        killed.wait()
+        killed.communicate()  # closes its pipes
     left = sorted(os.listdir(folder))
     assert sorted(n.rsplit(".", 1)[-1] for n in left) == [
         *("lock", "lock", "part", "reading", "tfrecord")  # shard 0 read, shard 1 half fetched
