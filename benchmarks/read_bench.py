@@ -144,7 +144,7 @@ The same {r["images"]:,} JPEGs converted to 16 shards; decode + resize to 64×64
 Rates are the best of 3 passes each, measured round-robin; even so, a (the
 bare TFRecord read) moves between runs on this machine (HISTORY.md). e pays,
 beyond a, for parsing every record (`parse_example` on whole batches) and
-the seeded window permutation (1,000 records a window, reader/plan.py); the
+the seeded window permutation (1,000 records a window, reader/order/plan.py); the
 check that names a corrupt shard is all tf.data C++ (`ignore_errors`, a
 sentinel, `take`).
 """

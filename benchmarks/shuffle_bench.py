@@ -77,7 +77,7 @@ memory: Spearman against the source key order. Repeats: neighbour pairs of
 epoch 1 adjacent again in epoch 2, against an independent permutation. The
 default options make few shards of these small images (the train split's
 {s["runs"]["default"]["num_examples"]:,} are far below the 128 MB target);
-the reader still reads runs cut at new points every epoch (reader/plan.py),
+the reader still reads runs cut at new points every epoch (reader/order/plan.py),
 so epochs differ with `shuffle_buffer=0` too.
 
 | dataset | pipeline | reader options | label mix | order memory | repeats |

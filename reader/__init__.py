@@ -30,7 +30,7 @@ needs them, not by ``import reader``.
 from reader.errors import one_line
 from reader.mixture import Mixture, mix
 from reader.options import ReadOptions
-from reader.state import ReadState, resume
+from reader.state import ReadState
 from schemas.info import DatasetError, load_info
 
 __all__ = [
@@ -50,6 +50,7 @@ __all__ = [
 # entry point -> the module that defines it, imported on first use
 _LAZY = {
     "make_dataset": "reader.pipeline",
+    "resume": "reader.pipeline",
     "make_dali_pipeline": "reader.dali",
     "TorchReader": "reader.torch",
 }

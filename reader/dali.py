@@ -17,10 +17,9 @@ convert writes serve both: this reader fetches records by their offsets, and
 from __future__ import annotations
 
 import collections
-import dataclasses
 
-from reader.mixture import Mixture
 from reader.options import ReadOptions
+from reader.read import merge
 from reader.source import Batch, RecordSource
 from schemas.images import DALI_FORMATS
 from schemas.info import DatasetError
@@ -115,12 +114,11 @@ def make_dali_pipeline(
         from nvidia.dali import fn, types
     except ImportError as e:
         raise ImportError(f'DALI is not installed: pip install "evenshard[dali]" ({e})') from None
-    o = dataclasses.replace(options or ReadOptions(), **overrides)
+    o = merge(options, overrides)
     check_options(o)
     source = RecordSource(data_dir, split, batch_size, o, state)
-    names = [d for d, _ in data_dir.sources] if isinstance(data_dir, Mixture) else [data_dir]
-    for name, info in zip(names, source.infos):
-        check_formats(name, info)
+    for part in source.read.sources:
+        check_formats(part.data_dir, part.info)
     if device is None:
         device = "gpu" if _gpus() else "cpu"
     if device not in ("gpu", "cpu"):
@@ -196,6 +194,22 @@ def check_formats(data_dir: str, info: dict) -> None:
             f"(it reads {', '.join(DALI_FORMATS)}): read it with reader.make_dataset, or "
             "convert the images to PNG or JPEG first"
         )
+
+
+def installed() -> bool:
+    """Whether DALI can be imported."""
+    try:
+        import nvidia.dali  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def feed_ndarray(tensor, out, cuda_stream) -> None:
+    """Copies a DALI tensor into a torch CUDA tensor ``out`` on ``cuda_stream``."""
+    from nvidia.dali.plugin.pytorch import feed_ndarray as feed
+
+    feed(tensor, out, cuda_stream=cuda_stream)
 
 
 def _gpus() -> int:

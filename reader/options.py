@@ -43,7 +43,7 @@ class ReadOptions:
             shuffled).
         cycle_length: runs of records read at once, round-robin (default 16;
             shuffled, each file is cut into runs at seeded points, new every
-            epoch; unshuffled, a run is a file). See ``reader/plan.py``.
+            epoch; unshuffled, a run is a file). See ``reader/order/plan.py``.
         block_length: consecutive records taken from a run in turn.
         deterministic: fixed output order. Default: True with a seed or without
             shuffling (evaluation reads in one fixed order, the short batch last);

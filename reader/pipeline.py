@@ -5,24 +5,21 @@ files -> worker sharding -> runs of records in a seeded order (new each
 epoch) -> round-robin interleave -> seeded window permutation -> epochs
 joined -> batch -> parallel parse and decode -> prefetch (to the GPU when
 there is one). The order is a pure function of (seed, epoch, position)
-(``reader/plan.py``), so a read can start at any batch (``start_step``).
+(``reader/order/plan.py``), so a read can start at any batch (``start_step``).
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 import schemas
 from reader.cache import open_cache
 from reader.decode import Decoder
 from reader.info import check_path_root, default_path_root
-from reader.mixture import MixRead, Mixture
+from reader.mixture import Mixture
 from reader.options import ReadOptions
+from reader.read import Source, merge, resolve
 from reader.state import ReadState
 from reader.stream import CHUNK, Stream, lead
-from reader.worker import WorkerRead
 from schemas import features, storage, tfrecord
-from schemas.info import load_info
 
 tf = storage.tensorflow()
 
@@ -63,23 +60,17 @@ def make_dataset(
             when it is read.
         ValueError: options that do not fit together.
     """
-    o = dataclasses.replace(options or ReadOptions(), **overrides)
-    if isinstance(data_dir, Mixture):
-        read = MixRead.of(data_dir, batch_size, o, state)
-        parts = read.parts
-        shuffled = any(w.shuffle for *_, w in parts)
-        streams = [_source(info, w, o) for info, _, _, w in parts]
+    read = resolve(data_dir, split, batch_size, merge(options, overrides), state)
+    o = read.options
+    streams = [_source(source, o) for source in read.sources]
+    records = streams[0]  # records, or (record, epoch) with random_crop
+    if read.schedule is not None:
         choices = _choices(read.schedule, read.start)
         records = tf.data.Dataset.choose_from_datasets(streams, choices)
-    else:
-        info = load_info(data_dir)
-        read = WorkerRead.of(info, data_dir, split, batch_size, o, state)
-        parts, shuffled = [(info, data_dir, split, read)], read.shuffle
-        records = _source(info, read, o)  # records, or (record, epoch) with random_crop
     deterministic = o.deterministic
     if deterministic is None:  # a state is a seeded read too
-        deterministic = o.seed is not None or state is not None or not shuffled
-    decoder = _decoder(*parts[0], o, read.seed)
+        deterministic = o.seed is not None or state is not None or not read.shuffled
+    decoder = _decoder(read.sources[0], o, read.seed)
     parallel = {"num_parallel_calls": o.num_parallel_calls, "deterministic": deterministic}
     if batch_size is None:
         ds = records.map(decoder.one, **parallel)
@@ -111,14 +102,38 @@ def make_dataset(
     return ds if state is None else (ds, read.state)
 
 
-def _source(info: dict, w: WorkerRead, o: ReadOptions):
+def resume(data_dir: str, split: str, state: ReadState, options=None, **overrides):
+    """A dataset that continues a seeded read from ``state``, and the state to advance:
+    ``make_dataset(data_dir, split, state.batch_size, options, state=state)``.
+
+    With the worker count of the run that saved it, the dataset yields exactly the
+    batches the uninterrupted read would have yielded from ``state.step`` on (same
+    keys, order, crops, padding and mask), without reading or decoding what it skips.
+    With another worker count, the new workers first read, between them, exactly what
+    the old ones had left of the epochs they had started (each such record once),
+    then their own order from the next epoch (docs/design.md, "Elastic resume").
+
+    Args:
+        data_dir, split, options, overrides: as for ``reader.make_dataset``
+            (``batch_size`` may be given to change it; ``seed`` comes from the state).
+        state: a :class:`ReadState` (new, or from ``ReadState.from_json``).
+
+    Returns:
+        (dataset, state): advance the state by the batches consumed and save it.
+    """
+    batch_size = overrides.pop("batch_size", state.batch_size)
+    return make_dataset(data_dir, split, batch_size, options, state=state, **overrides)
+
+
+def _source(source: Source, o: ReadOptions):
     """One source's serialized records in its read order: its lead, then its own order
     (a bucket's shards through a local cache)."""
-    cache = open_cache(w, o)
-    stream = Stream(w.plan, w.shards, info["compression"], o, cache)
-    records = stream.records(w.start, o.epochs)
-    if w.lead is not None and len(w.lead[0]):
-        records = lead(w, stream.tagged).concatenate(records)
+    share = source.share
+    cache = open_cache(share, o)
+    stream = Stream(share.plan, share.shards, source.info["compression"], o, cache)
+    records = stream.records(share.start, o.epochs)
+    if share.has_lead:
+        records = lead(share, stream.tagged).concatenate(records)
     return records
 
 
@@ -138,18 +153,20 @@ def _choices(schedule, start: int):
     return indices.map(chunks).unbatch()
 
 
-def _decoder(info: dict, data_dir: str, split: str, w: WorkerRead, o: ReadOptions, seed):
+def _decoder(source: Source, o: ReadOptions, seed):
     """The decoder of the records (of the first source of a mixture: they share the kind)."""
-    kind = info["record_kind"]
-    root = default_path_root(info, o.path_root)
+    kind = source.info["record_kind"]
+    root = default_path_root(source.info, o.path_root)
     if kind == "path":
-        first = tf.train.Example.FromString(next(tfrecord.iter_records(w.shards[0]["path"])))
+        first = tf.train.Example.FromString(
+            next(tfrecord.iter_records(source.share.shards[0]["path"]))
+        )
         check_path_root(
             root,
             first.features.feature[features.PATH].bytes_list.value[0].decode(),
             bool(o.path_root),
         )
-    spec = schemas.feature_spec(schemas.load(data_dir))
+    spec = schemas.feature_spec(schemas.load(source.data_dir))
     wanted = [features.payload(kind), features.LABEL, features.KEY, features.FORMAT]
     return Decoder(
         kind,
@@ -201,3 +218,18 @@ def _prefetch_device(prefetch_to_device):
     if prefetch_to_device is True and not gpus:
         raise ValueError("prefetch_to_device=True but no GPU is visible")
     return gpus[0].name if gpus else None
+
+
+def check_not_forked() -> None:
+    """TensorFlow's runtime does not survive a fork: a DataLoader worker forked from a
+    process where it had started hangs on its first op. Refuse, saying what works
+    (``reader.torch`` calls it in a DataLoader worker)."""
+    from tensorflow.python.eager import context
+
+    if context.context()._context_handle is not None:  # started before the fork
+        raise RuntimeError(
+            "TorchReader(backend='tf') in a DataLoader worker forked from a process that "
+            "had already started TensorFlow (TensorFlow hangs after a fork): use "
+            "DataLoader(..., num_workers=0), or multiprocessing_context='spawn', or "
+            "backend='dali'"
+        )

@@ -2,7 +2,7 @@
 
 tf.data's own iterator checkpoint saves the shuffle buffer (megabytes to
 gigabytes of records); evenshard's read order is computable from
-(seed, epoch, position) (``reader.plan``), so the state is a handful of
+(seed, epoch, position) (``reader.order.plan``), so the state is a handful of
 integers, whatever the image or buffer size.
 """
 
@@ -145,28 +145,3 @@ class ReadState:
         if unknown:
             raise ValueError(f"not a ReadState: unknown fields {sorted(unknown)}")
         return cls(**fields)
-
-
-def resume(data_dir: str, split: str, state: ReadState, options=None, **overrides):
-    """A dataset that continues a seeded read from ``state``, and the state to advance:
-    ``make_dataset(data_dir, split, state.batch_size, options, state=state)``.
-
-    With the worker count of the run that saved it, the dataset yields exactly the
-    batches the uninterrupted read would have yielded from ``state.step`` on (same
-    keys, order, crops, padding and mask), without reading or decoding what it skips.
-    With another worker count, the new workers first read, between them, exactly what
-    the old ones had left of the epochs they had started (each such record once),
-    then their own order from the next epoch (docs/design.md, "Elastic resume").
-
-    Args:
-        data_dir, split, options, overrides: as for ``reader.make_dataset``
-            (``batch_size`` may be given to change it; ``seed`` comes from the state).
-        state: a :class:`ReadState` (new, or from ``ReadState.from_json``).
-
-    Returns:
-        (dataset, state): advance the state by the batches consumed and save it.
-    """
-    from reader.pipeline import make_dataset
-
-    batch_size = overrides.pop("batch_size", state.batch_size)
-    return make_dataset(data_dir, split, batch_size, options, state=state, **overrides)

@@ -1,6 +1,6 @@
 """The worker's serialized records in read-plan order, as tf.data datasets.
 
-``Stream`` reads the plan's runs of records, group by group (``reader/plan.py``):
+``Stream`` reads the plan's runs of records, group by group (``reader/order/plan.py``):
 each group's runs interleaved round-robin, the seeded window permutation on top,
 epochs joined, a start anywhere. ``lead`` fetches the records a resized read
 begins with. A bucket's shards are read from the local copies of a
@@ -14,9 +14,9 @@ import numpy as np
 
 from reader.info import check_shard
 from reader.options import ReadOptions
-from reader.plan import ReadPlan, Resume, Runs
-from reader.source import Records
-from reader.worker import WorkerRead
+from reader.order.plan import ReadPlan, Resume, Runs
+from reader.records import Records
+from reader.share import Share
 from schemas import storage, tfrecord
 
 tf = storage.tensorflow()
@@ -199,11 +199,11 @@ def _checked_records(path, listed, compression, start, stop):
     return records_read.concatenate(more)
 
 
-def lead(w: WorkerRead, tagged: bool):
+def lead(share: Share, tagged: bool):
     """The worker's lead (records the workers of a resumed run left; docs/design.md,
     "Elastic resume"): fetched by offset in chunks, one Python call a chunk."""
-    records = Records(w.split)
-    ids, epochs = w.lead
+    records = Records(share.split)
+    ids, epochs = share.lead
 
     def fetch(chunk, epoch):
         data = tf.numpy_function(records.many, [chunk], tf.string, stateful=False)

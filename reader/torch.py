@@ -5,7 +5,7 @@
     for batch in train:   # {"image": uint8 NHWC (or NCHW), "label", "key", "mask"}
         ...
 
-Two backends read the same records in the same order (``reader.worker``):
+Two backends read the same records in the same order (``reader.read``):
 ``"dali"`` decodes with DALI (on the GPU when there is one: the images come
 as CUDA tensors) and ``"tf"`` with the tf.data reader on the CPU. The
 default is DALI when it is installed and decodes the dataset's formats.
@@ -19,53 +19,19 @@ import dataclasses
 import multiprocessing
 import os
 import secrets
-import sys
-from multiprocessing.reduction import ForkingPickler
 
 import numpy as np
 import torch
 
-from reader.mixture import MixRead, Mixture
+from reader import handover
+from reader.mixture import Mixture
 from reader.options import ReadOptions
+from reader.read import draw_seed, merge, resolve
 from reader.state import ReadState
-from reader.worker import WorkerRead
 from schemas.images import DALI_FORMATS
-from schemas.info import load_info
 
 # pipelines a forked process inherited: kept, never destroyed (see TorchReader._pipeline)
 _INHERITED: list = []
-
-# reader token -> batches of its current iteration that a DataLoader worker handed to this
-# process (None: taken by the DataLoader's pin-memory thread, ahead of the training loop)
-_RECEIVED: dict[str, int | None] = {}
-
-
-class _Sent(dict):
-    """A batch a DataLoader worker sends: it is counted in the process that unpickles it
-    (``_received``), the one whose ``state_dict()`` must say where the read stands."""
-
-
-class _SentList(list):
-    """An (image, label[, mask]) batch a DataLoader worker sends (the DataLoader turns
-    tuples into lists itself)."""
-
-
-def _send(batch):
-    return _received, (batch.token, batch.count, type(batch).__mro__[1](batch))
-
-
-def _received(token: str, count: int, batch):
-    """Unpickled in the DataLoader's process: the batch counts for the reader's state,
-    unless the pin-memory thread took it (it runs ahead of the training loop)."""
-    frame, pinned = sys._getframe(1), False
-    while frame is not None and not pinned:
-        pinned, frame = frame.f_code.co_name == "_pin_memory_loop", frame.f_back
-    _RECEIVED[token] = None if pinned else count
-    return batch
-
-
-ForkingPickler.register(_Sent, _send)
-ForkingPickler.register(_SentList, _send)
 
 
 def distributed_workers() -> tuple[int, int] | None:
@@ -116,7 +82,7 @@ class TorchReader(torch.utils.data.IterableDataset):
         **overrides,
     ):
         super().__init__()
-        o = dataclasses.replace(options or ReadOptions(), **overrides)
+        o = merge(options, overrides)
         if o.input_context is None and o.num_workers is None:
             ranks = distributed_workers()
             if ranks:
@@ -136,17 +102,6 @@ class TorchReader(torch.utils.data.IterableDataset):
         # (image, label) tuples are made here, from the backends' dicts
         self.as_supervised = o.as_supervised
         o = dataclasses.replace(o, as_supervised=False)
-        mixed = isinstance(data_dir, Mixture)
-        names = [d for d, _ in data_dir.sources] if mixed else [data_dir]
-        infos = [load_info(name) for name in names]
-        self.layout, self.options = layout, o
-        self.backend = backend or _default_backend(infos)
-        if self.backend == "dali":
-            from reader.dali import check_formats, check_options
-
-            check_options(o)
-            for name, info in zip(names, infos):
-                check_formats(name, info)
         if state is None:
             # the read as a state from its start, so that state_dict() can say where it
             # stands (an unseeded read draws its seed once, here, not in the pipeline)
@@ -156,14 +111,22 @@ class TorchReader(torch.utils.data.IterableDataset):
                     "start_step and start_epoch resume a seeded read: pass the seed of the "
                     "run being resumed, or its state (state=, load_state_dict)"
                 )
-            seed = secrets.randbelow(2**31 - 1) if o.seed is None else o.seed
+            seed = draw_seed() if o.seed is None else o.seed
             state = ReadState(seed, batch_size, epoch=o.start_epoch, step=o.start_step)
             o = dataclasses.replace(o, start_epoch=0, start_step=0)
+        self.layout, self.options = layout, o
         self._args = (data_dir, split, batch_size, o)
         self._reader, self._built_by = None, None
         self._token = secrets.token_hex(8)  # names its batches sent by a DataLoader worker
         self._in_worker = multiprocessing.RawValue("b", 0)  # a DataLoader worker iterated
-        self.load_state_dict({"read_state": state.to_json()})
+        self.load_state_dict({"read_state": state.to_json()})  # the options and files checked
+        self.backend = backend or _default_backend([s.info for s in self._sources])
+        if self.backend == "dali":
+            from reader.dali import check_formats, check_options
+
+            check_options(o)
+            for source in self._sources:
+                check_formats(source.data_dir, source.info)
 
     def state_dict(self) -> dict:
         """Where this reader stands: ``{"read_state": ReadState JSON}``, advanced by the
@@ -177,8 +140,8 @@ class TorchReader(torch.utils.data.IterableDataset):
                 this process without their count (a ``collate_fn`` that rebuilds them).
         """
         consumed = self._consumed
-        if self._token in _RECEIVED:
-            consumed = _RECEIVED[self._token]
+        if handover.seen(self._token):
+            consumed = handover.received(self._token)
             if consumed is None:
                 raise RuntimeError(
                     "TorchReader.state_dict() under DataLoader(pin_memory=True): the pin "
@@ -197,16 +160,13 @@ class TorchReader(torch.utils.data.IterableDataset):
     def load_state_dict(self, state_dict: dict) -> None:
         """Continues the read ``state_dict`` saved (any worker count: the ranks of this
         run read what the saved ones left, each record once; docs/design.md)."""
-        data_dir, split, batch_size, o = self._args
         saved = ReadState.from_json(state_dict["read_state"])
         # the options and files checked, and the batch count, as the pipeline will
-        if isinstance(data_dir, Mixture):
-            w = MixRead.of(data_dir, batch_size, o, saved)
-        else:
-            w = WorkerRead.of(load_info(data_dir), data_dir, split, batch_size, o, saved)
-        self._len, self._state, self._consumed = w.remaining, w.state, 0
+        read = resolve(*self._args, saved)
+        self._sources = read.sources
+        self._len, self._state, self._consumed = read.remaining, read.state, 0
         self._reader, self._built_by = None, None
-        _RECEIVED.pop(self._token, None)
+        handover.forget(self._token)
         self._in_worker.value = 0
 
     def __len__(self) -> int:
@@ -227,8 +187,10 @@ class TorchReader(torch.utils.data.IterableDataset):
 
                 self._reader = make_dali_pipeline(*self._args, state=self._state)
             else:
-                _check_tensorflow_not_forked()
-                from reader.pipeline import make_dataset
+                from reader.pipeline import check_not_forked, make_dataset
+
+                if torch.utils.data.get_worker_info() is not None:  # a DataLoader worker
+                    check_not_forked()
 
                 self._reader, _ = make_dataset(
                     *self._args, state=self._state, prefetch_to_device=False
@@ -255,7 +217,7 @@ class TorchReader(torch.utils.data.IterableDataset):
         convert = self._from_dali if self.backend == "dali" else self._from_tf
         self._consumed = 0  # iterating again starts the read again, from the state
         if info is None:
-            _RECEIVED.pop(self._token, None)  # counted here, not by a DataLoader's worker
+            handover.forget(self._token)  # counted here, not by a DataLoader's worker
         else:
             self._in_worker.value = 1
         for batch in self._pipeline():
@@ -267,8 +229,7 @@ class TorchReader(torch.utils.data.IterableDataset):
                 out = out["image"], out["label"], out["mask"]
                 out = out if self.options.pad_final_batch else out[:2]
             if info is not None:  # counted by the process that receives it
-                out = _Sent(out) if isinstance(out, dict) else _SentList(out)
-                out.token, out.count = self._token, self._consumed
+                out = handover.sent(out, self._token, self._consumed)
             yield out
 
     @staticmethod
@@ -288,7 +249,7 @@ class TorchReader(torch.utils.data.IterableDataset):
         if isinstance(image, np.ndarray):
             image = torch.from_numpy(image)
         else:  # a DALI TensorListGPU: copy into a CUDA tensor on DALI's stream
-            from nvidia.dali.plugin.pytorch import feed_ndarray
+            from reader.dali import feed_ndarray
 
             tensor = image.as_tensor()
             out = torch.empty(tensor.shape(), dtype=torch.uint8, device="cuda")
@@ -303,26 +264,10 @@ class TorchReader(torch.utils.data.IterableDataset):
         }
 
 
-def _check_tensorflow_not_forked() -> None:
-    """TensorFlow's runtime does not survive a fork: a DataLoader worker forked from a
-    process where it had started hangs on its first op. Refuse, saying what works."""
-    if torch.utils.data.get_worker_info() is None or "tensorflow" not in sys.modules:
-        return
-    from tensorflow.python.eager import context
-
-    if context.context()._context_handle is not None:  # started before the fork
-        raise RuntimeError(
-            "TorchReader(backend='tf') in a DataLoader worker forked from a process that "
-            "had already started TensorFlow (TensorFlow hangs after a fork): use "
-            "DataLoader(..., num_workers=0), or multiprocessing_context='spawn', or "
-            "backend='dali'"
-        )
-
-
 def _default_backend(infos: list[dict]) -> str:
-    try:
-        import nvidia.dali  # noqa: F401
-    except ImportError:
+    from reader.dali import installed
+
+    if not installed():
         return "tf"
     fits = all(
         set(info.get("formats", [])) <= set(DALI_FORMATS) and info["compression"] == "none"

@@ -514,7 +514,7 @@ def test_the_record_source_reads_a_bucket_through_the_cache_as_it_reads_the_fold
         return [b.key for b in source(data_dir, **cache)]
 
     url = bucket.upload(local_dataset, "source/out")
-    sizes = sorted(s["num_bytes"] for s in source(local_dataset).read.shards)
+    sizes = sorted(s["num_bytes"] for s in source(local_dataset).read.sources[0].share.shards)
     limit = sum(sizes[-opts["cycle_length"] :])
     want = keys(local_dataset)
     assert keys(url, cache_dir=str(tmp_path), cache_limit=limit) == want

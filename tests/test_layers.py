@@ -130,3 +130,113 @@ def test_reading_and_validating_print_no_tensorflow_start_up_lines(tmp_path):
     for argv in (["validate", out, "--full"], ["inspect", out], ["--version"], report):
         done = subprocess.run([evenshard, *argv], capture_output=True, text=True, env=env)
         assert done.returncode == 0 and done.stderr == "", (argv, done.stderr)
+
+
+# Inside the reader: modules on floors, each importing only its own floor or lower
+# (docs/design.md, "The reader's floors"). A module not listed fails the test.
+READER_FLOORS = {
+    "reader/order/": 0,  # the order: pure numpy functions of ints
+    "reader/options.py": 1,  # values
+    "reader/state.py": 1,
+    "reader/mixture.py": 1,
+    "reader/errors.py": 1,
+    "reader/info.py": 1,
+    "reader/share.py": 2,  # the read: one front door
+    "reader/read.py": 2,
+    "reader/records.py": 3,  # records in read order, and decoding
+    "reader/cache.py": 3,
+    "reader/cache_folder.py": 3,
+    "reader/stream.py": 3,
+    "reader/pydecode.py": 3,
+    "reader/decode.py": 3,
+    "reader/source.py": 3,
+    "reader/pipeline.py": 4,  # the faces
+    "reader/dali.py": 4,
+    "reader/torch.py": 4,
+    "reader/handover.py": 4,
+    "reader/__init__.py": 4,
+    "reader/__main__.py": 4,
+}
+# which modules may import each engine
+ENGINES = {
+    "tensorflow": {"reader/pipeline.py", "reader/stream.py", "reader/decode.py"},
+    "torch": {"reader/torch.py"},
+    "nvidia": {"reader/dali.py"},
+}
+
+
+def _reader_modules() -> dict[str, str]:
+    """module name (reader.order.plan) -> path relative to the root."""
+    out = {}
+    for folder, _, files in os.walk(os.path.join(ROOT, "reader")):
+        for name in files:
+            if name.endswith(".py"):
+                rel = os.path.relpath(os.path.join(folder, name), ROOT)
+                module = rel[:-3].replace(os.sep, ".").removesuffix(".__init__")
+                out[module] = rel
+    return out
+
+
+def _floor(rel: str) -> int:
+    for prefix, floor in READER_FLOORS.items():
+        if rel == prefix or (prefix.endswith("/") and rel.startswith(prefix)):
+            return floor
+    raise AssertionError(f"{rel} has no floor in READER_FLOORS")
+
+
+def _reader_imports(rel: str) -> list[tuple[str, list[str]]]:
+    """(imported module, names) of every import in a module."""
+    with open(os.path.join(ROOT, rel), encoding="utf-8") as f:
+        tree = ast.parse(f.read(), rel)
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, []) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.append((node.module, [a.name for a in node.names]))
+    return out
+
+
+def test_the_reader_s_floors_point_down_with_no_circle_and_no_private_name():
+    modules = _reader_modules()
+    up, private, engines, graph = [], [], [], {}
+    for module, rel in modules.items():
+        graph[module] = set()
+        for imported, names in _reader_imports(rel):
+            top = imported.split(".")[0]
+            for engine, allowed in ENGINES.items():
+                if top == engine and rel not in allowed:
+                    engines.append(f"{rel} imports {engine}")
+            if top != "reader" or imported == "reader":
+                continue
+            target = imported if imported in modules else imported.rsplit(".", 1)[0]
+            graph[module].add(target)
+            if _floor(modules[target]) > _floor(rel):
+                up.append(f"{rel} imports {imported}")
+            private += [f"{rel} imports {imported}.{n}" for n in names if n.startswith("_")]
+    assert not up, "imports running up inside reader/:\n" + "\n".join(up)
+    assert not private, "private names imported across modules:\n" + "\n".join(private)
+    assert not engines, "engines imported outside their face:\n" + "\n".join(engines)
+    # no circle: a depth-first walk never meets a module on its own path
+    state: dict[str, int] = {}
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for n in sorted(graph.get(m, ())):
+            assert state.get(n) != 1, "a circle: " + " -> ".join([*path, m, n])
+            if n not in state:
+                visit(n, [*path, m])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [])
+
+
+def test_the_order_floor_imports_numpy_alone():
+    """The order takes ints and gives ints: no options, no format, no engine."""
+    allowed = {"__future__", "dataclasses", "functools", "math", "numpy", "reader.order"}
+    for module, rel in _reader_modules().items():
+        if module.startswith("reader.order"):
+            for imported, _ in _reader_imports(rel):
+                assert imported in allowed or imported.startswith("reader.order."), (rel, imported)

@@ -15,7 +15,7 @@ from conftest import run_convert
 
 import reader
 from evenshard import synthetic
-from reader.mixture import Schedule
+from reader.order.mix import Schedule
 from reader.torch import TorchReader
 
 B = 8

@@ -1,4 +1,4 @@
-"""reader.plan: the read order as a pure function of (seed, epoch, position). No TensorFlow."""
+"""reader.order.plan: the read order, a pure function of (seed, epoch, position); no TF."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import itertools
 import numpy as np
 import pytest
 
-from reader.plan import ReadPlan, permutation
+from reader.order.draws import permutation
+from reader.order.plan import ReadPlan
 
 pytestmark = pytest.mark.fast  # the unit lane: make test-fast
 

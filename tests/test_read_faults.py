@@ -15,7 +15,7 @@ from conftest import run_convert
 
 import reader
 from evenshard import synthetic
-from reader.mixture import Schedule
+from reader.order.mix import Schedule
 
 PY = sys.executable
 
@@ -200,12 +200,11 @@ def test_batches_the_pin_memory_thread_took_make_state_dict_refuse(data):
     import pickle
     from multiprocessing.reduction import ForkingPickler
 
-    from reader.torch import TorchReader, _Sent
+    from reader import handover
+    from reader.torch import TorchReader
 
     r = TorchReader(data, "train", 4, image_size=(8, 8), seed=0, backend="tf")
-    sent = _Sent(image=1)
-    sent.token, sent.count = r._token, 3
-    wire = bytes(ForkingPickler.dumps(sent))
+    wire = bytes(ForkingPickler.dumps(handover.sent({"image": 1}, r._token, 3)))
 
     def _pin_memory_loop():  # noqa: N802 - torch's pin thread's name
         return pickle.loads(wire)

@@ -11,8 +11,8 @@ from conftest import read_split, run_convert
 
 import reader
 from evenshard import synthetic
-from reader.plan import ReadPlan
-from reader.worker import worker_plan
+from reader.order.deal import deal
+from reader.order.plan import ReadPlan
 
 BATCH = 16
 OPTS = dict(seed=11, shuffle_buffer=24, cycle_length=4, block_length=2, decode=False)
@@ -52,7 +52,8 @@ def test_the_reader_reads_in_the_plans_order(data_241, workers):
         zip([s["file"] for s in shards], np.cumsum([0] + [s["num_examples"] for s in shards]))
     )
     for w in range(workers):
-        mine, _, stride = worker_plan(shards, workers, w)
+        files, _, stride = deal([s["num_examples"] for s in shards], workers, w)
+        mine = [shards[f] for f in files]
         # the plan numbers the worker's records over its own files, in stored order
         ids = [
             i for s in mine for i in range(first[s["file"]], first[s["file"]] + s["num_examples"])

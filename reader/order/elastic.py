@@ -2,7 +2,7 @@
 the new workers reads it (docs/design.md, "Elastic resume"). Plain numpy, no TensorFlow.
 
 A :class:`Position` says where N workers stand with a few integers; ``pending``
-computes, from every old worker's read order (``reader.plan``), the records
+computes, from every old worker's read order (``reader.order.plan``), the records
 they had not read yet (P, merged round-robin); new worker j of M reads
 ``P[j::M]`` first (its **lead**), then its own order from epoch ``top + 1``.
 """
@@ -13,7 +13,8 @@ import dataclasses
 
 import numpy as np
 
-from reader.plan import ReadPlan
+from reader.order.deal import split_ids
+from reader.order.plan import ReadPlan
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,3 +99,93 @@ def _round_robin(tails: list[np.ndarray], epochs: list[np.ndarray]):
     which = np.concatenate([np.full(len(t), w) for w, t in enumerate(tails)])
     order = np.lexsort((which, rank))
     return np.concatenate(tails)[order].astype(np.int64), np.concatenate(epochs)[order]
+
+
+@dataclasses.dataclass(frozen=True)
+class Segment:
+    """What the workers of this read go through: a lead (``pending`` from ``offset``,
+    dealt over ``workers``), then their own order from ``first_epoch``; ``consumed``
+    records of it are behind every worker. ``elastic``: the state's record of the lead;
+    ``saved``: resumed from a state (a worker past its end has finished, not erred)."""
+
+    first_epoch: int
+    consumed: int
+    pending: Pending | None = None
+    offset: int = 0
+    workers: int = 1
+    elastic: tuple | None = None
+    saved: bool = False
+
+    @classmethod
+    def plain(cls, start_epoch: int, start_records: int, workers: int) -> Segment:
+        """A plain start at ``start_records`` of epoch ``start_epoch``, no lead."""
+        return cls(start_epoch, start_records, workers=workers)
+
+    @classmethod
+    def resumed(
+        cls,
+        at: Position,
+        elastic: tuple | None,
+        workers: int,
+        counts,
+        plan_of,
+        epochs: int | None,
+    ) -> Segment:
+        """Where a saved read stands (``at``: the saving workers, their epoch and records
+        consumed; ``elastic``: their own lead, if any), for ``workers`` workers over
+        shards of ``counts`` examples (docs/design.md, "Elastic resume"): the same
+        workers go on; others first read what the old ones left (of ``epochs``, None:
+        endless). ``plan_of(workers, w)``: the read plan of worker w of that many."""
+
+        def left_by(where: Position) -> Pending:
+            plans = [plan_of(where.workers, w) for w in range(where.workers)]
+            ids = [split_ids(counts, where.workers, w) for w in range(where.workers)]
+            return pending(where, plans, ids, epochs)
+
+        saved, consumed = at.workers, at.consumed
+        if elastic is None:
+            if saved == workers:
+                return cls(at.epoch, consumed, workers=workers, saved=True)
+        else:
+            *before, offset = elastic
+            lead = left_by(Position(*before))
+            if saved == workers:
+                return cls(at.epoch, consumed, lead, offset, workers, elastic, True)
+            q, r = lead.shares(offset, saved)
+            if consumed * saved < len(lead.ids) - offset:  # during the lead: a suffix of it
+                offset += consumed * saved
+                return cls(at.epoch, 0, lead, offset, workers, (*before, offset), True)
+            at = Position(saved, at.epoch, consumed, q, r)
+        lead = left_by(at)
+        record = (at.workers, at.epoch, at.consumed, at.q, at.r, 0)
+        return cls(lead.top + 1, 0, lead, 0, workers, record, True)
+
+    def lead(self, w: int) -> tuple | None:
+        """Worker ``w``'s whole lead: (split-wide ids, epochs), or None."""
+        if self.pending is None:
+            return None
+        return self.pending.lead(self.offset, self.workers, w)
+
+    def lead_size(self, w: int) -> int:
+        if self.pending is None:
+            return 0
+        q, r = self.pending.shares(self.offset, self.workers)
+        return q + (1 if w < r else 0)
+
+    def skipped(self, w: int) -> int:
+        """Records of worker ``w``'s lead already read."""
+        return min(self.consumed, self.lead_size(w))
+
+    def start(self, w: int, size: int) -> int:
+        """The first record of worker ``w``'s own order to read, counted over all epochs."""
+        return self.first_epoch * size + max(self.consumed - self.lead_size(w), 0)
+
+    def left(self, w: int, size: int, epochs: int | None) -> int | None:
+        """Records worker ``w`` (``size`` examples an epoch) has left; None: endless.
+        Negative: a plain start past the end."""
+        if epochs is None:
+            return None
+        own = epochs * size - self.start(w, size)
+        if self.pending is None:
+            return max(own, 0) if self.saved else own
+        return self.lead_size(w) - self.skipped(w) + max(own, 0)

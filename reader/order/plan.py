@@ -37,34 +37,7 @@ import functools
 
 import numpy as np
 
-_RUNS, _WINDOW, _CUTS = 1, 2, 3  # purposes of the seeded draws
-_MASK64 = (1 << 64) - 1
-
-
-def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finalizer on uint64 values (wrapping arithmetic)."""
-    with np.errstate(over="ignore"):
-        x = x + np.uint64(0x9E3779B97F4A7C15)
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return x ^ (x >> np.uint64(31))
-
-
-def _draws(n: int, *key: int) -> np.ndarray:
-    """``n`` seeded uint64 values, the same for the same key on any machine."""
-    h = np.zeros(1, np.uint64)
-    for part in key:
-        h = _mix(h ^ np.uint64(int(part) & _MASK64))
-    return _mix(np.arange(n, dtype=np.uint64) ^ h)
-
-
-def permutation(n: int, *key: int) -> np.ndarray:
-    """A seeded permutation of ``range(n)``: the same for the same key on any machine.
-
-    Sorting hashed indices (not ``numpy.random``, whose streams may change
-    between numpy versions) keeps the order stable across installs.
-    """
-    return np.argsort(_draws(n, *key), kind="stable").astype(np.int64)
+from reader.order.draws import CUTS, RUNS, WINDOW, draws, permutation
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,10 +130,10 @@ class ReadPlan:
         k = np.arange(self.parts + 1, dtype=np.int64)
         grid = k[None, :] * n[:, None] // self.parts  # [files, parts + 1]
         gaps = np.diff(grid, axis=1)  # records in each 1/parts of a file
-        draws = _draws(gaps.size, self.seed, _CUTS, int(epoch)).reshape(gaps.shape)
-        cuts = grid[:, :-1] + (draws % (gaps + 1).astype(np.uint64)).astype(np.int64)
+        drawn = draws(gaps.size, self.seed, CUTS, int(epoch)).reshape(gaps.shape)
+        cuts = grid[:, :-1] + (drawn % (gaps + 1).astype(np.uint64)).astype(np.int64)
         bounds = np.concatenate([np.zeros((len(n), 1), np.int64), cuts, n[:, None]], axis=1)
-        order = permutation(self.num_runs, self.seed, _RUNS, int(epoch))
+        order = permutation(self.num_runs, self.seed, RUNS, int(epoch))
         return Runs(
             np.repeat(files, self.parts + 1)[order],
             bounds[:, :-1].reshape(-1)[order],
@@ -168,7 +141,7 @@ class ReadPlan:
         )
 
     def window_permutation(self, epoch, window, size) -> np.ndarray:
-        return permutation(int(size), self.seed, _WINDOW, int(epoch), int(window))
+        return permutation(int(size), self.seed, WINDOW, int(epoch), int(window))
 
     def _group_order(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(slot, record offset in its run) of one group's round-robin, in read order."""

@@ -1,0 +1,273 @@
+"""The front door of every reader: ``resolve`` turns what a user asked for into one
+typed :class:`Read`, which the faces (tf.data, DALI, PyTorch) only turn into batches.
+
+Here, once: the options merged with the overrides, the checks that need the batch size
+and the split, the seed drawn when none was given, a saved state checked against the
+read and resumed, and a ``reader.mix`` mixture resolved into its sources and schedule
+(a plain split is a read of one source with no schedule).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+import secrets
+
+from reader.info import split_fingerprint, split_shards
+from reader.mixture import Mixture
+from reader.options import ReadOptions
+from reader.order.batches import remaining
+from reader.order.mix import Schedule
+from reader.share import Share
+from reader.state import ReadState
+from schemas.info import load_info
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """One source of a read: its dataset_info, folder, split and this worker's share,
+    positioned where the read continues."""
+
+    info: dict
+    data_dir: str
+    split: str
+    share: Share
+
+
+@dataclasses.dataclass(frozen=True)
+class Read:
+    """What one worker reads (see ``resolve``).
+
+    Attributes:
+        sources: one, or a mixture's (their shares positioned where the mix continues).
+        schedule: which source gives each record of a mixed read; None: one source.
+        start: mixed records of this read already behind (the schedule's position).
+        remaining: elements yielded from here on (batches, or examples without a batch
+            size); None: endless.
+        real_batches: with ``pad_final_batch``, batches holding real examples.
+        state: the :class:`ReadState` to advance by the batches consumed (None when the
+            read was given none).
+        seed: the read's seed (None: an unseeded read that draws nothing).
+        options: the merged options (a saved start moved into ``state``).
+        batch_size: as asked.
+    """
+
+    sources: tuple[Source, ...]
+    schedule: Schedule | None
+    start: int
+    remaining: int | None
+    real_batches: int
+    state: ReadState | None
+    seed: int | None
+    options: ReadOptions
+    batch_size: int | None
+
+    @property
+    def shuffled(self) -> bool:
+        return any(s.share.shuffle for s in self.sources)
+
+
+def merge(options: ReadOptions | None, overrides: dict) -> ReadOptions:
+    """``options`` (default ``ReadOptions()``) with the ``overrides`` fields changed."""
+    return dataclasses.replace(options or ReadOptions(), **overrides)
+
+
+def draw_seed() -> int:
+    """A fresh seed, for a read given none that needs one (it is in the read's state)."""
+    return secrets.randbelow(2**31 - 1)
+
+
+def resolve(
+    data: str | Mixture,
+    split: str,
+    batch_size: int | None,
+    options: ReadOptions,
+    state: ReadState | None = None,
+) -> Read:
+    """The read of ``data`` (a dataset folder, or a ``reader.mix`` mixture) by this worker.
+
+    Raises:
+        DatasetError: the dataset is missing, unfinished, or a listed shard is missing
+            or has the wrong size.
+        ValueError, TypeError: options that do not fit together; a state that does not
+            resume this read.
+    """
+    if isinstance(data, Mixture):
+        return _mixed(data, batch_size, options, state)
+    info = load_info(data)
+    shards = split_shards(info, data, split)
+    shuffle = options.shuffles(split)
+    _check(options, batch_size, shuffle)
+    if state is not None:
+        seed = _check_resumable(options, state, info, split)
+    else:
+        seed = options.seed
+        if seed is None and (shuffle or options.random_crop):
+            seed = draw_seed()
+    share = Share.of(data, split, shards, batch_size, options, seed, state)
+    resumed = None
+    if state is not None:
+        resumed = _advanced(state, share, seed, batch_size, options, info, split)
+    return Read(
+        (Source(info, data, split, share),),
+        None,
+        0,
+        share.remaining,
+        share.real_batches,
+        resumed,
+        seed,
+        options,
+        batch_size,
+    )
+
+
+def _advanced(saved: ReadState, share: Share, seed, batch_size, options, info, split):
+    """The state of this read, to advance by the batches consumed."""
+    segment, unit = share.segment, batch_size or 1
+    if segment.consumed % unit:
+        raise ValueError(
+            f"the state was saved after {segment.consumed} records a worker (batch size "
+            f"{saved.batch_size}), not a whole number of batches of {unit}: resume with "
+            "a batch size that divides it, or with another worker count"
+        )
+    return dataclasses.replace(
+        saved,
+        seed=seed,
+        batch_size=unit,
+        epoch=segment.first_epoch,
+        step=segment.consumed // unit,
+        num_workers=options.workers()[0],
+        dataset=split_fingerprint(info, split),
+        order=options.order(split),
+        elastic=segment.elastic,
+    )
+
+
+def _mixed(mixture: Mixture, batch_size, o: ReadOptions, state) -> Read:
+    """A mixture's read: every source read as it would be alone (a share of single
+    records), positioned by the schedule; a saved state resumes it (with any worker
+    count for an endless read)."""
+    infos = [load_info(d) for d, _ in mixture.sources]
+    _check_sources(mixture, infos)
+    if o.start_epoch:
+        raise ValueError("a mixed read starts by start_step (mixed batches), not start_epoch")
+    unit = batch_size or 1
+    n_workers, _ = o.workers()
+    order = "weights=" + ",".join(f"{w:g}" for w in mixture.weights)
+    if state is not None and state.parts is None and state.num_workers is None:
+        # a new state (``ReadState(seed, batch_size, step=k)``): a new read from step k
+        if state.epoch:
+            raise ValueError("a mixed read starts by step (mixed batches), not epoch")
+        o = dataclasses.replace(
+            o, seed=state.seed, start_step=state.step * state.batch_size // unit
+        )
+        state = None
+    if state is None:
+        seed = o.seed if o.seed is not None else draw_seed()
+        parts = [ReadState(seed, 1) for _ in infos]
+        consumed = o.start_step * unit
+    else:
+        if state.parts is None or len(state.parts) != len(infos):
+            raise ValueError("the state was not saved by a mixed read of these sources")
+        if o.seed is not None and o.seed != state.seed:
+            raise ValueError(f"the state was saved with seed {state.seed}, options give {o.seed}")
+        if o.start_step:
+            raise ValueError("resume takes the start from the state: leave start_step 0")
+        if state.order != order:
+            raise ValueError(
+                f"the state was saved mixing with {state.order}, now {order}: the sources "
+                "would be read twice or skipped; mix with the saved weights"
+            )
+        seed = state.seed
+        parts = [ReadState.from_json(p) for p in state.parts]
+        consumed = state.step * state.batch_size
+        if (state.num_workers or n_workers) != n_workers:  # each source resumes elastically
+            if o.epochs is not None:
+                raise ValueError(
+                    "a finite mixed read resumes with the saved worker count only (its "
+                    "schedule depends on each worker's counts); read with epochs=None"
+                )
+            given = Schedule(mixture.weights, seed, (None,) * len(infos)).counts(consumed)
+            parts = [p.advance(int(k)) for p, k in zip(parts, given)]
+            consumed = 0
+    part_o = dataclasses.replace(
+        o, seed=seed, pad_final_batch=False, drop_remainder=False, start_step=0
+    )
+    reads = [
+        resolve(d, split, None, part_o, part) for (d, split), part in zip(mixture.sources, parts)
+    ]
+    shares = [r.sources[0].share for r in reads]
+    schedule = Schedule(mixture.weights, seed, tuple(s.remaining for s in shares))
+    given = schedule.counts(consumed)
+    left = most = None
+    if schedule.size is not None:
+        left = schedule.size - consumed
+        most = max(sum(s.lefts[w] for s in shares) for w in range(n_workers)) - consumed
+    elements, real = remaining(left, most, batch_size, o.pad_final_batch, o.drop_remainder)
+    resumed = ReadState(
+        seed,
+        unit,
+        step=consumed // unit,
+        num_workers=n_workers,
+        order=order,
+        parts=tuple(r.state.to_json() for r in reads),
+    )
+    sources = tuple(
+        Source(info, d, split, share.skip(int(k)))
+        for info, (d, split), share, k in zip(infos, mixture.sources, shares, given)
+    )
+    return Read(sources, schedule, consumed, elements, real, resumed, seed, o, batch_size)
+
+
+def _check_sources(mixture: Mixture, infos: list[dict]) -> None:
+    """Sources of one mixture share their labels (ids mean the same) and record kind."""
+    first = infos[0]
+    for (d, split), info in zip(mixture.sources, infos):
+        if split not in info["splits"]:
+            raise ValueError(f"reader.mix: {d} has no split {split!r}")
+        if info["labels"] != first["labels"] or info["record_kind"] != first["record_kind"]:
+            raise ValueError(
+                f"reader.mix: {d} has other labels or another record kind than "
+                f"{mixture.sources[0][0]}: mixed sources share labels.txt (the same label "
+                "ids) and the record kind"
+            )
+        if info["record_kind"] == "path" and info.get("path_root") != first.get("path_root"):
+            raise ValueError("reader.mix: path records of mixed sources share one path_root")
+
+
+def _check_resumable(o: ReadOptions, state: ReadState, info: dict, split: str) -> int:
+    """A state resumes only the read it was saved from (the seed, the split's shards and
+    the options that shape the order); the start comes from it. Returns the seed."""
+    if o.seed is not None and o.seed != state.seed:
+        raise ValueError(f"the state was saved with seed {state.seed}, options give {o.seed}")
+    if o.start_step or o.start_epoch:
+        raise ValueError("resume takes the start from the state: leave start_step/start_epoch 0")
+    state.check_same_read(split_fingerprint(info, split), o.order(split), split)
+    return state.seed
+
+
+def _check(o: ReadOptions, batch_size: int | None, shuffle: bool) -> None:
+    """Options that only conflict given the batch size and the split's default shuffle."""
+    if batch_size is not None and (
+        not isinstance(batch_size, numbers.Integral) or isinstance(batch_size, bool)
+    ):
+        raise TypeError(f"batch_size must be a whole number (int) or None, got {batch_size!r}")
+    if batch_size is not None and batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1 or None, got {batch_size}")
+    if o.pad_final_batch and (batch_size is None or o.drop_remainder):
+        raise ValueError("pad_final_batch needs a batch_size and drop_remainder=False")
+    if o.pad_final_batch and (shuffle or o.epochs != 1 or o.start_epoch):
+        raise ValueError(
+            "pad_final_batch is for evaluation: use shuffle=False, epochs=1 (and start_step, "
+            "not start_epoch, to resume)"
+        )
+    if o.decode and batch_size is not None and o.image_size is None:
+        raise ValueError(
+            "decoded images differ in size: give image_size=(height, width) to "
+            "batch them, or batch_size=None, or decode=False"
+        )
+    if (o.start_step or o.start_epoch) and (shuffle or o.random_crop) and o.seed is None:
+        raise ValueError(
+            "start_step and start_epoch resume a seeded read: pass the seed of the run "
+            "being resumed (an unseeded shuffle cannot be repeated)"
+        )

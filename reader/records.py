@@ -1,0 +1,76 @@
+"""Serialized records fetched by their offsets, without TensorFlow: ``Records(shards)``.
+
+Convert writes a DALI index beside each uncompressed shard (one ``offset size`` line a
+record), checked when the read is built (``reader.info.load_index``), so any record is
+one ``pread`` away: the Python faces and a resized read's lead fetch records so.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from reader.info import check_shard
+from schemas import storage, tfrecord
+from schemas.info import DatasetError
+
+
+class Records:
+    """Records of some shards fetched by their DALI index: ``get(i)`` is record ``i``
+    counting over the shards in order (each shard checked: length and CRCs)."""
+
+    def __init__(self, shards: list[dict]):
+        self._paths = [s["path"] for s in shards]
+        self._tables = [s["table"] for s in shards]
+        self._sizes = [s["num_bytes"] for s in shards]
+        counts = [s["num_examples"] for s in shards]
+        self._firsts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        self._fds: dict[int, int] = {}  # shard -> an open descriptor, opened on first use
+        self._local: dict[int, str] = {}  # shard -> the cache's local copy (see ``use``)
+
+    def __enter__(self) -> Records:
+        return self
+
+    def __exit__(self, *_) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds = {}
+
+    def get(self, i: int) -> bytes:
+        return self._get(i, self._fds)
+
+    def use(self, local: dict[int, str]) -> None:
+        """Reads these shards (by index) from these local copies, and closes the
+        descriptors of every other shard (an evicted copy must not stay open)."""
+        for f in [f for f in self._fds if f not in local]:
+            os.close(self._fds.pop(f))
+        self._local = local
+
+    def _get(self, i: int, fds: dict[int, int]) -> bytes:
+        f = int(np.searchsorted(self._firsts, i, side="right")) - 1
+        r = i - int(self._firsts[f])
+        offset, size = (int(v) for v in self._tables[f][r])
+        path = self._local.get(f, self._paths[f])
+        if storage.is_url(path):  # a lead from a bucket: one ranged request
+            framed = storage.read_range(path, size, offset)
+        else:
+            if f not in fds:
+                check_shard(path, self._sizes[f])  # removed or replaced since the build?
+                fds[f] = os.open(path, os.O_RDONLY)
+            framed = os.pread(fds[f], size, offset)
+        try:
+            return tfrecord.unframe(framed, path, r, offset)
+        except tfrecord.CorruptRecord as e:
+            raise DatasetError(f"{e}: the shard is corrupt or truncated") from None
+
+    def many(self, ids) -> np.ndarray:
+        """The records of ``ids``, as an object array of bytes (a chunk for tf.data).
+        Safe from several threads at once (tf.data runs chunks in parallel): each call
+        opens and closes its own descriptors."""
+        fds: dict[int, int] = {}
+        try:
+            return np.array([self._get(int(i), fds) for i in ids], dtype=object)
+        finally:
+            for fd in fds.values():
+                os.close(fd)
