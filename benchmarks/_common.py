@@ -194,3 +194,8 @@ def verdict(value: float, limit: float, below: bool = True) -> str:
     value = round(value, 2)
     ok = value <= limit if below else value >= limit
     return "met" if ok else "missed"
+
+
+def table_rows(items, cells) -> str:
+    """Markdown table rows: ``cells(key, value)`` gives one row's cells as strings."""
+    return "\n".join("| " + " | ".join(cells(k, v)) + " |" for k, v in items)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from _common import BIN, WORK, bench_main, make_jpegs, run_measured, verdict
+from _common import BIN, WORK, bench_main, make_jpegs, run_measured, table_rows, verdict
 
 MODES = {
     "in_memory_1": ["--direct_running_mode=in_memory", "--direct_num_workers=1"],
@@ -50,11 +50,17 @@ def measure(a) -> dict:
 
 def render(mode: dict) -> str:
     """This benchmark's section of RESULTS.md, from its results alone."""
-    rows = "\n".join(
-        f"| {int(n):,} | {t['in_memory_1']:.1f} | {t['multi_processing_all']:.1f} | "
-        f"{t['default']:.1f} | **{mode['ratio_default_to_best'][n]:.2f}** | "
-        f"≤ 1.10 — {verdict(mode['ratio_default_to_best'][n], 1.10)} |"
-        for n, t in mode["seconds"].items()
+    ratio = mode["ratio_default_to_best"]
+    rows = table_rows(
+        mode["seconds"].items(),
+        lambda n, t: [
+            f"{int(n):,}",
+            f"{t['in_memory_1']:.1f}",
+            f"{t['multi_processing_all']:.1f}",
+            f"{t['default']:.1f}",
+            f"**{ratio[n]:.2f}**",
+            f"≤ 1.10 — {verdict(ratio[n], 1.10)}",
+        ],
     )
     return f"""## local mode — `benchmarks/mode_bench.py`
 

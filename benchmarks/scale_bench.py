@@ -17,7 +17,17 @@ import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import BIN, HERE, WORK, bench_main, list_images, make_jpegs, measured, verdict  # noqa: E402
+from _common import (  # noqa: E402
+    BIN,
+    HERE,
+    WORK,
+    bench_main,
+    list_images,
+    make_jpegs,
+    measured,
+    table_rows,
+    verdict,
+)
 
 
 def linked(n: int) -> str:
@@ -80,11 +90,18 @@ def measure(a) -> dict:
 
 def render(r: dict) -> str:
     """This benchmark's section of RESULTS.md, from its results alone."""
-    rows = "\n".join(
-        f"| {int(n):,} | {v['seconds']:.1f} | {v['us_per_example']:.0f} | {v['cores_used']:.2f} | "
-        f"{v['peak_rss_mb']:,} | {v['tfds_seconds']:.1f} | {v['tfds_peak_rss_mb']:,} | "
-        f"**{v['peak_rss_mb'] / v['tfds_peak_rss_mb']:.2f}** |"
-        for n, v in r["runs"].items()
+    rows = table_rows(
+        r["runs"].items(),
+        lambda n, v: [
+            f"{int(n):,}",
+            f"{v['seconds']:.1f}",
+            f"{v['us_per_example']:.0f}",
+            f"{v['cores_used']:.2f}",
+            f"{v['peak_rss_mb']:,}",
+            f"{v['tfds_seconds']:.1f}",
+            f"{v['tfds_peak_rss_mb']:,}",
+            f"**{v['peak_rss_mb'] / v['tfds_peak_rss_mb']:.2f}**",
+        ],
     )
     worst = max(v["peak_rss_mb"] / v["tfds_peak_rss_mb"] for v in r["runs"].values())
     # growth between the two largest sizes: both run every core (the smallest,
