@@ -1,7 +1,7 @@
 """A bounded local cache of a bucket's shards, fetched ahead in the order the read uses them.
 
 A reader of a gs:// dataset reads local copies of its shards. The read order is
-computable (``reader.plan``): epoch by epoch, groups of ``cycle_length`` runs, each
+computable (``reader.order.plan``): epoch by epoch, groups of ``cycle_length`` runs, each
 run in one shard. So the shards a read needs, and when, are known in advance:
 a thread fetches them ahead of the reader, several at once, group after group,
 shard by shard as far as ``cache_limit`` allows (what is in flight counts). To
@@ -18,9 +18,9 @@ and sha256 dataset_info.json lists (fetched again once if it does not match, the
 an error naming it), and renamed into place; a rank that finds it in place uses
 it. Eviction removes only files of this cache. The limit bounds each reader's own
 fetches (downloads in flight included); ranks sharing a folder share the files they
-both read. The folder is one only this user can write (``cache_folder``): a copy in
+both read. The folder is one only this user can write (``reader.cache_folder``): a copy in
 place is used unread. A cache that opens the folder sweeps what readers that provably
-died left (links, downloads) and the locks and copies no reader uses (``_sweep``).
+died left (links, downloads) and the locks and copies no reader uses (``sweep``).
 """
 
 from __future__ import annotations
@@ -30,101 +30,26 @@ import collections
 import contextlib
 import dataclasses
 import errno
-import fcntl
 import hashlib
 import itertools
 import os
-import re
-import stat
 import threading
 import uuid
 from collections.abc import Callable, Iterator
 
-from schemas import layout, storage
+from reader.cache_folder import (
+    cache_folder,
+    lock_shard,
+    release_shard,
+    sweep,
+    this_owner,
+    unlink,
+)
+from schemas import storage
 from schemas.info import SHA256, DatasetError
 
 AHEAD = 64  # groups the fetching may run ahead of the reader, at most
 LOOKAHEAD = 64  # groups of the plan beyond those looked at to choose what to evict
-_COPY = re.compile(r"[0-9a-f]{32}-(.+)")  # a copy's name: its key, its shard's file name
-
-
-def default_cache_dir() -> str:
-    """Where a reader without ``cache_dir`` keeps a bucket's shards: a folder of this
-    user's in the machine's temp folder, ``evenshard-cache-<uid>``, so that the user's
-    local ranks share it and no other user's files stand in for copies."""
-    import tempfile
-
-    return os.path.join(tempfile.gettempdir(), f"evenshard-cache-{os.getuid()}")
-
-
-def cache_folder(cache_dir: str | None) -> str:
-    """The folder the copies go in: one that only this user can write. A copy found there
-    of the listed size is used unread: only a reader of this user, having checked its
-    sha256, renamed it into place (its name is the mark of that check).
-
-    Without ``cache_dir``: ``default_cache_dir()``, created 0700; it must be a folder (not
-    a link) of this user's that group and others cannot write. A given ``cache_dir`` is
-    created 0700 when missing and used as it is when it is this user's and group and
-    others cannot write it. One shared safely (of this user or root, sticky where others
-    may write, as /tmp is) gets a folder of this user's inside, ``evenshard-<uid>``,
-    checked as the default is.
-
-    Raises:
-        DatasetError: another user could write the folder, or this user cannot; the
-            message says what to do.
-    """
-    if cache_dir is None:
-        return _own_folder(default_cache_dir(), "the default cache folder", "pass cache_dir")
-    try:
-        os.makedirs(os.path.dirname(os.path.abspath(cache_dir)), exist_ok=True)
-        os.mkdir(cache_dir, 0o700)
-    except FileExistsError:
-        pass
-    except OSError as e:
-        raise DatasetError(
-            f"cache_dir {cache_dir} cannot be made ({e.strerror}): pass a folder you can write"
-        ) from None
-    st = os.stat(cache_dir)
-    if not stat.S_ISDIR(st.st_mode):
-        raise DatasetError(f"cache_dir {cache_dir} is not a folder: pass a folder")
-    if st.st_uid == os.getuid() and not st.st_mode & 0o022:
-        return cache_dir
-    shared_safely = st.st_uid in (os.getuid(), 0) and (
-        not st.st_mode & 0o022 or st.st_mode & stat.S_ISVTX
-    )
-    if shared_safely and os.access(cache_dir, os.W_OK | os.X_OK):
-        return _own_folder(
-            os.path.join(cache_dir, f"evenshard-{os.getuid()}"), "cache folder", "pass cache_dir"
-        )
-    raise DatasetError(
-        f"cache_dir {cache_dir} (owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):#o}) "
-        "is not a folder only you can write: other users could put files in place of "
-        "copies there, or you cannot write it; pass a folder of your own (it is created)"
-    )
-
-
-def _own_folder(path: str, what: str, fix: str) -> str:
-    """``path``, created 0700 when missing; refused unless it is a folder (not a link) of
-    this user's that group and others cannot write."""
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    except OSError as e:
-        raise DatasetError(f"{what} {path} cannot be made ({e.strerror}): {fix}") from None
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode):
-        problem = "not a folder"
-    elif st.st_uid != os.getuid():
-        problem = f"owned by uid {st.st_uid}, not by you (uid {os.getuid()})"
-    elif st.st_mode & 0o022:
-        problem = f"writable by group or others (mode {stat.S_IMODE(st.st_mode):#o})"
-    else:
-        return path
-    raise DatasetError(
-        f"{what} {path} is {problem}: another user may have put files there in place of "
-        f"shards; remove it (it is made again, 0700), or {fix}"
-    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,10 +124,10 @@ class ShardCache:
         self._done = False
         self.fetched = 0  # downloads made by this reader (tests count them)
         self.peak = 0  # the most bytes this reader held at once
-        self._owner = _owner()  # in the names of this reader's links and downloads
+        self._owner = this_owner()  # in the names of this reader's links and downloads
         self._id = f"{self._owner}-{uuid.uuid4().hex[:8]}.reading"
         self._names = [self._name(i) for i in range(len(shards))]  # refused here, not later
-        _sweep(self.folder)
+        sweep(self.folder)
         atexit.register(self.close)
         self._thread = self._start()
 
@@ -378,7 +303,7 @@ class ShardCache:
     def _evict(self, index: int) -> None:
         """Drops this reader's link; the shared file goes with the last reader's."""
         self._held.pop(index)
-        _unlink(self.local(index), self._shared(index))
+        unlink(self.local(index), self._shared(index))
 
     def _fetch(self, index: int) -> None:
         try:
@@ -400,7 +325,7 @@ class ShardCache:
     def _fetch_locked(self, index: int) -> None:
         """Shard ``index`` in place, and this reader's link to it, under the shard's lock."""
         shard, path = self.shards[index], self._shared(index)
-        lock = _lock(path)  # one reader fetches; the others find it
+        lock = lock_shard(path)  # one reader fetches; the others find it
         try:
             if not (os.path.exists(path) and os.path.getsize(path) == shard["num_bytes"]):
                 for attempt in (1, 2):
@@ -415,7 +340,7 @@ class ShardCache:
             if not os.path.exists(self.local(index)):
                 os.link(path, self.local(index))
         finally:
-            _release(lock, path)
+            release_shard(lock, path)
 
     def _download(self, shard: dict, path: str) -> str | None:
         """Fetches into a temporary name and renames into place; None, or what was wrong."""
@@ -458,142 +383,3 @@ class _Checked:
 
 class _TooLarge(Exception):
     """The object holds more bytes than listed: its download stops there."""
-
-
-def _sweep(folder: str) -> None:
-    """What readers that died (killed before closing) left in the cache folder, their
-    links and downloads (``.part``), and the shard files no reader uses: a copy no reader
-    links, a lock beside no copy. A reader's file goes only when the reader is provably
-    dead (``_dead``); a copy or a lock only when found unused under the shard's lock (no
-    reader is fetching or linking it meanwhile), never waiting for it. Only names the
-    cache makes are looked at: the folder may hold other files. So a folder does not
-    grow from run to run."""
-    names = [(name, _kind(name)) for name in os.listdir(folder)]
-    for name, (copy, owner, kind) in names:
-        if kind in ("reading", "part") and _dead(owner):
-            if kind == "reading":
-                _unlink(os.path.join(folder, name), os.path.join(folder, copy))
-            else:  # its reader held the lock, and died: nothing else writes it
-                with contextlib.suppress(FileNotFoundError):
-                    os.remove(os.path.join(folder, name))
-    for copy in dict.fromkeys(copy for _, (copy, _, kind) in names if kind in ("copy", "lock")):
-        lock = _lock(os.path.join(folder, copy), wait=False)
-        if lock is not None:
-            _release(lock, os.path.join(folder, copy), unused=True)
-
-
-def _kind(name: str) -> tuple[str, str, str]:
-    """(copy, owner, kind) of a name in the cache folder: kind "copy" (a shard's shared
-    file), "lock", "reading" (a reader's link), "part" (a download) or "" (not a name the
-    cache makes); owner: ``_owner`` of a link's or download's reader."""
-    copy, owner, kind = name, "", "copy"
-    if name.endswith(".lock"):
-        copy, kind = name[: -len(".lock")], "lock"
-    elif name.endswith((".reading", ".part")):
-        copy, tag, kind = name.rsplit(".", 2)
-        owner = tag.rsplit("-", 1)[0]
-    match = _COPY.fullmatch(copy)
-    return copy, owner, kind if match and layout.is_shard_name(match[1]) else ""
-
-
-def _owner() -> str:
-    """Who makes a file of the cache folder, in its name: ``NS-PID-START``, NS naming this
-    machine's boot and this process's PID namespace, START the process's start (so that
-    a PID used again is not taken for its old owner)."""
-    ns = _namespace()  # None: /proc was read above, this process's stat reads too
-    return f"{ns or 'unknown'}-{os.getpid()}-{_started(os.getpid()) if ns else 0}"
-
-
-def _dead(owner: str) -> bool:
-    """Whether the process that wrote ``owner`` (``_owner``) is provably gone: it ran in
-    this boot of this machine and in this PID namespace, and its PID is gone or started
-    at another time. A PID this process cannot see is not a dead one: a reader in another
-    container sharing the folder, or on another machine, or named by an older version of
-    evenshard, is alive."""
-    try:
-        ns, pid, start = owner.split("-")
-        return ns == _namespace() is not None and _started(int(pid)) != start
-    except (ValueError, OSError):  # not a name of ours; a process we may not look at
-        return False
-
-
-def _namespace() -> str | None:
-    """This machine's boot and this process's PID namespace, hashed; None when /proc
-    cannot say (then no process is ever taken for dead)."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
-        ns = os.readlink("/proc/self/ns/pid")
-        if int(os.readlink("/proc/self")) != os.getpid():
-            return None  # a /proc of another PID namespace: its PIDs are not ours
-    except (OSError, ValueError):
-        return None
-    return hashlib.sha256(f"{boot}:{ns}".encode()).hexdigest()[:12]
-
-
-def _started(pid: int) -> str | None:
-    """When process ``pid`` started (clock ticks after boot, /proc/PID/stat's 22nd
-    field); None when there is no such process.
-
-    Raises:
-        OSError: /proc says no more (not ours to read, say).
-    """
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat_line = f.read()
-    except FileNotFoundError:
-        return None
-    fields = stat_line.rsplit(b")", 1)[-1].split()  # after the command, which may hold spaces
-    return fields[19].decode() if len(fields) > 19 else None
-
-
-def _unlink(link: str, shared: str) -> None:
-    """Drops a reader's link, and the shared file with the last link, under the shard's
-    lock (a reader fetching it meanwhile finds it whole or not at all)."""
-    lock = _lock(shared)
-    try:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(link)
-            if os.stat(shared).st_nlink == 1:
-                os.remove(shared)
-    finally:
-        _release(lock, shared)
-
-
-def _lock(shared: str, wait: bool = True) -> int | None:
-    """Takes the lock of shard file ``shared`` (``flock`` on ``shared.lock``, made when
-    missing); returns its descriptor, or None when ``wait`` is False and another reader
-    holds it. The lock file goes when the shard's file does (``_release``): a reader
-    that locked a file no longer at that name locks the one there now."""
-    name = shared + ".lock"
-    while True:
-        fd = os.open(name, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
-            with contextlib.suppress(FileNotFoundError):
-                if os.path.samestat(os.stat(name), os.fstat(fd)):
-                    return fd
-        except BlockingIOError:
-            os.close(fd)
-            return None
-        except BaseException:
-            os.close(fd)
-            raise
-        os.close(fd)  # removed by the reader that held it: lock the one there now
-
-
-def _release(lock: int, shared: str, unused: bool = False) -> None:
-    """Unlocks the shard's lock (``_lock``), removing the lock file when the shard has no
-    file; ``unused``: removing first the shard's file when no reader links it."""
-    try:
-        try:
-            if unused and os.stat(shared).st_nlink == 1:
-                os.remove(shared)
-            gone = not os.path.exists(shared)
-        except FileNotFoundError:
-            gone = True
-        if gone:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(shared + ".lock")  # held: no reader removes or locks it meanwhile
-    finally:
-        os.close(lock)
