@@ -66,9 +66,10 @@ class ReadOptions:
             (default: the one recorded at conversion).
         cache: hold this worker's serialized records in memory, read once
             when the dataset is built (small datasets only).
-        cache_dir, cache_limit: a dataset in a bucket (gs://) is read from local
-            copies of its shards in ``cache_dir`` (default: ``evenshard-cache`` in
-            the system's temp folder, shared by the ranks of the machine), fetched
+        cache_dir, cache_limit: a dataset in a bucket (gs://, s3://) is read from local
+            copies of its shards in ``cache_dir`` (default: ``evenshard-cache-<uid>`` in
+            the system's temp folder, made 0700, shared by this user's ranks of the
+            machine; a folder others can write is refused), fetched
             ahead in the order the read uses them, at most ``cache_limit`` bytes
             (default 10 GiB) at once (``reader/cache.py``).
         start_epoch, start_step: where to start: batch ``start_step`` (an
