@@ -10,7 +10,8 @@ ds = reader.make_dataset(data_dir, split="train", batch_size=256, image_size=(22
 state = reader.ReadState(seed=0, batch_size=256)    # or ReadState.from_json(saved)
 ds, state = reader.resume(data_dir, "train", state, image_size=(224, 224))
 
-# PyTorch and DALI, the same order: reader.TorchReader, reader.make_dali_pipeline
+# PyTorch, DALI and numpy batches (a Python transform in worker processes), the same
+# order: reader.TorchReader, reader.make_dali_pipeline, reader.NumpyReader
 # (TorchReader.state_dict / load_state_dict; any of them resumes with another worker count)
 
 # several splits or datasets by weight, for any reader in place of data_dir
@@ -36,6 +37,7 @@ from schemas.info import DatasetError, load_info
 __all__ = [
     "DatasetError",
     "Mixture",
+    "NumpyReader",
     "ReadOptions",
     "ReadState",
     "TorchReader",
@@ -49,6 +51,7 @@ __all__ = [
 
 # entry point -> the module that defines it, imported on first use
 _LAZY = {
+    "NumpyReader": "reader.arrays",
     "make_dataset": "reader.pipeline",
     "resume": "reader.pipeline",
     "make_dali_pipeline": "reader.dali",

@@ -77,6 +77,21 @@ def draw_seed() -> int:
     return secrets.randbelow(2**31 - 1)
 
 
+def start_state(options: ReadOptions, split: str, batch_size: int) -> tuple[ReadState, ReadOptions]:
+    """A read given no state, as a state from its start (seeded: a seed drawn once here
+    when none was given), and the options without their start: a face that says where
+    it stands (``state_dict()``) reads so."""
+    seeded = options.shuffles(split) or options.random_crop
+    if options.seed is None and seeded and (options.start_step or options.start_epoch):
+        raise ValueError(
+            "start_step and start_epoch resume a seeded read: pass the seed of the "
+            "run being resumed, or its state (state=, load_state_dict)"
+        )
+    seed = draw_seed() if options.seed is None else options.seed
+    state = ReadState(seed, batch_size, epoch=options.start_epoch, step=options.start_step)
+    return state, dataclasses.replace(options, start_epoch=0, start_step=0)
+
+
 def resolve(
     data: str | Mixture,
     split: str,

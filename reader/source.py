@@ -29,7 +29,7 @@ from schemas.info import DatasetError
 
 @dataclasses.dataclass
 class Batch:
-    """One batch: encoded images and their records' fields, in read order.
+    """One batch: encoded images and their records' fields and epochs, in read order.
 
     ``mask`` is False on padding rows (``pad_final_batch``), whose encoded
     image repeats a real one so that decoders see a valid image; their
@@ -40,6 +40,7 @@ class Batch:
     label: np.ndarray
     key: list[str]
     mask: np.ndarray
+    epoch: np.ndarray  # of each row (its augmentations are seeded by it); 0 on padding
 
 
 class _Part:
@@ -66,18 +67,18 @@ class _Part:
         cache = open_cache(self.share, self.options)
         with self.own, self.split or contextlib.nullcontext(), cache or contextlib.nullcontext():
             if self.share.lead is not None:
-                for i in self.share.lead[0]:
-                    yield self.example(self.split.get(int(i)))
+                for i, e in zip(*self.share.lead):
+                    yield self.example(self.split.get(int(i)), int(e))
             plan, epochs = self.share.plan, self.options.epochs
             epoch, position = divmod(self.share.start, plan.size)
             opened = True  # the read's first epoch: opened where ``position`` is
             while epochs is None or epoch < epochs:
                 if cache is None:
                     for i in plan.epoch_order(epoch)[position:]:
-                        yield self.example(self.own.get(int(i)))
+                        yield self.example(self.own.get(int(i)), epoch)
                 else:
                     for data in self._cached_epoch(cache, epoch, position, opened):
-                        yield self.example(data)
+                        yield self.example(data, epoch)
                 epoch, position, opened = epoch + 1, 0, False
 
     def _cached_epoch(self, cache, epoch: int, position: int, opened: bool):
@@ -110,9 +111,9 @@ class _Part:
             yield from window[position - start if start == first else 0 :]
         enter_through(-(-plan.num_runs // plan.cycle) - 1)  # groups that give nothing
 
-    def example(self, data: bytes) -> tuple:
-        """(encoded image, label, key) of a serialized record."""
-        return parse(data, self.kind, self.root)
+    def example(self, data: bytes, epoch: int = 0) -> tuple:
+        """(encoded image, label, key, epoch) of a serialized record read in ``epoch``."""
+        return (*parse(data, self.kind, self.root), epoch)
 
     def filler(self) -> tuple:
         """An example to stand in the padding rows (masked): the first of the worker's
@@ -188,10 +189,11 @@ class RecordSource:
     def _batch(rows: list[tuple], size: int, like: tuple | None = None) -> Batch:
         real = len(rows)
         filler = rows[0] if rows else like
-        rows = rows + [(filler[0], 0, "")] * (size - real)
+        rows = rows + [(filler[0], 0, "", 0)] * (size - real)
         return Batch(
             encoded=[r[0] for r in rows],
             label=np.array([r[1] for r in rows], np.int64),
             key=[r[2] for r in rows],
             mask=np.arange(size) < real,
+            epoch=np.array([r[3] for r in rows], np.int64),
         )

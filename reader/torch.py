@@ -26,7 +26,7 @@ import torch
 from reader import handover
 from reader.mixture import Mixture
 from reader.options import ReadOptions
-from reader.read import draw_seed, merge, resolve
+from reader.read import merge, resolve, start_state
 from reader.state import ReadState
 from schemas.images import DALI_FORMATS
 
@@ -102,18 +102,8 @@ class TorchReader(torch.utils.data.IterableDataset):
         # (image, label) tuples are made here, from the backends' dicts
         self.as_supervised = o.as_supervised
         o = dataclasses.replace(o, as_supervised=False)
-        if state is None:
-            # the read as a state from its start, so that state_dict() can say where it
-            # stands (an unseeded read draws its seed once, here, not in the pipeline)
-            seeded = o.shuffles(split) or o.random_crop
-            if o.seed is None and seeded and (o.start_step or o.start_epoch):
-                raise ValueError(
-                    "start_step and start_epoch resume a seeded read: pass the seed of the "
-                    "run being resumed, or its state (state=, load_state_dict)"
-                )
-            seed = draw_seed() if o.seed is None else o.seed
-            state = ReadState(seed, batch_size, epoch=o.start_epoch, step=o.start_step)
-            o = dataclasses.replace(o, start_epoch=0, start_step=0)
+        if state is None:  # the read as a state from its start: state_dict() says where
+            state, o = start_state(o, split, batch_size)
         self.layout, self.options = layout, o
         self._args = (data_dir, split, batch_size, o)
         self._reader, self._built_by = None, None

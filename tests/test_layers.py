@@ -150,12 +150,14 @@ READER_FLOORS = {
     "reader/pydecode.py": 3,
     "reader/decode.py": 3,
     "reader/source.py": 3,
-    "reader/pipeline.py": 4,  # the faces
-    "reader/dali.py": 4,
-    "reader/torch.py": 4,
-    "reader/handover.py": 4,
-    "reader/__init__.py": 4,
-    "reader/__main__.py": 4,
+    "reader/preprocess.py": 4,  # preprocessing: the Python route's process pool
+    "reader/pipeline.py": 5,  # the faces
+    "reader/dali.py": 5,
+    "reader/torch.py": 5,
+    "reader/arrays.py": 5,
+    "reader/handover.py": 5,
+    "reader/__init__.py": 5,
+    "reader/__main__.py": 5,
 }
 # which modules may import each engine
 ENGINES = {

@@ -14,6 +14,7 @@ RUNS = 1  # the order of an epoch's runs (reader.order.plan)
 WINDOW = 2  # the permutation of a window of records (reader.order.plan)
 CUTS = 3  # where each file is cut into runs (reader.order.plan)
 MIX = 4  # each source's offset in a mixing schedule (reader.order.mix)
+AUGMENT = 5  # an example's augmentations and transform rng (reader.preprocess)
 
 _MASK64 = (1 << 64) - 1
 

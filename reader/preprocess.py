@@ -1,0 +1,237 @@
+"""Python preprocessing in worker processes: each image decoded once, a user's transform
+run on it (once a view), the batches back in read order through shared memory.
+
+The order is computed before preprocessing (``reader.source``); the pool maps the
+numbered batches and they come back by number, so the output order is the read order
+for any number of processes. Every random choice a transform makes draws from the rng
+``example_rng(seed, key, epoch, view)`` gives (the order's keyed hash, purpose
+``AUGMENT``), never from a process's own state: so the output is byte-identical for any
+number of processes, after a resume at any step and after an elastic resize, and a
+``ReadState`` needs nothing new.
+
+Processes start with forkserver (spawn where there is none): a TensorFlow runtime
+cannot be forked. A batch's arrays of one shape are stacked by the process into one
+shared memory block a field, which the reader copies out and unlinks; other values
+(strings, dicts, arrays of other shapes) come pickled, as lists.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import hashlib
+import io
+import multiprocessing
+import os
+import pickle
+from concurrent.futures.process import BrokenProcessPool
+from multiprocessing import shared_memory
+
+import numpy as np
+
+from reader.order.draws import AUGMENT, draws
+
+
+class TransformError(RuntimeError):
+    """A user's transform failed: one line naming the function and the example."""
+
+
+def example_rng(seed: int, key: str, epoch: int, view: int) -> np.random.Generator:
+    """The rng of one view of one example in one epoch: the same on every machine, in
+    every process, after any resume."""
+    digest = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little")
+    word = int(draws(1, seed, AUGMENT, digest, epoch, view)[0])
+    return np.random.Generator(np.random.PCG64(word))
+
+
+def check_transform(transform) -> bytes:
+    """The transform, pickled for the worker processes; refused now when it cannot be
+    (a lambda, a local function), not in a process later."""
+    if transform is not None and not callable(transform):
+        raise TypeError(f"transform must be a function fn(example, rng) -> dict, got {transform!r}")
+    try:
+        return pickle.dumps(transform)
+    except Exception as e:  # noqa: BLE001 - pickling can fail in many ways
+        raise TypeError(
+            f"transform {getattr(transform, '__qualname__', transform)!r} cannot be sent to "
+            f"worker processes ({type(e).__name__}: {e}): define it at the top level of a "
+            "module (not a lambda or a local function), or pass num_processes=0"
+        ) from None
+
+
+class Preprocess:
+    """Maps batches of encoded images through decode and the transform, in ``processes``
+    worker processes (0: in this process), keeping their order.
+
+    Args:
+        transform: ``fn(example, rng) -> dict`` or None (decode only).
+        processes: worker processes; 0 runs everything here.
+        channels: 1, 3 or 4.
+        image_size: (height, width) an output ``image`` array is resized to, or None.
+        seed: the read's seed (the rngs derive from it).
+        views: transforms of each decoded image.
+    """
+
+    def __init__(self, transform, processes: int, channels, image_size, seed, views=1):
+        self.transform = transform
+        self.config = (channels, image_size, seed, views)
+        self.processes = processes
+        self.decoded = 0  # images decoded (tests count them: one a record, whatever views)
+
+    def map(self, batches):
+        """Outputs of ``batches`` (``reader.source.Batch``), in order: dicts of stacked
+        arrays or lists, with ``key``, ``view``, ``epoch``, ``mask``."""
+        if self.processes == 0:
+            _WORKER.update(transform=self.transform, config=self.config)
+            for batch in batches:
+                yield self._collect(_run(_task(batch)))
+            return
+        methods = multiprocessing.get_all_start_methods()
+        context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+        pool = concurrent.futures.ProcessPoolExecutor(
+            self.processes,
+            context,
+            initializer=_init,
+            initargs=(check_transform(self.transform), self.config),
+        )
+        pending: collections.deque = collections.deque()
+        try:
+            for number, batch in enumerate(batches):
+                pending.append((number, pool.submit(_run, _task(batch))))
+                if len(pending) >= 2 * self.processes:  # bounded: 2 batches a process
+                    yield self._collect(self._result(*pending.popleft()))
+            while pending:
+                yield self._collect(self._result(*pending.popleft()))
+        finally:
+            for _, future in pending:
+                future.cancel()
+            for _, future in pending:  # blocks handed over but never read: unlink them
+                if future.done() and not future.cancelled() and future.exception() is None:
+                    _release(future.result())
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    @staticmethod
+    def _result(number: int, future):
+        try:
+            return future.result()
+        except BrokenProcessPool:
+            raise RuntimeError(
+                f"a preprocessing process died (killed, or out of memory?) while batch "
+                f"{number} of this read was transformed: the read stops here"
+            ) from None
+
+    def _collect(self, done: dict) -> dict:
+        self.decoded += done.pop("decoded")
+        out = dict(done.pop("lists"))
+        for name, (block, shape, dtype) in done.pop("arrays").items():
+            memory = shared_memory.SharedMemory(block)
+            try:
+                out[name] = np.ndarray(shape, dtype, memory.buf).copy()
+            finally:
+                memory.close()
+                memory.unlink()
+        return out
+
+
+def _task(batch) -> tuple:
+    return (
+        [bytes(e) for e in batch.encoded],
+        batch.label.tolist(),
+        list(batch.key),
+        batch.epoch.tolist(),
+        batch.mask.tolist(),
+    )
+
+
+_WORKER: dict = {}
+
+
+def _init(payload: bytes, config: tuple) -> None:
+    _WORKER["transform"] = pickle.loads(payload)
+    _WORKER["config"] = config
+
+
+def _run(task: tuple) -> dict:
+    """One batch in a worker: each image decoded once, each view transformed."""
+    transform = _WORKER["transform"]
+    channels, image_size, seed, views = _WORKER["config"]
+    rows = []
+    for encoded, label, key, epoch, real in zip(*task):
+        image = _decode(encoded, channels)
+        for view in range(views):
+            example = {"image": image if views == 1 else image.copy(), "label": label}
+            example.update(key=key, epoch=epoch, view=view)
+            if transform is not None:
+                try:
+                    example = dict(transform(example, example_rng(seed, key, epoch, view)))
+                except Exception as e:  # noqa: BLE001 - the user's code: said in one line
+                    name = getattr(transform, "__qualname__", repr(transform))
+                    raise TransformError(
+                        f"transform {name} failed on key {key!r} (epoch {epoch}, view {view}): "
+                        f"{type(e).__name__}: {e}".replace("\n", " ")
+                    ) from None
+                example.setdefault("key", key)
+                example.setdefault("view", view)
+            if image_size is not None and isinstance(example.get("image"), np.ndarray):
+                example["image"] = _resize(example["image"], image_size)
+            example["mask"] = real
+            example.setdefault("epoch", epoch)
+            rows.append(example)
+    return {**_stack(rows), "decoded": len(task[0])}
+
+
+def _stack(rows: list[dict]) -> dict:
+    """Fields whose values are arrays of one shape and dtype (or numbers) go stacked into
+    shared memory; the others as lists."""
+    arrays, lists = {}, {}
+    for name in rows[0]:
+        values = [row.get(name) for row in rows]
+        if all(isinstance(v, (bool, int, float, np.number, np.ndarray)) for v in values):
+            values = [np.asarray(v) for v in values]
+            if len({(v.shape, v.dtype.str) for v in values}) == 1 and values[0].dtype != object:
+                stacked = np.stack(values)
+                block = shared_memory.SharedMemory(create=True, size=max(stacked.nbytes, 1))
+                np.ndarray(stacked.shape, stacked.dtype, block.buf)[...] = stacked
+                arrays[name] = (block.name, stacked.shape, stacked.dtype.str)
+                block.close()  # the reader unlinks it
+                continue
+        lists[name] = values
+    return {"arrays": arrays, "lists": lists}
+
+
+def _release(done: dict) -> None:
+    for block, _, _ in done["arrays"].values():
+        memory = shared_memory.SharedMemory(block)
+        memory.close()
+        memory.unlink()
+
+
+def _decode(encoded: bytes, channels: int) -> np.ndarray:
+    """The image's pixels, uint8 HWC with ``channels`` (Pillow; as the readers decode:
+    no EXIF rotation, a GIF's first frame)."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(encoded)) as im:
+        im = im.convert({1: "L", 3: "RGB", 4: "RGBA"}[channels])
+        pixels = np.asarray(im)
+    return pixels[..., None] if channels == 1 else pixels
+
+
+def _resize(image: np.ndarray, size) -> np.ndarray:
+    height, width = size
+    if image.shape[:2] == (height, width):
+        return image
+    from PIL import Image
+
+    squeeze = image.ndim == 3 and image.shape[2] == 1
+    im = Image.fromarray(image[..., 0] if squeeze else image)
+    out = np.asarray(im.resize((width, height), Image.BILINEAR))
+    return out[..., None] if squeeze else out
+
+
+def default_processes() -> int:
+    """Worker processes by default: the cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1

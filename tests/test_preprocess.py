@@ -1,0 +1,176 @@
+"""The Python route (issue 29): NumpyReader decodes each record once in worker processes,
+runs a user's transform with an rng of (seed, key, epoch, view), and keeps the read's
+order and its guarantees: the same bytes for any number of processes and after a resume;
+errors and a killed process are one line, never a hang."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import numpy as np
+import pytest
+from conftest import run_convert
+
+import reader
+from evenshard import synthetic
+from reader.preprocess import example_rng
+
+B = 8
+OPTS = dict(image_size=(12, 12), seed=4, epochs=2, shuffle_buffer=16, cycle_length=4)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """60 images (PNG and JPEG) in 4 train shards."""
+    root = tmp_path_factory.mktemp("pre") / "images"
+    synthetic.make_image_folder(str(root), num_labels=3, per_label=20, formats=("png", "jpeg"))
+    out = str(tmp_path_factory.mktemp("pre_out") / "ds")
+    run_convert(str(root), out, "--splits=train=1.0", "--num_shards=4")
+    return out
+
+
+def augment(example, rng):
+    """Flip half the time and add noise: every byte depends on the rng."""
+    draw = rng.random()
+    image = example["image"][:, ::-1] if draw < 0.5 else example["image"]
+    noise = rng.integers(0, 4, size=image.shape, dtype=np.uint8)
+    return {**example, "image": image + noise, "flip": draw, "meta": {"k": 1}}
+
+
+def fails_on_one(example, rng):
+    if example["key"].endswith("img_00003.png"):
+        raise ValueError("no good\nsecond line")
+    return example
+
+
+def dies_on_one(example, rng):
+    if example["key"].endswith("img_00003.png"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return example
+
+
+def batches(data, processes, **kw):
+    return list(
+        reader.NumpyReader(
+            data, "train", B, transform=augment, num_processes=processes, **{**OPTS, **kw}
+        )
+    )
+
+
+def same(a: list[dict], b: list[dict]) -> bool:
+    return len(a) == len(b) and all(
+        x["key"] == y["key"]
+        and np.array_equal(x["image"], y["image"])
+        and np.array_equal(x["flip"], y["flip"])
+        for x, y in zip(a, b)
+    )
+
+
+def test_the_output_is_byte_identical_for_any_number_of_processes(data):
+    one = batches(data, 1)
+    assert len(one) == -(-60 // B) * 2 - 1  # 2 epochs of 60, batches across the boundary
+    assert one[0]["image"].shape == (B, 12, 12, 3) and one[0]["image"].dtype == np.uint8
+    assert one[0]["meta"] == [{"k": 1}] * B  # other values come as lists
+    for k in (0, 2, 3):
+        assert same(batches(data, k), one), k
+
+
+def test_the_read_order_is_make_datasets_and_the_rng_is_the_examples(data):
+    got = batches(data, 2)
+    want = reader.make_dataset(data, "train", B, decode=False, **OPTS)
+    assert [k for b in got for k in b["key"]] == [
+        k.decode() for b in want for k in b["key"].numpy()
+    ]
+    first = got[0]
+    rng = example_rng(OPTS["seed"], first["key"][0], int(first["epoch"][0]), 0)
+    assert first["flip"][0] == rng.random()  # the transform's first draw
+    # a new epoch draws anew: the same key's flips differ between epochs for some keys
+    flips = {}
+    for b in got:
+        for k, e, f in zip(b["key"], b["epoch"], b["flip"]):
+            flips.setdefault(k, {})[int(e)] = f
+    assert any(v[0] != v[1] for v in flips.values())
+
+
+@pytest.mark.parametrize("step", [3, 7, 8])  # mid-epoch, the batch across the epoch boundary
+def test_a_resumed_read_transforms_as_the_uninterrupted_one(data, step):
+    whole = reader.NumpyReader(data, "train", B, transform=augment, num_processes=2, **OPTS)
+    batches_whole = list(whole)
+    saved = reader.NumpyReader(data, "train", B, transform=augment, num_processes=2, **OPTS)
+    it = iter(saved)
+    for _ in range(step):
+        next(it)
+    state = saved.state_dict()
+    it.close()
+    resumed = reader.NumpyReader(data, "train", B, transform=augment, num_processes=1, **OPTS)
+    resumed.load_state_dict(state)
+    assert same(list(resumed), batches_whole[step:])
+
+
+def test_an_elastic_resume_transforms_each_example_as_before(data):
+    """Saved by 3 workers, resumed by 2: each (key, epoch) gets the same bytes."""
+
+    def by_key(bs):
+        return {
+            (k, int(e)): im.tobytes()
+            for b in bs
+            for k, e, im in zip(b["key"], b["epoch"], b["image"])
+        }
+
+    whole = {}
+    for w in range(3):
+        whole.update(by_key(batches(data, 1, num_workers=3, worker_index=w)))
+    state = reader.ReadState(seed=OPTS["seed"], batch_size=B, step=2, num_workers=3)
+    for j in range(2):
+        r = reader.NumpyReader(
+            data,
+            "train",
+            B,
+            transform=augment,
+            num_processes=1,
+            state=state,
+            num_workers=2,
+            worker_index=j,
+            **{k: v for k, v in OPTS.items() if k != "seed"},
+        )
+        for key, image in by_key(r).items():
+            assert whole[key] == image, key
+
+
+def test_views_come_from_one_decode_and_share_a_batch(data):
+    r = reader.NumpyReader(data, "train", B, transform=augment, views=2, num_processes=2, **OPTS)
+    got = list(r)
+    assert r.decoded == 60 * 2  # once a record an epoch, whatever the views
+    for b in got:
+        assert list(b["view"]) == [0, 1] * (B // 2)
+        assert b["key"][0::2] == b["key"][1::2]
+        assert not np.array_equal(b["image"][0], b["image"][1])  # two draws
+    assert sum(int(b["mask"].sum()) for b in got) == 60 * 2 * 2
+    with pytest.raises(ValueError, match="multiple of views=3"):
+        reader.NumpyReader(data, "train", B, views=3, **OPTS)
+
+
+def test_a_failing_transform_is_one_line_naming_the_key_and_the_function(data):
+    r = reader.NumpyReader(data, "train", B, transform=fails_on_one, num_processes=2, **OPTS)
+    with pytest.raises(RuntimeError) as raised:
+        list(r)
+    message = str(raised.value)
+    assert "\n" not in message and "fails_on_one" in message and "img_00003.png" in message
+    assert "ValueError: no good second line" in message
+
+
+def test_a_killed_process_is_one_line_never_a_hang(data):
+    r = reader.NumpyReader(data, "train", B, transform=dies_on_one, num_processes=2, **OPTS)
+    with pytest.raises(RuntimeError, match="a preprocessing process died"):
+        list(r)
+
+
+def test_a_transform_that_cannot_be_sent_is_refused_when_the_reader_is_built(data):
+    with pytest.raises(TypeError, match="cannot be sent to worker processes"):
+        reader.NumpyReader(data, "train", B, transform=lambda ex, rng: ex, **OPTS)
+    # in this process (num_processes=0) a lambda is fine: nothing is sent
+    here = reader.NumpyReader(
+        data, "train", B, transform=lambda ex, rng: ex, num_processes=0, **OPTS
+    )
+    assert len(list(here)) == len(here)
