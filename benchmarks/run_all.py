@@ -38,6 +38,7 @@ BENCHES = (
     "scale",
     "dask",
     "bucket",
+    "preprocess",
 )
 
 
