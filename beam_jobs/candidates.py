@@ -16,7 +16,6 @@ import json
 import os
 
 from beam_jobs import paths
-from beam_jobs.options import Job
 from beam_jobs.records import Candidate, Reject, make_reject
 from schemas.images import IMAGE_EXTENSIONS
 from schemas.layout import MAX_SPLIT_NAME, SPLIT_NAME_RE
@@ -144,19 +143,14 @@ def _line_by_line(first: int, lines: list[str], problem: str):
 
 @dataclasses.dataclass(frozen=True)
 class CandidateRules:
-    """The job's rules for inputs: its roots, record kind, vocabulary and group column."""
+    """The job's rules for inputs: its roots (resolved: ``Job.input_root``,
+    ``Job.path_root``), record kind, ``--labels`` vocabulary and group column."""
 
     root: str
     path_root: str | None
     kind: str
     vocabulary: frozenset[str] | None
     group_by: str | None
-
-    @classmethod
-    def of(cls, job: Job) -> CandidateRules:
-        vocabulary = frozenset(job.vocabulary) if job.vocabulary else None
-        o = job.options
-        return cls(job.input_root, job.path_root, o.record_kind, vocabulary, o.group_by)
 
     def file(self, source: str) -> Candidate | Reject:
         """A file of an image folder: its label is its first-level sub-folder."""

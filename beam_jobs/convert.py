@@ -1,18 +1,21 @@
 """convert: image folder or manifest -> shuffled, split, balanced TFRecord shards.
 
-``beam_jobs.preflight`` resolves what every step needs once, in the driver
-(a frozen ``Job``); ``build`` only wires composite transforms, each concept
-in its own module (sources, inspect_images, split, order, write, finalize). Element
-shapes between the steps are in the comments.
+The driver, one way: the flags (convert's own, then Beam's, an unknown one an
+error), the runner, the frozen ``Job`` (every path resolved once, the inputs
+checked: ``beam_jobs.preflight``), the output folder (``beam_jobs.output``),
+the pipeline (``beam_jobs.steps.build`` wires its composite transforms) run,
+and the dataset info it wrote.
 """
 
 from __future__ import annotations
 
 import contextlib
 import difflib
+import functools
 import logging
 
-from beam_jobs.options import ConvertOptions, Job, UserError, parse_args
+from beam_jobs.job import Job
+from beam_jobs.options import ConvertOptions, UserError, parse_args
 from schemas import layout
 
 log = logging.getLogger(__name__)
@@ -87,48 +90,6 @@ def _flag_names(beam_known: dict) -> list[str]:
     return sorted({*own, *beam_known})
 
 
-def build(pipeline, job: Job):
-    """Wires the conversion onto ``pipeline``; returns the PCollection of the dataset info."""
-    import apache_beam as beam
-
-    from beam_jobs.finalize import Finalize, RejectGate, WriteRejects
-    from beam_jobs.inspect_images import InspectImages
-    from beam_jobs.order import OrderAndShard, PlanShards
-    from beam_jobs.sources import ReadInputs
-    from beam_jobs.split import AssignSplits
-    from beam_jobs.vocabulary import Vocabulary
-    from beam_jobs.write import WriteShards
-
-    o = job.options
-    inputs = pipeline | "ReadInputs" >> ReadInputs(job)
-    # Candidate -> Image | Reject
-    inspected = inputs["main"] | "InspectImages" >> InspectImages(job)
-    images = inspected["main"]
-    rejected = [inputs["rejects"], inspected["rejects"]]
-    if o.dedupe == "content":
-        from beam_jobs.dedupe import DedupeContent
-
-        unique = images | "DedupeContent" >> DedupeContent(job.input_root)
-        images = unique["main"]
-        rejected.append(unique["rejects"])
-    rejects = tuple(rejected) | "AllRejects" >> beam.Flatten()
-    reject_summary = rejects | "WriteRejects" >> WriteRejects(o.output_dir)
-    gate = pipeline | "RejectGate" >> RejectGate(
-        o.max_reject_fraction, inputs["inputs"], reject_summary
-    )
-    vocab = images | "Vocabulary" >> Vocabulary(job.vocabulary)
-    # Image -> (split, Image)
-    split_images = images | "AssignSplits" >> AssignSplits(job)
-    plan = split_images | "PlanShards" >> PlanShards(job)
-    # (split, Image) -> ((split, shard), [Image] in order)
-    sharded = split_images | "OrderAndShard" >> OrderAndShard(job, plan)
-    # -> shard info dicts | Reject (an input that changed since inspection)
-    written = sharded | "WriteShards" >> WriteShards(job, plan, vocab, gate)
-    return pipeline | "Finalize" >> Finalize(
-        job, written["main"], plan, vocab, gate, reject_summary, written["rejects"]
-    )
-
-
 def run(argv: list[str] | None = None, pipeline=None) -> dict:
     """Runs a conversion from command-line flags; returns the parsed dataset_info.json.
 
@@ -155,34 +116,79 @@ def run(argv: list[str] | None = None, pipeline=None) -> dict:
 
 
 def convert(options: ConvertOptions, pipeline_args: list[str], pipeline=None) -> dict:
-    """Runs a conversion of parsed options; see :func:`run`."""
+    """Runs a conversion of parsed options; see :func:`run`.
+
+    In the driver, in order: the runner and Beam's flags, the Job (its paths
+    resolved by ``Job.of``, its inputs checked by ``preflight``), the output
+    folder claimed (``output.claim``), the pipeline built (``steps.build``) and
+    run, and the dataset info it wrote.
+    """
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import TestOptions
 
-    from beam_jobs.preflight import has_at_least, preflight
+    from beam_jobs import output
+    from beam_jobs.preflight import preflight
     from beam_jobs.runners import (
         MULTI_PROCESSING_FROM,
         describe,
         gcp_credentials,
+        has_at_least,
         lean_malloc,
         local_default,
         resolve_runner,
     )
-
-    def many() -> bool:
-        return has_at_least(options, MULTI_PROCESSING_FROM)
+    from beam_jobs.steps import build
+    from schemas.info import parse_info
 
     lean_malloc()
+    resolved = Job.of(options)  # every path, once; nothing is read yet
     urls = [options.input, options.output_dir, options.labels_file]
+    many = functools.partial(has_at_least, resolved, MULTI_PROCESSING_FROM)
     with gcp_credentials(urls), resolve_runner(local_default(pipeline_args, many)) as pipeline_args:
         beam_options = pipeline_options(pipeline_args)
         # the driver's own file system calls (preflight, the output folder) see the
         # run's flags too (--s3_endpoint_url, say), as the pipeline's do
         FileSystems.set_options(beam_options)
-        offline = bool(beam_options.view_as(TestOptions).dry_run)
-        result = _run(preflight(options, offline), beam_options, pipeline)
-        result["runner"] = describe(beam_options)  # for the summary; not in the file
-        return result
+        dry_run = bool(beam_options.view_as(TestOptions).dry_run)
+        job = preflight(resolved, offline=dry_run)
+        if pipeline is None:
+            pipeline = _pipeline(beam_options)
+        with output.claim(job, dry_run):  # a refusal the run wrote is raised as it ends
+            build(pipeline, job)
+            result = _run(pipeline)
+        if dry_run:
+            _write_job_file(result, beam_options)
+            return {
+                "dry_run": True,
+                "steps": [t.full_label for t in pipeline.transforms_stack[0].parts],
+            }
+        path = layout.join(job.output_dir, layout.INFO_FILE)
+        with FileSystems.open(path) as f:
+            info = parse_info(f.read(), path)
+        info["runner"] = describe(beam_options)  # for the summary; not in the file
+        return info
+
+
+def _pipeline(beam_options):
+    """A Beam pipeline of ``beam_options``; Beam's own checks of them as UserErrors."""
+    import apache_beam as beam
+
+    try:
+        return beam.Pipeline(options=beam_options)
+    except ValueError as e:  # Beam's option validation (Dataflow's project ID, ...)
+        raise UserError(" ".join(str(e).split())) from None
+
+
+def _run(pipeline):
+    """Runs ``pipeline`` to its end; returns its result."""
+    result = pipeline.run()
+    try:
+        result.wait_until_finish()
+    finally:
+        client = getattr(result, "client", None)  # the DaskRunner's; its cluster may stop
+        if client is not None:
+            client.close()
+    return result
 
 
 def _write_job_file(result, beam_options) -> None:
@@ -211,45 +217,3 @@ def _write_job_file(result, beam_options) -> None:
         )
         with FileSystems.create(path) as f:
             f.write(text.encode("utf-8"))
-
-
-def _run(job: Job, beam_options, pipeline) -> dict:
-    from apache_beam.io.filesystems import FileSystems
-    from apache_beam.options.pipeline_options import TestOptions
-
-    from beam_jobs import output
-    from beam_jobs.finalize import DatasetRefused
-    from schemas.info import parse_info
-
-    dry_run = beam_options.view_as(TestOptions).dry_run
-    if pipeline is None:
-        import apache_beam as beam
-
-        try:
-            pipeline = beam.Pipeline(options=beam_options)
-        except ValueError as e:  # Beam's option validation (Dataflow's project ID, ...)
-            raise UserError(" ".join(str(e).split())) from None
-    build(pipeline, job)
-    if dry_run:
-        output.check_not_an_input(job)
-        result = pipeline.run()
-        result.wait_until_finish()
-        _write_job_file(result, beam_options)
-        return {
-            "dry_run": True,
-            "steps": [t.full_label for t in pipeline.transforms_stack[0].parts],
-        }
-    with output.claim(job):
-        result = pipeline.run()
-        try:
-            result.wait_until_finish()
-        finally:
-            client = getattr(result, "client", None)  # the DaskRunner's; its cluster may stop
-            if client is not None:
-                client.close()
-    refused = DatasetRefused.of_run(job.options.output_dir)
-    if refused is not None:  # raised here, never in a worker (one line on every runner)
-        raise refused
-    path = layout.join(job.options.output_dir, layout.INFO_FILE)
-    with FileSystems.open(path) as f:
-        return parse_info(f.read(), path)

@@ -22,7 +22,6 @@ from apache_beam.metrics import Metrics
 
 from beam_jobs import paths
 from beam_jobs.dead_letters import SplitRejects
-from beam_jobs.options import Job
 from beam_jobs.paths import open_binary, read_bytes
 from beam_jobs.records import Candidate, Image, make_reject
 from schemas import storage, stores
@@ -195,17 +194,29 @@ def _regular_file_size(source: str) -> int:
 
 
 class InspectImages(beam.PTransform):
-    """Candidate -> {main: Image, rejects: Reject}, by the job's ``--verify``, size limits
-    and ``--dedupe`` (relative ``Candidate.source`` values are under its input root)."""
+    """Candidate -> {main: Image, rejects: Reject}.
 
-    def __init__(self, job: Job):
+    ``verify``: "full" decodes every image, "header" parses the header only;
+    files over ``max_image_mb`` (10**6 bytes a MB) or images over
+    ``max_image_pixels`` are ``too_large``; ``hash_content``: sha256 of each
+    file (``--dedupe content``). Relative ``Candidate.source`` values are under
+    ``source_root``.
+    """
+
+    def __init__(
+        self,
+        verify: str,
+        max_image_pixels: int,
+        max_image_mb: float,
+        source_root: str | None,
+        hash_content: bool = False,
+    ):
         super().__init__()
-        o = job.options
-        self._hash = o.dedupe == "content"
-        self._verify = o.verify
-        self._max_pixels = o.max_image_pixels
-        self._root = job.input_root
-        self._max_bytes = int(o.max_image_mb * 10**6)
+        self._hash = hash_content
+        self._verify = verify
+        self._max_pixels = max_image_pixels
+        self._root = source_root
+        self._max_bytes = int(max_image_mb * 10**6)
 
     def expand(self, candidates):
         # Candidate -> Image | Reject

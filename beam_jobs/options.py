@@ -155,23 +155,9 @@ class ConvertOptions:
     def split_names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.splits)
 
-
-@dataclasses.dataclass(frozen=True)
-class Job:
-    """One conversion, resolved once in the driver (``preflight.preflight``): all the steps need.
-
-    Attributes:
-        options: the validated flags.
-        input_root: the folder keys and relative sources are measured from
-            (the image folder, or the manifest's folder), normalized.
-        path_root: path kind: the root stored paths are relative to; else None.
-        vocabulary: the ``--labels`` vocabulary in order, or None.
-    """
-
-    options: ConvertOptions
-    input_root: str
-    path_root: str | None = None
-    vocabulary: tuple[str, ...] | None = None
+    @property
+    def split_fractions(self) -> tuple[float, ...]:
+        return tuple(fraction for _, fraction in self.splits)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -19,6 +19,8 @@ Rules (docs/convert.md#output-folder):
   pattern. A folder is convert's when it holds the marker file (written
   first) or a finished dataset. Files of convert's names in a folder that is
   not convert's are the user's: the job refuses.
+- A run refused for its inputs leaves its one line in ``.incomplete/``
+  (``finalize.refuse``); the claim raises it as it ends (``DatasetRefused``).
 """
 
 from __future__ import annotations
@@ -29,8 +31,13 @@ import logging
 import os
 import socket
 
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
 from beam_jobs import paths
-from beam_jobs.options import Job, UserError
+from beam_jobs.finalize import DatasetRefused
+from beam_jobs.job import Job
+from beam_jobs.options import UserError
 from schemas import layout, storage
 
 log = logging.getLogger(__name__)
@@ -49,23 +56,20 @@ def check_not_an_input(job: Job) -> None:
     folder and the real folders its symlinked label folders lead to, the
     manifest's folder, and any folder holding the ``--labels`` file."""
     o = job.options
-    out = _real(paths.normalize_root(o.output_dir))
-    if not o.is_manifest:
+    out = _real(job.output_dir)
+    if job.manifest is None:
         for folder, via in _input_folders(job.input_root):
             if _inside(folder, out):
                 raise UserError(
                     f"--output_dir {o.output_dir} lies inside the input folder "
                     f"{job.input_root}{via}; choose a folder outside it"
                 )
-    if o.is_manifest and _real(paths.normalize_root(paths.posix_dirname(o.input))) == out:
+    elif _real(job.input_root) == out:
         raise UserError(
             f"--output_dir {o.output_dir} holds the --input file {o.input}; choose another "
             "folder (convert writes labels.txt, schema.pbtxt and rejects/ there)"
         )
-    labels_folder = o.labels_file and _real(
-        paths.normalize_root(paths.posix_dirname(o.labels_file))
-    )
-    if labels_folder and _inside(out, labels_folder):
+    if job.labels_folder and _inside(out, _real(job.labels_folder)):
         raise UserError(
             f"--output_dir {o.output_dir} holds the --labels file {o.labels_file}; choose "
             "another folder (convert writes labels.txt, schema.pbtxt and rejects/ there)"
@@ -90,16 +94,23 @@ def _input_folders(root: str) -> list[tuple[str, str]]:
 
 
 @contextlib.contextmanager
-def claim(job: Job):
-    """Checks, locks and prepares the output folder for the job; unlocks when it ends.
+def claim(job: Job, dry_run: bool = False):
+    """Checks, locks and prepares the output folder for the job's run; unlocks when the
+    run ends, and raises the refusal it wrote, if any (here, in the driver, never in a
+    worker: one line on every runner). ``dry_run``: nothing is written, so only the
+    inputs are kept out of the folder.
 
     Raises:
         UserError: the folder holds the inputs, is not writable, is locked by
             a running convert, holds a finished dataset (without
             ``--overwrite``) or files of convert's names that it did not write.
+        DatasetRefused: the run ended without a dataset because of its inputs.
     """
     check_not_an_input(job)
-    out = job.options.output_dir.rstrip("/")
+    if dry_run:
+        yield
+        return
+    out = job.output_dir
     lock = None
     try:
         if not paths.is_url(out):
@@ -111,12 +122,16 @@ def claim(job: Job):
     except OSError as e:
         raise UserError(f"--output_dir {out} cannot be written: {e.strerror or e}") from None
     try:
-        _prepare(job, out)
+        _prepare(out, job.incomplete_dir, job.options.overwrite)
         yield
     finally:
         if lock:
             with contextlib.suppress(OSError):
                 storage.remove_if(*lock)
+    refused = layout.join(out, layout.REFUSED_FILE)
+    if FileSystems.exists(refused):
+        with FileSystems.open(refused, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            raise DatasetRefused(f.read().decode("utf-8"))
 
 
 def _lock(out: str) -> tuple[str, int]:
@@ -162,7 +177,7 @@ def _holder(data: bytes) -> dict | None:
     return holder
 
 
-def _prepare(job: Job, out: str) -> None:
+def _prepare(out: str, incomplete: str, overwrite: bool) -> None:
     """Refuses a finished dataset without --overwrite and files that are not ours;
     removes what earlier runs wrote, by name; writes the marker.
 
@@ -170,13 +185,11 @@ def _prepare(job: Job, out: str) -> None:
     with some of its files missing, and a removal cut short is finished by
     the next run (the info still names what is left).
     """
-    from apache_beam.io.filesystems import FileSystems
-
     info = layout.join(out, layout.INFO_FILE)
     marker = layout.join(out, layout.MARKER_FILE)
     finished = FileSystems.exists(info)
     ours = finished or FileSystems.exists(marker)
-    if finished and not job.options.overwrite:
+    if finished and not overwrite:
         raise UserError(
             f"--output_dir {out} holds a finished dataset; pass --overwrite "
             "to replace it, or choose another folder"
@@ -190,7 +203,7 @@ def _prepare(job: Job, out: str) -> None:
                 f"{', ...' if len(claimed) > 5 else ''}); choose an empty or new folder"
             )
     else:
-        earlier = [p for p in owned_files(out) if FileSystems.exists(p)]
+        earlier = [p for p in owned_files(out, incomplete) if FileSystems.exists(p)]
         if earlier:
             log.warning("evenshard: removing %d files of an earlier run from %s", len(earlier), out)
             FileSystems.delete(earlier)
@@ -206,13 +219,12 @@ def _prepare(job: Job, out: str) -> None:
                 ", ".join(paths.relative_to(out, p) or p for p in kept[:5]),
             )
     if not FileSystems.exists(marker):
-        from beam_jobs.finalize import write_atomically
-
-        write_atomically(marker, b"evenshard convert writes this folder\n")
+        paths.write_atomically(marker, b"evenshard convert writes this folder\n")
 
 
-def owned_files(out: str) -> list[str]:
-    """The files earlier runs of convert wrote in ``out``, known by name, never by pattern.
+def owned_files(out: str, incomplete: str) -> list[str]:
+    """The files earlier runs of convert wrote in ``out``, known by name, never by pattern
+    (``incomplete``: its ``.incomplete/`` folder).
 
     - the shards and indexes a ``dataset_info.json`` lists (the info itself
       is removed last, by ``_prepare``);
@@ -221,8 +233,6 @@ def owned_files(out: str) -> list[str]:
     - the files of fixed name (``schema.pbtxt``, ``labels.txt``,
       ``rejects/rejects.jsonl``) and their temp files (``NAME.tmp-<32 hex>``).
     """
-    from apache_beam.io.filesystems import FileSystems
-
     from schemas.info import DatasetError, parse_info
 
     names: list[str] = []
@@ -237,7 +247,6 @@ def owned_files(out: str) -> list[str]:
             for split in parsed["splits"].values():
                 for shard in split.get("shards", []):
                     names += [shard["file"], layout.index_name(shard["file"])]
-    incomplete = layout.join(out, layout.INCOMPLETE_DIR)
     for path in _matches(incomplete, ["*" + layout.OWNED_SUFFIX]):
         name = path.rsplit("/", 1)[-1].removesuffix(layout.OWNED_SUFFIX)
         if layout.is_shard_name(name):
@@ -252,7 +261,5 @@ def owned_files(out: str) -> list[str]:
 
 
 def _matches(folder: str, patterns) -> list[str]:
-    from apache_beam.io.filesystems import FileSystems
-
     found = FileSystems.match([layout.join(folder, p) for p in patterns])
     return sorted({m.path for r in found for m in r.metadata_list})

@@ -1,12 +1,15 @@
-"""Path arithmetic that works for local paths and Beam URLs (gs://...)."""
+"""Path arithmetic that works for local paths and Beam URLs (gs://...), and the writer's IO."""
 
 from __future__ import annotations
 
 import functools
+import gzip
+import io
 import os
 import posixpath
+import uuid
 
-from schemas import storage, stores
+from schemas import layout, storage, stores
 from schemas.storage import is_url
 
 if os.environ.get("EVENSHARD_GCP_ANONYMOUS"):  # a worker of a job the driver found anonymous
@@ -130,6 +133,22 @@ def folder_files(folder: str) -> list[str]:
     return sorted(m.path for m in FileSystems.match([folder + "/*"])[0].metadata_list)
 
 
+def write_atomically(path: str, data: bytes) -> None:
+    """Writes to a unique temp name beside ``path`` and renames it into place; in a
+    bucket (gs://, s3://), one put, which is atomic itself (and the empty file Beam's
+    S3 filesystem cannot create: a multipart upload of no parts)."""
+    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.filesystems import FileSystems
+
+    if stores.store(path):
+        storage.put(path, data)
+        return
+    tmp = layout.temp_name(path, uuid.uuid4().hex)
+    with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        f.write(data)
+    FileSystems.rename([tmp], [path])
+
+
 def read_bytes(path: str, size: int) -> bytes:
     """Up to ``size`` bytes of a file from its start.
 
@@ -171,3 +190,21 @@ def open_binary(path: str):
 
         return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
     return open(path, "rb")
+
+
+def open_text(path: str, errors: str = "strict") -> io.TextIOBase:
+    """A text stream of a manifest or labels file; ``.gz`` files are gunzipped.
+
+    Opened uncompressed and unzipped here: Beam's own decompressing stream
+    lacks what ``io.TextIOWrapper`` needs. ``errors="surrogateescape"`` keeps
+    bytes that are not UTF-8 as lone surrogates, which the row checks reject
+    (``bad_path``, ``bad_label``) row by row.
+    """
+    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.filesystems import FileSystems
+
+    raw = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    if path.lower().endswith(".gz"):
+        raw = gzip.GzipFile(fileobj=raw, mode="rb")
+    # utf-8-sig drops a BOM; newline="" lets csv handle CRLF line ends.
+    return io.TextIOWrapper(raw, encoding="utf-8-sig", errors=errors, newline="")

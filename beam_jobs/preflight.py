@@ -1,34 +1,35 @@
-"""Pre-flight: what the driver checks and resolves once, before any pipeline is built.
+"""Pre-flight: what the driver checks and reads once, before any pipeline is built.
 
-``preflight`` turns the parsed options into a frozen :class:`Job`: the input
-checked to exist (a manifest's header too), the root keys are measured from,
-the path root, and a ``--labels`` vocabulary. A mistake stops here, in the
-driver, as a :class:`UserError` naming the flag. Beam's FileSystems reads
+``preflight`` completes the frozen :class:`Job` whose paths ``Job.of``
+resolved: the input checked to exist (a manifest's header too), and a
+``--labels`` vocabulary read. A mistake stops here, in the driver, as a
+:class:`UserError` naming the flag. Beam's FileSystems reads
 URLs; no pipeline is involved.
 """
 
 from __future__ import annotations
 
 import csv
-import gzip
-import io
+import dataclasses
 import logging
 import os
 
-from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs import paths
 from beam_jobs.candidates import is_csv, manifest_columns
-from beam_jobs.options import ConvertOptions, Job, UserError
+from beam_jobs.job import Job
+from beam_jobs.options import ConvertOptions, UserError
+from beam_jobs.paths import open_text
 
 log = logging.getLogger(__name__)
 
 
-def preflight(options: ConvertOptions, offline: bool = False) -> Job:
-    """Checks the inputs and resolves the roots and the vocabulary, once.
+def preflight(job: Job, offline: bool = False) -> Job:
+    """Checks the inputs ``job`` names and reads its vocabulary, once: the Job complete.
 
     Args:
+        job: the Job of the options, its paths resolved (``Job.of``).
         offline: a dry run: checks that would reach a cloud store (an input
             or ``--labels`` file at a URL) are skipped, with one log line.
 
@@ -36,15 +37,12 @@ def preflight(options: ConvertOptions, offline: bool = False) -> Job:
         UserError: a missing input, a manifest without the needed columns, a
             bad ``--labels`` file.
     """
+    options = job.options
     skipped = []
     if offline and paths.is_url(options.input):
         skipped.append("--input exists and its columns")
     else:
-        check_input(options)
-    root = input_root(options)
-    path_root = None
-    if options.record_kind == "path":
-        path_root = paths.normalize_root(options.path_root) if options.path_root else root
+        check_input(options, job.input_root, job.manifest)
     vocabulary = None
     if options.labels_file and offline and paths.is_url(options.labels_file):
         skipped.append("--labels (the job is translated without a fixed vocabulary)")
@@ -52,18 +50,12 @@ def preflight(options: ConvertOptions, offline: bool = False) -> Job:
         vocabulary = tuple(load_vocabulary(options.labels_file))
     if skipped:
         log.warning("evenshard: dry run, cloud checks skipped: %s", "; ".join(skipped))
-    return Job(options, root, path_root, vocabulary)
+    return dataclasses.replace(job, vocabulary=vocabulary)
 
 
-def input_root(options: ConvertOptions) -> str:
-    """The folder keys and relative paths are measured from."""
-    if options.is_manifest:
-        return paths.normalize_root(paths.posix_dirname(options.input))
-    return paths.normalize_root(options.input)
-
-
-def check_input(options: ConvertOptions) -> list[str]:
-    """Checks the input exists (and a manifest's header) in the driver.
+def check_input(options: ConvertOptions, root: str, manifest: str | None) -> list[str]:
+    """Checks the input exists (and a manifest's header) in the driver: the image folder
+    ``root``, or ``manifest`` (both resolved; messages name ``--input`` as typed).
 
     Returns:
         The manifest's column names ([] for an image folder).
@@ -81,8 +73,7 @@ def check_input(options: ConvertOptions) -> list[str]:
                 f"--input {options.input}: {scheme}:// is not a file system Beam reads; give a "
                 "local path or a gs:// URL (s3:// with apache-beam[aws])"
             ) from None
-    if not options.is_manifest:
-        root = input_root(options)
+    if manifest is None:
         if paths.is_url(root):
             if not FileSystems.match([root + "/**"], limits=[1])[0].metadata_list:
                 raise UserError(f"--input: no files under {root}")
@@ -96,21 +87,21 @@ def check_input(options: ConvertOptions) -> list[str]:
         elif not any(files for _, _, files in os.walk(root, followlinks=True)):
             raise UserError(f"--input: folder {options.input!r} holds no files")
         return []
-    if not paths.is_url(options.input) and os.path.isdir(options.input):
+    if not paths.is_url(manifest) and os.path.isdir(manifest):
         raise UserError(
             f"--input: {options.input!r} is a folder, not a manifest file; "
             "give the folder without a manifest suffix, or a .csv/.jsonl file"
         )
-    if not FileSystems.exists(options.input):
+    if not FileSystems.exists(manifest):
         raise UserError(f"--input: manifest {options.input!r} does not exist")
     try:
-        with open_text(options.input, errors="surrogateescape") as f:
-            columns, has_rows = manifest_columns(options.input, f)
+        with open_text(manifest, errors="surrogateescape") as f:
+            columns, has_rows = manifest_columns(manifest, f)
     except (UnicodeDecodeError, OSError, EOFError, csv.Error) as e:
         raise UserError(f"--input: manifest {options.input} cannot be read: {e}") from None
     if not has_rows:
         raise UserError(f"--input: manifest {options.input} lists no inputs")
-    if not is_csv(options.input):
+    if not is_csv(manifest):
         return columns  # JSONL: each row is checked on its own (malformed_row)
     # Columns without a name (a spreadsheet's trailing empty columns) are ignored.
     named = [c for c in columns if c]
@@ -128,49 +119,6 @@ def check_input(options: ConvertOptions) -> list[str]:
             f"it has {', '.join(columns) or 'none'}"
         )
     return columns
-
-
-def has_at_least(options: ConvertOptions, n: int) -> bool:
-    """Whether the input lists at least ``n`` entries; stops counting at ``n``.
-
-    Cheap by construction: a walk or a read that ends early on large inputs.
-    URLs count as large (listing a bucket twice costs requests). Errors count
-    as small: preflight reports them properly.
-    """
-    if paths.is_url(options.input):
-        return True
-    count = 0
-    try:
-        if options.is_manifest:
-            lines = n + 1 if is_csv(options.input) else n  # a CSV's header is no input
-            with open_text(options.input) as f:
-                for line in f:
-                    count += bool(line.strip())
-                    if count >= lines:
-                        return True
-            return False
-        for _, _, files in os.walk(options.input, followlinks=True):
-            count += len(files)
-            if count >= n:
-                return True
-    except (OSError, UnicodeDecodeError, EOFError):
-        return False
-    return False
-
-
-def open_text(path: str, errors: str = "strict") -> io.TextIOBase:
-    """A text stream of a manifest or labels file; ``.gz`` files are gunzipped.
-
-    Opened uncompressed and unzipped here: Beam's own decompressing stream
-    lacks what ``io.TextIOWrapper`` needs. ``errors="surrogateescape"`` keeps
-    bytes that are not UTF-8 as lone surrogates, which the row checks reject
-    (``bad_path``, ``bad_label``) row by row.
-    """
-    raw = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
-    if path.lower().endswith(".gz"):
-        raw = gzip.GzipFile(fileobj=raw, mode="rb")
-    # utf-8-sig drops a BOM; newline="" lets csv handle CRLF line ends.
-    return io.TextIOWrapper(raw, encoding="utf-8-sig", errors=errors, newline="")
 
 
 def load_vocabulary(path: str) -> list[str]:

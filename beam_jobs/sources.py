@@ -19,8 +19,6 @@ from apache_beam.metrics import Metrics
 from beam_jobs import paths, walk
 from beam_jobs.candidates import CandidateRules, rows_of
 from beam_jobs.dead_letters import SplitRejects
-from beam_jobs.options import Job
-from beam_jobs.preflight import open_text
 from beam_jobs.records import Candidate, make_reject
 from schemas.progress import Progress
 
@@ -34,8 +32,8 @@ class _ListImageFolder(beam.DoFn):
     in one place (``follow``).
     """
 
-    def __init__(self, job: Job):
-        self._rules = CandidateRules.of(job)
+    def __init__(self, rules: CandidateRules):
+        self._rules = rules
         self._listed = Metrics.counter("evenshard", "files_listed")
 
     def process(self, item: tuple[str, str]):
@@ -97,8 +95,8 @@ def chunked(items, size: int = CHUNK):
 class _ReadManifest(beam.DoFn):
     """manifest path -> chunks of Candidate | Reject, a row each (blank lines are not inputs)."""
 
-    def __init__(self, job: Job):
-        self._rules = CandidateRules.of(job)
+    def __init__(self, rules: CandidateRules):
+        self._rules = rules
         self._rows = Metrics.counter("evenshard", "manifest_rows")
 
     def process(self, manifest: str):
@@ -106,7 +104,7 @@ class _ReadManifest(beam.DoFn):
 
     def _listing(self, manifest: str):
         progress = Progress("list", "rows")
-        with open_text(manifest, errors="surrogateescape") as f:
+        with paths.open_text(manifest, errors="surrogateescape") as f:
             for number, row in rows_of(manifest, f):
                 self._rows.inc()
                 progress.add()
@@ -186,15 +184,15 @@ class _ListFolder(beam.PTransform):
     """PBegin -> chunks of Candidate | Reject: the label folders walked in parallel,
     then the symlinks they hold followed in one place."""
 
-    def __init__(self, job: Job):
+    def __init__(self, rules: CandidateRules):
         super().__init__()
-        self._job = job
+        self._rules = rules
 
     def expand(self, pbegin):
-        lister = _ListImageFolder(self._job)
+        lister = _ListImageFolder(self._rules)
         walked = (
             pbegin
-            | "Start" >> beam.Create([self._job.input_root])
+            | "Start" >> beam.Create([self._rules.root])
             | "Folders" >> beam.FlatMap(walk.listing_work)
             | "SpreadFolders" >> beam.Reshuffle()
             | "Walk" >> beam.ParDo(lister)
@@ -210,37 +208,41 @@ class _ListFolder(beam.PTransform):
 
 
 class ReadInputs(beam.PTransform):
-    """PBegin -> {main: Candidate, rejects: Reject, inputs: count of all inputs}."""
+    """PBegin -> {main: Candidate, rejects: Reject, inputs: count of all inputs}.
 
-    def __init__(self, job: Job):
+    The rows of ``manifest``, or with none the image folder ``rules.root``, each
+    through ``rules``.
+    """
+
+    def __init__(self, rules: CandidateRules, manifest: str | None = None):
         super().__init__()
-        self._job = job
+        self._rules, self._manifest = rules, manifest
 
     def expand(self, pbegin):
-        o = self._job.options
+        manifest = self._manifest
         # -> [Candidate | Reject], in chunks (CHUNK)
-        if o.is_manifest:
+        if manifest is not None:
             chunks = (
                 pbegin
-                | "Start" >> beam.Create([o.input])
-                | "List" >> beam.ParDo(_ReadManifest(self._job))
+                | "Start" >> beam.Create([manifest])
+                | "List" >> beam.ParDo(_ReadManifest(self._rules))
             )
         else:
-            chunks = pbegin | "ListFolder" >> _ListFolder(self._job)
+            chunks = pbegin | "ListFolder" >> _ListFolder(self._rules)
         inputs = (
             chunks
             | "ChunkSize" >> beam.Map(len)
             | "CountInputs" >> beam.CombineGlobally(sum)  # 0 for an empty listing
         )
-        if not o.is_manifest:
+        if manifest is None:
             # Paths under one root are unique keys already: no dedupe, just spread.
             chunks = chunks | "Spread" >> beam.Reshuffle()
         listed = chunks | "Unchunk" >> beam.FlatMap(_items) | "SplitListing" >> SplitRejects()
-        if o.is_manifest:
+        if manifest is not None:
             # key -> [Candidate] -> the first; the GroupByKey also spreads the
             # listing's single bundle over workers. Then the same for the file
             # itself: one file under two spellings is one input, not two.
-            root = self._job.input_root
+            root = self._rules.root
             unique = (
                 listed["main"]
                 | "KeyByKey" >> beam.Map(lambda c: (c.key, c))
@@ -257,7 +259,7 @@ class ReadInputs(beam.PTransform):
             )
             candidates = files["main"]
             rejects = [listed["rejects"], unique["rejects"], files["rejects"]]
-            if o.group_by:
+            if self._rules.group_by:
                 # group -> [Candidate] -> one split a group (rows without a group value
                 # are groups of their own: they pass by)
                 grouped = (

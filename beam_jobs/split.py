@@ -16,7 +16,6 @@ from __future__ import annotations
 import apache_beam as beam
 
 from beam_jobs.fingerprint import fp
-from beam_jobs.options import Job
 from beam_jobs.rank import LABEL_BUCKET_BITS, ExactRank, top_bucket
 from beam_jobs.records import Image
 
@@ -47,15 +46,15 @@ def hash_split(image: Image, names: tuple[str, ...], cuts: list[int], split_seed
 
 
 class AssignSplits(beam.PTransform):
-    """Image -> (split, Image)."""
+    """Image -> (split, Image): to one of ``names`` by ``fractions`` (``mode`` "hash" or
+    "exact", salted by ``seed``: ``--split_seed``), or to the split the image gives."""
 
-    def __init__(self, job: Job):
+    def __init__(self, names: tuple[str, ...], fractions: tuple[float, ...], mode: str, seed: int):
         super().__init__()
-        o = job.options
-        self._names = o.split_names
-        self._fractions = [f for _, f in o.splits]
-        self._mode = o.split_mode
-        self._seed = o.split_seed
+        self._names = tuple(names)
+        self._fractions = list(fractions)
+        self._mode = mode
+        self._seed = seed
 
     def expand(self, images):
         if self._mode == "hash":  # one step: a given split, else the key's hash bucket

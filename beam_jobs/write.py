@@ -23,12 +23,10 @@ from apache_beam.metrics import Metrics
 
 from beam_jobs import paths
 from beam_jobs.dead_letters import SplitRejects
-from beam_jobs.options import Job
 from beam_jobs.paths import read_bytes
 from beam_jobs.records import Image, Reject, make_reject
 from schemas import layout, tfrecord
 from schemas.example import encode_record
-from schemas.layout import INCOMPLETE_DIR
 from schemas.progress import Progress
 
 
@@ -76,10 +74,15 @@ class _WriteShard(beam.DoFn):
     then writes no dataset)."""
 
     def __init__(
-        self, output_dir: str, record_kind: str, compression: str, source_root: str | None
+        self,
+        output_dir: str,
+        incomplete_dir: str,
+        record_kind: str,
+        compression: str,
+        source_root: str | None,
     ):
         self._root = source_root
-        self._out = output_dir.rstrip("/")
+        self._out, self._incomplete = output_dir, incomplete_dir
         self._kind = record_kind
         self._compression = compression
         self._records = Metrics.counter("evenshard", "records_written")
@@ -97,7 +100,7 @@ class _WriteShard(beam.DoFn):
         name = layout.shard_name(split, index, plan[split]["num_shards"], self._compression)
         # A unique temp name per attempt: retries and backup attempts never
         # share a half-written file; the rename makes the shard appear whole.
-        tmp = f"{self._out}/{INCOMPLETE_DIR}/{name}.{uuid.uuid4().hex}"
+        tmp = f"{self._incomplete}/{name}.{uuid.uuid4().hex}"
         label_counts: dict[str, int] = {}
         lengths: list[int] = []  # for the DALI index (a shard's metadata)
         changed: list[Reject] = []
@@ -123,7 +126,7 @@ class _WriteShard(beam.DoFn):
         # after a run that died, the files these records name and no others)
         # (not empty: Beam's S3 filesystem cannot create an empty object, a multipart
         # upload of no parts, which S3 refuses)
-        with FileSystems.create(f"{self._out}/{INCOMPLETE_DIR}/{name}{layout.OWNED_SUFFIX}") as f:
+        with FileSystems.create(f"{self._incomplete}/{name}{layout.OWNED_SUFFIX}") as f:
             f.write(name.encode() + b"\n")
         index_file = layout.index_name(name)
         if index_file:
@@ -163,14 +166,28 @@ def _read_again(path: str, im: Image) -> tuple[bytes, str | None]:
 
 class WriteShards(beam.PTransform):
     """((split, shard), [Image] in order) -> {main: shard info dicts, rejects: the images
-    that changed since inspection} (the job's output folder, record kind and compression;
-    relative ``Image.source`` values are under its input root).
+    that changed since inspection}.
+
+    Shards of ``record_kind`` and ``compression`` into ``output_dir``, each written
+    in ``incomplete_dir`` first; relative ``Image.source`` values are under
+    ``source_root``. ``plan``, ``vocab`` and ``gate`` are side inputs (nothing is
+    written unless the gate is ok).
     """
 
-    def __init__(self, job: Job, plan, vocab, gate):
+    def __init__(
+        self,
+        output_dir: str,
+        incomplete_dir: str,
+        record_kind: str,
+        compression: str,
+        source_root: str | None,
+        *,
+        plan,
+        vocab,
+        gate,
+    ):
         super().__init__()
-        o = job.options
-        self._args = (o.output_dir, o.record_kind, o.compression, job.input_root)
+        self._args = (output_dir, incomplete_dir, record_kind, compression, source_root)
         self._plan, self._vocab, self._gate = plan, vocab, gate
 
     def expand(self, sharded):

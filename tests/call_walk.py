@@ -3,7 +3,7 @@
     .venv/bin/python tests/call_walk.py
 
 Records, in call order, each project function's first call that receives the
-options (or the Job, or a path they name); prints the modules entered, how
+options (or the Job, or a path either names: the Job's as resolved); prints the modules entered, how
 often, and how many entries return to a module already left. A walk that
 goes one way enters each module once.
 """
@@ -62,6 +62,7 @@ def report(name: str, seq: list[tuple[str, str]]) -> None:
 def main() -> None:
     sys.path.insert(0, ROOT)
     from beam_jobs import convert, preflight
+    from beam_jobs.job import Job
     from beam_jobs.options import parse_args
     from evenshard import synthetic
 
@@ -70,14 +71,16 @@ def main() -> None:
     argv = [f"--input={tmp}/images", f"--output_dir={tmp}/out", "--direct_running_mode=in_memory"]
     options, beam_args = parse_args(argv)
     wanted = [options, options.input, options.output_dir]
-    resolve = preflight.preflight
+    resolve, check = Job.of.__func__, preflight.preflight
 
-    def resolved(o, offline=False):
-        job = resolve(o, offline)
-        wanted.extend([job, job.input_root])
+    def traced(job: Job) -> Job:
+        """The Job from here on, and every path it resolved."""
+        wanted.append(job)
+        wanted.extend(v for v in vars(job).values() if isinstance(v, str))
         return job
 
-    preflight.preflight = resolved
+    Job.of = classmethod(lambda cls, o: traced(resolve(cls, o)))
+    preflight.preflight = lambda job, offline=False: traced(check(job, offline))
     report("convert's options", trace(lambda: convert.convert(options, beam_args), wanted))
     import reader
 

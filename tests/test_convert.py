@@ -323,8 +323,9 @@ def test_the_local_default_is_every_core_for_large_inputs_only():
 
 
 def test_inputs_are_counted_without_a_csv_header(tmp_path):
+    from beam_jobs.job import Job
     from beam_jobs.options import ConvertOptions
-    from beam_jobs.preflight import has_at_least
+    from beam_jobs.runners import has_at_least
 
     rows = "".join(f"x{i}.png,a\n" for i in range(3))
     (tmp_path / "m.csv").write_text("path,label\n" + rows)
@@ -332,5 +333,5 @@ def test_inputs_are_counted_without_a_csv_header(tmp_path):
         "".join(f'{{"path": "x{i}.png", "label": "a"}}\n' for i in range(3))
     )
     for name in ("m.csv", "m.jsonl"):
-        options = ConvertOptions(input=str(tmp_path / name), output_dir=str(tmp_path / "o"))
-        assert has_at_least(options, 3) and not has_at_least(options, 4), name
+        job = Job.of(ConvertOptions(input=str(tmp_path / name), output_dir=str(tmp_path / "o")))
+        assert has_at_least(job, 3) and not has_at_least(job, 4), name

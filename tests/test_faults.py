@@ -14,6 +14,7 @@ from conftest import run_convert
 import reader
 from audit import validate
 from beam_jobs import write
+from schemas import layout
 
 FLAGS = ("--num_shards=4", "--seed=5", "--max_reject_fraction=0.05")
 
@@ -66,7 +67,7 @@ def test_a_retried_shard_writer_gives_the_same_bytes_and_no_temp_files(
     info = run_convert(folder_500[0], str(out), *FLAGS)
     assert FAILURES["left"] == 0  # the failure did happen
     assert shas(info) == shas(clean_run)
-    assert not (out / write.INCOMPLETE_DIR).exists()
+    assert not (out / layout.INCOMPLETE_DIR).exists()
     assert not [f for f in os.listdir(out) if ".tmp-" in f]
 
 

@@ -13,19 +13,14 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from beam_jobs.fingerprint import fp
 from beam_jobs.inspect_images import InspectImages
-from beam_jobs.options import ConvertOptions, Job
-from beam_jobs.order import OrderAndShard, PlanShards, shard_count
+from beam_jobs.order import OrderAndShard
+from beam_jobs.plan import PlanShards, shard_count
 from beam_jobs.rank import ExactRank, top_bucket
 from beam_jobs.records import Candidate, Image
 from beam_jobs.split import HASH_BUCKETS, AssignSplits, cut_points, hash_split
 from evenshard import synthetic
 
 pytestmark = pytest.mark.fast  # the unit lane: make test-fast
-
-
-def job(root: str = "/src", **options) -> Job:
-    """A resolved conversion of these options (the steps take the frozen Job)."""
-    return Job(ConvertOptions(input=root, output_dir="/out", **options), root)
 
 
 def image(key: str, label: str = "a", split: str | None = None, group: str | None = None):
@@ -43,7 +38,7 @@ def test_inspect_images_reads_metadata_and_routes_rejects(tmp_path):
     candidates = [Candidate(p.name, str(p), "", "x") for p in (good, gray, bad)]
     candidates.append(Candidate("gone.png", str(tmp_path / "gone.png"), "", "x"))
     with TestPipeline() as p:
-        out = p | beam.Create(candidates) | InspectImages(job(str(tmp_path)))
+        out = p | beam.Create(candidates) | InspectImages("full", 10**6, 1.0, str(tmp_path))
         assert_that(
             out["main"]
             | "Meta" >> beam.Map(lambda im: (im.key, im.format, im.height, im.width, im.channels)),
@@ -73,20 +68,20 @@ def test_exact_rank_equals_a_full_sort():
 def test_assign_splits_hash_exact_and_given():
     images = [image(f"k{i}", label="ab"[i % 2]) for i in range(200)]
     images += [image("given", split="holdout")]
-    splits = (("train", 0.5), ("test", 0.5))
+    names, fractions = ("train", "test"), (0.5, 0.5)
     cuts = cut_points([0.5, 0.5], HASH_BUCKETS)
     hashed = [(hash_split(im, ("train", "test"), cuts, 0), im.key) for im in images[:-1]]
     with TestPipeline() as p:
         created = p | beam.Create(images)
         got = (
             created
-            | "Hash" >> AssignSplits(job(splits=splits))
+            | "Hash" >> AssignSplits(names, fractions, "hash", 0)
             | "K1" >> beam.Map(lambda e: (e[0], e[1].key))
         )
         assert_that(got, equal_to(hashed + [("holdout", "given")]), label="Hash")
         exact = (
             created
-            | "Exact" >> AssignSplits(job(splits=splits, split_mode="exact"))
+            | "Exact" >> AssignSplits(names, fractions, "exact", 0)
             | "Count" >> beam.Map(lambda e: ((e[0], e[1].label), 1))
             | beam.CombinePerKey(sum)
         )
@@ -136,13 +131,13 @@ def test_order_and_shard_follows_the_fingerprint_order(num_shards, bucket_bits, 
             expected.append(((split, shard), keys))
     with TestPipeline() as p:
         split_images = p | beam.Create(splits)
-        fractions = (("train", 0.5), ("val", 0.5))
-        four = job(splits=fractions, record_kind="path", target_shard_mb=1.0, seed=4)
-        plan = split_images | PlanShards(four, bucket_bits=bucket_bits)
+        plan = split_images | PlanShards(
+            ("train", "val"), "path", 1.0, 1, None, 4, "none", bucket_bits=bucket_bits
+        )
         plan = plan | beam.Map(lambda pl: {k: dict(v, num_shards=shards[k]) for k, v in pl.items()})
         got = (
             split_images
-            | OrderAndShard(four, plan, bucket_bits=bucket_bits)
+            | OrderAndShard(4, "none", plan, bucket_bits=bucket_bits)
             | beam.Map(lambda e: (e[0], [im.key for im in e[1]]))
         )
         assert_that(got, equal_to(expected))

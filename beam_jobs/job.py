@@ -1,0 +1,73 @@
+"""The Job: one conversion, resolved once in the driver.
+
+``Job.of`` resolves every path of the options once (the input root, the
+output folder and the files convert keeps in it, the manifest, the path
+root, the ``--labels`` file's folder); ``preflight`` checks the inputs and
+adds the vocabulary. The steps take the values they use from it, as they are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from beam_jobs import paths
+from beam_jobs.options import ConvertOptions
+from schemas.layout import INCOMPLETE_DIR, REJECTS_FILE, join
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One conversion, resolved once in the driver: all the steps need.
+
+    The flags in ``options`` keep the paths as typed (for messages, and for
+    ``dataset_info.json``'s ``input``); the paths here are resolved (absolute,
+    normalized, no trailing slash) and used as they are.
+
+    Attributes:
+        options: the validated flags.
+        input_root: the folder keys and relative sources are measured from
+            (the image folder, or the manifest's folder).
+        output_dir: the output folder.
+        rejects_file: ``rejects/rejects.jsonl`` in it.
+        incomplete_dir: its ``.incomplete/`` folder (temp shards, the records of
+            shards renamed into place, the refusal).
+        manifest: the manifest read, or None for an image folder.
+        path_root: path kind: the root stored paths are relative to; else None.
+        labels_folder: the folder of the ``--labels`` file, or None.
+        vocabulary: the ``--labels`` vocabulary in order, or None.
+    """
+
+    options: ConvertOptions
+    input_root: str
+    output_dir: str
+    rejects_file: str
+    incomplete_dir: str
+    manifest: str | None = None
+    path_root: str | None = None
+    labels_folder: str | None = None
+    vocabulary: tuple[str, ...] | None = None
+
+    @classmethod
+    def of(cls, options: ConvertOptions) -> Job:
+        """The Job of ``options``, every path resolved (``paths.normalize_root``); nothing
+        is read: ``preflight`` checks the inputs and adds the vocabulary."""
+        if options.is_manifest:
+            manifest = paths.normalize_root(options.input)
+            root = paths.normalize_root(paths.posix_dirname(options.input))
+        else:
+            manifest, root = None, paths.normalize_root(options.input)
+        path_root = None
+        if options.record_kind == "path":
+            path_root = paths.normalize_root(options.path_root) if options.path_root else root
+        labels = options.labels_file
+        out = paths.normalize_root(options.output_dir)
+        return cls(
+            options,
+            input_root=root,
+            output_dir=out,
+            rejects_file=join(out, REJECTS_FILE),
+            incomplete_dir=join(out, INCOMPLETE_DIR),
+            manifest=manifest,
+            path_root=path_root,
+            labels_folder=paths.normalize_root(paths.posix_dirname(labels)) if labels else None,
+        )

@@ -1,0 +1,88 @@
+"""WriteRejects and RejectGate: every input that is not written, in one file, and
+whether there are few enough of them for shards to be written.
+
+``rejects/rejects.jsonl`` appears before ``dataset_info.json``
+(``beam_jobs.finalize``), which adds the inputs that changed while shards were
+written (``add_rejects``).
+"""
+
+from __future__ import annotations
+
+import json
+
+import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from beam_jobs.paths import write_atomically
+from beam_jobs.records import Reject
+
+
+def write_rejects(path: str, rejects: list[Reject]) -> None:
+    """The rejects file: a JSON line each, sorted. The whole reject sorts: one input can be
+    rejected twice (a duplicate row of an empty file), and the runner decides which
+    arrives first."""
+    lines = [r.to_json() for r in sorted(rejects)]
+    write_atomically(path, "".join(line + "\n" for line in lines).encode("utf-8"))
+
+
+def add_rejects(path: str, rejects: list[Reject]) -> None:
+    """Adds ``rejects`` to the rejects file written already (once: a retried finalize
+    finds them there)."""
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        written = [Reject(**json.loads(line)) for line in f.read().decode("utf-8").splitlines()]
+    write_rejects(path, written + [r for r in rejects if r not in set(written)])
+
+
+class WriteRejects(beam.PTransform):
+    """Reject -> one summary {reason: count}; writes ``rejects_file``.
+
+    All rejects go to one file in one worker, sorted by (key, source, reason,
+    detail). Rejects are few by construction
+    (the job fails above --max_reject_fraction, default 1%), so this is the
+    metadata of about one shard at worst.
+    """
+
+    def __init__(self, rejects_file: str):
+        super().__init__()
+        self._path = rejects_file
+
+    def expand(self, rejects):
+        path = self._path
+
+        def write(all_rejects):
+            write_rejects(path, all_rejects)
+            summary: dict[str, int] = {}
+            for r in all_rejects:
+                summary[r.reason] = summary.get(r.reason, 0) + 1
+            return dict(sorted(summary.items()))
+
+        return rejects | "AllRejects" >> beam.combiners.ToList() | "WriteFile" >> beam.Map(write)
+
+
+class RejectGate(beam.PTransform):
+    """PBegin -> {"ok", "inputs", "rejects", "max_fraction"}: may shards be written?"""
+
+    def __init__(self, max_fraction: float, inputs, reject_summary):
+        super().__init__()
+        self._max = max_fraction
+        self._inputs, self._summary = inputs, reject_summary
+
+    def expand(self, pbegin):
+        max_fraction = self._max
+
+        def gate(_, inputs, summary):
+            rejected = sum(summary.values())
+            ok = rejected <= max_fraction * inputs
+            return {"ok": ok, "inputs": inputs, "rejects": rejected, "max_fraction": max_fraction}
+
+        return (
+            pbegin
+            | "Once" >> beam.Create([None])
+            | "Decide"
+            >> beam.Map(
+                gate,
+                beam.pvalue.AsSingleton(self._inputs),
+                beam.pvalue.AsSingleton(self._summary),
+            )
+        )

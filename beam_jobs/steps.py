@@ -1,0 +1,98 @@
+"""The convert pipeline: ``build`` wires its composite transforms, nothing else.
+
+Each step is a ``beam.PTransform`` in a module of its own (sources,
+inspect_images, dedupe, rejects, vocabulary, split, order, write, finalize)
+and is given the values it uses, taken from the ``Job`` (its paths resolved
+there, once). Totals and shard counts are computed in the pipeline and passed
+to the steps as side inputs. Element shapes between the steps are in the
+comments.
+"""
+
+from __future__ import annotations
+
+import apache_beam as beam
+
+from beam_jobs.candidates import CandidateRules
+from beam_jobs.dedupe import DedupeContent
+from beam_jobs.finalize import Finalize, settings
+from beam_jobs.inspect_images import InspectImages
+from beam_jobs.job import Job
+from beam_jobs.order import OrderAndShard
+from beam_jobs.plan import PlanShards
+from beam_jobs.rejects import RejectGate, WriteRejects
+from beam_jobs.sources import ReadInputs
+from beam_jobs.split import AssignSplits
+from beam_jobs.vocabulary import Vocabulary
+from beam_jobs.write import WriteShards
+
+
+def build(pipeline, job: Job):
+    """Wires the conversion of ``job`` onto ``pipeline``; returns the PCollection of the
+    dataset info."""
+    o = job.options
+    rules = CandidateRules(
+        root=job.input_root,
+        path_root=job.path_root,
+        kind=o.record_kind,
+        vocabulary=frozenset(job.vocabulary) if job.vocabulary else None,
+        group_by=o.group_by,
+    )
+    inputs = pipeline | "ReadInputs" >> ReadInputs(rules, job.manifest)
+    # Candidate -> Image | Reject
+    inspected = inputs["main"] | "InspectImages" >> InspectImages(
+        o.verify,
+        o.max_image_pixels,
+        o.max_image_mb,
+        job.input_root,
+        hash_content=o.dedupe == "content",
+    )
+    images = inspected["main"]
+    rejected = [inputs["rejects"], inspected["rejects"]]
+    if o.dedupe == "content":
+        unique = images | "DedupeContent" >> DedupeContent(job.input_root)
+        images = unique["main"]
+        rejected.append(unique["rejects"])
+    rejects = tuple(rejected) | "AllRejects" >> beam.Flatten()
+    reject_summary = rejects | "WriteRejects" >> WriteRejects(job.rejects_file)
+    gate = pipeline | "RejectGate" >> RejectGate(
+        o.max_reject_fraction, inputs["inputs"], reject_summary
+    )
+    vocab = images | "Vocabulary" >> Vocabulary(job.vocabulary)
+    # Image -> (split, Image)
+    split_images = images | "AssignSplits" >> AssignSplits(
+        o.split_names, o.split_fractions, o.split_mode, o.split_seed
+    )
+    plan = split_images | "PlanShards" >> PlanShards(
+        o.split_names,
+        o.record_kind,
+        o.target_shard_mb,
+        o.shard_multiple,
+        o.num_shards,
+        o.seed,
+        o.balance,
+    )
+    # (split, Image) -> ((split, shard), [Image] in order)
+    sharded = split_images | "OrderAndShard" >> OrderAndShard(o.seed, o.balance, plan)
+    # -> shard info dicts | Reject (an input that changed since inspection)
+    written = sharded | "WriteShards" >> WriteShards(
+        job.output_dir,
+        job.incomplete_dir,
+        o.record_kind,
+        o.compression,
+        job.input_root,
+        plan=plan,
+        vocab=vocab,
+        gate=gate,
+    )
+    return pipeline | "Finalize" >> Finalize(
+        job.output_dir,
+        job.rejects_file,
+        job.incomplete_dir,
+        settings(o, job.path_root),
+        shards=written["main"],
+        changed=written["rejects"],
+        plan=plan,
+        vocab=vocab,
+        gate=gate,
+        reject_summary=reject_summary,
+    )
