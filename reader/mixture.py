@@ -15,6 +15,8 @@ import numbers
 
 import numpy as np
 
+MAX_RATIO = 1e12  # of the largest weight to the smallest (the schedule's floats hold it)
+
 
 @dataclasses.dataclass(frozen=True)
 class Mixture:
@@ -32,7 +34,14 @@ class Mixture:
                 raise ValueError(f"mixing weights must be numbers > 0, got {w!r}")
             if not math.isfinite(w):
                 raise ValueError(f"mixing weights must be finite, got {w!r}")
-        object.__setattr__(self, "weights", tuple(float(w) for w in self.weights))
+        weights = tuple(float(w) for w in self.weights)
+        if max(weights) / min(weights) > MAX_RATIO:
+            raise ValueError(
+                f"mixing weights {min(weights):g} and {max(weights):g} are more than "
+                f"{MAX_RATIO:g} apart: the smaller source would give one record in more "
+                "than that many; drop it from the mix, or raise its weight"
+            )
+        object.__setattr__(self, "weights", weights)
 
 
 def mix(sources, split: str = "train") -> Mixture:

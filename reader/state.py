@@ -79,7 +79,10 @@ class ReadState:
             elastic = tuple(self.elastic)
             if (
                 len(elastic) != 6
-                or not all(isinstance(v, int) and 0 <= v < MAX_POSITION for v in elastic)
+                or not all(
+                    isinstance(v, int) and not isinstance(v, bool) and 0 <= v < MAX_POSITION
+                    for v in elastic
+                )
                 or elastic[0] < 1
             ):
                 raise ValueError(
@@ -88,6 +91,8 @@ class ReadState:
                 )
             object.__setattr__(self, "elastic", elastic)
         if self.parts is not None:
+            if not isinstance(self.parts, (list, tuple)):
+                raise TypeError("ReadState.parts must be the sources' states as JSON text")
             parts = tuple(self.parts)
             if not parts or not all(isinstance(p, str) for p in parts):
                 raise TypeError("ReadState.parts must be the sources' states as JSON text")
@@ -144,4 +149,7 @@ class ReadState:
         unknown = set(fields) - known
         if unknown:
             raise ValueError(f"not a ReadState: unknown fields {sorted(unknown)}")
+        missing = {"seed", "batch_size"} - set(fields)
+        if missing:
+            raise ValueError(f"not a ReadState: no {' and no '.join(sorted(missing))}")
         return cls(**fields)

@@ -85,13 +85,16 @@ def test_huge_mix_weights_are_relative_and_numpy_numbers_are_weights():
     huge = Schedule((1e19, 1e19), 5, totals)
     assert (huge.choices(0, 800) == Schedule((1.0, 1.0), 5, totals).choices(0, 800)).all()
     assert list(huge.counts(400)) == [200, 200]
-    lopsided = Schedule((1e300, 1.0), 5, (None, None))
+    lopsided = Schedule((1e12, 1.0), 5, (None, None))
     assert lopsided.counts(1000).sum() == 1000
     mixed = reader.mix([("a/", np.float32(0.7)), ("b/", np.int64(3))])
     assert mixed.weights == (pytest.approx(0.7), 3.0)
     for bad in (0, -1, float("nan"), float("inf"), True, "1", np.bool_(True)):
         with pytest.raises(ValueError, match="weights must be"):
             reader.mix([("a/", bad)])
+    # a ratio whose small weight would underflow (the schedule's search never ended)
+    with pytest.raises(ValueError, match="more than 1e\\+12 apart"):
+        reader.mix([("a/", 1e300), ("b/", 1e-300)])
 
 
 @pytest.mark.parametrize(
@@ -103,6 +106,9 @@ def test_huge_mix_weights_are_relative_and_numpy_numbers_are_weights():
         ('{"seed": 0, "batch_size": 4, "elastic": [0, 0, 0, 0, 0, 0]}', "old worker count"),
         ('{"seed": 0, "batch_size": 4, "elastic": 7}', "6 whole numbers"),
         ('{"seed": 0, "batch_size": 4, "order": "shuffle"}', "name=value pairs"),
+        ('{"seed": 0, "batch_size": 4, "elastic": [1, 2, 3, 4, 5, true]}', "6 whole numbers"),
+        ('{"seed": 0, "batch_size": 4, "parts": "ab"}', "JSON text"),
+        ("{}", "no batch_size and no seed"),
         ('{"seed": 0, "batch_size": 4, "step": 1000000000000000000000000000000}', "2\\*\\*62"),
     ],
 )
