@@ -71,20 +71,11 @@ def example_bytes(im: Image, label_id: int, record_kind: str, data: bytes | None
 class _WriteShard(beam.DoFn):
     """((split, shard), [Image] in order) -> shard info dict, and a ``changed`` Reject for
     each image whose bytes are not those inspected (left out of the shard; finalize
-    then writes no dataset)."""
+    then writes no dataset). The arguments: ``WriteShards``'."""
 
-    def __init__(
-        self,
-        output_dir: str,
-        incomplete_dir: str,
-        record_kind: str,
-        compression: str,
-        source_root: str | None,
-    ):
-        self._root = source_root
-        self._out, self._incomplete = output_dir, incomplete_dir
-        self._kind = record_kind
-        self._compression = compression
+    def __init__(self, out: str, incomplete: str, kind: str, compression: str, root: str | None):
+        self._out, self._incomplete, self._root = out, incomplete, root
+        self._kind, self._compression = kind, compression
         self._records = Metrics.counter("evenshard", "records_written")
         self._bytes = Metrics.counter("evenshard", "bytes_written")
         self._shards = Metrics.counter("evenshard", "shards_written")
