@@ -27,8 +27,10 @@ class Job:
         options: the validated flags.
         input_root: the folder keys and relative sources are measured from
             (the image folder, or the manifest's folder).
-        output_dir: the output folder (``rejects_file`` and ``incomplete_dir``
-            are in it).
+        output_dir: the output folder.
+        rejects_file: ``rejects/rejects.jsonl`` in it.
+        incomplete_dir: its ``.incomplete/`` folder (temp shards, the records of
+            the shards renamed into place, a refusal).
         manifest: the manifest read, or None for an image folder.
         path_root: path kind: the root stored paths are relative to; else None.
         labels_folder: the folder of the ``--labels`` file, or None.
@@ -38,21 +40,12 @@ class Job:
     options: ConvertOptions
     input_root: str
     output_dir: str
-    manifest: str | None = None
-    path_root: str | None = None
-    labels_folder: str | None = None
+    rejects_file: str
+    incomplete_dir: str
+    manifest: str | None
+    path_root: str | None
+    labels_folder: str | None
     vocabulary: tuple[str, ...] | None = None
-
-    @property
-    def rejects_file(self) -> str:
-        """``rejects/rejects.jsonl`` in the output folder."""
-        return join(self.output_dir, REJECTS_FILE)
-
-    @property
-    def incomplete_dir(self) -> str:
-        """The output folder's ``.incomplete/``: temp shards, the records of the shards
-        renamed into place, a refusal."""
-        return join(self.output_dir, INCOMPLETE_DIR)
 
     @classmethod
     def of(cls, options: ConvertOptions) -> Job:
@@ -67,10 +60,13 @@ class Job:
         if options.record_kind == "path":
             path_root = paths.normalize_root(options.path_root) if options.path_root else root
         labels = options.labels_file
+        out = paths.normalize_root(options.output_dir)
         return cls(
             options,
             input_root=root,
-            output_dir=paths.normalize_root(options.output_dir),
+            output_dir=out,
+            rejects_file=join(out, REJECTS_FILE),
+            incomplete_dir=join(out, INCOMPLETE_DIR),
             manifest=manifest,
             path_root=path_root,
             labels_folder=paths.normalize_root(paths.posix_dirname(labels)) if labels else None,

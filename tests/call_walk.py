@@ -77,7 +77,6 @@ def main() -> None:
         """The Job from here on, and every path it resolved."""
         wanted.append(job)
         wanted.extend(v for v in vars(job).values() if isinstance(v, str))
-        wanted.extend([job.rejects_file, job.incomplete_dir])
         return job
 
     Job.of = classmethod(lambda cls, o: traced(resolve(cls, o)))
