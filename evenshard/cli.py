@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import re
 import sys
 import time
@@ -198,7 +199,8 @@ def io_failure(message: str, output_dir: str) -> str | None:
     code, what, path = int(found.group(1)), found.group(2).strip(), found.group(3)
     if code not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.ENOENT):
         return None
-    if code == errno.ENOENT and not (path or "").startswith(output_dir.rstrip("/")):
+    folders = (output_dir.rstrip("/"), os.path.abspath(output_dir))  # as typed, as resolved
+    if code == errno.ENOENT and not (path or "").startswith(folders):
         return None  # an input that vanished is a reject, not this
     return (
         f"writing {path or output_dir} failed: {what}; the dataset is unfinished (no "

@@ -144,6 +144,9 @@ def test_a_file_system_failure_while_writing_is_one_line():
     assert "No space left on device" in line and "run the same command again" in line
     gone = "FileNotFoundError: [Errno 2] No such file or directory: '/data/out/.incomplete/x'"
     assert "No such file or directory" in cli.io_failure(gone, "/data/out")
+    # a relative --output_dir: the runner names the folder as the Job resolved it
+    here = f"FileNotFoundError: [Errno 2] No such file or directory: '{os.path.abspath('out')}/x'"
+    assert "No such file or directory" in cli.io_failure(here, "out")
     # a vanished input, or any other error, is not this
     assert cli.io_failure("[Errno 2] No such file or directory: '/in/x.png'", "/data/out") is None
     assert cli.io_failure("ValueError: something else", "/data/out") is None
