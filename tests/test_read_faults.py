@@ -182,7 +182,7 @@ if __name__ == "__main__":  # spawned workers import this file
 
 @pytest.mark.parametrize(
     "backend, context, supervised",
-    [("dali", "fork", "0"), ("tf", "spawn", "0"), ("dali", "fork", "1")],
+    [("dali", "fork", "0"), ("dali", "spawn", "0"), ("dali", "fork", "1")],
 )
 def test_state_dict_counts_the_batches_a_dataloader_worker_handed_over(
     data, tmp_path, backend, context, supervised
