@@ -97,28 +97,26 @@ class Preprocess:
         pending: collections.deque = collections.deque()
         try:
             for number, batch in enumerate(batches):
-                pending.append((number, pool.submit(_run, _task(batch))))
+                try:
+                    pending.append((number, pool.submit(_run, _task(batch))))
+                except BrokenProcessPool:  # a process died before its batch was asked for
+                    _died(pending[0][0] if pending else number)
                 if len(pending) >= 2 * self.processes:  # bounded: 2 batches a process
                     yield self._collect(self._result(*pending.popleft()))
             while pending:
                 yield self._collect(self._result(*pending.popleft()))
-        finally:
-            for _, future in pending:
-                future.cancel()
+        finally:  # a read left early: no batch still running, no block left behind
+            pool.shutdown(wait=True, cancel_futures=True)
             for _, future in pending:  # blocks handed over but never read: unlink them
                 if future.done() and not future.cancelled() and future.exception() is None:
                     _release(future.result())
-            pool.shutdown(wait=True, cancel_futures=True)
 
     @staticmethod
     def _result(number: int, future):
         try:
             return future.result()
         except BrokenProcessPool:
-            raise RuntimeError(
-                f"a preprocessing process died (killed, or out of memory?) while batch "
-                f"{number} of this read was transformed: the read stops here"
-            ) from None
+            _died(number)
 
     def _collect(self, done: dict) -> dict:
         self.decoded += done.pop("decoded")
@@ -131,6 +129,15 @@ class Preprocess:
                 memory.close()
                 memory.unlink()
         return out
+
+
+def _died(number: int):
+    raise RuntimeError(
+        f"a preprocessing process died while batch {number} of this read was "
+        "transformed (killed? out of memory? or a script that iterates without "
+        "'if __name__ == \"__main__\":', which worker processes need, as "
+        "PyTorch's DataLoader workers do): the read stops here"
+    ) from None
 
 
 def _task(batch) -> tuple:

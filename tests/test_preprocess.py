@@ -162,7 +162,7 @@ def test_a_failing_transform_is_one_line_naming_the_key_and_the_function(data):
 
 def test_a_killed_process_is_one_line_never_a_hang(data):
     r = reader.NumpyReader(data, "train", B, transform=dies_on_one, num_processes=2, **OPTS)
-    with pytest.raises(RuntimeError, match="a preprocessing process died"):
+    with pytest.raises(RuntimeError, match="a preprocessing process died while batch"):
         list(r)
 
 
@@ -174,3 +174,12 @@ def test_a_transform_that_cannot_be_sent_is_refused_when_the_reader_is_built(dat
         data, "train", B, transform=lambda ex, rng: ex, num_processes=0, **OPTS
     )
     assert len(list(here)) == len(here)
+
+
+def test_a_read_left_early_leaves_no_shared_memory_behind(data):
+    before = set(os.listdir("/dev/shm"))
+    r = reader.NumpyReader(data, "train", B, transform=augment, num_processes=2, **OPTS)
+    it = iter(r)
+    next(it)
+    it.close()  # as a for loop left by break does, when the generator goes
+    assert set(os.listdir("/dev/shm")) - before == set()
