@@ -53,14 +53,11 @@ def render(mode: dict) -> str:
     ratio = mode["ratio_default_to_best"]
     rows = table_rows(
         mode["seconds"].items(),
-        lambda n, t: [
-            f"{int(n):,}",
-            f"{t['in_memory_1']:.1f}",
-            f"{t['multi_processing_all']:.1f}",
-            f"{t['default']:.1f}",
-            f"**{ratio[n]:.2f}**",
-            f"≤ 1.10 — {verdict(ratio[n], 1.10)}",
-        ],
+        lambda n, t: (
+            [f"{int(n):,}"]
+            + [f"{t[mode]:.1f}" for mode in ("in_memory_1", "multi_processing_all", "default")]
+            + [f"**{ratio[n]:.2f}**", f"≤ 1.10 — {verdict(ratio[n], 1.10)}"]
+        ),
     )
     return f"""## local mode — `benchmarks/mode_bench.py`
 
