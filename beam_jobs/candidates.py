@@ -16,6 +16,7 @@ import json
 import os
 
 from beam_jobs import paths
+from beam_jobs.options import is_csv
 from beam_jobs.records import Candidate, Reject, make_reject
 from schemas.images import IMAGE_EXTENSIONS
 from schemas.layout import MAX_SPLIT_NAME, SPLIT_NAME_RE
@@ -23,11 +24,6 @@ from schemas.layout import MAX_SPLIT_NAME, SPLIT_NAME_RE
 # A CSV field may hold up to 16 MiB (the csv module's default is 128 KiB): a
 # longer path or label is then rejected by its row's checks, not by a crash.
 csv.field_size_limit(1 << 24)
-
-
-def is_csv(path: str) -> bool:
-    """The manifest format, by suffix: ``.csv``/``.csv.gz`` (else ``.jsonl``/``.jsonl.gz``)."""
-    return path.lower().removesuffix(".gz").endswith(".csv")
 
 
 def manifest_columns(path: str, f: io.TextIOBase) -> tuple[list[str], bool]:

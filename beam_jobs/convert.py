@@ -127,12 +127,12 @@ def convert(options: ConvertOptions, pipeline_args: list[str], pipeline=None) ->
     from apache_beam.options.pipeline_options import TestOptions
 
     from beam_jobs import output
+    from beam_jobs.job import has_at_least
     from beam_jobs.preflight import preflight
     from beam_jobs.runners import (
         MULTI_PROCESSING_FROM,
         describe,
         gcp_credentials,
-        has_at_least,
         lean_malloc,
         local_default,
         resolve_runner,

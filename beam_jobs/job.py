@@ -9,9 +9,10 @@ adds the vocabulary. The steps take the values they use from it, as they are.
 from __future__ import annotations
 
 import dataclasses
+import os
 
 from beam_jobs import paths
-from beam_jobs.options import ConvertOptions
+from beam_jobs.options import ConvertOptions, is_csv
 from schemas.layout import INCOMPLETE_DIR, REJECTS_FILE, join
 
 
@@ -71,3 +72,32 @@ class Job:
             path_root=path_root,
             labels_folder=paths.normalize_root(paths.posix_dirname(labels)) if labels else None,
         )
+
+
+def has_at_least(job: Job, n: int) -> bool:
+    """Whether the job's input lists at least ``n`` entries; stops counting at ``n``.
+
+    Cheap by construction: a walk or a read that ends early on large inputs.
+    URLs count as large (listing a bucket twice costs requests). Errors count
+    as small: preflight reports them properly.
+    """
+    manifest = job.manifest
+    if paths.is_url(manifest or job.input_root):
+        return True
+    count = 0
+    try:
+        if manifest is not None:
+            lines = n + 1 if is_csv(manifest) else n  # a CSV's header is no input
+            with paths.open_text(manifest) as f:
+                for line in f:
+                    count += bool(line.strip())
+                    if count >= lines:
+                        return True
+            return False
+        for _, _, files in os.walk(job.input_root, followlinks=True):
+            count += len(files)
+            if count >= n:
+                return True
+    except (OSError, UnicodeDecodeError, EOFError):
+        return False
+    return False

@@ -255,3 +255,8 @@ def parse_args(argv: list[str] | None) -> tuple[ConvertOptions, list[str]]:
     """Splits argv into validated job options and the rest (for PipelineOptions)."""
     known, rest = build_parser().parse_known_args(argv)
     return from_namespace(known), rest
+
+
+def is_csv(path: str) -> bool:
+    """The manifest format, by suffix: ``.csv``/``.csv.gz`` (else ``.jsonl``/``.jsonl.gz``)."""
+    return path.lower().removesuffix(".gz").endswith(".csv")

@@ -17,9 +17,9 @@ import os
 from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs import paths
-from beam_jobs.candidates import is_csv, manifest_columns
+from beam_jobs.candidates import manifest_columns
 from beam_jobs.job import Job
-from beam_jobs.options import ConvertOptions, UserError
+from beam_jobs.options import ConvertOptions, UserError, is_csv
 from beam_jobs.paths import open_text
 
 log = logging.getLogger(__name__)

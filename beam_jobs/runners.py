@@ -15,12 +15,8 @@ import logging
 import os
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from beam_jobs.options import UserError
-
-if TYPE_CHECKING:
-    from beam_jobs.job import Job
 
 log = logging.getLogger(__name__)
 
@@ -149,38 +145,6 @@ def local_default(pipeline_args: list[str], many_inputs: Callable[[], bool]) -> 
         "--direct_running_mode=multi_processing",
         f"--direct_num_workers={workers}",
     ]
-
-
-def has_at_least(job: Job, n: int) -> bool:
-    """Whether the job's input lists at least ``n`` entries; stops counting at ``n``.
-
-    Cheap by construction: a walk or a read that ends early on large inputs.
-    URLs count as large (listing a bucket twice costs requests). Errors count
-    as small: preflight reports them properly.
-    """
-    from beam_jobs.candidates import is_csv
-    from beam_jobs.paths import is_url, open_text
-
-    manifest = job.manifest
-    if is_url(manifest or job.input_root):
-        return True
-    count = 0
-    try:
-        if manifest is not None:
-            lines = n + 1 if is_csv(manifest) else n  # a CSV's header is no input
-            with open_text(manifest) as f:
-                for line in f:
-                    count += bool(line.strip())
-                    if count >= lines:
-                        return True
-            return False
-        for _, _, files in os.walk(job.input_root, followlinks=True):
-            count += len(files)
-            if count >= n:
-                return True
-    except (OSError, UnicodeDecodeError, EOFError):
-        return False
-    return False
 
 
 # glibc gives each thread that allocates its own malloc arena (up to 8 a

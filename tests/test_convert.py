@@ -323,9 +323,8 @@ def test_the_local_default_is_every_core_for_large_inputs_only():
 
 
 def test_inputs_are_counted_without_a_csv_header(tmp_path):
-    from beam_jobs.job import Job
+    from beam_jobs.job import Job, has_at_least
     from beam_jobs.options import ConvertOptions
-    from beam_jobs.runners import has_at_least
 
     rows = "".join(f"x{i}.png,a\n" for i in range(3))
     (tmp_path / "m.csv").write_text("path,label\n" + rows)
