@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from reader import tfcall
 from schemas import features, layout, storage
 
 tf = storage.tensorflow()
@@ -40,7 +41,7 @@ class Decoder:
         if self.kind != "path" or not storage.is_url(self.root):
             return ex
         paths = ex[features.PATH]
-        data = tf.numpy_function(self._fetch, [tf.reshape(paths, [-1])], tf.string, stateful=False)
+        data = tfcall.call(self._fetch, [tf.reshape(paths, [-1])], tf.string, stateful=False)
         return {**ex, features.ENCODED: tf.reshape(data, tf.shape(paths))}
 
     def _fetch(self, paths):

@@ -40,16 +40,23 @@ def check_shard(path: str, listed: int) -> None:
     under a running read, by ``convert --overwrite`` say, stops it naming the shard;
     tf.data's reader retried a file it could not open forever)."""
     if not storage.exists(path):
-        raise DatasetError(
+        raise shard_error(path, listed)
+    size = storage.size(path)
+    if size != listed:
+        raise shard_error(path, listed, size)
+
+
+def shard_error(path: str, listed: int, size: int | None = None) -> DatasetError:
+    """The error for a shard that is gone (``size`` None) or has another size than listed."""
+    if size is None:
+        return DatasetError(
             f"shard {path} listed in {layout.INFO_FILE} is missing (removed while it was "
             "read? a dataset replaced under a read must be read again)"
         )
-    size = storage.size(path)
-    if size != listed:
-        raise DatasetError(
-            f"shard {path} has {size} bytes, {layout.INFO_FILE} records "
-            f"{listed}: the file is truncated or was replaced"
-        )
+    return DatasetError(
+        f"shard {path} has {size} bytes, {layout.INFO_FILE} records "
+        f"{listed}: the file is truncated or was replaced"
+    )
 
 
 def split_fingerprint(info: dict, split: str) -> str:

@@ -11,6 +11,7 @@ there is one). The order is a pure function of (seed, epoch, position)
 from __future__ import annotations
 
 import schemas
+from reader import tfcall
 from reader.cache import open_cache
 from reader.decode import Decoder
 from reader.info import check_path_root, default_path_root
@@ -144,7 +145,7 @@ def _choices(schedule, start: int):
         return schedule.choices(start + int(i) * CHUNK, start + (int(i) + 1) * CHUNK)
 
     def chunks(i):
-        out = tf.numpy_function(chunk, [i], tf.int64, stateful=False)
+        out = tfcall.call(chunk, [i], tf.int64, stateful=False)
         out.set_shape([None])
         return out
 

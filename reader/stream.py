@@ -10,9 +10,14 @@ a per-record map or filter cost 80% of the raw read rate.
 
 from __future__ import annotations
 
+import os
+import threading
+from collections import OrderedDict
+
 import numpy as np
 
-from reader.info import check_shard
+from reader import tfcall
+from reader.info import shard_error
 from reader.options import ReadOptions
 from reader.order.plan import ReadPlan, Resume, Runs
 from reader.records import Records
@@ -22,6 +27,7 @@ from schemas import storage, tfrecord
 tf = storage.tensorflow()
 
 CHUNK = 1024  # records a vectorized step of the stream handles at once
+FD_DIR = "/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"  # open descriptors
 
 
 class Stream:
@@ -38,6 +44,7 @@ class Stream:
         self.counts = tf.constant([s["num_examples"] for s in mine], tf.int64)
         self.sizes = tf.constant([s["num_bytes"] for s in mine], tf.int64)
         self.compression = "GZIP" if compression == "gzip" else ""
+        self.held = _Held()
         # cache: this worker's records in memory, read once now, in stored order.
         self.cached = None
         if o.cache:
@@ -61,7 +68,7 @@ class Stream:
         return records.prefetch(CHUNK)
 
     def _whole_epoch(self, epoch):
-        runs = tf.numpy_function(
+        runs = tfcall.call(
             lambda e: _columns(self.plan.runs(e)),
             [epoch],
             (tf.int64, tf.int64, tf.int64),
@@ -79,7 +86,7 @@ class Stream:
         plan = self.plan
         epoch = tf.cast(epoch, tf.int64)
         if self.cached is not None:
-            ids = tf.numpy_function(plan.epoch_order, [epoch], tf.int64, stateful=False)
+            ids = tfcall.call(plan.epoch_order, [epoch], tf.int64, stateful=False)
             ids.set_shape([None])
             records = tf.data.Dataset.from_tensor_slices(ids[position:]).batch(CHUNK)
             return records.map(lambda i: self._tag(tf.gather(self.cached, i), epoch)).unbatch()
@@ -93,7 +100,7 @@ class Stream:
         if plan.windowed:
 
             def permute(window, batch):
-                order = tf.numpy_function(
+                order = tfcall.call(
                     plan.window_permutation,
                     [epoch, window, tf.size(batch, out_type=tf.int64)],
                     tf.int64,
@@ -119,7 +126,7 @@ class Stream:
         the first group of a pass over the read."""
         paths = tf.gather(self.paths, files)
         if self.shard_cache is not None:  # the local copies, once the cache has them
-            paths = tf.numpy_function(
+            paths = tfcall.call(
                 lambda f, new: np.array(self.shard_cache.enter(f, bool(new)), dtype=object),
                 [files, first],
                 tf.string,
@@ -129,13 +136,20 @@ class Stream:
 
         def read(path, f, start, stop):
             listed = tf.gather(self.counts, f)
-            # the shard is still there, whole, as each run starts: one call a run, not a
-            # record (TFRecordDataset under ignore_errors retries a missing file forever)
-            path = tf.numpy_function(
-                _present, [path, tf.gather(self.sizes, f)], tf.string, stateful=True
+            # The shard is opened and checked as each run starts (one Python call a run,
+            # not a record), and TensorFlow reads it through that descriptor: a shard
+            # removed under the read stops it naming the shard, where TFRecordDataset
+            # under ignore_errors retried a file it could not open forever.
+            held, token = tfcall.call(
+                self.held.open,
+                [path, tf.gather(self.sizes, f)],
+                (tf.string, tf.int64),
+                stateful=True,
             )
-            path.set_shape([])
-            return _checked_records(path, listed, self.compression, start, stop)
+            held.set_shape([])
+            token.set_shape([])
+            records = _checked_records(path, held, listed, self.compression, start, stop)
+            return records.concatenate(self.held.closing(token))
 
         # A sequential interleave: a parallel one nested in flat_map is not
         # autotuned, and its threads cost 30% of the decode rate on 2 cores.
@@ -144,18 +158,67 @@ class Stream:
         )
 
 
-def _present(path: bytes, size) -> bytes:
-    check_shard(path.decode(), int(size))
-    return path
+class _Held:
+    """The shards a stream's runs read, each held open from its run's check to its
+    run's end; TensorFlow opens ``/proc/self/fd/N``, so the file it reads is the one
+    checked. A run left unfinished (a read stopped early) keeps its descriptor until
+    ``LIMIT`` later runs have opened theirs: far more than the runs one iterator
+    reads at once (the interleave's cycle)."""
+
+    LIMIT = 256
+
+    def __init__(self):
+        self.fds: OrderedDict[int, int] = OrderedDict()  # token -> descriptor
+        self.tokens = 0
+        self.lock = threading.Lock()
+
+    def open(self, path: bytes, listed) -> tuple[bytes, np.int64]:
+        path = path.decode()
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise shard_error(path, int(listed)) from None
+        size = os.fstat(fd).st_size
+        if size != int(listed):
+            os.close(fd)
+            raise shard_error(path, int(listed), size)
+        with self.lock:
+            self.tokens += 1
+            self.fds[self.tokens] = fd
+            while len(self.fds) > self.LIMIT:
+                os.close(self.fds.popitem(last=False)[1])
+            return f"{FD_DIR}/{fd}".encode(), np.int64(self.tokens)
+
+    def close(self, token) -> bytes:
+        with self.lock:
+            fd = self.fds.pop(int(token), None)
+        if fd is not None:
+            os.close(fd)
+        return b""
+
+    def closing(self, token):
+        """An empty dataset that closes the run's descriptor when it is reached."""
+
+        def close(t):
+            done = tfcall.call(self.close, [t], tf.string, stateful=True)
+            done.set_shape([])  # a record's shape, for the runs it ends
+            return done
+
+        done = tf.data.Dataset.from_tensors(token).map(close)
+        return done.filter(lambda _: False)
+
+    def __del__(self):
+        for fd in self.fds.values():
+            os.close(fd)
 
 
 def _columns(runs: Runs) -> tuple:
     return runs.file, runs.start, runs.stop
 
 
-def _checked_records(path, listed, compression, start, stop):
-    """Records ``start`` to ``stop`` of one shard (``listed`` records in
-    dataset_info.json); a corrupt or short shard raises an error naming it.
+def _checked_records(path, held, listed, compression, start, stop):
+    """Records ``start`` to ``stop`` of one shard ``path``, read from ``held`` (``listed``
+    records in dataset_info.json); a corrupt or short shard raises an error naming it.
 
     TensorFlow's own DataLossError does not say which file failed. Here a read
     error ends the file (``ignore_errors``), and a sentinel that raises an
@@ -167,7 +230,7 @@ def _checked_records(path, listed, compression, start, stop):
     headers without checking or copying the skipped records.
     """
     records = tf.data.TFRecordDataset(
-        path, compression_type=compression, buffer_size=1 << 20
+        held, compression_type=compression, buffer_size=1 << 20
     ).ignore_errors()
 
     def failing(*message):
@@ -206,7 +269,7 @@ def lead(share: Share, tagged: bool):
     ids, epochs = share.lead
 
     def fetch(chunk, epoch):
-        data = tf.numpy_function(records.many, [chunk], tf.string, stateful=False)
+        data = tfcall.call(records.many, [chunk], tf.string, stateful=False)
         data.set_shape([None])
         return (data, epoch) if tagged else data
 

@@ -147,6 +147,7 @@ READER_FLOORS = {
     "reader/cache.py": 3,
     "reader/cache_folder.py": 3,
     "reader/stream.py": 3,
+    "reader/tfcall.py": 3,
     "reader/pydecode.py": 3,
     "reader/decode.py": 3,
     "reader/source.py": 3,
@@ -161,7 +162,12 @@ READER_FLOORS = {
 }
 # which modules may import each engine
 ENGINES = {
-    "tensorflow": {"reader/pipeline.py", "reader/stream.py", "reader/decode.py"},
+    "tensorflow": {
+        "reader/pipeline.py",
+        "reader/stream.py",
+        "reader/decode.py",
+        "reader/tfcall.py",
+    },
     "torch": {"reader/torch.py"},
     "nvidia": {"reader/dali.py"},
 }

@@ -5,6 +5,7 @@ state, states and options a user typed)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -32,9 +33,12 @@ def data(tmp_path_factory):
 
 # Each builds a reader, removes every shard, then iterates: the read must stop naming one.
 READERS = {
-    # the iterator made after the removal: tf.data's prefetch threads start with it, and
-    # a shard removed between a run's check and its open is still a hang (see the note)
-    "tf.data": "it = reader.make_dataset(D, 'train', 4, seed=0, image_size=(8, 8))",
+    # one batch read first, epochs without end: tf.data's prefetch threads are running
+    # when the shards go, and runs opened after it find them gone
+    "tf.data": (
+        "it = iter(reader.make_dataset(D, 'train', 4, seed=0, image_size=(8, 8), epochs=None))\n"
+        "next(it)"
+    ),
     "dali": (
         "from reader.dali import make_dali_pipeline\n"
         "it = iter(make_dali_pipeline(D, 'train', 4, seed=0, image_size=(8, 8), device='cpu'))"
@@ -78,6 +82,33 @@ def test_a_shard_removed_under_a_running_read_stops_it_naming_the_shard(data, tm
     assert done.returncode == 3, done.stdout + done.stderr[-2000:]
     line = done.stdout.strip().splitlines()[-1]
     assert "train-0000" in line and "is missing" in line, line
+
+
+def test_a_shard_removed_between_its_check_and_its_open_is_still_read_whole(data, tmp_path):
+    """The race issue 27.3 left: tf.data opened a run's shard after the check, and a shard
+    removed in between sent ignore_errors into a retry loop. The check now opens it, and
+    TensorFlow reads that descriptor; a missing shard is the named error."""
+    import shutil
+
+    from reader.info import split_shards
+    from reader.stream import _Held
+    from schemas import storage, tfrecord
+
+    tf = storage.tensorflow()
+    shard = split_shards(json.load(open(f"{data}/dataset_info.json")), data, "train")[0]
+    path = str(tmp_path / "shard.tfrecord")
+    shutil.copy(shard["path"], path)
+    held = _Held()
+    fd_path, token = held.open(path.encode(), shard["num_bytes"])
+    os.remove(path)  # after the check, before TensorFlow opens it
+    got = [r.numpy() for r in tf.data.TFRecordDataset(fd_path.decode())]
+    assert got == list(tfrecord.iter_records(shard["path"]))
+    held.close(token)
+    assert not held.fds
+    with pytest.raises(reader.DatasetError, match="shard.tfrecord listed in .* is missing"):
+        held.open(path.encode(), shard["num_bytes"])
+    with pytest.raises(reader.DatasetError, match="has .* bytes"):
+        held.open(shard["path"].encode(), shard["num_bytes"] + 1)
 
 
 def test_huge_mix_weights_are_relative_and_numpy_numbers_are_weights():
