@@ -81,10 +81,6 @@ class NumpyReader:
             raise ValueError(f"num_processes must be a whole number >= 0, got {num_processes}")
         if num_processes:
             check_transform(transform)  # refused now, not in a process later
-        if options.random_crop:
-            raise ValueError(
-                "NumpyReader does not honour random_crop: crop in the transform, with its rng"
-            )
         self.transform, self.views, self.num_processes = transform, views, num_processes
         if state is None:  # the read as a state from its start: state_dict() says where
             state, options = start_state(options, split, batch_size // views)
@@ -116,6 +112,7 @@ class NumpyReader:
             options.image_size,
             self._state.seed,
             self.views,
+            options.augment(),
         )
         self._consumed = 0
         for batch in preprocess.map(iter(self._source)):

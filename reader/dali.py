@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import collections
 
+import numpy as np
+
 from reader.options import ReadOptions
+from reader.pydecode import image_shape
 from reader.read import merge
 from reader.source import Batch, RecordSource
 from schemas.images import DALI_FORMATS
@@ -43,6 +46,7 @@ class DaliReader:
         self._batches = iter(())
         self._fed: collections.deque[Batch] = collections.deque()
         self._fresh = True
+        self.augment, self.seed = None, 0  # set by make_dali_pipeline
 
     def __len__(self) -> int:
         return len(self.source)
@@ -54,6 +58,22 @@ class DaliReader:
         batch = next(self._batches)
         self._fed.append(batch)  # runs come out in the order batches went in
         return batch.encoded
+
+    def _next_augmented(self):
+        """The external source with augmentations: each batch's encoded images, their
+        crop anchors (x, y) and shapes (width, height), and flips, as every reader
+        draws them (``reader/order/augment.py``)."""
+        batch = next(self._batches)
+        self._fed.append(batch)
+        shapes = np.array([image_shape(e) for e in batch.encoded], np.int64).reshape(-1, 2)
+        views = np.zeros(len(batch.key), np.int64)
+        boxes = self.augment.boxes(
+            self.seed, batch.key, batch.epoch, views, shapes[:, 0], shapes[:, 1]
+        ).astype(np.int32)
+        anchors = np.ascontiguousarray(boxes[:, [1, 0]])
+        sizes = np.ascontiguousarray(boxes[:, [3, 2]])
+        flips = np.ascontiguousarray(boxes[:, 4])
+        return batch.encoded, anchors, sizes, flips
 
     def __iter__(self):
         if not self._fresh:
@@ -96,8 +116,8 @@ def make_dali_pipeline(
         data_dir, split, batch_size, options, overrides: as for
             ``reader.make_dataset`` (``data_dir`` may be a ``reader.mix``;
             ``image_size`` is required: DALI batches
-            images of one size; ``channels`` 1 or 3; ``random_crop`` crops
-            8%-100% of the area, aspect 3/4-4/3, before resizing).
+            images of one size; ``channels`` 1 or 3; ``random_crop`` and
+            ``random_flip`` draw the boxes and flips every reader draws).
         device: "gpu" (decode with nvJPEG: DALI's "mixed"), "cpu", or None:
             the GPU when DALI sees one.
         num_threads: DALI's CPU threads.
@@ -127,6 +147,7 @@ def make_dali_pipeline(
     seed = source.read.seed if source.read.seed is not None else 0
 
     reader = DaliReader(source, device)
+    reader.augment, reader.seed = o.augment(), seed
 
     @dali.pipeline_def(
         batch_size=batch_size,
@@ -138,9 +159,17 @@ def make_dali_pipeline(
     def pipeline():
         # A smaller final batch passes as is: DALI runs batches of any size
         # up to batch_size.
-        encoded = fn.external_source(
-            source=reader._next_encoded, batch=True, dtype=types.UINT8, name="encoded"
-        )
+        if reader.augment is None:
+            encoded = fn.external_source(
+                source=reader._next_encoded, batch=True, dtype=types.UINT8, name="encoded"
+            )
+        else:
+            encoded, anchors, sizes, flips = fn.external_source(
+                source=reader._next_augmented,
+                batch=True,
+                num_outputs=4,
+                dtype=[types.UINT8, types.INT32, types.INT32, types.INT32],
+            )
         kind = types.RGB if o.channels == 3 else types.GRAY
         # The readers' decoding rules (docs/convert.md#decoding): EXIF
         # orientation is not applied and JPEG chroma is upsampled as libjpeg
@@ -151,16 +180,19 @@ def make_dali_pipeline(
             adjust_orientation=False,
             jpeg_fancy_upsampling=True,
         )
-        if o.random_crop:
-            images = fn.decoders.image_random_crop(
+        if reader.augment is None:
+            images = fn.decoders.image(encoded, **rules)
+        else:  # the box every reader draws; a JPEG decodes only the box
+            images = fn.decoders.image_slice(
                 encoded,
-                random_area=[0.08, 1.0],
-                random_aspect_ratio=[0.75, 4 / 3],
-                num_attempts=10,
+                anchors,
+                sizes,
+                axis_names="WH",
+                normalized_anchor=False,
+                normalized_shape=False,
                 **rules,
             )
-        else:
-            images = fn.decoders.image(encoded, **rules)
+            images = fn.flip(images, horizontal=flips)
         height, width = o.image_size
         return fn.resize(images, resize_y=height, resize_x=width, antialias=False)
 

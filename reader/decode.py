@@ -22,13 +22,16 @@ class Decoder:
         kind: the record kind (image or path).
         spec: ``tf.io.parse_example`` spec of the features to parse.
         root: path kind: the folder stored paths are relative to.
-        decode, channels, image_size, random_crop, seed: as in ``ReadOptions``.
+        decode, channels, image_size, seed: as in ``ReadOptions``.
+        augment: ``ReadOptions.augment()``: crop boxes and flips, drawn in Python a
+            batch at a time (``reader/order/augment.py``, the boxes every reader draws);
+            ``spec`` then holds the images' height and width.
     """
 
-    def __init__(self, kind, spec, root, decode, channels, image_size, random_crop, seed):
+    def __init__(self, kind, spec, root, decode, channels, image_size, augment, seed):
         self.kind, self.spec, self.root = kind, spec, root
         self.decode, self.channels, self.image_size = decode, channels, image_size
-        self.random_crop, self.seed = random_crop, seed
+        self.augment, self.seed = augment, seed
 
     def _data(self, ex):
         if features.ENCODED in ex:  # image records, or path records fetched from a bucket
@@ -51,14 +54,12 @@ class Decoder:
         with ThreadPoolExecutor(min(16, max(len(urls), 1))) as pool:
             return np.array(list(pool.map(storage.read_bytes, urls)), dtype=object)
 
-    def _image(self, ex, epoch):
+    def _image(self, ex, box):
         data = self._data(ex)
         if not self.decode:
             return data
-        if self.random_crop:
-            image = _decode_random_crop(
-                data, ex[features.FORMAT], self.channels, self._crop_seed(ex, epoch)
-            )
+        if box is not None:
+            image = _decode_box(data, ex[features.FORMAT], self.channels, box)
         else:
             image = decode_full(data, ex[features.FORMAT], self.channels)
         if self.image_size is not None:
@@ -66,11 +67,17 @@ class Decoder:
             image = tf.saturate_cast(tf.round(image), tf.uint8)
         return image
 
-    def _crop_seed(self, ex, epoch):
-        """A crop's seed from (seed, key, epoch): the same crop for the same example and
-        epoch whatever the worker count, parallelism or resume point; new each epoch."""
-        key = tf.strings.to_hash_bucket_strong(ex[features.KEY], 2**63 - 1, [self.seed, 0])
-        return tf.stack([key, tf.cast(epoch, tf.int64)])
+    def _boxes(self, ex, epochs):
+        """The crop boxes and flips of a batch: (n, 5) int64 (``Augment.boxes``)."""
+
+        def boxes(keys, epochs, heights, widths):
+            views = np.zeros_like(epochs)
+            return self.augment.boxes(self.seed, keys, epochs, views, heights, widths)
+
+        inputs = [ex[features.KEY], epochs, ex[features.HEIGHT], ex[features.WIDTH]]
+        out = tfcall.call(boxes, [tf.reshape(v, [-1]) for v in inputs], tf.int64)
+        out.set_shape([None, 5])
+        return out
 
     def _features(self, ex, image):
         out = {"image": image, "label": ex[features.LABEL], "key": ex[features.KEY]}
@@ -81,11 +88,14 @@ class Decoder:
     def one(self, serialized, epoch=None):
         ex = tf.io.parse_single_example(serialized, self.spec)
         ex = self._fetched({k: tf.squeeze(v, 0) for k, v in ex.items()})
-        return self._features(ex, self._image(ex, epoch))
+        box = None
+        if self.augment is not None and self.decode:
+            box = self._boxes(ex, tf.reshape(epoch, [1]))[0]
+        return self._features(ex, self._image(ex, box))
 
     def batch(self, serialized, epochs=None):
-        """Parses a batch of records and decodes its images; ``epochs`` (a crop's epoch)
-        only with random_crop."""
+        """Parses a batch of records and decodes its images; ``epochs`` (the records'
+        epochs, which seed the augmentations) only with ``augment``."""
         ex = tf.io.parse_example(serialized, self.spec)
         ex = self._fetched({k: tf.squeeze(v, 1) for k, v in ex.items()})
         if self.decode:
@@ -100,38 +110,28 @@ class Decoder:
                 for k in (features.ENCODED, features.PATH, features.FORMAT, features.KEY)
                 if k in ex
             ]
-            if epochs is None:  # no random crop: no epoch
-                epochs = tf.zeros(tf.shape(ex[features.KEY]), tf.int64)
-            images = tf.map_fn(
-                lambda one: self._image(dict(zip(names, one[:-1])), one[-1]),
-                (*(ex[k] for k in names), epochs),
-                fn_output_signature=signature,
-            )
+            if self.augment is not None and self.decode:
+                boxes = self._boxes(ex, epochs)
+                images = tf.map_fn(
+                    lambda one: self._image(dict(zip(names, one[:-1])), one[-1]),
+                    (*(ex[k] for k in names), boxes),
+                    fn_output_signature=signature,
+                )
+            else:
+                images = tf.map_fn(
+                    lambda one: self._image(dict(zip(names, one)), None),
+                    tuple(ex[k] for k in names),
+                    fn_output_signature=signature,
+                )
         return self._features(ex, images)
 
 
-def _decode_random_crop(data, fmt, channels, seed):
-    """Random crop (8%-100% of the area, 3/4-4/3 aspect); JPEG decodes only the crop.
-
-    ``seed``: a shape [2] int64 tensor for the stateless box sampler.
-    """
-
-    def box(shape):
-        begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
-            shape,
-            tf.zeros([0, 0, 4]),
-            seed=seed,
-            min_object_covered=0.08,
-            aspect_ratio_range=(0.75, 1.33),
-            area_range=(0.08, 1.0),
-            max_attempts=10,
-            use_image_if_no_bounding_boxes=True,
-        )
-        return begin, size
+def _decode_box(data, fmt, channels, box):
+    """The image's ``box`` (top, left, height, width, flip), flipped left-right when
+    ``flip`` is 1; a JPEG decodes only the box."""
+    window = tf.cast(box[:4], tf.int32)
 
     def jpeg():
-        begin, size = box(tf.image.extract_jpeg_shape(data))
-        window = tf.stack([begin[0], begin[1], size[0], size[1]])
         cropped = tf.image.decode_and_crop_jpeg(
             data, window, channels=3 if channels == 3 else 0, dct_method=JPEG_DCT
         )
@@ -139,10 +139,10 @@ def _decode_random_crop(data, fmt, channels, seed):
 
     def other():
         image = decode_full(data, fmt, channels)
-        begin, size = box(tf.shape(image))
-        return tf.slice(image, begin, size)
+        return tf.slice(image, [window[0], window[1], 0], [window[2], window[3], -1])
 
     image = tf.cond(tf.equal(fmt, "jpeg"), jpeg, other)
+    image = tf.cond(tf.equal(box[4], 1), lambda: tf.reverse(image, [1]), lambda: image)
     image.set_shape([None, None, channels])
     return image
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import numbers
+
+from reader.order.augment import Augment
 
 AUTOTUNE = -1  # tf.data.AUTOTUNE, without importing TensorFlow here
 DEFAULT_CYCLE = 16  # runs read at once when cycle_length is None
@@ -52,7 +55,13 @@ class ReadOptions:
         image_size: (height, width) to resize to, or one int for a square; needed to batch decoded
             images, whose sizes differ.
         channels: channels of decoded images (1, 3 or 4).
-        random_crop: crop a random box (JPEG decodes only the box) before resizing.
+        random_crop: crop a random box before resizing, torchvision's
+            ``RandomResizedCrop``: an area fraction in ``crop_scale``, an aspect ratio
+            in ``crop_ratio`` (JPEG decodes only the box). Every reader draws the same
+            box for the same record, epoch and view (``reader/order/augment.py``).
+        crop_scale, crop_ratio: the crop's (min, max) area fraction and aspect ratio.
+        random_flip: flip each image left-right with probability 1/2, drawn like
+            the crop.
         input_context: a ``tf.distribute.InputContext``; or give
             ``num_workers`` and ``worker_index``.
         num_workers, worker_index: this reader's share of the files.
@@ -95,6 +104,9 @@ class ReadOptions:
     image_size: tuple[int, int] | None = None
     channels: int = 3
     random_crop: bool = False
+    crop_scale: tuple[float, float] = (0.08, 1.0)
+    crop_ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    random_flip: bool = False
     input_context: object = None
     num_workers: int | None = None
     worker_index: int | None = None
@@ -146,6 +158,18 @@ class ReadOptions:
                     f"image_size must be (height, width), whole numbers >= 1, got {self.image_size}"
                 )
             object.__setattr__(self, "image_size", tuple(int(v) for v in size))
+        for name, top in (("crop_scale", 1.0), ("crop_ratio", math.inf)):
+            pair = getattr(self, name)
+            try:
+                low, high = (float(v) for v in pair)
+            except (TypeError, ValueError):
+                low = high = math.nan
+            if not 0 < low <= high <= top:
+                raise ValueError(
+                    f"{name} must be (min, max) with 0 < min <= max"
+                    f"{' <= 1' if top == 1.0 else ''}, got {pair!r}"
+                )
+            object.__setattr__(self, name, (low, high))
         if self.input_context is not None:
             if self.num_workers is not None or self.worker_index is not None:
                 raise ValueError("give input_context or num_workers/worker_index, not both")
@@ -181,9 +205,25 @@ class ReadOptions:
             "block_length": self.block_length,
             "random_crop": self.random_crop,
         }
+        if self.random_crop:
+            for name in ("crop_scale", "crop_ratio"):  # a value has no space in it
+                shaping[name] = ",".join(repr(v) for v in getattr(self, name))
+        if self.random_flip:
+            shaping["random_flip"] = True
         if shuffle:
             shaping["shuffle_buffer"] = self.shuffle_buffer
         return " ".join(f"{k}={v}" for k, v in sorted(shaping.items()))
+
+    @property
+    def augmenting(self) -> bool:
+        """Whether built-in augmentations run (their draws need the seed and epoch)."""
+        return self.random_crop or self.random_flip
+
+    def augment(self) -> Augment | None:
+        """The built-in augmentations asked for, or None."""
+        if not self.augmenting:
+            return None
+        return Augment(self.random_crop, self.crop_scale, self.crop_ratio, self.random_flip)
 
     def workers(self) -> tuple[int, int]:
         """(number of workers, this worker's index)."""

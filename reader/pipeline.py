@@ -64,7 +64,7 @@ def make_dataset(
     read = resolve(data_dir, split, batch_size, merge(options, overrides), state)
     o = read.options
     streams = [_source(source, o) for source in read.sources]
-    records = streams[0]  # records, or (record, epoch) with random_crop
+    records = streams[0]  # records, or (record, epoch) when augmenting
     if read.schedule is not None:
         choices = _choices(read.schedule, read.start)
         records = tf.data.Dataset.choose_from_datasets(streams, choices)
@@ -169,6 +169,8 @@ def _decoder(source: Source, o: ReadOptions, seed):
         )
     spec = schemas.feature_spec(schemas.load(source.data_dir))
     wanted = [features.payload(kind), features.LABEL, features.KEY, features.FORMAT]
+    if o.augmenting:  # the boxes are drawn from the images' sizes
+        wanted += [features.HEIGHT, features.WIDTH]
     return Decoder(
         kind,
         {name: spec[name] for name in wanted},
@@ -176,7 +178,7 @@ def _decoder(source: Source, o: ReadOptions, seed):
         o.decode,
         o.channels,
         o.image_size,
-        o.random_crop,
+        o.augment(),
         seed,
     )
 

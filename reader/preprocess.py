@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import hashlib
 import io
 import multiprocessing
 import os
@@ -29,7 +28,7 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
-from reader.order.draws import AUGMENT, draws
+from reader.order.draws import AUGMENT, draws, key_digest
 
 
 class TransformError(RuntimeError):
@@ -39,8 +38,7 @@ class TransformError(RuntimeError):
 def example_rng(seed: int, key: str, epoch: int, view: int) -> np.random.Generator:
     """The rng of one view of one example in one epoch: the same on every machine, in
     every process, after any resume."""
-    digest = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little")
-    word = int(draws(1, seed, AUGMENT, digest, epoch, view)[0])
+    word = int(draws(1, seed, AUGMENT, key_digest(key), epoch, view)[0])
     return np.random.Generator(np.random.PCG64(word))
 
 
@@ -70,11 +68,16 @@ class Preprocess:
         image_size: (height, width) an output ``image`` array is resized to, or None.
         seed: the read's seed (the rngs derive from it).
         views: transforms of each decoded image.
+        augment: ``ReadOptions.augment()``: each view cropped and flipped as every
+            reader does (``reader/order/augment.py``) and resized to ``image_size``,
+            before ``transform`` sees it.
     """
 
-    def __init__(self, transform, processes: int, channels, image_size, seed, views=1):
+    def __init__(
+        self, transform, processes: int, channels, image_size, seed, views=1, augment=None
+    ):
         self.transform = transform
-        self.config = (channels, image_size, seed, views)
+        self.config = (channels, image_size, seed, views, augment)
         self.processes = processes
         self.decoded = 0  # images decoded (tests count them: one a record, whatever views)
 
@@ -161,12 +164,20 @@ def _init(payload: bytes, config: tuple) -> None:
 def _run(task: tuple) -> dict:
     """One batch in a worker: each image decoded once, each view transformed."""
     transform = _WORKER["transform"]
-    channels, image_size, seed, views = _WORKER["config"]
+    channels, image_size, seed, views, augment = _WORKER["config"]
     rows = []
     for encoded, label, key, epoch, real in zip(*task):
         image = _decode(encoded, channels)
+        boxes = None
+        if augment is not None:
+            height, width = image.shape[:2]
+            n = views
+            boxes = augment.boxes(seed, [key] * n, [epoch] * n, range(n), [height] * n, [width] * n)
         for view in range(views):
-            example = {"image": image if views == 1 else image.copy(), "label": label}
+            if boxes is not None:
+                example = {"image": _augmented(image, boxes[view], image_size), "label": label}
+            else:
+                example = {"image": image if views == 1 else image.copy(), "label": label}
             example.update(key=key, epoch=epoch, view=view)
             if transform is not None:
                 try:
@@ -224,16 +235,42 @@ def _decode(encoded: bytes, channels: int) -> np.ndarray:
     return pixels[..., None] if channels == 1 else pixels
 
 
+def _augmented(image: np.ndarray, box, size) -> np.ndarray:
+    """``image``'s crop ``box`` (top, left, height, width, flip), flipped when ``flip``,
+    resized to ``size`` (a copy: views of one image do not share pixels)."""
+    top, left, height, width, flip = (int(v) for v in box)
+    out = image[top : top + height, left : left + width]
+    if flip:
+        out = out[:, ::-1]
+    out = np.ascontiguousarray(out)
+    return _resize(out, size) if size is not None else out
+
+
 def _resize(image: np.ndarray, size) -> np.ndarray:
+    """Bilinear resize as ``make_dataset`` resizes (``tf.image.resize``: half-pixel
+    centres, no antialiasing, rounded): the routes' pixels agree to a level or two."""
     height, width = size
     if image.shape[:2] == (height, width):
         return image
-    from PIL import Image
+    rows, row_lerp = _taps(image.shape[0], height)
+    cols, col_lerp = _taps(image.shape[1], width)
+    pixels = image.astype(np.float32)
+    top, bottom = pixels[rows[0]], pixels[rows[1]]
+    x = col_lerp[None, :, None]
+    top = top[:, cols[0]] + (top[:, cols[1]] - top[:, cols[0]]) * x
+    bottom = bottom[:, cols[0]] + (bottom[:, cols[1]] - bottom[:, cols[0]]) * x
+    out = top + (bottom - top) * row_lerp[:, None, None]
+    return np.clip(np.round(out), 0, 255).astype(np.uint8)
 
-    squeeze = image.ndim == 3 and image.shape[2] == 1
-    im = Image.fromarray(image[..., 0] if squeeze else image)
-    out = np.asarray(im.resize((width, height), Image.BILINEAR))
-    return out[..., None] if squeeze else out
+
+def _taps(size: int, out: int) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
+    """The two source indices and the weight of the second for each output index."""
+    at = (np.arange(out, dtype=np.float32) + 0.5) * np.float32(size / out) - 0.5
+    low = np.floor(at)
+    lerp = (at - low).astype(np.float32)
+    first = np.clip(low, 0, size - 1).astype(np.int64)
+    second = np.clip(np.ceil(at), 0, size - 1).astype(np.int64)
+    return (first, second), lerp
 
 
 def default_processes() -> int:

@@ -51,3 +51,13 @@ def eight_bit_png(encoded: bytes) -> bytes:
     buffer = io.BytesIO()
     out.save(buffer, "PNG", compress_level=0)
     return buffer.getvalue()
+
+
+def image_shape(encoded) -> tuple[int, int]:
+    """(height, width) of an encoded image, from its header (Pillow reads no pixels)."""
+    import io
+
+    from PIL import Image
+
+    with Image.open(io.BytesIO(encoded)) as im:
+        return im.height, im.width

@@ -81,7 +81,7 @@ def start_state(options: ReadOptions, split: str, batch_size: int) -> tuple[Read
     """A read given no state, as a state from its start (seeded: a seed drawn once here
     when none was given), and the options without their start: a face that says where
     it stands (``state_dict()``) reads so."""
-    seeded = options.shuffles(split) or options.random_crop
+    seeded = options.shuffles(split) or options.augmenting
     if options.seed is None and seeded and (options.start_step or options.start_epoch):
         raise ValueError(
             "start_step and start_epoch resume a seeded read: pass the seed of the "
@@ -117,7 +117,7 @@ def resolve(
         seed = _check_resumable(options, state, info, split)
     else:
         seed = options.seed
-        if seed is None and (shuffle or options.random_crop):
+        if seed is None and (shuffle or options.augmenting):
             seed = draw_seed()
     share = Share.of(data, split, shards, batch_size, options, seed, state)
     resumed = None
@@ -281,7 +281,7 @@ def _check(o: ReadOptions, batch_size: int | None, shuffle: bool) -> None:
             "decoded images differ in size: give image_size=(height, width) to "
             "batch them, or batch_size=None, or decode=False"
         )
-    if (o.start_step or o.start_epoch) and (shuffle or o.random_crop) and o.seed is None:
+    if (o.start_step or o.start_epoch) and (shuffle or o.augmenting) and o.seed is None:
         raise ValueError(
             "start_step and start_epoch resume a seeded read: pass the seed of the run "
             "being resumed (an unseeded shuffle cannot be repeated)"

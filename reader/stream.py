@@ -32,14 +32,14 @@ FD_DIR = "/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"  # ope
 
 class Stream:
     """The worker's serialized records in :class:`ReadPlan` order; (record, epoch) pairs
-    with ``o.random_crop``, whose crops are seeded by the epoch."""
+    with augmentations (``o.augmenting``), which are seeded by the epoch."""
 
     def __init__(
         self, plan: ReadPlan, mine: list[dict], compression: str, o: ReadOptions, cache=None
     ):
         self.plan = plan
         self.shard_cache = cache  # a ShardCache: groups read local copies it fetched ahead
-        self.tagged = o.random_crop
+        self.tagged = o.augmenting
         self.paths = tf.constant([s["path"] for s in mine])
         self.counts = tf.constant([s["num_examples"] for s in mine], tf.int64)
         self.sizes = tf.constant([s["num_bytes"] for s in mine], tf.int64)
