@@ -17,7 +17,10 @@ transform run in worker processes (``reader.preprocess``).
 
 from __future__ import annotations
 
+import numpy as np
+
 from reader.options import ReadOptions
+from reader.order.views import restart, rounds
 from reader.preprocess import Preprocess, check_transform, default_processes
 from reader.read import merge, start_state
 from reader.source import RecordSource
@@ -40,8 +43,11 @@ class NumpyReader:
             a ``numpy.random.Generator`` seeded by (seed, key, epoch, view), so the output
             is the same for any ``num_processes`` and after any resume. Output values
             that are arrays of one shape (or numbers) are stacked; others come as lists.
-        views: transformed views of each decoded image, consecutive in the batch
-            (``batch_size`` a multiple of it: the views of an image share a batch).
+        views: transformed views of each decoded image (each image decoded once).
+        view_spread: where the views go: ``"together"`` (default), consecutive in one
+            batch (``batch_size`` a multiple of ``views``: SimCLR/DINO pairs); or a
+            whole number D, each batch one view of ``batch_size`` images and the views
+            of an image at least D batches apart (``reader/order/views.py``).
         num_processes: worker processes (default: the cores; 0: in this process).
         state: a :class:`reader.ReadState` to resume (any worker count).
 
@@ -59,6 +65,7 @@ class NumpyReader:
         *,
         transform=None,
         views: int = 1,
+        view_spread: int | str = "together",
         num_processes: int | None = None,
         state: ReadState | None = None,
         **overrides,
@@ -70,10 +77,19 @@ class NumpyReader:
             )
         if not isinstance(views, int) or isinstance(views, bool) or views < 1:
             raise ValueError(f"views must be a whole number >= 1, got {views!r}")
-        if not isinstance(batch_size, int) or batch_size % views:
+        if view_spread != "together" and not (
+            isinstance(view_spread, int) and not isinstance(view_spread, bool) and view_spread > 0
+        ):
+            raise ValueError(
+                f'view_spread must be "together" or a whole number of batches >= 1, '
+                f"got {view_spread!r}"
+            )
+        self.spread = None if view_spread == "together" or views == 1 else view_spread
+        together = self.spread is None
+        if not isinstance(batch_size, int) or (together and batch_size % views):
             raise ValueError(
                 f"batch_size {batch_size!r} must be a multiple of views={views}: the views "
-                "of an image go in one batch"
+                "of an image go in one batch (or spread them: view_spread=)"
             )
         if num_processes is None:
             num_processes = default_processes()
@@ -82,26 +98,51 @@ class NumpyReader:
         if num_processes:
             check_transform(transform)  # refused now, not in a process later
         self.transform, self.views, self.num_processes = transform, views, num_processes
+        records = batch_size // views if together else batch_size  # a batch of the read
         if state is None:  # the read as a state from its start: state_dict() says where
-            state, options = start_state(options, split, batch_size // views)
-        self._args = (data_dir, split, batch_size // views, options)
+            state, options = start_state(options, split, records)
+        self._args = (data_dir, split, records, options)
         self.options = options
         self.decoded = 0  # images decoded by the last iteration (once each, any views)
         self.load_state_dict({"read_state": state.to_json()})
 
     def state_dict(self) -> dict:
         """Where this reader stands: ``{"read_state": ReadState JSON}``, advanced by the
-        batches this iteration yielded."""
-        return {"read_state": self._state.advance(self._consumed).to_json()}
+        batches this iteration yielded; with views spread, the read's state at the first
+        image with a view still to go, and ``view_skip``: the views from there on that
+        went out already."""
+        if self.spread is None:
+            return {"read_state": self._state.advance(self._consumed).to_json()}
+        done = self._skip + self._consumed
+        first, skip = restart(done, self.views, self.spread, self._blocks)
+        return {"read_state": self._state.advance(first).to_json(), "view_skip": skip}
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Continues the read ``state_dict`` saved (any worker count)."""
         saved = ReadState.from_json(state_dict["read_state"])
+        skip = state_dict.get("view_skip", 0)
+        if not isinstance(skip, int) or skip < 0 or (skip and self.spread is None):
+            raise ValueError(
+                f"view_skip {skip!r}: a state of a read with views spread (view_spread=) "
+                "resumes a read with the same views and view_spread"
+            )
+        if skip and saved.num_workers != self._args[3].workers()[0]:
+            raise ValueError(
+                f"this state was saved between the views of its images by {saved.num_workers} "
+                "workers: resume it with as many (a state saved at a block of views, "
+                "view_skip 0, resumes with any worker count)"
+            )
         self._source = RecordSource(*self._args, saved)
-        self._state, self._consumed = self._source.read.state, 0
+        self._state, self._consumed, self._skip = self._source.read.state, 0, skip
+        try:
+            self._blocks = len(self._source)
+        except TypeError:  # an endless read
+            self._blocks = None
 
     def __len__(self) -> int:
-        return len(self._source)
+        if self.spread is None:
+            return len(self._source)
+        return len(self._source) * self.views - self._skip
 
     def __iter__(self):
         options = self.options
@@ -115,7 +156,39 @@ class NumpyReader:
             options.augment(),
         )
         self._consumed = 0
-        for batch in preprocess.map(iter(self._source)):
+        outputs = preprocess.map(iter(self._source))
+        if self.spread is not None:
+            outputs = self._spread(outputs)
+        for batch in outputs:
             self._consumed += 1
             self.decoded = preprocess.decoded
             yield batch
+
+    def _spread(self, outputs):
+        """Each block's batch of views split into one batch a view, in the rounds'
+        order; the views of at most ``(views - 1) * view_spread`` blocks wait."""
+        held: dict[int, list] = {}
+        made = 0
+        for number, (block, view) in enumerate(rounds(self.views, self.spread, self._blocks)):
+            while block >= made:
+                try:
+                    out = next(outputs)
+                except StopIteration:
+                    return
+                held[made] = [_rows(out, v, self.views) for v in range(self.views)]
+                made += 1
+            batch = held[block][view]
+            if view == self.views - 1:  # an image's views go out in view order
+                del held[block]
+            if number >= self._skip:
+                yield batch
+
+
+def _rows(out: dict, view: int, views: int) -> dict:
+    """The rows of one view of a batch whose rows are images x views."""
+    return {
+        name: np.ascontiguousarray(value[view::views])
+        if isinstance(value, np.ndarray)
+        else value[view::views]
+        for name, value in out.items()
+    }

@@ -183,3 +183,77 @@ def test_a_read_left_early_leaves_no_shared_memory_behind(data):
     next(it)
     it.close()  # as a for loop left by break does, when the generator goes
     assert set(os.listdir("/dev/shm")) - before == set()
+
+
+def test_views_spread_batches_apart_one_decode_each_and_exactly_once(data):
+    """Issue 29.3: view_spread=D puts one view of B images in each batch and the views
+    of an image at least D batches apart; every (key, view) once an epoch; one decode an
+    image; K=0 and K=2 give the same bytes."""
+    views, spread = 3, 2
+    train = reader.NumpyReader(
+        data,
+        "train",
+        B,
+        transform=augment,
+        num_processes=0,
+        views=views,
+        view_spread=spread,
+        **{**OPTS, "epochs": 1},
+    )
+    got = list(train)
+    assert len(got) == len(train) == views * -(-60 // B)
+    assert train.decoded == 60
+    seen = {}
+    for number, batch in enumerate(got):
+        assert len(set(batch["view"].tolist())) == 1  # one view a batch
+        assert len(set(batch["key"])) == len(batch["key"])  # of different images
+        for key, view in zip(batch["key"], batch["view"].tolist()):
+            assert (key, view) not in seen
+            seen[(key, view)] = number
+    assert len(seen) == 60 * views
+    gaps = [seen[(k, v + 1)] - seen[(k, v)] for (k, v) in seen if v + 1 < views]
+    assert min(gaps) >= spread
+    two = list(
+        reader.NumpyReader(
+            data,
+            "train",
+            B,
+            transform=augment,
+            num_processes=2,
+            views=views,
+            view_spread=spread,
+            **{**OPTS, "epochs": 1},
+        )
+    )
+    for a, b in zip(got, two):
+        assert a["key"] == b["key"] and (a["image"] == b["image"]).all()
+
+
+def test_views_spread_resume_mid_group_yields_the_uninterrupted_views(data):
+    """A state saved at any batch, between an image's views too, resumes to exactly the
+    rest of the uninterrupted read (2 epochs, across the epoch boundary)."""
+    kw = dict(transform=augment, num_processes=0, views=2, view_spread=3, **OPTS)
+    whole = list(reader.NumpyReader(data, "train", B, **kw))
+    for stop in (1, 4, 7, len(whole) // 2 + 1, len(whole) - 1):
+        first = reader.NumpyReader(data, "train", B, **kw)
+        it = iter(first)
+        for _ in range(stop):
+            next(it)
+        saved = first.state_dict()
+        again = reader.NumpyReader(data, "train", B, **kw)
+        again.load_state_dict(saved)
+        rest = list(again)
+        assert len(rest) == len(again) == len(whole) - stop, stop
+        for a, b in zip(whole[stop:], rest):
+            assert a["key"] == b["key"] and (a["view"] == b["view"]).all()
+            assert (a["image"] == b["image"]).all()
+    halves = reader.NumpyReader(data, "train", B, num_workers=2, worker_index=0, **kw)
+    it = iter(halves)
+    next(it)  # view 0 of the first block: its view 1 is still to go
+    with pytest.raises(ValueError, match="saved between the views .* by 2 workers"):
+        reader.NumpyReader(data, "train", B, **kw).load_state_dict(halves.state_dict())
+    with pytest.raises(ValueError, match="view_spread must be"):
+        reader.NumpyReader(data, "train", B, views=2, view_spread=0, num_processes=0)
+    with pytest.raises(ValueError, match="same views and view_spread"):
+        plain = reader.NumpyReader(data, "train", B, num_processes=0, **OPTS)
+        plain.load_state_dict({**plain.state_dict(), "view_skip": 3})
