@@ -10,8 +10,11 @@ there is one). The order is a pure function of (seed, epoch, position)
 
 from __future__ import annotations
 
+import numpy as np
+
 import schemas
 from reader import tfcall
+from reader.arrays import NumpyReader
 from reader.cache import open_cache
 from reader.decode import Decoder
 from reader.info import check_path_root, default_path_root
@@ -32,6 +35,9 @@ def make_dataset(
     options: ReadOptions | None = None,
     *,
     state: ReadState | None = None,
+    transform=None,
+    views: int = 1,
+    num_processes: int | None = None,
     **overrides,
 ):
     """Builds a ``tf.data.Dataset`` over one split, from ``dataset_info.json``.
@@ -47,6 +53,11 @@ def make_dataset(
             come from it).
         **overrides: fields of ``ReadOptions`` to change, e.g. ``seed=0,
             image_size=(224, 224)``.
+        transform, views, num_processes: a Python ``transform(example, rng)`` run in
+            ``num_processes`` worker processes on each image decoded once (Pillow),
+            ``views`` times, the views of an image together in a batch: the batches of
+            :class:`reader.NumpyReader` as a dataset (``tf.data.Dataset.from_generator``).
+            The transform's values must be arrays, numbers or strings.
 
     Returns:
         A dataset of dicts ``{"image", "label", "key"}`` (plus ``"mask"`` with
@@ -61,6 +72,17 @@ def make_dataset(
             when it is read.
         ValueError: options that do not fit together.
     """
+    if transform is not None or views != 1:
+        return _preprocessed(
+            data_dir,
+            split,
+            batch_size,
+            merge(options, overrides),
+            state,
+            transform,
+            views,
+            num_processes,
+        )
     read = resolve(data_dir, split, batch_size, merge(options, overrides), state)
     o = read.options
     streams = [_source(source, o) for source in read.sources]
@@ -101,6 +123,62 @@ def make_dataset(
     elif o.prefetch is not None:
         ds = ds.prefetch(o.prefetch)
     return ds if state is None else (ds, read.state)
+
+
+def _preprocessed(data_dir, split, batch_size, o, state, transform, views, processes):
+    """``make_dataset`` with a Python transform: NumpyReader's batches as a dataset, each
+    pass over it a new pass of the reader (Keras iterates once an epoch)."""
+    if batch_size is None:
+        raise ValueError("a transform runs on batches: give batch_size")
+    if o.as_supervised or o.prefetch_to_device:
+        raise ValueError(
+            "with transform=, the dataset yields the transform's dicts: map them to "
+            "(image, label) yourself; prefetch_to_device is not honoured"
+        )
+    numpy_reader = NumpyReader(
+        data_dir,
+        split,
+        batch_size,
+        o,
+        transform=transform,
+        views=views,
+        num_processes=processes,
+        state=state,
+    )
+    start = ReadState.from_json(numpy_reader.state_dict()["read_state"])
+    batches = iter(numpy_reader)
+    first = next(batches)  # the signature: the transform's fields, types and shapes
+
+    def signature(name, value):
+        if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+            return tf.TensorSpec((None, *value.shape[1:]), value.dtype)
+        if isinstance(value, list) and all(isinstance(v, (str, bytes)) for v in value):
+            return tf.TensorSpec((None,), tf.string)
+        raise TypeError(
+            f"transform output {name!r} holds {type(value[0]).__name__} values: "
+            "make_dataset yields tensors (arrays, numbers or strings); "
+            "reader.NumpyReader yields any values"
+        )
+
+    spec = {name: signature(name, value) for name, value in first.items()}
+
+    def generate():
+        nonlocal first, batches
+        if first is not None:  # the pass begun for the signature
+            head, rest = first, batches
+            first = batches = None
+            yield head
+            yield from rest
+        else:
+            yield from numpy_reader
+
+    ds = tf.data.Dataset.from_generator(generate, output_signature=spec)
+    try:
+        ds = ds.apply(tf.data.experimental.assert_cardinality(len(numpy_reader)))
+    except TypeError:  # endless
+        pass
+    ds = ds.prefetch(o.prefetch) if o.prefetch is not None else ds
+    return ds if state is None else (ds, start)
 
 
 def resume(data_dir: str, split: str, state: ReadState, options=None, **overrides):

@@ -257,3 +257,38 @@ def test_views_spread_resume_mid_group_yields_the_uninterrupted_views(data):
     with pytest.raises(ValueError, match="same views and view_spread"):
         plain = reader.NumpyReader(data, "train", B, num_processes=0, **OPTS)
         plain.load_state_dict({**plain.state_dict(), "view_skip": 3})
+
+
+def plain(example, rng):
+    """A transform of arrays only (make_dataset yields tensors)."""
+    return {"image": example["image"], "label": example["label"], "draw": rng.random()}
+
+
+def test_make_dataset_with_a_transform_is_the_numpy_readers_batches_and_trains(data):
+    """Issue 29.1: transform= on make_dataset: NumpyReader's batches as a tf.data dataset,
+    again on each pass; a Keras model fits on it; a state resumes it."""
+    import tensorflow as tf
+
+    kw = dict(transform=plain, num_processes=2, **{**OPTS, "epochs": 1})
+    ds = reader.make_dataset(data, "train", B, **kw)
+    want = list(reader.NumpyReader(data, "train", B, **kw))
+    for _ in range(2):  # a second pass is a new pass of the reader, the same batches
+        got = list(ds.as_numpy_iterator())
+        assert len(got) == len(want) == ds.cardinality().numpy()
+        for a, b in zip(got, want):
+            assert (a["image"] == b["image"]).all() and (a["draw"] == b["draw"]).all()
+    model = tf.keras.Sequential(
+        [tf.keras.Input((12, 12, 3)), tf.keras.layers.Flatten(), tf.keras.layers.Dense(3)]
+    )
+    model.compile("adam", tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = model.fit(ds.map(lambda b: (b["image"], b["label"])), epochs=2, verbose=0)
+    assert len(history.history["loss"]) == 2
+    state = reader.ReadState.from_json(
+        reader.NumpyReader(data, "train", B, **kw).state_dict()["read_state"]
+    ).advance(3)
+    resumed, start = reader.make_dataset(data, "train", B, state=state, **kw)
+    assert start == state
+    for a, b in zip(resumed.as_numpy_iterator(), want[3:]):
+        assert (a["image"] == b["image"]).all()
+    with pytest.raises(TypeError, match="'meta' holds dict values"):
+        reader.make_dataset(data, "train", B, transform=augment, num_processes=0, **OPTS)
