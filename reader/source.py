@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -62,23 +63,26 @@ class _Part:
             check_limit(self.share.shards, self.share.plan.cycle, options.cache_limit)  # said now
 
     def examples(self):
+        """The examples in read order, each as a call that fetches and parses it: the
+        caller calls it at once or never (a record it skips is not read, or, from the
+        bucket cache, which fetches whole windows, not parsed)."""
         # The cache (and its fetching thread) starts in the process that reads: a
         # DataLoader worker forked after this source was made, say.
         cache = open_cache(self.share, self.options)
         with self.own, self.split or contextlib.nullcontext(), cache or contextlib.nullcontext():
             if self.share.lead is not None:
                 for i, e in zip(*self.share.lead):
-                    yield self.example(self.split.get(int(i)), int(e))
+                    yield functools.partial(self.fetch, self.split, int(i), int(e))
             plan, epochs = self.share.plan, self.options.epochs
             epoch, position = divmod(self.share.start, plan.size)
             opened = True  # the read's first epoch: opened where ``position`` is
             while epochs is None or epoch < epochs:
                 if cache is None:
                     for i in plan.epoch_order(epoch)[position:]:
-                        yield self.example(self.own.get(int(i)), epoch)
+                        yield functools.partial(self.fetch, self.own, int(i), epoch)
                 else:
                     for data in self._cached_epoch(cache, epoch, position, opened):
-                        yield self.example(data, epoch)
+                        yield functools.partial(self.example, data, epoch)
                 epoch, position, opened = epoch + 1, 0, False
 
     def _cached_epoch(self, cache, epoch: int, position: int, opened: bool):
@@ -110,6 +114,10 @@ class _Part:
                 window = [window[j] for j in plan.window_permutation(epoch, w, len(window))]
             yield from window[position - start if start == first else 0 :]
         enter_through(-(-plan.num_runs // plan.cycle) - 1)  # groups that give nothing
+
+    def fetch(self, records: Records, i: int, epoch: int) -> tuple:
+        """Record ``i`` of ``records``, read in ``epoch``, as ``example`` gives it."""
+        return self.example(records.get(i), epoch)
 
     def example(self, data: bytes, epoch: int = 0) -> tuple:
         """(encoded image, label, key, epoch) of a serialized record read in ``epoch``."""
@@ -143,35 +151,57 @@ class RecordSource:
         self.options, self.batch_size = self.read.options, batch_size
         self._parts = [_Part(source, self.options) for source in self.read.sources]
         self.infos = [source.info for source in self.read.sources]
+        self.every, self.first = 1, 0  # the batches yielded (``deal``)
+
+    def deal(self, every: int, first: int) -> None:
+        """Yield only batches ``first``, ``first + every``, ... of the read (counted
+        from its start): one DataLoader worker's of ``every``. The records of the
+        others are skipped unread (from the bucket cache, unparsed), their batches
+        never made, so nothing decodes them."""
+        if not 0 <= first < every:
+            raise ValueError(f"deal(every, first) needs 0 <= first < every, got {every}, {first}")
+        self.every, self.first = every, first
 
     def __len__(self) -> int:
+        """The batches iteration yields (this worker's of ``deal``)."""
         if self.read.remaining is None:
             raise TypeError("an endless read (epochs=None) has no length")
-        return self.read.remaining
+        return len(range(self.first, self.read.remaining, self.every))
 
     def __iter__(self):
-        """Batches from the read's start on, as ``make_dataset`` yields them."""
+        """Batches from the read's start on, as ``make_dataset`` yields them (those
+        ``deal`` gives this worker)."""
         o, size = self.options, self.batch_size
         left = self.read.remaining
         if left == 0:
             return
-        pending: list[tuple] = []
-        for example in self._stream():
-            pending.append(example)
-            if len(pending) == size:
-                yield self._batch(pending, size)
-                pending, left = [], None if left is None else left - 1
+        index, rows = 0, 0  # the batch being filled, and its rows so far
+        pending: list[tuple] = []  # its examples, when it is kept
+        for fetch in self._stream():
+            keep = index % self.every == self.first
+            if keep:
+                pending.append(fetch())  # called now, before the stream moves on
+            rows += 1
+            if rows == size:
+                if keep:
+                    yield self._batch(pending, size)
+                pending, rows, index = [], 0, index + 1
+                left = None if left is None else left - 1
                 if left == 0:
                     return
-        if pending and not o.drop_remainder:
-            yield self._batch(pending, size if o.pad_final_batch else len(pending))
-            left -= 1
+        keep = index % self.every == self.first
+        if rows and not o.drop_remainder:
+            if keep:
+                yield self._batch(pending, size if o.pad_final_batch else rows)
+            index, left = index + 1, left - 1
         while o.pad_final_batch and left > 0:  # all-padding batches, as every worker
-            yield self._batch([], size, like=self._parts[0].filler())
-            left -= 1
+            if index % self.every == self.first:
+                yield self._batch([], size, like=self._parts[0].filler())
+            index, left = index + 1, left - 1
 
     def _stream(self):
-        """The worker's examples in read order; a mixture's by its schedule."""
+        """The worker's examples in read order, as calls (``_Part.examples``); a
+        mixture's by its schedule."""
         streams = [part.examples() for part in self._parts]
         if self.read.schedule is None:
             yield from streams[0]
