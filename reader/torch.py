@@ -16,9 +16,11 @@ files with equal step counts, as ``num_workers``/``worker_index`` do.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import multiprocessing
 import os
 import secrets
+import weakref
 
 import numpy as np
 import torch
@@ -32,6 +34,21 @@ from schemas.images import DALI_FORMATS
 
 # pipelines a forked process inherited: kept, never destroyed (see TorchReader._pipeline)
 _INHERITED: list = []
+# DALI readers built in this process (see _collect_before_fork)
+_BUILT: weakref.WeakSet = weakref.WeakSet()
+
+
+def _collect_before_fork() -> None:
+    """A DALI pipeline is in a reference cycle (its external source is a method of its
+    reader), so one let go waits for the garbage collector; collected in a forked
+    DataLoader worker, whose fork did not copy the pipeline's threads, its ``__del__``
+    waits for them forever. While this process holds DALI readers it built, garbage is
+    collected before each fork, here, where the threads are."""
+    if len(_BUILT):
+        gc.collect()
+
+
+os.register_at_fork(before=_collect_before_fork)
 
 
 def distributed_workers() -> tuple[int, int] | None:
@@ -59,9 +76,12 @@ class TorchReader(torch.utils.data.IterableDataset):
     int64 [N], ``key`` list of N str, ``mask`` bool [N] (False on the
     padding of ``pad_final_batch``); with ``as_supervised``, the tuple
     (image, label), or (image, label, mask) with ``pad_final_batch``. Use it directly, or in a
-    ``DataLoader(reader, batch_size=None)`` with ``num_workers`` 0 or 1: it
-    batches, shuffles and splits work across ranks itself (``state_dict()`` counts
-    the batches that reached the training process).
+    ``DataLoader(reader, batch_size=None, num_workers=W)``, any W: it batches,
+    shuffles and splits work across ranks itself, and worker ``w`` of W yields this
+    reader's batches ``w, w + W, ...``, so the DataLoader's round robin gives the
+    batches in the one order (DALI skips the others' records before decoding; the tf
+    backend decodes every batch in each worker and keeps its own). ``state_dict()``
+    counts the batches that reached the training process.
 
     Building checks the options and the split's files, and nothing more: the
     TensorFlow or DALI pipeline is built by the process that iterates, on
@@ -106,9 +126,11 @@ class TorchReader(torch.utils.data.IterableDataset):
             state, o = start_state(o, split, batch_size)
         self.layout, self.options = layout, o
         self._args = (data_dir, split, batch_size, o)
-        self._reader, self._built_by = None, None
-        self._token = secrets.token_hex(8)  # names its batches sent by a DataLoader worker
+        self._reader, self._built_by, self._token = None, None, None
         self._in_worker = multiprocessing.RawValue("b", 0)  # a DataLoader worker iterated
+        # load_state_dict() calls, shared with the DataLoader workers: a persistent worker
+        # that still holds an older state refuses to read it (see __iter__)
+        self._loads, self._loaded = multiprocessing.RawValue("l", 0), 0
         self.load_state_dict({"read_state": state.to_json()})  # the options and files checked
         self.backend = backend or _default_backend([s.info for s in self._sources])
         if self.backend == "dali":
@@ -121,23 +143,31 @@ class TorchReader(torch.utils.data.IterableDataset):
     def state_dict(self) -> dict:
         """Where this reader stands: ``{"read_state": ReadState JSON}``, advanced by the
         batches this process received from this iteration (save it beside the model's
-        state_dict). In a ``DataLoader(num_workers=1)``, the batches the worker sent
-        that reached this process, not those it read ahead.
+        state_dict). In a ``DataLoader(num_workers=W)``, the batches the workers sent
+        that reached this process (in the read's order: the DataLoader hands them over
+        in turn), not those they read ahead; a new DataLoader with any W resumes.
 
         Raises:
             RuntimeError: where it cannot know: the DataLoader's ``pin_memory=True``
                 thread takes batches ahead of the training loop, or the batches reached
-                this process without their count (a ``collate_fn`` that rebuilds them).
+                this process without their count (a ``collate_fn`` that rebuilds them),
+                or several workers' batches reached it outside a DataLoader iterator.
         """
         consumed = self._consumed
         if handover.seen(self._token):
             consumed = handover.received(self._token)
-            if consumed is None:
+            if consumed == handover.PINNED:
                 raise RuntimeError(
                     "TorchReader.state_dict() under DataLoader(pin_memory=True): the pin "
                     "thread takes batches ahead of the training loop, so which were trained "
                     "on is unknown; use pin_memory=False and move batches with "
                     ".to(device, non_blocking=True) in the loop"
+                )
+            if consumed == handover.UNORDERED:
+                raise RuntimeError(
+                    "TorchReader.state_dict(): batches of several DataLoader workers "
+                    "reached this process outside a DataLoader iterator, so which were "
+                    "trained on is unknown; iterate the DataLoader itself"
                 )
         elif self._in_worker.value:
             raise RuntimeError(
@@ -155,27 +185,39 @@ class TorchReader(torch.utils.data.IterableDataset):
         read = resolve(*self._args, saved)
         self._sources = read.sources
         self._len, self._state, self._consumed = read.remaining, read.state, 0
-        self._reader, self._built_by = None, None
-        handover.forget(self._token)
+        self._drop_pipeline()
+        if self._token is not None:
+            handover.forget(self._token)
+        # names the batches DataLoader workers send from this state (a new one for each:
+        # batches of an older state still on their way are not counted for this one)
+        self._token = secrets.token_hex(8)
         self._in_worker.value = 0
+        self._loads.value += 1
+        self._loaded = self._loads.value
 
     def __len__(self) -> int:
         if self._len is None:
             raise TypeError("an endless read (epochs=None) has no length")
         return self._len
 
+    def _drop_pipeline(self) -> None:
+        """Lets the pipeline go; the parent's, copied by a fork, is kept: its threads are
+        not here, and destroying it (DALI's __del__ shuts it down) would wait for them
+        forever."""
+        if self._reader is not None and self._built_by != os.getpid():
+            _INHERITED.append(self._reader)
+        self._reader, self._built_by, self._left_early = None, None, False
+
     def _pipeline(self):
         """The backend's pipeline, built in this process on first use."""
         if self._reader is not None and self._built_by != os.getpid():
-            # The parent's pipeline, copied by the fork: its threads are not here, and
-            # destroying it (DALI's __del__ shuts it down) would wait for them forever.
-            _INHERITED.append(self._reader)
-            self._reader = None
+            self._drop_pipeline()  # the parent's pipeline, copied by the fork
         if self._reader is None:
             if self.backend == "dali":
                 from reader.dali import make_dali_pipeline
 
                 self._reader = make_dali_pipeline(*self._args, state=self._state)
+                _BUILT.add(self._reader)
             else:
                 from reader.pipeline import check_not_forked, make_dataset
 
@@ -193,25 +235,44 @@ class TorchReader(torch.utils.data.IterableDataset):
         # the shared flag goes to the processes it starts, not into other pickles
         spawning = multiprocessing.context.get_spawning_popen() is not None
         flag = self._in_worker if spawning else multiprocessing.RawValue("b", 0)
-        return {**self.__dict__, "_reader": None, "_built_by": None, "_in_worker": flag}
+        loads = self._loads if spawning else multiprocessing.RawValue("l", self._loaded)
+        return {
+            **self.__dict__,
+            "_reader": None,
+            "_built_by": None,
+            "_in_worker": flag,
+            "_loads": loads,
+        }
 
     def __iter__(self):
         info = torch.utils.data.get_worker_info()
-        if info is not None and info.num_workers > 1:
-            raise RuntimeError(
-                f"TorchReader in a DataLoader with num_workers={info.num_workers}: each "
-                "worker would read the same batches. It reads in parallel itself: use "
-                "DataLoader(reader, batch_size=None, num_workers=0 or 1), and "
-                "num_workers/worker_index or torch.distributed for more readers"
-            )
         convert = self._from_dali if self.backend == "dali" else self._from_tf
         self._consumed = 0  # iterating again starts the read again, from the state
+        every, first = 1, 0  # a DataLoader worker's batches: first, first + every, ...
         if info is None:
             handover.forget(self._token)  # counted here, not by a DataLoader's worker
         else:
+            if self._loads.value != self._loaded:
+                raise RuntimeError(
+                    "TorchReader.load_state_dict() after a DataLoader(persistent_workers="
+                    "True) started its workers, which still hold the state they started "
+                    "with: make the DataLoader after load_state_dict(), or use "
+                    "persistent_workers=False"
+                )
             self._in_worker.value = 1
-        for batch in self._pipeline():
-            self._consumed += 1
+            every, first = info.num_workers, info.id
+        if self._left_early and self.backend == "dali":
+            # a DALI pipeline left mid-pass holds outputs it prefetched for that pass,
+            # which its reset() keeps: the next pass gets a new one (under 0.5 s)
+            self._drop_pipeline()
+        batches = self._pipeline()
+        self._left_early = True
+        if self.backend == "dali":
+            batches.source.deal(every, first)  # before its records are read or decoded
+        elif every > 1:
+            batches = batches.shard(every, first)  # decoded first: make_dataset has no hook
+        for j, batch in enumerate(batches):
+            self._consumed = first + j * every + 1  # batches of the read up to this one
             out = convert(batch)
             if self.layout == "NCHW":
                 out["image"] = out["image"].permute(0, 3, 1, 2)
@@ -219,8 +280,9 @@ class TorchReader(torch.utils.data.IterableDataset):
                 out = out["image"], out["label"], out["mask"]
                 out = out if self.options.pad_final_batch else out[:2]
             if info is not None:  # counted by the process that receives it
-                out = handover.sent(out, self._token, self._consumed)
+                out = handover.sent(out, self._token, self._consumed, every)
             yield out
+        self._left_early = False
 
     @staticmethod
     def _from_tf(batch) -> dict:
