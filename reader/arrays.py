@@ -139,6 +139,13 @@ class NumpyReader:
         except TypeError:  # an endless read
             self._blocks = None
 
+    def deal(self, every: int, first: int) -> None:
+        """Yields only batches ``first, first + every, ...`` of the read (a DataLoader
+        worker's share), reading only their records; views together only."""
+        if self.spread is not None and every > 1:
+            raise ValueError("views spread (view_spread=) are not dealt to DataLoader workers")
+        self._source.deal(every, first)
+
     def __len__(self) -> int:
         if self.spread is None:
             return len(self._source)

@@ -69,8 +69,14 @@ class TorchReader(torch.utils.data.IterableDataset):
             ``reader.mix``).
         state: a :class:`reader.ReadState` to resume (or ``load_state_dict``).
         backend: "dali", "tf", or None (DALI when installed and the
-            dataset's formats allow it, else tf.data).
+            dataset's formats allow it, else tf.data); "python" with ``transform``.
         layout: "NHWC" or "NCHW" for ``image``.
+        transform, views, num_processes: a Python ``transform(example, rng)`` on each
+            image decoded once (``views`` times, the views of an image together in a
+            batch): the batches of :class:`reader.NumpyReader` as tensors (arrays become
+            tensors, other values stay lists). Its ``num_processes`` processes run the
+            transform; in a ``DataLoader`` worker, the worker runs it (a DataLoader
+            worker cannot start processes): ``num_workers=W`` is then the parallelism.
 
     Each batch: ``image`` uint8 [N, H, W, C] (or [N, C, H, W]), ``label``
     int64 [N], ``key`` list of N str, ``mask`` bool [N] (False on the
@@ -99,6 +105,9 @@ class TorchReader(torch.utils.data.IterableDataset):
         backend: str | None = None,
         layout: str = "NHWC",
         state: ReadState | None = None,
+        transform=None,
+        views: int = 1,
+        num_processes: int | None = None,
         **overrides,
     ):
         super().__init__()
@@ -111,8 +120,30 @@ class TorchReader(torch.utils.data.IterableDataset):
             raise ValueError(f'layout must be "NHWC" or "NCHW", got {layout!r}')
         if o.image_size is None:
             raise ValueError("TorchReader batches decoded images: give image_size")
-        if backend not in ("dali", "tf", None):
-            raise ValueError(f'backend must be "dali", "tf" or None, got {backend!r}')
+        if backend not in ("dali", "tf", "python", None):
+            raise ValueError(f'backend must be "dali", "tf", "python" or None, got {backend!r}')
+        python = transform is not None or views != 1
+        if python and backend not in ("python", None):
+            raise ValueError(
+                f'transform= and views= run on the Python route: backend="python" (or '
+                f"None), not {backend!r}"
+            )
+        if python or backend == "python":
+            from reader.arrays import NumpyReader
+
+            # checked now: the transform picklable, views and batch_size agree
+            NumpyReader(
+                data_dir,
+                split,
+                batch_size,
+                o,
+                transform=transform,
+                views=views,
+                num_processes=num_processes,
+                state=state,
+            )
+            backend = "python"
+        self._python = (transform, views, num_processes)
         o.refuse(
             ("prefetch_to_device",),
             "TorchReader",
@@ -218,6 +249,19 @@ class TorchReader(torch.utils.data.IterableDataset):
 
                 self._reader = make_dali_pipeline(*self._args, state=self._state)
                 _BUILT.add(self._reader)
+            elif self.backend == "python":
+                from reader.arrays import NumpyReader
+
+                transform, views, processes = self._python
+                if torch.utils.data.get_worker_info() is not None:
+                    processes = 0  # a DataLoader worker is the process: it may start none
+                self._reader = NumpyReader(
+                    *self._args,
+                    transform=transform,
+                    views=views,
+                    num_processes=processes,
+                    state=self._state,
+                )
             else:
                 from reader.pipeline import check_not_forked, make_dataset
 
@@ -246,7 +290,9 @@ class TorchReader(torch.utils.data.IterableDataset):
 
     def __iter__(self):
         info = torch.utils.data.get_worker_info()
-        convert = self._from_dali if self.backend == "dali" else self._from_tf
+        convert = {"dali": self._from_dali, "tf": self._from_tf, "python": _from_numpy}[
+            self.backend
+        ]
         self._consumed = 0  # iterating again starts the read again, from the state
         every, first = 1, 0  # a DataLoader worker's batches: first, first + every, ...
         if info is None:
@@ -269,6 +315,8 @@ class TorchReader(torch.utils.data.IterableDataset):
         self._left_early = True
         if self.backend == "dali":
             batches.source.deal(every, first)  # before its records are read or decoded
+        elif self.backend == "python":
+            batches.deal(every, first)
         elif every > 1:
             batches = batches.shard(every, first)  # decoded first: make_dataset has no hook
         for j, batch in enumerate(batches):
@@ -314,6 +362,14 @@ class TorchReader(torch.utils.data.IterableDataset):
             "key": batch["key"],
             "mask": torch.from_numpy(batch["mask"]),
         }
+
+
+def _from_numpy(batch: dict) -> dict:
+    """NumpyReader's batch as tensors: arrays become tensors, lists stay lists."""
+    out = {}
+    for name, value in batch.items():
+        out[name] = torch.from_numpy(value) if isinstance(value, np.ndarray) else value
+    return out
 
 
 def _default_backend(infos: list[dict]) -> str:

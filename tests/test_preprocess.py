@@ -292,3 +292,36 @@ def test_make_dataset_with_a_transform_is_the_numpy_readers_batches_and_trains(d
         assert (a["image"] == b["image"]).all()
     with pytest.raises(TypeError, match="'meta' holds dict values"):
         reader.make_dataset(data, "train", B, transform=augment, num_processes=0, **OPTS)
+
+
+def test_torch_reader_with_a_transform_any_dataloader_workers(data):
+    """Issue 29.1: TorchReader(transform=) gives NumpyReader's batches as tensors, alike
+    in DataLoader(num_workers=0 and 2) (each worker runs the transform on its batches),
+    and a state saved under the DataLoader resumes to the rest of the read."""
+    import torch
+
+    from reader.torch import TorchReader
+
+    kw = dict(transform=augment, num_processes=0, **{**OPTS, "epochs": 1})
+    want = list(reader.NumpyReader(data, "train", B, **kw))
+    direct = list(TorchReader(data, "train", B, **kw))
+    assert [b["key"] for b in direct] == [b["key"] for b in want]
+    assert all((a["image"].numpy() == b["image"]).all() for a, b in zip(direct, want))
+    assert direct[0]["meta"] == want[0]["meta"]  # other values stay lists
+    tr = TorchReader(data, "train", B, **kw)
+    loader = torch.utils.data.DataLoader(
+        tr, batch_size=None, num_workers=2, multiprocessing_context="forkserver"
+    )
+    got = []
+    for batch in loader:
+        got.append(batch)
+        if len(got) == 3:
+            saved = tr.state_dict()
+            break
+    rest = TorchReader(data, "train", B, **kw)
+    rest.load_state_dict(saved)
+    got += list(rest)
+    assert [b["key"] for b in got] == [b["key"] for b in want]
+    assert all((a["image"].numpy() == b["image"]).all() for a, b in zip(got, want))
+    with pytest.raises(ValueError, match='Python route: backend="python"'):
+        TorchReader(data, "train", B, backend="tf", **kw)
