@@ -32,6 +32,7 @@ setup(
     extras_require={
         "dev": [
             "pytest>=8",
+            "pytest-xdist>=3.5",  # make test runs the test files on every core
             "ruff>=0.6",
             "scipy>=1.11",
             "apache-beam[dask]>=2.60,<3",

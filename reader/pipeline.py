@@ -38,6 +38,7 @@ def make_dataset(
     transform=None,
     views: int = 1,
     num_processes: int | None = None,
+    deal: tuple[int, int] = (1, 0),
     **overrides,
 ):
     """Builds a ``tf.data.Dataset`` over one split, from ``dataset_info.json``.
@@ -58,6 +59,8 @@ def make_dataset(
             ``views`` times, the views of an image together in a batch: the batches of
             :class:`reader.NumpyReader` as a dataset (``tf.data.Dataset.from_generator``).
             The transform's values must be arrays, numbers or strings.
+        deal: (every, first): only batches first, first + every, ... of the read, the
+            others never decoded (a DataLoader worker's share; ``TorchReader`` uses it).
 
     Returns:
         A dataset of dicts ``{"image", "label", "key"}`` (plus ``"mask"`` with
@@ -95,18 +98,28 @@ def make_dataset(
         deterministic = o.seed is not None or state is not None or not read.shuffled
     decoder = _decoder(read.sources[0], o, read.seed)
     parallel = {"num_parallel_calls": o.num_parallel_calls, "deterministic": deterministic}
+    remaining = read.remaining
+    if deal != (1, 0) and batch_size is None:
+        raise ValueError("deal= shares batches: give batch_size")
     if batch_size is None:
         ds = records.map(decoder.one, **parallel)
     else:
         # Parse whole batches at once (parse_example is vectorized: ~5x faster
         # than a parse per record), then decode the images of each batch.
         ds = records.batch(batch_size, drop_remainder=o.drop_remainder)
+        every, first = deal
+        if every > 1 and not o.pad_final_batch:  # dealt before decoding
+            ds = ds.shard(every, first)
         ds = ds.map(decoder.batch, **parallel)
         if o.pad_final_batch:
             ds = _pad_batches(ds, batch_size, read.real_batches, read.remaining)
+            if every > 1:  # padding counts the batches of the whole read
+                ds = ds.shard(every, first)
+        if read.remaining is not None:
+            remaining = len(range(first, read.remaining, every))
     ds = ds.apply(
         tf.data.experimental.assert_cardinality(
-            tf.data.INFINITE_CARDINALITY if read.remaining is None else read.remaining
+            tf.data.INFINITE_CARDINALITY if remaining is None else remaining
         )
     )
     if o.as_supervised and o.pad_final_batch:

@@ -86,7 +86,7 @@ class TorchReader(torch.utils.data.IterableDataset):
     shuffles and splits work across ranks itself, and worker ``w`` of W yields this
     reader's batches ``w, w + W, ...``, so the DataLoader's round robin gives the
     batches in the one order (DALI skips the others' records before decoding; the tf
-    backend decodes every batch in each worker and keeps its own). ``state_dict()``
+    backend shards the batches before decoding too). ``state_dict()``
     counts the batches that reached the training process.
 
     Building checks the options and the split's files, and nothing more: the
@@ -239,10 +239,14 @@ class TorchReader(torch.utils.data.IterableDataset):
             _INHERITED.append(self._reader)
         self._reader, self._built_by, self._left_early = None, None, False
 
-    def _pipeline(self):
-        """The backend's pipeline, built in this process on first use."""
+    def _pipeline(self, deal=(1, 0)):
+        """The backend's pipeline, built in this process on first use (tf: for the
+        batches ``deal`` gives this process)."""
         if self._reader is not None and self._built_by != os.getpid():
             self._drop_pipeline()  # the parent's pipeline, copied by the fork
+        if self._reader is not None and self.backend == "tf" and self._dealt != deal:
+            self._drop_pipeline()
+        self._dealt = deal
         if self._reader is None:
             if self.backend == "dali":
                 from reader.dali import make_dali_pipeline
@@ -269,7 +273,7 @@ class TorchReader(torch.utils.data.IterableDataset):
                     check_not_forked()
 
                 self._reader, _ = make_dataset(
-                    *self._args, state=self._state, prefetch_to_device=False
+                    *self._args, state=self._state, prefetch_to_device=False, deal=deal
                 )
             self._built_by = os.getpid()
         return self._reader
@@ -311,14 +315,12 @@ class TorchReader(torch.utils.data.IterableDataset):
             # a DALI pipeline left mid-pass holds outputs it prefetched for that pass,
             # which its reset() keeps: the next pass gets a new one (under 0.5 s)
             self._drop_pipeline()
-        batches = self._pipeline()
+        batches = self._pipeline((every, first))
         self._left_early = True
         if self.backend == "dali":
             batches.source.deal(every, first)  # before its records are read or decoded
         elif self.backend == "python":
             batches.deal(every, first)
-        elif every > 1:
-            batches = batches.shard(every, first)  # decoded first: make_dataset has no hook
         for j, batch in enumerate(batches):
             self._consumed = first + j * every + 1  # batches of the read up to this one
             out = convert(batch)
