@@ -24,10 +24,10 @@ demo: venv
 	    --max_reject_fraction 0.05 --shard_multiple 2
 	$(BIN)/python -m reader demo_data/out
 
-# Test files run on every core (pytest-xdist; a file's tests stay in one process, so
+# Test files run on every core, at most 4 (pytest-xdist; a file's tests stay in one process, so
 # its converted fixtures are made once).
 test: venv
-	$(BIN)/python -m pytest -q -n auto --dist loadfile
+	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist loadfile
 
 # The unit lane (under a minute): modules tested on their own, no conversion run.
 test-fast: venv
