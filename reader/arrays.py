@@ -99,12 +99,18 @@ class NumpyReader:
             check_transform(transform)  # refused now, not in a process later
         self.transform, self.views, self.num_processes = transform, views, num_processes
         records = batch_size // views if together else batch_size  # a batch of the read
-        if state is None:  # the read as a state from its start: state_dict() says where
+        started = state is None  # the whole read: the spread is checked against it
+        if started:  # the read as a state from its start: state_dict() says where
             state, options = start_state(options, split, records)
         self._args = (data_dir, split, records, options)
         self.options = options
         self.decoded = 0  # images decoded by the last iteration (once each, any views)
         self.load_state_dict({"read_state": state.to_json()})
+        if started and self.spread and self._blocks is not None and self._blocks < self.spread:
+            raise ValueError(
+                f"view_spread={self.spread} needs at least {self.spread} batches of "
+                f"images; this read has {self._blocks}: lower view_spread (or batch_size)"
+            )
 
     def state_dict(self) -> dict:
         """Where this reader stands: ``{"read_state": ReadState JSON}``, advanced by the

@@ -59,13 +59,19 @@ class Decoder:
         if not self.decode:
             return data
         if box is not None:
-            image = _decode_box(data, ex[features.FORMAT], self.channels, box)
+            fmt = ex[features.FORMAT]
+            stored = tf.stack([ex[features.HEIGHT], ex[features.WIDTH]])
+            image = _decode_box(data, fmt, self.channels, box, stored, self._name(ex))
         else:
             image = decode_full(data, ex[features.FORMAT], self.channels)
         if self.image_size is not None:
             image = tf.image.resize(image, self.image_size)
             image = tf.saturate_cast(tf.round(image), tf.uint8)
         return image
+
+    def _name(self, ex):
+        """What names an image in an error: its path (path records) or key."""
+        return ex[features.PATH] if features.PATH in ex else ex[features.KEY]
 
     def _boxes(self, ex, epochs):
         """The crop boxes and flips of a batch: (n, 5) int64 (``Augment.boxes``)."""
@@ -105,11 +111,9 @@ class Decoder:
         if self.kind == "image" and not self.decode:
             images = ex[features.ENCODED]
         else:
-            names = [
-                k
-                for k in (features.ENCODED, features.PATH, features.FORMAT, features.KEY)
-                if k in ex
-            ]
+            wanted = (features.ENCODED, features.PATH, features.FORMAT, features.KEY)
+            wanted += (features.HEIGHT, features.WIDTH)  # parsed when augmenting
+            names = [k for k in wanted if k in ex]
             if self.augment is not None and self.decode:
                 boxes = self._boxes(ex, epochs)
                 images = tf.map_fn(
@@ -126,20 +130,41 @@ class Decoder:
         return self._features(ex, images)
 
 
-def _decode_box(data, fmt, channels, box):
+def _decode_box(data, fmt, channels, box, stored, name):
     """The image's ``box`` (top, left, height, width, flip), flipped left-right when
-    ``flip`` is 1; a JPEG decodes only the box."""
+    ``flip`` is 1; a JPEG decodes only the box. The box was drawn for the ``stored``
+    (height, width) of the record: an image of another size (a path record's file
+    replaced since convert) is an error naming it (``name``), not another box."""
     window = tf.cast(box[:4], tf.int32)
 
+    def same_size(shape):
+        check = tf.debugging.Assert(
+            tf.reduce_all(tf.equal(tf.cast(shape[:2], tf.int64), stored)),
+            [
+                "evenshard: image",
+                name,
+                "is",
+                shape[:2],
+                "but was",
+                stored,
+                "when converted (replaced since?): convert it again",
+            ],
+        )
+        return tf.control_dependencies([check])
+
     def jpeg():
+        with same_size(tf.image.extract_jpeg_shape(data)):
+            window_ = tf.identity(window)
         cropped = tf.image.decode_and_crop_jpeg(
-            data, window, channels=3 if channels == 3 else 0, dct_method=JPEG_DCT
+            data, window_, channels=3 if channels == 3 else 0, dct_method=JPEG_DCT
         )
         return to_channels(cropped, channels)
 
     def other():
         image = decode_full(data, fmt, channels)
-        return tf.slice(image, [window[0], window[1], 0], [window[2], window[3], -1])
+        with same_size(tf.shape(image)):
+            begin, size = tf.identity(window[:2]), tf.identity(window[2:])
+        return tf.slice(image, [begin[0], begin[1], 0], [size[0], size[1], -1])
 
     image = tf.cond(tf.equal(fmt, "jpeg"), jpeg, other)
     image = tf.cond(tf.equal(box[4], 1), lambda: tf.reverse(image, [1]), lambda: image)

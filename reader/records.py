@@ -33,9 +33,10 @@ class Records:
         return self
 
     def __exit__(self, *_) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds = {}
+        fds, self._fds = self._fds, {}
+        close = os.close if os is not None else None  # None: a generator closed at exit
+        for fd in fds.values() if close else ():
+            close(fd)
 
     def get(self, i: int) -> bytes:
         return self._get(i, self._fds)

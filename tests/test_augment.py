@@ -159,3 +159,20 @@ def test_augment_options_are_checked_and_part_of_the_order():
     assert "crop_scale=0.5,1.0" in cropped
     assert "random_flip=True" in reader.ReadOptions(random_flip=True).order("train")
     assert math.isclose(reader.ReadOptions().crop_ratio[1], 4 / 3)
+
+
+def test_a_path_records_image_of_another_size_than_converted_is_named(tmp_path):
+    """A path record's file replaced since convert by an image of another size: the box
+    was drawn for the stored size, so tf.data stops naming the file, not a wrong box."""
+    from PIL import Image
+
+    root = tmp_path / "images"
+    synthetic.make_image_folder(str(root), num_labels=1, per_label=6, formats=("png", "jpeg"))
+    out = str(tmp_path / "paths")
+    run_convert(str(root), out, "--splits=train=1.0", "--record_kind=path")
+    victim = sorted(p for p in (root / "label_0").iterdir())[0]
+    fmt = "JPEG" if victim.suffix in (".jpg", ".jpeg") else "PNG"
+    Image.new("RGB", (5, 4)).save(victim, fmt)
+    ds = reader.make_dataset(out, "train", 3, seed=0, **AUG)
+    with pytest.raises(Exception, match=f"image.*{victim.name}.*when converted"):
+        list(ds)

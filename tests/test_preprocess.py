@@ -254,6 +254,8 @@ def test_views_spread_resume_mid_group_yields_the_uninterrupted_views(data):
         reader.NumpyReader(data, "train", B, **kw).load_state_dict(halves.state_dict())
     with pytest.raises(ValueError, match="view_spread must be"):
         reader.NumpyReader(data, "train", B, views=2, view_spread=0, num_processes=0)
+    with pytest.raises(ValueError, match="view_spread=20 needs at least 20 batches .* has 15"):
+        reader.NumpyReader(data, "train", B, views=2, view_spread=20, num_processes=0, **OPTS)
     with pytest.raises(ValueError, match="same views and view_spread"):
         plain = reader.NumpyReader(data, "train", B, num_processes=0, **OPTS)
         plain.load_state_dict({**plain.state_dict(), "view_skip": 3})
