@@ -10,6 +10,7 @@ read and resumed, and a ``reader.mix`` mixture resolved into its sources and sch
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import numbers
 import secrets
 
@@ -68,7 +69,16 @@ class Read:
 
 
 def merge(options: ReadOptions | None, overrides: dict) -> ReadOptions:
-    """``options`` (default ``ReadOptions()``) with the ``overrides`` fields changed."""
+    """``options`` (default ``ReadOptions()``) with the ``overrides`` fields changed; a
+    name that is no option is a ``TypeError`` naming it and the closest options."""
+    fields = {f.name for f in dataclasses.fields(ReadOptions)}
+    for name in overrides:
+        if name not in fields:
+            close = difflib.get_close_matches(name, sorted(fields), 3)
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            if name == "view_spread":
+                hint = ": views spread batches apart are reader.NumpyReader's alone"
+            raise TypeError(f"{name!r} is not a read option{hint}")
     return dataclasses.replace(options or ReadOptions(), **overrides)
 
 

@@ -24,3 +24,13 @@ def test_shuffle_report_flags_default_to_the_readers_defaults():
         d.cycle_length,
         d.block_length,
     )
+
+
+def test_a_name_that_is_no_read_option_is_named_with_the_closest():
+    from reader.read import merge
+
+    with pytest.raises(TypeError, match=r"'image_sise' is not a read option \(did you mean"):
+        merge(None, {"image_sise": 3})
+    with pytest.raises(TypeError, match="NumpyReader's alone"):
+        merge(None, {"view_spread": 2})
+    assert merge(None, {"seed": 3}).seed == 3
