@@ -63,8 +63,8 @@ class DaliReader:
         """The external source with augmentations: each batch's encoded images, their
         crop anchors (x, y) and shapes (width, height), and flips, as every reader
         draws them (``reader/order/augment.py``)."""
-        batch = next(self._batches)
-        self._fed.append(batch)
+        encoded = self._next_encoded()
+        batch = self._fed[-1]
         shapes = np.array([image_shape(e) for e in batch.encoded], np.int64).reshape(-1, 2)
         views = np.zeros(len(batch.key), np.int64)
         boxes = self.augment.boxes(
@@ -73,7 +73,7 @@ class DaliReader:
         anchors = np.ascontiguousarray(boxes[:, [1, 0]])
         sizes = np.ascontiguousarray(boxes[:, [3, 2]])
         flips = np.ascontiguousarray(boxes[:, 4])
-        return batch.encoded, anchors, sizes, flips
+        return encoded, anchors, sizes, flips
 
     def __iter__(self):
         if not self._fresh:

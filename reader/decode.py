@@ -114,19 +114,15 @@ class Decoder:
             wanted = (features.ENCODED, features.PATH, features.FORMAT, features.KEY)
             wanted += (features.HEIGHT, features.WIDTH)  # parsed when augmenting
             names = [k for k in wanted if k in ex]
-            if self.augment is not None and self.decode:
-                boxes = self._boxes(ex, epochs)
-                images = tf.map_fn(
-                    lambda one: self._image(dict(zip(names, one[:-1])), one[-1]),
-                    (*(ex[k] for k in names), boxes),
-                    fn_output_signature=signature,
-                )
-            else:
-                images = tf.map_fn(
-                    lambda one: self._image(dict(zip(names, one)), None),
-                    tuple(ex[k] for k in names),
-                    fn_output_signature=signature,
-                )
+            columns = tuple(ex[k] for k in names)
+            boxed = self.augment is not None and self.decode
+            if boxed:  # each image's box rides along as the last column
+                columns += (self._boxes(ex, epochs),)
+            images = tf.map_fn(
+                lambda one: self._image(dict(zip(names, one)), one[-1] if boxed else None),
+                columns,
+                fn_output_signature=signature,
+            )
         return self._features(ex, images)
 
 

@@ -46,6 +46,20 @@ def check_shard(path: str, listed: int) -> None:
         raise shard_error(path, listed, size)
 
 
+def open_shard(path: str, listed: int) -> int:
+    """A read-only descriptor of a local shard, checked to have its listed size: the
+    file read is then the file checked, whatever happens to the path after."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise shard_error(path, listed) from None
+    size = os.fstat(fd).st_size
+    if size != listed:
+        os.close(fd)
+        raise shard_error(path, listed, size)
+    return fd
+
+
 def shard_error(path: str, listed: int, size: int | None = None) -> DatasetError:
     """The error for a shard that is gone (``size`` None) or has another size than listed."""
     if size is None:

@@ -75,18 +75,12 @@ def make_dataset(
             when it is read.
         ValueError: options that do not fit together.
     """
+    options = merge(options, overrides)
     if transform is not None or views != 1:
         return _preprocessed(
-            data_dir,
-            split,
-            batch_size,
-            merge(options, overrides),
-            state,
-            transform,
-            views,
-            num_processes,
+            data_dir, split, batch_size, options, state, transform, views, num_processes
         )
-    read = resolve(data_dir, split, batch_size, merge(options, overrides), state)
+    read = resolve(data_dir, split, batch_size, options, state)
     o = read.options
     streams = [_source(source, o) for source in read.sources]
     records = streams[0]  # records, or (record, epoch) when augmenting

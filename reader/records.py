@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-from reader.info import check_shard
+from reader.info import open_shard
 from schemas import storage, tfrecord
 from schemas.info import DatasetError
 
@@ -57,8 +57,7 @@ class Records:
             framed = storage.read_range(path, size, offset)
         else:
             if f not in fds:
-                check_shard(path, self._sizes[f])  # removed or replaced since the build?
-                fds[f] = os.open(path, os.O_RDONLY)
+                fds[f] = open_shard(path, self._sizes[f])  # removed or replaced since?
             framed = os.pread(fds[f], size, offset)
         try:
             return tfrecord.unframe(framed, path, r, offset)

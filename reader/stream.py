@@ -17,7 +17,7 @@ from collections import OrderedDict
 import numpy as np
 
 from reader import tfcall
-from reader.info import shard_error
+from reader.info import open_shard
 from reader.options import ReadOptions
 from reader.order.plan import ReadPlan, Resume, Runs
 from reader.records import Records
@@ -173,15 +173,7 @@ class _Held:
         self.lock = threading.Lock()
 
     def open(self, path: bytes, listed) -> tuple[bytes, np.int64]:
-        path = path.decode()
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            raise shard_error(path, int(listed)) from None
-        size = os.fstat(fd).st_size
-        if size != int(listed):
-            os.close(fd)
-            raise shard_error(path, int(listed), size)
+        fd = open_shard(path.decode(), int(listed))
         with self.lock:
             self.tokens += 1
             self.fds[self.tokens] = fd

@@ -19,7 +19,6 @@ import numpy as np
 from reader.order.draws import CROP, key_digest, rows, uniform
 
 ATTEMPTS = 10  # torchvision's tries before the centre crop
-FIELDS = ("top", "left", "height", "width", "flip")  # the columns of boxes()
 
 
 @dataclasses.dataclass(frozen=True)

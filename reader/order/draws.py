@@ -33,10 +33,7 @@ def _mix(x: np.ndarray) -> np.ndarray:
 
 def draws(n: int, *key: int) -> np.ndarray:
     """``n`` seeded uint64 values, the same for the same key on any machine."""
-    h = np.zeros(1, np.uint64)
-    for part in key:
-        h = _mix(h ^ np.uint64(int(part) & _MASK64))
-    return _mix(np.arange(n, dtype=np.uint64) ^ h)
+    return rows(n, *key)[0]
 
 
 def permutation(n: int, *key: int) -> np.ndarray:
