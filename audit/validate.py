@@ -108,6 +108,7 @@ def validate(
         for shard in s["shards"]:
             listed.add(shard["file"])
             listed.add(shard.get("dali_index"))
+            listed.add(shard.get("near"))
             path = layout.join(out, shard["file"])
             problems += _check_shard(
                 path,

@@ -73,7 +73,13 @@ def settings(options: ConvertOptions, path_root: str | None) -> dict:
 
 
 def dataset_info(
-    settings: dict, shards: list[dict], plan: dict, vocab: dict, gate: dict, reject_summary: dict
+    settings: dict,
+    shards: list[dict],
+    plan: dict,
+    vocab: dict,
+    gate: dict,
+    reject_summary: dict,
+    near: dict | None = None,
 ) -> dict:
     """The content of dataset_info.json. Deterministic: no timestamps, sorted keys."""
     splits = {}
@@ -86,8 +92,10 @@ def dataset_info(
             "label_counts": p["label_counts"],
             "shards": [{k: v for k, v in s.items() if k not in ("split", "index")} for s in listed],
         }
+    found = {"near_duplicates": near} if near else {}
     return {
         **settings,
+        **found,
         "labels": vocab["labels"],
         "formats": vocab["formats"],
         "splits": splits,
@@ -107,7 +115,7 @@ class _Finalize(beam.DoFn):
         self._out, self._rejects, self._incomplete = output_dir, rejects_file, incomplete_dir
         self._settings = settings
 
-    def process(self, _, shards, plan, vocab, gate, reject_summary, changed):
+    def process(self, _, shards, plan, vocab, gate, reject_summary, changed, near):
         out, rejects_file = self._out, self._rejects
         if not gate["ok"]:
             refuse(
@@ -118,7 +126,9 @@ class _Finalize(beam.DoFn):
                 "inputs or raise the limit",
             )
             return
-        info = dataset_info(self._settings, shards, plan, vocab, gate, reject_summary)
+        info = dataset_info(
+            self._settings, shards, plan, vocab, gate, reject_summary, near[0] if near else None
+        )
         written = sum(s["num_examples"] for s in info["splits"].values())
         if written + gate["rejects"] + len(changed) != gate["inputs"]:
             raise RuntimeError(  # a bug, never a user error: say so loudly
@@ -163,7 +173,8 @@ class Finalize(beam.PTransform):
     written (``changed``: added to the rejects file).
 
     ``settings``: what the info records of the flags (:func:`settings`); the other
-    arguments are the side inputs the info is made of.
+    arguments are the side inputs the info is made of (``near``: the summary of
+    ``--dedupe near``, or None).
     """
 
     def __init__(
@@ -179,13 +190,16 @@ class Finalize(beam.PTransform):
         vocab,
         gate,
         reject_summary,
+        near=None,
     ):
         super().__init__()
         self._fn = _Finalize(output_dir, rejects_file, incomplete_dir, settings)
-        self._side = (shards, plan, vocab, gate, reject_summary, changed)
+        self._side = (shards, plan, vocab, gate, reject_summary, changed, near)
 
     def expand(self, pbegin):
-        shards, plan, vocab, gate, summary, changed = self._side
+        shards, plan, vocab, gate, summary, changed, near = self._side
+        if near is None:  # no --dedupe near: an empty list
+            near = pbegin | "NoNear" >> beam.Create([])
         return (
             pbegin
             | "Once" >> beam.Create([None])
@@ -198,5 +212,6 @@ class Finalize(beam.PTransform):
                 beam.pvalue.AsSingleton(gate),
                 beam.pvalue.AsSingleton(summary),
                 beam.pvalue.AsList(changed),
+                beam.pvalue.AsList(near),
             )
         )

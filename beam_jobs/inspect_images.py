@@ -53,9 +53,11 @@ class _InspectImage(beam.DoFn):
         source_root: str | None,
         max_image_bytes: int,
         hash_content: bool = False,
+        near: bool = False,
     ):
         self._root = source_root
         self._hash = hash_content
+        self._near = near
         self._full = verify == "full"
         self._max_pixels = max_image_pixels
         self._max_bytes = max_image_bytes
@@ -72,7 +74,7 @@ class _InspectImage(beam.DoFn):
 
     def process(self, c: Candidate):
         try:
-            fmt, height, width, channels, size, content, crc32 = self._inspect(
+            fmt, height, width, channels, near, size, content, crc32 = self._inspect(
                 paths.full_source(self._root, c.source, c.key)
             )
         except Rejected as r:
@@ -97,6 +99,7 @@ class _InspectImage(beam.DoFn):
             size,
             content,
             crc32,
+            near,
         )
 
     def _inspect(self, source: str):
@@ -125,7 +128,7 @@ class _InspectImage(beam.DoFn):
                 head = f.read(16)
                 if not head.startswith(MAGIC):
                     raise Rejected("unsupported_format", "not an image Pillow can identify")
-                if self._full:
+                if self._full or self._near:
                     return self._inspected(self._whole(head + f.read(size), size), size)
                 f.seek(0)
                 return self._inspected(f, size)  # the header only
@@ -141,7 +144,9 @@ class _InspectImage(beam.DoFn):
         return io.BytesIO(data)
 
     def _inspected(self, stream, size: int) -> tuple:
-        found = inspect_stream(stream, size, full=self._full, max_pixels=self._max_pixels)
+        found = inspect_stream(
+            stream, size, full=self._full, max_pixels=self._max_pixels, near=self._near
+        )
         return (*found, size, *self._digests(stream))
 
     def _digests(self, stream) -> tuple[str, int | None]:
@@ -199,8 +204,9 @@ class InspectImages(beam.PTransform):
     ``verify``: "full" decodes every image, "header" parses the header only;
     files over ``max_image_mb`` (10**6 bytes a MB) or images over
     ``max_image_pixels`` are ``too_large``; ``hash_content``: sha256 of each
-    file (``--dedupe content``). Relative ``Candidate.source`` values are under
-    ``source_root``.
+    file (``--dedupe content``); ``near``: decode every image (as "full") and take
+    its near-duplicate fingerprint (``--dedupe near``). Relative
+    ``Candidate.source`` values are under ``source_root``.
     """
 
     def __init__(
@@ -210,9 +216,11 @@ class InspectImages(beam.PTransform):
         max_image_mb: float,
         source_root: str | None,
         hash_content: bool = False,
+        near: bool = False,
     ):
         super().__init__()
         self._hash = hash_content
+        self._near = near
         self._verify = verify
         self._max_pixels = max_image_pixels
         self._root = source_root
@@ -221,6 +229,8 @@ class InspectImages(beam.PTransform):
     def expand(self, candidates):
         # Candidate -> Image | Reject
         inspected = candidates | "Inspect" >> beam.ParDo(
-            _InspectImage(self._verify, self._max_pixels, self._root, self._max_bytes, self._hash)
+            _InspectImage(
+                self._verify, self._max_pixels, self._root, self._max_bytes, self._hash, self._near
+            )
         )
         return inspected | "SplitRejects" >> SplitRejects()

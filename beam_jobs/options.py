@@ -14,11 +14,13 @@ import math
 
 from schemas.features import RECORD_KINDS
 from schemas.layout import COMPRESSIONS, MAX_SHARDS, MAX_SPLIT_NAME, SPLIT_NAME_RE
+from schemas.near import DEFAULT_DISTANCE, MAX_DISTANCE
 
 SPLIT_MODES = ("hash", "exact")
 BALANCES = ("none", "label")
 VERIFY_MODES = ("full", "header")
-DEDUPE_MODES = ("none", "content")
+DEDUPE_MODES = ("none", "content", "near")
+NEAR_KEEP = ("all", "one")
 MANIFEST_SUFFIXES = (".csv", ".jsonl", ".csv.gz", ".jsonl.gz")
 
 
@@ -94,6 +96,8 @@ class ConvertOptions:
     max_image_mb: float = 256.0  # larger files are too_large before a byte is read
     verify: str = "full"
     dedupe: str = "none"
+    near_distance: int = DEFAULT_DISTANCE
+    near_keep: str = "all"
     overwrite: bool = False
     labels_file: str | None = None
 
@@ -108,6 +112,7 @@ class ConvertOptions:
         choice("compression", self.compression, COMPRESSIONS)
         choice("verify", self.verify, VERIFY_MODES)
         choice("dedupe", self.dedupe, DEDUPE_MODES)
+        choice("near_keep", self.near_keep, NEAR_KEEP)
         if not self.input:
             raise UserError("--input is required: an image folder or a .csv/.jsonl manifest")
         if not self.output_dir:
@@ -141,6 +146,17 @@ class ConvertOptions:
                     "--group_by works with --split_mode=hash only (exact stratified "
                     "counts cannot also keep groups whole)"
                 )
+        if not 0 <= self.near_distance <= MAX_DISTANCE:
+            raise UserError(
+                f"--near_distance must be in [0, {MAX_DISTANCE}] bits of the 64-bit "
+                f"fingerprint, got {self.near_distance}"
+            )
+        if self.dedupe == "near" and self.near_keep == "all" and self.split_mode != "hash":
+            raise UserError(
+                "--dedupe near keeps each cluster of near-duplicates in one split, which "
+                "--split_mode=exact cannot also do: use --split_mode=hash, or "
+                "--near_keep one (one image a cluster, the others rejected)"
+            )
         if self.num_shards is not None and self.num_shards % self.shard_multiple:
             raise UserError(
                 f"--num_shards={self.num_shards} is not a multiple of "
@@ -209,8 +225,20 @@ _FLAGS = {
     "verify": ("full: decode every image; header: format and size only", VERIFY_MODES),
     "dedupe": (
         "content: byte-identical images under other names are rejected "
-        "(duplicate_content), so no copy lands in two splits",
+        "(duplicate_content), so no copy lands in two splits; near: near-duplicates "
+        "(resized, re-encoded, cut a little) are clustered and a cluster never spans "
+        "two splits",
         DEDUPE_MODES,
+    ),
+    "near_distance": (
+        "--dedupe near: images whose 64-bit fingerprints differ in at most this many "
+        "bits are near-duplicates",
+        None,
+    ),
+    "near_keep": (
+        "--dedupe near: all: every image, a cluster in one split; one: the smallest "
+        "key of a cluster, the others rejected (near_duplicate)",
+        NEAR_KEEP,
     ),
     "overwrite": ("replace a finished dataset in --output_dir", None),
     "labels_file": (

@@ -246,11 +246,11 @@ def owned_files(out: str, incomplete: str) -> list[str]:
         else:
             for split in parsed["splits"].values():
                 for shard in split.get("shards", []):
-                    names += [shard["file"], layout.index_name(shard["file"])]
+                    names += [shard["file"], *layout.beside(shard["file"])]
     for path in _matches(incomplete, ["*" + layout.OWNED_SUFFIX]):
         name = path.rsplit("/", 1)[-1].removesuffix(layout.OWNED_SUFFIX)
         if layout.is_shard_name(name):
-            names += [name, layout.index_name(name)]
+            names += [name, *layout.beside(name)]
     names += [layout.SCHEMA_FILE, layout.LABELS_FILE, layout.REJECTS_FILE]
     for path in _matches(out, ["*.tmp-*", "rejects/*.tmp-*"]):
         rel = paths.relative_to(out, path)

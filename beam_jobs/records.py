@@ -29,6 +29,10 @@ REJECT_REASONS = {
         "row naming, under another spelling, the file of a row above it"
     ),
     "duplicate_content": "--dedupe content: the same bytes as an input with a smaller key",
+    "near_duplicate": (
+        "--dedupe near --near_keep one: a near-duplicate (resized, re-encoded, cut a little) "
+        "of an image with a smaller key in its cluster, which is kept"
+    ),
     "bad_label": "no label, an unusable label, or one outside the --labels vocabulary",
     "bad_path": (
         "a path that escapes its root, holds NUL or is not valid UTF-8, or a bucket URL "
@@ -92,6 +96,7 @@ class Image(NamedTuple):
     # CRC-32 of the bytes inspected, which the shard writer compares with the bytes it
     # reads; None when inspection did not read them all (--verify header, over 1 MB)
     crc32: int | None = None
+    near: str = ""  # the near-duplicate fingerprint (16 hex digits) with --dedupe near
 
 
 class Reject(NamedTuple):

@@ -1,7 +1,7 @@
 """The convert pipeline: ``build`` wires its composite transforms, nothing else.
 
 Each step is a ``beam.PTransform`` in a module of its own (sources,
-inspect_images, dedupe, rejects, vocabulary, split, order, write, finalize)
+inspect_images, dedupe, near, rejects, vocabulary, split, order, write, finalize)
 and is given the values it uses, taken from the ``Job`` (its paths resolved
 there, once). Totals and shard counts are computed in the pipeline and passed
 to the steps as side inputs. Element shapes between the steps are in the
@@ -17,6 +17,7 @@ from beam_jobs.dedupe import DedupeContent
 from beam_jobs.finalize import Finalize, settings
 from beam_jobs.inspect_images import InspectImages
 from beam_jobs.job import Job
+from beam_jobs.near import NearDuplicates
 from beam_jobs.order import OrderAndShard
 from beam_jobs.plan import PlanShards
 from beam_jobs.rejects import RejectGate, WriteRejects
@@ -45,6 +46,7 @@ def build(pipeline, job: Job):
         o.max_image_mb,
         job.input_root,
         hash_content=o.dedupe == "content",
+        near=o.dedupe == "near",
     )
     images = inspected["main"]
     rejected = [inputs["rejects"], inspected["rejects"]]
@@ -52,6 +54,13 @@ def build(pipeline, job: Job):
         unique = images | "DedupeContent" >> DedupeContent(job.input_root)
         images = unique["main"]
         rejected.append(unique["rejects"])
+    near = None
+    if o.dedupe == "near":
+        clustered = images | "NearDuplicates" >> NearDuplicates(
+            o.near_distance, o.near_keep, o.group_by is not None, job.input_root
+        )
+        images, near = clustered["main"], clustered["summary"]
+        rejected.append(clustered["rejects"])
     rejects = tuple(rejected) | "AllRejects" >> beam.Flatten()
     reject_summary = rejects | "WriteRejects" >> WriteRejects(job.rejects_file)
     gate = pipeline | "RejectGate" >> RejectGate(
@@ -80,6 +89,7 @@ def build(pipeline, job: Job):
         o.record_kind,
         o.compression,
         job.input_root,
+        fingerprints=o.dedupe == "near",
         plan=plan,
         vocab=vocab,
         gate=gate,
@@ -95,4 +105,5 @@ def build(pipeline, job: Job):
         vocab=vocab,
         gate=gate,
         reject_summary=reject_summary,
+        near=near,
     )

@@ -25,7 +25,7 @@ from beam_jobs import paths
 from beam_jobs.dead_letters import SplitRejects
 from beam_jobs.paths import read_bytes
 from beam_jobs.records import Image, Reject, make_reject
-from schemas import layout, tfrecord
+from schemas import layout, near, tfrecord
 from schemas.example import encode_record
 from schemas.progress import Progress
 
@@ -73,8 +73,17 @@ class _WriteShard(beam.DoFn):
     each image whose bytes are not those inspected (left out of the shard; finalize
     then writes no dataset). The arguments: ``WriteShards``'."""
 
-    def __init__(self, out: str, incomplete: str, kind: str, compression: str, root: str | None):
+    def __init__(
+        self,
+        out: str,
+        incomplete: str,
+        kind: str,
+        compression: str,
+        root: str | None,
+        fingerprints: bool,
+    ):
         self._out, self._incomplete, self._root = out, incomplete, root
+        self._fingerprints = fingerprints
         self._kind, self._compression = kind, compression
         self._records = Metrics.counter("evenshard", "records_written")
         self._bytes = Metrics.counter("evenshard", "bytes_written")
@@ -94,6 +103,7 @@ class _WriteShard(beam.DoFn):
         tmp = f"{self._incomplete}/{name}.{uuid.uuid4().hex}"
         label_counts: dict[str, int] = {}
         lengths: list[int] = []  # for the DALI index (a shard's metadata)
+        near_lines: list[bytes] = []  # the fingerprints, with --dedupe near
         changed: list[Reject] = []
         count = 0
         with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
@@ -109,6 +119,8 @@ class _WriteShard(beam.DoFn):
                 record = example_bytes(im, label_ids[im.label], self._kind, data)
                 sink.write(tfrecord.frame(record))
                 lengths.append(len(record))
+                if self._fingerprints:
+                    near_lines.append(near.sidecar_line(im.key, im.near))
                 label_counts[im.label] = label_counts.get(im.label, 0) + 1
                 count += 1
                 self._progress.add()
@@ -120,11 +132,12 @@ class _WriteShard(beam.DoFn):
         with FileSystems.create(f"{self._incomplete}/{name}{layout.OWNED_SUFFIX}") as f:
             f.write(name.encode() + b"\n")
         index_file = layout.index_name(name)
+        # the index and fingerprints land first: a shard in place always has them
         if index_file:
-            with FileSystems.create(f"{tmp}.idx") as f:
-                f.write(tfrecord.index_text(lengths))
-            # the index lands first: a shard in place always has its index
-            FileSystems.rename([f"{tmp}.idx"], [f"{self._out}/{index_file}"])
+            self._beside(tmp, ".idx", tfrecord.index_text(lengths), index_file)
+        near_file = near.sidecar_name(name) if self._fingerprints else None
+        if near_file:
+            self._beside(tmp, layout.NEAR_SUFFIX, b"".join(near_lines), near_file)
         FileSystems.rename([tmp], [f"{self._out}/{name}"])
         self._records.inc(count)
         self._bytes.inc(sink.num_bytes)
@@ -134,12 +147,19 @@ class _WriteShard(beam.DoFn):
             "index": index,
             "file": name,
             **({"dali_index": index_file} if index_file else {}),
+            **({"near": near_file} if near_file else {}),
             "num_examples": count,
             "num_bytes": sink.num_bytes,
             "sha256": sink.sha256.hexdigest(),
             "label_counts": dict(sorted(label_counts.items())),
         }
         yield from changed
+
+    def _beside(self, tmp: str, suffix: str, data: bytes, name: str) -> None:
+        """Writes a file that goes beside the shard, through a temp name."""
+        with FileSystems.create(tmp + suffix) as f:
+            f.write(data)
+        FileSystems.rename([tmp + suffix], [f"{self._out}/{name}"])
 
 
 def _read_again(path: str, im: Image) -> tuple[bytes, str | None]:
@@ -161,8 +181,9 @@ class WriteShards(beam.PTransform):
 
     Shards of ``record_kind`` and ``compression`` into ``output_dir``, each written
     in ``incomplete_dir`` first; relative ``Image.source`` values are under
-    ``source_root``. ``plan``, ``vocab`` and ``gate`` are side inputs (nothing is
-    written unless the gate is ok).
+    ``source_root``; ``fingerprints``: each shard's near-duplicate fingerprints go
+    beside it (``NAME.near``, ``schemas.near``). ``plan``, ``vocab`` and ``gate``
+    are side inputs (nothing is written unless the gate is ok).
     """
 
     def __init__(
@@ -173,12 +194,20 @@ class WriteShards(beam.PTransform):
         compression: str,
         source_root: str | None,
         *,
+        fingerprints: bool = False,
         plan,
         vocab,
         gate,
     ):
         super().__init__()
-        self._args = (output_dir, incomplete_dir, record_kind, compression, source_root)
+        self._args = (
+            output_dir,
+            incomplete_dir,
+            record_kind,
+            compression,
+            source_root,
+            fingerprints,
+        )
         self._plan, self._vocab, self._gate = plan, vocab, gate
 
     def expand(self, sharded):

@@ -73,14 +73,17 @@ class Rejected(Exception):
         self.detail = detail
 
 
-def inspect_stream(f, size: int, *, full: bool, max_pixels: int):
-    """Returns (format, height, width, channels) of the image in ``f``, or raises Rejected.
+def inspect_stream(f, size: int, *, full: bool, max_pixels: int, near: bool = False):
+    """Returns (format, height, width, channels, fingerprint) of the image in ``f``, or
+    raises Rejected.
 
     Args:
         f: a seekable binary stream positioned at 0.
         size: the file's size in bytes.
         full: decode all pixels (catches truncation), not just the header.
         max_pixels: larger images are rejected as too_large before decoding.
+        near: decode (as ``full`` does) and give the image's near-duplicate
+            fingerprint (``schemas.near``), else "".
     """
     from PIL import Image as PILImage
 
@@ -106,7 +109,8 @@ def inspect_stream(f, size: int, *, full: bool, max_pixels: int):
     if width < 1 or height < 1:
         raise Rejected("corrupt", f"image has size {width}x{height}")
     bmp_bits = _check_reader_can_decode(fmt, im, f)
-    if full:
+    fingerprint = ""
+    if full or near:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -114,14 +118,20 @@ def inspect_stream(f, size: int, *, full: bool, max_pixels: int):
                     # libjpeg's DCT scaling: every block is still entropy-decoded
                     # (a cut or garbled body still fails), the inverse DCT runs
                     # at 1/8 size: a third less time on 64 px, more on photos
-                    im.draft(None, (max(1, width // 8), max(1, height // 8)))
+                    # (a fingerprint wants 64 px a side where the image has them)
+                    least = (min(width, 64), min(height, 64)) if near else (1, 1)
+                    im.draft(None, (max(least[0], width // 8), max(least[1], height // 8)))
                 im.load()
         except Exception as e:  # noqa: BLE001 - as above; the reason is recorded
             raise _classify_decode_error(e) from e
         if fmt == "png":
             f.seek(0)
             _check_png_crcs(f.read())
-    return fmt, height, width, decoded_channels(fmt, im, f, bmp_bits)
+        if near:
+            from schemas.near import fingerprint as near_fingerprint
+
+            fingerprint = near_fingerprint(im)
+    return fmt, height, width, decoded_channels(fmt, im, f, bmp_bits), fingerprint
 
 
 # PNG colour type (IHDR byte 9) -> channels libpng gives: gray, RGB, palette

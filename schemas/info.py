@@ -78,11 +78,15 @@ def parse_info(data: bytes | str, where: str = layout.INFO_FILE) -> dict:
                     f"{where}: shard {name} does not end in {layout.shard_suffix(compression)}, "
                     f"as compression {compression!r} says"
                 )
-            if "dali_index" in shard and shard["dali_index"] != layout.index_name(name):
-                raise DatasetError(
-                    f"{where}: split {split}: shard {name}: dali_index "
-                    f"{shard['dali_index']!r} is not {layout.index_name(name)!r}"
-                )
+            for field, expected in (
+                ("dali_index", layout.index_name(name)),
+                ("near", name + layout.NEAR_SUFFIX),
+            ):
+                if field in shard and shard[field] != expected:
+                    raise DatasetError(
+                        f"{where}: split {split}: shard {name}: {field} "
+                        f"{shard[field]!r} is not {expected!r}"
+                    )
             for field in ("num_examples", "num_bytes"):
                 _whole(shard.get(field), f"{where}: shard {name}: {field}")
             digest = shard.get("sha256", "0" * 64)

@@ -4,6 +4,7 @@
 OUT/
   train-00000-of-00016.tfrecord ...  (.tfrecord.gz with gzip compression)
   train-00000-of-00016.tfrecord.idx  DALI's record index, uncompressed shards only
+  train-00000-of-00016.tfrecord.near near-duplicate fingerprints (--dedupe near)
   schema.pbtxt, labels.txt
   rejects/rejects.jsonl
   .incomplete/                        shards being written, and a record of each shard
@@ -62,6 +63,8 @@ REFUSED_FILE = f"{INCOMPLETE_DIR}/refused.txt"
 # A shard renamed into place is first recorded as ``.incomplete/NAME.owned``,
 # so the files of a run that died before dataset_info.json are known by name.
 OWNED_SUFFIX = ".owned"
+# A shard's near-duplicate fingerprints, one line a record (``schemas.near``).
+NEAR_SUFFIX = ".near"
 
 
 def temp_name(path: str, token: str) -> str:
@@ -103,6 +106,11 @@ def index_name(shard_file: str) -> str | None:
     if not is_shard_name(shard_file):
         raise ValueError(f"{shard_file!r} is not a shard file name")
     return None if shard_file.endswith(".gz") else shard_file + INDEX_SUFFIX
+
+
+def beside(shard_file: str) -> list[str]:
+    """The files that may lie beside a shard: its DALI index, its fingerprints."""
+    return [n for n in (index_name(shard_file), shard_file + NEAR_SUFFIX) if n]
 
 
 def is_shard_name(name: str) -> bool:
