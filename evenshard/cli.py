@@ -41,6 +41,24 @@ def _inspect_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
+def _leaks_flags(p: argparse.ArgumentParser) -> None:
+    from schemas.near import DEFAULT_DISTANCE
+
+    a = p.add_argument
+    a("data_dir", help="a folder written by evenshard convert")
+    a("other", nargs="?", default=None, help="a second dataset: its images against DATA_DIR's")
+    a("--distance", type=int, default=DEFAULT_DISTANCE, help="bits within which images match")
+    a("--top", type=int, default=20, help="closest pairs to list")
+    a("--sheet", default=None, help="PNG of the closest pairs side by side")
+    a(
+        "--max_leaked",
+        type=int,
+        default=0,
+        help="exit 1 when more images than this have a near-duplicate across",
+    )
+    a("--json", action="store_true", help="print the report as JSON")
+
+
 def _shuffle_report_flags(p: argparse.ArgumentParser) -> None:
     from reader.options import DEFAULT_CYCLE  # the reader's defaults
     from reader.options import ReadOptions as d
@@ -102,6 +120,7 @@ COMMANDS = {
     "convert": (_convert_flags, "image folder or manifest -> shuffled, balanced shards"),
     "validate": (_validate_flags, "check a dataset against its info, schema and files"),
     "inspect": (_inspect_flags, "summarize a dataset: splits, shards, labels, rejects"),
+    "leaks": (_leaks_flags, "near-duplicates across splits, or between two datasets"),
     "shuffle-report": (_shuffle_report_flags, "measure and plot how well reading mixes a split"),
     "make-images": (_make_images_flags, "write a folder of generated sample images"),
 }
@@ -250,6 +269,30 @@ def _validate(args: argparse.Namespace, _) -> int:
     return 0
 
 
+def _leaks(args: argparse.Namespace, _) -> int:
+    from audit import leaks
+    from schemas.info import DatasetError
+    from schemas.near import MAX_DISTANCE
+
+    if not 0 <= args.distance <= MAX_DISTANCE:
+        _error("leaks", f"--distance must be in [0, {MAX_DISTANCE}], got {args.distance}")
+        return 2
+    try:
+        sides = [leaks.Side(args.data_dir)]
+        if args.other:
+            sides.append(leaks.Side(args.other, name="other:"))
+        report = leaks.find(sides, args.distance, args.top)
+        if args.sheet:
+            leaks.contact_sheet(sides, report, args.sheet)
+    except (DatasetError, OSError) as e:
+        _error("leaks", str(e))
+        return 1
+    print(leaks.to_json(report) if args.json else leaks.render(report))
+    if args.sheet and not args.json:
+        print(f"  contact sheet: {args.sheet}")
+    return 1 if report["leaked_images"] > args.max_leaked else 0
+
+
 def _inspect(args: argparse.Namespace, _) -> int:
     from audit.summary import render, summarize
     from schemas.info import DatasetError, load_info
@@ -330,6 +373,7 @@ _RUN = {
     "convert": _convert,
     "validate": _validate,
     "inspect": _inspect,
+    "leaks": _leaks,
     "shuffle-report": _shuffle_report,
     "make-images": _make_images,
 }

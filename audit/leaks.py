@@ -1,0 +1,237 @@
+"""Near-duplicates across splits (``evenshard leaks DATASET [OTHER]``).
+
+A validation image whose resized or re-encoded copy is in train scores as if
+seen; the audit finds such images from their fingerprints (``schemas.near``):
+across the splits of one dataset, or between two datasets (a test set of the
+user's own against a training set). Fingerprints come from the ``.near``
+files ``convert --dedupe near`` writes beside each shard, so nothing is
+decoded; a dataset without them has its images decoded once here.
+
+Pairs are found as convert finds them: fingerprints that share one of the
+``distance + 1`` band values are compared, so the work is the band values'
+sizes squared, not the dataset's. Identical fingerprints are compared once.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+
+from schemas import features, layout, near, storage, tfrecord
+from schemas.example import parse_example
+from schemas.info import load_info
+
+
+class Side:
+    """The fingerprints of one dataset's splits: keys, values, and where each record is."""
+
+    def __init__(self, data_dir: str, name: str = ""):
+        self.data_dir = data_dir
+        self.name = name  # "" for DATASET, else a prefix for OTHER's splits
+        self.info = load_info(data_dir)
+        self.keys: list[str] = []
+        self.values: list[int] = []
+        self.splits: list[str] = []
+        self.where: list[tuple[str, int]] = []  # (shard file, record index)
+        self.stored = True
+        for split, s in self.info["splits"].items():
+            for shard in s["shards"]:
+                found = self._stored(shard) if "near" in shard else None
+                if found is None:
+                    self.stored = False
+                    found = self._computed(shard)
+                for index, (key, value) in enumerate(found):
+                    self.keys.append(key)
+                    self.values.append(near.to_int(value))
+                    self.splits.append(name + split)
+                    self.where.append((shard["file"], index))
+
+    def _stored(self, shard: dict) -> list[tuple[str, str]]:
+        return near.parse_sidecar(storage.read_bytes(layout.join(self.data_dir, shard["near"])))
+
+    def _computed(self, shard: dict) -> list[tuple[str, str]]:
+        """(key, fingerprint) of each record of a shard, its image decoded here."""
+        from schemas.images import inspect_stream
+
+        out = []
+        for raw in tfrecord.iter_records(layout.join(self.data_dir, shard["file"])):
+            feature = parse_example(raw)
+            data = self.image_bytes(feature)
+            *_, value = inspect_stream(
+                io.BytesIO(data), len(data), full=True, max_pixels=1 << 62, near=True
+            )
+            out.append((feature[features.KEY].decode("utf-8", "surrogateescape"), value))
+        return out
+
+    def image_bytes(self, feature: dict) -> bytes:
+        if self.info["record_kind"] == "image":
+            return feature[features.ENCODED]
+        root = self.info.get("path_root", "").rstrip("/")
+        return storage.read_bytes(f"{root}/{feature[features.PATH].decode()}")
+
+    def image(self, index: int):
+        """The Pillow image of record ``index`` of this side."""
+        from PIL import Image
+
+        shard, at = self.where[index]
+        for i, raw in enumerate(tfrecord.iter_records(layout.join(self.data_dir, shard))):
+            if i == at:
+                return Image.open(io.BytesIO(self.image_bytes(parse_example(raw))))
+        raise LookupError(f"{shard} has no record {at}")
+
+
+def _close_unique(values: np.ndarray, distance: int) -> list[tuple[int, int, int]]:
+    """(u, v, bits) for distinct values u < v within ``distance`` bits: compared only
+    where they share a band value."""
+    found: dict[tuple[int, int], int] = {}
+    for shift, width in near.band_edges(distance):
+        band = (values >> np.uint64(shift)) & np.uint64((1 << width) - 1)
+        order = np.argsort(band, kind="stable")
+        starts = np.flatnonzero(np.r_[True, band[order][1:] != band[order][:-1]])
+        for start, end in zip(starts, np.r_[starts[1:], len(order)]):
+            if end - start < 2:
+                continue
+            members = order[start:end]
+            for a, b, bits in near.close_pairs(values[members], distance):
+                u, v = sorted((int(members[a]), int(members[b])))
+                found[u, v] = bits
+    return [(u, v, bits) for (u, v), bits in found.items()]
+
+
+def find(sides: list[Side], distance: int = near.DEFAULT_DISTANCE, top: int = 20) -> dict:
+    """The report: for each split, its images with a near-duplicate in each other split
+    (between two datasets: OTHER's splits against DATASET's), and the ``top`` closest
+    pairs."""
+    keys = [k for s in sides for k in s.keys]
+    split_of = [sp for s in sides for sp in s.splits]
+    side_of = np.array([i for i, s in enumerate(sides) for _ in s.keys], dtype=np.int64)
+    names = list(dict.fromkeys(split_of))
+    if len(names) > 63:
+        raise ValueError(f"{len(names)} splits: at most 63 can be audited together")
+    group = np.array([names.index(sp) for sp in split_of], dtype=np.int64)
+    values = np.array([v for s in sides for v in s.values], dtype=np.uint64)
+    unique, inverse = np.unique(values, return_inverse=True)
+    masks = np.zeros(len(unique), dtype=np.uint64)
+    np.bitwise_or.at(masks, inverse, np.left_shift(np.uint64(1), group.astype(np.uint64)))
+    close = _close_unique(unique, distance)
+    reach = masks.copy()  # the splits holding the value or a value within distance
+    for u, v, _ in close:
+        reach[u] |= masks[v]
+        reach[v] |= masks[u]
+    counted = [i for i, s in enumerate(names) if len(sides) == 1 or s.startswith(sides[1].name)]
+    against = [i for i, s in enumerate(names) if len(sides) == 1 or i not in counted]
+    leaked: dict[str, dict[str, int]] = {}
+    leaked_images = np.zeros(len(keys), dtype=bool)
+    for g in counted:
+        mine = group == g
+        row = {}
+        for h in against:
+            if h == g:
+                continue
+            hit = mine & ((reach[inverse] >> np.uint64(h)) & np.uint64(1)).astype(bool)
+            row[names[h]] = int(hit.sum())
+            leaked_images |= hit
+        leaked[names[g]] = row
+    pairs = _closest(close, masks, inverse, group, side_of, len(sides), top, keys)
+    return {
+        "distance": distance,
+        "fingerprints": "stored" if all(s.stored for s in sides) else "computed",
+        "images": {n: int((group == i).sum()) for i, n in enumerate(names)},
+        "leaked": leaked,
+        "leaked_images": int(leaked_images.sum()),
+        "closest": [
+            {
+                "bits": bits,
+                "a": {"split": split_of[a], "key": keys[a]},
+                "b": {"split": split_of[b], "key": keys[b]},
+                "index": (a, b),
+            }
+            for bits, a, b in pairs
+        ],
+    }
+
+
+def _closest(close, masks, inverse, group, side_of, num_sides: int, top: int, keys):
+    """The ``top`` closest pairs of images in two splits (two datasets): (bits, a, b),
+    fewest bits first."""
+    members: dict[int, list[int]] = {}
+    for i in np.argsort(inverse, kind="stable"):
+        members.setdefault(int(inverse[i]), []).append(int(i))
+
+    def apart(a: int, b: int) -> bool:
+        if num_sides == 2:
+            return side_of[a] != side_of[b]
+        return group[a] != group[b]
+
+    def spans(u: int, v: int) -> bool:  # the values are in two splits between them
+        both = int(masks[u] | masks[v])
+        return both & (both - 1) != 0
+
+    candidates = [(0, u, u) for u, m in members.items() if len(m) > 1 and spans(u, u)]
+    candidates += [(bits, u, v) for u, v, bits in close if spans(u, v)]
+    out = []
+    for bits, u, v in sorted(candidates):
+        for pair in ((a, b) for a in members[u] for b in members[v] if a < b or u != v):
+            if apart(*pair):
+                a, b = sorted(pair, key=lambda i: (side_of[i], group[i], keys[i]))
+                out.append((bits, a, b))
+                if len(out) == top:
+                    return out
+    return out
+
+
+def contact_sheet(sides: list[Side], report: dict, path: str, rows: int = 12) -> None:
+    """A PNG of the closest pairs, one a row: the two images, their splits, keys, bits."""
+    from PIL import Image, ImageDraw
+
+    pairs = report["closest"][:rows]
+    offsets = np.cumsum([0] + [len(s.keys) for s in sides])
+    thumb, text_width = 128, 520
+    sheet = Image.new(
+        "RGB", (2 * thumb + text_width + 30, max(1, len(pairs)) * (thumb + 10) + 10), "white"
+    )
+    draw = ImageDraw.Draw(sheet)
+    for row, pair in enumerate(pairs):
+        y = 10 + row * (thumb + 10)
+        for col, index in enumerate(pair["index"]):
+            side = int(np.searchsorted(offsets, index, side="right") - 1)
+            image = sides[side].image(index - int(offsets[side])).convert("RGB")
+            image.thumbnail((thumb, thumb))
+            sheet.paste(image, (10 + col * (thumb + 5), y))
+        a, b = pair["a"], pair["b"]
+        lines = [
+            f"{pair['bits']} bits apart",
+            f"{a['split']}: {a['key']}",
+            f"{b['split']}: {b['key']}",
+        ]
+        draw.multiline_text((2 * thumb + 25, y + 10), "\n".join(lines), fill="black", spacing=8)
+    sheet.save(path)
+
+
+def render(report: dict) -> str:
+    """The report as text: counts per split pair, then the closest pairs."""
+    lines = [
+        f"near-duplicates within {report['distance']} bits (fingerprints {report['fingerprints']}):"
+    ]
+    for split, row in report["leaked"].items():
+        for other, n in row.items():
+            lines.append(f"  {split:<16} {n:>7} of {report['images'][split]} have one in {other}")
+    lines.append(f"  images with a near-duplicate across: {report['leaked_images']}")
+    if report["closest"]:
+        lines.append("  closest pairs:")
+        for p in report["closest"]:
+            a, b = p["a"], p["b"]
+            lines.append(
+                f"    {p['bits']:>2} bits  {a['split']}:{a['key']}  {b['split']}:{b['key']}"
+            )
+    return "\n".join(lines)
+
+
+def to_json(report: dict) -> str:
+    clean = {
+        **report,
+        "closest": [{k: v for k, v in p.items() if k != "index"} for p in report["closest"]],
+    }
+    return json.dumps(clean, indent=2, sort_keys=True)
