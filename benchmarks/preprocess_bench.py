@@ -40,7 +40,6 @@ Records a second, best of 3, round-robin; aim at least 0.9x.
 
 from __future__ import annotations
 
-import io
 import math
 import os
 import sys
@@ -50,6 +49,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import WORK, bench_main, convert_once, list_images, make_jpegs, verdict  # noqa: E402
+
+from evenshard.synthetic import photo_bytes  # noqa: E402
 
 BATCH = 64
 VIEWS = 5
@@ -106,27 +107,6 @@ class FolderDataset:
         return _resize(busy(image), self.size), self.index[label]
 
 
-def photo(rng: np.random.Generator, height: int, width: int) -> bytes:
-    """A photo-like JPEG: noise at every scale from 2 to 256 cells across, each octave
-    a little weaker than the one above (a photo's falling spectrum), the channels
-    correlated, fine grain on top; quality 90. Bytes a pixel near a photo's, so the
-    decode costs what a photo's does (a smooth gradient decodes faster)."""
-    from PIL import Image
-
-    out = np.zeros((height, width, 3), np.float32)
-    for k in range(8):
-        cells = 2 ** (k + 1)
-        grid = rng.normal(0, 40 / 1.1**k, (cells, cells, 3)).astype(np.float32)
-        grid[..., 1:] = 0.6 * grid[..., :1] + 0.4 * grid[..., 1:]
-        for c in range(3):
-            plane = Image.fromarray(grid[..., c], "F").resize((width, height), Image.BICUBIC)
-            out[..., c] += np.asarray(plane)
-    out += rng.normal(0, 5, out.shape) + rng.uniform(60, 190, 3)
-    buffer = io.BytesIO()
-    Image.fromarray(np.clip(out, 0, 255).astype(np.uint8)).save(buffer, "JPEG", quality=90)
-    return buffer.getvalue()
-
-
 def make_photos(root: str, count: int, num_labels: int, size: tuple[int, int]) -> str:
     """``count`` photo-like JPEGs of ``size`` (height, width) in ``num_labels`` label
     folders (label-sorted, as ``make_jpegs``); cached."""
@@ -138,7 +118,7 @@ def make_photos(root: str, count: int, num_labels: int, size: tuple[int, int]) -
         d = os.path.join(root, f"label_{i * num_labels // count:03d}")
         os.makedirs(d, exist_ok=True)
         with open(os.path.join(d, f"img_{i:06d}.jpg"), "wb") as f:
-            f.write(photo(rng, *size))
+            f.write(photo_bytes(rng, *size))
     open(done, "w").close()
     return root
 

@@ -1,0 +1,291 @@
+"""convert --dedupe near and evenshard leaks: near-duplicates never span two splits.
+
+The corpus: photo-like sources (noise at every scale, as a photo's spectrum)
+and, for some of them, the variants a real collection holds: resized x0.5
+and x2, re-encoded at JPEG quality 60, cut 5 % at one edge, brightened 10 %,
+converted to PNG, and a byte-identical copy under another label. The real-
+photo precision/recall curve is benchmarks/near_bench.py's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+
+import numpy as np
+import pytest
+from conftest import load_info, read_rejects, read_split, run_convert, write_manifest
+from PIL import Image, ImageEnhance
+
+from audit import leaks
+from beam_jobs.options import ConvertOptions, UserError
+from evenshard import cli
+from evenshard.synthetic import photo_bytes
+from schemas import near
+from schemas.images import inspect_stream
+
+SOURCES = 24
+WITH_VARIANTS = 8
+VARIANTS = ("half", "double", "q60", "cut", "bright", "png", "copy")
+LABELS = ("cat", "dog", "fox")
+
+
+def _encoded(im: Image.Image, fmt: str = "JPEG", **kw) -> bytes:
+    out = io.BytesIO()
+    im.save(out, fmt, **kw)
+    return out.getvalue()
+
+
+def variants(data: bytes, i: int) -> dict[str, tuple[str, bytes]]:
+    """name -> (extension, bytes) of each variant of one source."""
+    im = Image.open(io.BytesIO(data))
+    w, h = im.size
+    cut = [(w // 20, 0, w, h), (0, 0, w - w // 20, h), (0, h // 20, w, h), (0, 0, w, h - h // 20)]
+    return {
+        "half": (".jpg", _encoded(im.resize((w // 2, h // 2), Image.BILINEAR), quality=90)),
+        "double": (".jpg", _encoded(im.resize((w * 2, h * 2), Image.BICUBIC), quality=90)),
+        "q60": (".jpg", _encoded(im, quality=60)),
+        "cut": (".jpg", _encoded(im.crop(cut[i % 4]), quality=90)),
+        "bright": (".jpg", _encoded(ImageEnhance.Brightness(im).enhance(1.1), quality=90)),
+        "png": (".png", _encoded(im, "PNG")),
+        "copy": (".jpg", data),
+    }
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """The folder, and the truth: key -> the source it comes from."""
+    root = str(tmp_path_factory.mktemp("near") / "images")
+    rng = np.random.default_rng(5)
+    truth = {}
+
+    def put(label: str, name: str, data: bytes, source: int) -> None:
+        os.makedirs(os.path.join(root, label), exist_ok=True)
+        with open(os.path.join(root, label, name), "wb") as f:
+            f.write(data)
+        truth[f"{label}/{name}"] = source
+
+    for i in range(SOURCES):
+        data = photo_bytes(rng, 96, 128)
+        label = LABELS[i % 3]
+        put(label, f"src{i:02d}.jpg", data, i)
+        if i < WITH_VARIANTS:
+            for name, (ext, v) in variants(data, i).items():
+                # the copy is renamed into another label's folder
+                where = LABELS[(i + 1) % 3] if name == "copy" else label
+                put(where, f"{name}{i:02d}{ext}", v, i)
+    return root, truth
+
+
+def fingerprint_of(path: str) -> int:
+    with open(path, "rb") as f:
+        data = f.read()
+    *_, value = inspect_stream(io.BytesIO(data), len(data), full=True, max_pixels=10**9, near=True)
+    return near.to_int(value)
+
+
+def test_variants_are_within_the_default_distance_and_sources_far_apart(corpus):
+    root, truth = corpus
+    values = {key: fingerprint_of(os.path.join(root, key)) for key in truth}
+    for key, source in truth.items():
+        src = values[f"{LABELS[source % 3]}/src{source:02d}.jpg"]
+        bits = bin(values[key] ^ src).count("1")
+        assert bits <= near.DEFAULT_DISTANCE, (key, bits)
+    sources = [v for k, v in values.items() if "/src" in k]
+    apart = [bin(a ^ b).count("1") for i, a in enumerate(sources) for b in sources[i + 1 :]]
+    assert min(apart) > near.DEFAULT_DISTANCE
+
+
+def test_fingerprints_are_fixed_bits():
+    # the DCT is integer arithmetic: the same bits on every machine; pinned here
+    noise = np.random.default_rng(0).integers(0, 256, (48, 64), dtype=np.uint8)
+    gray = Image.fromarray(noise, "L")
+    assert near.fingerprint(gray) == "8b0b24f6f04e91be"
+    assert near.fingerprint(gray.convert("RGB")) == near.fingerprint(gray)
+    ramp = Image.fromarray(np.tile(np.arange(64, dtype=np.uint8) * 4, (48, 1)), "L")
+    assert near.fingerprint(ramp) == "8000000000000000"  # the DC alone above the median
+    wide = Image.fromarray(noise.astype(np.uint16) * 257)  # 16-bit: scaled to 8 bits first
+    assert near.fingerprint(wide) == near.fingerprint(gray)
+
+
+def test_bands_meet_for_every_pair_within_the_distance():
+    rng = np.random.default_rng(0)
+    for distance in (0, 3, 10, 20):
+        for _ in range(200):
+            a = int(rng.integers(0, 2**63)) * 2 + int(rng.integers(0, 2))
+            flips = rng.choice(64, size=int(rng.integers(0, distance + 1)), replace=False)
+            b = a
+            for bit in flips:
+                b ^= 1 << int(bit)
+            assert set(near.bands(a, distance)) & set(near.bands(b, distance))
+
+
+@pytest.fixture(scope="module")
+def grouped(corpus, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("grouped"))
+    return run_convert(corpus[0], out, "--dedupe=near", "--splits=a=0.4,b=0.3,c=0.3"), out
+
+
+def split_of_keys(out: str) -> dict[str, str]:
+    info = load_info(out)
+    return {
+        r["image/key"].decode(): split
+        for split in info["splits"]
+        for shard in read_split(out, split)
+        for r in shard
+    }
+
+
+def test_a_cluster_never_spans_two_splits(corpus, grouped):
+    _, truth = corpus
+    info, out = grouped
+    where = split_of_keys(out)
+    assert len(where) == len(truth)  # nothing lost
+    for source in range(WITH_VARIANTS):
+        assert len({where[k] for k, s in truth.items() if s == source}) == 1, source
+    assert info["near_duplicates"] == {
+        "clusters": WITH_VARIANTS,
+        "distance": near.DEFAULT_DISTANCE,
+        "given_two_splits": 0,
+        "inputs_in_clusters": WITH_VARIANTS * (1 + len(VARIANTS)),
+        "keep": "all",
+        "rejected": 0,
+    }
+
+
+def test_fingerprints_lie_beside_each_shard_in_record_order(corpus, grouped):
+    root, _ = corpus
+    info, out = grouped
+    for split in info["splits"]:
+        for shard, records in zip(info["splits"][split]["shards"], read_split(out, split)):
+            with open(os.path.join(out, shard["near"]), "rb") as f:
+                lines = near.parse_sidecar(f.read())
+            assert [k for k, _ in lines] == [r["image/key"].decode() for r in records]
+            for key, value in lines:
+                assert near.to_int(value) == fingerprint_of(os.path.join(root, key))
+
+
+def test_without_near_the_variants_leak_and_the_audit_says_so(corpus, grouped, tmp_path, capsys):
+    _, truth = corpus
+    plain = str(tmp_path / "plain")
+    run_convert(corpus[0], plain, "--splits=a=0.4,b=0.3,c=0.3")
+    where = split_of_keys(plain)
+    truly = sum(
+        1
+        for key, split in where.items()
+        if any(where[k] != split for k, s in truth.items() if s == truth[key] and k != key)
+    )
+    assert truly > 0  # the hash of the key scatters a source's copies over the splits
+    sheet = str(tmp_path / "sheet.png")
+    assert cli.main(["leaks", plain, "--sheet", sheet, "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["fingerprints"] == "computed"  # no .near files: decoded by the audit
+    assert report["leaked_images"] == truly
+    assert report["closest"][0]["bits"] == 0  # the byte-identical copy, or a resize of it
+    assert Image.open(sheet).size[1] > 128
+    # the dataset made with --dedupe near: no leak, from the stored fingerprints
+    assert cli.main(["leaks", grouped[1], "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["fingerprints"], report["leaked_images"]) == ("stored", 0)
+    # computed from the records equals stored at convert
+    assert sorted(zip(leaks.Side(plain).keys, leaks.Side(plain).values)) == sorted(
+        zip(leaks.Side(grouped[1]).keys, leaks.Side(grouped[1]).values)
+    )
+    assert cli.main(["leaks", plain, f"--max_leaked={truly}"]) == 0  # the CI gate's threshold
+
+
+def test_a_test_set_of_ones_own_against_a_training_set(corpus, grouped, tmp_path, capsys):
+    root, truth = corpus
+    mine = tmp_path / "mine"
+    (mine / "x").mkdir(parents=True)
+    for i in (0, 1):  # two re-encoded sources, and one unrelated photo
+        Image.open(os.path.join(root, f"{LABELS[i % 3]}/src{i:02d}.jpg")).save(
+            mine / "x" / f"mine{i}.jpg", quality=70
+        )
+    (mine / "x" / "other.jpg").write_bytes(photo_bytes(np.random.default_rng(99), 96, 128))
+    other = str(tmp_path / "mine_out")
+    run_convert(str(mine), other, "--splits=test=1", "--dedupe=near")
+    assert cli.main(["leaks", grouped[1], other, "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["leaked_images"] == 2
+    assert set(report["leaked"]) == {"other:test"}
+    assert sum(report["leaked"]["other:test"].values()) >= 2
+
+
+def test_keep_one_rejects_the_rest_of_each_cluster(corpus, tmp_path):
+    _, truth = corpus
+    out = str(tmp_path / "one")
+    info = run_convert(
+        corpus[0],
+        out,
+        "--dedupe=near",
+        "--near_keep=one",
+        "--split_mode=exact",
+        "--max_reject_fraction=1",
+    )
+    rejects = read_rejects(out)
+    assert len(rejects) == WITH_VARIANTS * len(VARIANTS)
+    for r in rejects:
+        assert r["reason"] == "near_duplicate"
+        kept = min(k for k, s in truth.items() if s == truth[r["key"]])
+        assert r["detail"] == f"a near-duplicate of {kept}"
+    assert sum(s["num_examples"] for s in info["splits"].values()) == SOURCES
+    assert info["near_duplicates"]["rejected"] == len(rejects)
+
+
+def test_a_split_given_in_the_manifest_still_wins(corpus, tmp_path):
+    root, truth = corpus
+    rows = [{"path": os.path.join(root, k), "label": k.split("/")[0], "key": k} for k in truth]
+    given = {"cat/src00.jpg": "b", "cat/half00.jpg": "c", "cat/src03.jpg": "c"}
+    for row in rows:
+        row["split"] = given.get(row["key"], "")
+    manifest = write_manifest(str(tmp_path / "m.csv"), rows, ["path", "label", "key", "split"])
+    out = str(tmp_path / "m")
+    info = run_convert(manifest, out, "--dedupe=near", "--splits=a=0.4,b=0.3,c=0.3")
+    where = split_of_keys(out)
+    assert where["cat/src00.jpg"] == "b" and where["cat/half00.jpg"] == "c"
+    # the rest of source 0's cluster follows its smallest key given a split (cat/half00)
+    assert {where[k] for k, s in truth.items() if s == 0} - {"b"} == {"c"}
+    assert {where[k] for k, s in truth.items() if s == 3} == {"c"}
+    assert info["near_duplicates"]["given_two_splits"] == 1
+
+
+@pytest.mark.slow
+def test_the_same_bytes_on_every_runner(corpus, grouped, tmp_path):
+    def digest(out: str) -> str:
+        h = hashlib.sha256()
+        for name in sorted(os.listdir(out)):
+            if name.endswith((".tfrecord", ".near")) or name == "dataset_info.json":
+                with open(os.path.join(out, name), "rb") as f:
+                    h.update(name.encode() + f.read())
+        return h.hexdigest()
+
+    flags = ("--dedupe=near", "--splits=a=0.4,b=0.3,c=0.3")
+    multi = str(tmp_path / "multi")
+    run_convert(
+        corpus[0],
+        multi,
+        *flags,
+        "--direct_num_workers=2",
+        "--direct_running_mode=multi_processing",
+        validated=False,
+    )
+    assert digest(multi) == digest(grouped[1])
+    dask = str(tmp_path / "dask")
+    run_convert(corpus[0], dask, *flags, "--runner=dask", "--dask_workers=2", validated=False)
+    assert digest(dask) == digest(grouped[1])
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ({"dedupe": "near", "split_mode": "exact"}, "--split_mode=exact cannot also do"),
+        ({"dedupe": "near", "near_distance": 21}, "--near_distance must be in [0, 20]"),
+        ({"dedupe": "near", "near_keep": "some"}, "--near_keep: expected one of all, one"),
+    ],
+)
+def test_near_flags_are_checked_at_once(flags, message):
+    with pytest.raises(UserError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        ConvertOptions(input="in", output_dir="out", **flags)
