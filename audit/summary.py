@@ -8,6 +8,7 @@ records (use ``evenshard validate`` to check them).
 from __future__ import annotations
 
 from schemas.info import written
+from schemas.near import describe
 
 
 def summarize(info: dict) -> dict:
@@ -39,6 +40,7 @@ def summarize(info: dict) -> dict:
         "balance": info.get("balance"),
         "compression": info.get("compression"),
         "dedupe": info.get("dedupe", "none"),
+        **({"near_duplicates": info["near_duplicates"]} if "near_duplicates" in info else {}),
         "split_options": info.get("split_options"),
         "shard_options": info.get("shard_options"),
         "labels": info["labels"],
@@ -101,6 +103,8 @@ def render(summary: dict, data_dir: str) -> str:
     r = summary["rejects"]
     reasons = ", ".join(f"{k} {v}" for k, v in r["by_reason"].items()) or "none"
     lines += ["", f"  rejects: {r['total']} ({reasons})"]
+    if "near_duplicates" in summary:
+        lines.append("  " + describe(summary["near_duplicates"]))
     if "path_root" in summary:
         lines.append(f"  path_root: {summary['path_root']}")
     return "\n".join(lines)

@@ -243,6 +243,10 @@ def convert_summary(info: dict, output_dir: str, seconds: float) -> str:
     if rejects["total"]:
         reasons = ", ".join(f"{r} {n}" for r, n in rejects["by_reason"].items())
         lines.append(f"  rejects: {reasons} (see {output_dir.rstrip('/')}/{rejects['file']})")
+    if "near_duplicates" in info:
+        from schemas.near import describe
+
+        lines.append("  " + describe(info["near_duplicates"]))
     lines.append(f"  labels: {len(info['labels'])}; output: {output_dir}")
     if "runner" in info:
         lines.append(f"  runner: {info['runner']}")

@@ -113,6 +113,17 @@ def close_pairs(values: np.ndarray, distance: int, block: int = 2048):
             yield start + int(i), int(j), int(d[i, j])
 
 
+def describe(found: dict) -> str:
+    """One line of what ``--dedupe near`` found (dataset_info's ``near_duplicates``)."""
+    kept = f", {found['rejected']} rejected" if found.get("keep") == "one" else ""
+    given = found.get("given_two_splits", 0)
+    across = f", {given} given two splits by the manifest" if given else ""
+    return (
+        f"near-duplicates (within {found['distance']} bits): {found['clusters']} clusters "
+        f"holding {found['inputs_in_clusters']} inputs{kept}{across}"
+    )
+
+
 def sidecar_name(shard_name: str) -> str:
     """The fingerprints of a shard, in record order: ``NAME.near`` beside it."""
     return shard_name + layout.NEAR_SUFFIX

@@ -138,8 +138,9 @@ def split_of_keys(out: str) -> dict[str, str]:
     }
 
 
-def test_a_cluster_never_spans_two_splits(corpus, grouped):
+def test_a_cluster_never_spans_two_splits(corpus, grouped, capsys):
     _, truth = corpus
+    near_keys = [k for k, s in truth.items() if s < WITH_VARIANTS]
     info, out = grouped
     where = split_of_keys(out)
     assert len(where) == len(truth)  # nothing lost
@@ -153,6 +154,10 @@ def test_a_cluster_never_spans_two_splits(corpus, grouped):
         "keep": "all",
         "rejected": 0,
     }
+    said = f"(within 10 bits): {WITH_VARIANTS} clusters holding {len(near_keys)} inputs"
+    assert said in cli.convert_summary(info, out, 1.0)
+    assert cli.main(["inspect", out]) == 0
+    assert said in capsys.readouterr().out
 
 
 def test_fingerprints_lie_beside_each_shard_in_record_order(corpus, grouped):
