@@ -25,7 +25,7 @@ setup(
         "tfx-bsl>=1.21,<1.22",
         "tensorflow-metadata>=1.21,<1.22",
         "pillow>=10",
-        "numpy>=1.26",
+        "numpy>=2.0",  # bitwise_count: near-duplicate fingerprints
         "google-crc32c>=1.5",
         "matplotlib>=3.7",  # evenshard shuffle-report plots
     ],

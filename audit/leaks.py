@@ -21,16 +21,17 @@ import numpy as np
 
 from schemas import features, layout, near, storage, tfrecord
 from schemas.example import parse_example
-from schemas.info import load_info
+from schemas.info import DatasetError, load_info
 
 
 class Side:
     """The fingerprints of one dataset's splits: keys, values, and where each record is."""
 
-    def __init__(self, data_dir: str, name: str = ""):
+    def __init__(self, data_dir: str, name: str = "", path_root: str | None = None):
         self.data_dir = data_dir
         self.name = name  # "" for DATASET, else a prefix for OTHER's splits
         self.info = load_info(data_dir)
+        self.path_root = path_root or self.info.get("path_root", "")
         self.keys: list[str] = []
         self.values: list[int] = []
         self.splits: list[str] = []
@@ -39,7 +40,7 @@ class Side:
         for split, s in self.info["splits"].items():
             for shard in s["shards"]:
                 found = self._stored(shard) if "near" in shard else None
-                if found is None:
+                if found is None or len(found) != shard["num_examples"]:
                     self.stored = False
                     found = self._computed(shard)
                 for index, (key, value) in enumerate(found):
@@ -48,27 +49,40 @@ class Side:
                     self.splits.append(name + split)
                     self.where.append((shard["file"], index))
 
-    def _stored(self, shard: dict) -> list[tuple[str, str]]:
-        return near.parse_sidecar(storage.read_bytes(layout.join(self.data_dir, shard["near"])))
+    def _stored(self, shard: dict) -> list[tuple[str, str]] | None:
+        """The shard's ``.near`` lines; None when the file is gone or unreadable (its
+        images are then decoded)."""
+        try:
+            data = storage.read_bytes(layout.join(self.data_dir, shard["near"]))
+            return near.parse_sidecar(data)
+        except (OSError, ValueError):
+            return None
 
     def _computed(self, shard: dict) -> list[tuple[str, str]]:
         """(key, fingerprint) of each record of a shard, its image decoded here."""
-        from schemas.images import inspect_stream
+        from schemas.images import Rejected, inspect_stream
 
         out = []
-        for raw in tfrecord.iter_records(layout.join(self.data_dir, shard["file"])):
+        path = layout.join(self.data_dir, shard["file"])
+        for index, raw in enumerate(tfrecord.iter_records(path)):
             feature = parse_example(raw)
+            key = feature[features.KEY].decode("utf-8", "surrogateescape")
             data = self.image_bytes(feature)
-            *_, value = inspect_stream(
-                io.BytesIO(data), len(data), full=True, max_pixels=1 << 62, near=True
-            )
-            out.append((feature[features.KEY].decode("utf-8", "surrogateescape"), value))
+            try:
+                *_, value = inspect_stream(
+                    io.BytesIO(data), len(data), full=True, max_pixels=1 << 62, near=True
+                )
+            except Rejected as e:
+                raise DatasetError(
+                    f"{path}: record {index} ({key}): the image does not decode: {e.detail}"
+                ) from e
+            out.append((key, value))
         return out
 
     def image_bytes(self, feature: dict) -> bytes:
         if self.info["record_kind"] == "image":
             return feature[features.ENCODED]
-        root = self.info.get("path_root", "").rstrip("/")
+        root = self.path_root.rstrip("/")
         return storage.read_bytes(f"{root}/{feature[features.PATH].decode()}")
 
     def image(self, index: int):
@@ -86,8 +100,7 @@ def _close_unique(values: np.ndarray, distance: int) -> list[tuple[int, int, int
     """(u, v, bits) for distinct values u < v within ``distance`` bits: compared only
     where they share a band value."""
     found: dict[tuple[int, int], int] = {}
-    for shift, width in near.band_edges(distance):
-        band = (values >> np.uint64(shift)) & np.uint64((1 << width) - 1)
+    for band in near.band_values(values, distance):
         order = np.argsort(band, kind="stable")
         starts = np.flatnonzero(np.r_[True, band[order][1:] != band[order][:-1]])
         for start, end in zip(starts, np.r_[starts[1:], len(order)]):
@@ -169,6 +182,8 @@ def _closest(close, masks, inverse, group, side_of, num_sides: int, top: int, ke
         both = int(masks[u] | masks[v])
         return both & (both - 1) != 0
 
+    if top <= 0:
+        return []
     candidates = [(0, u, u) for u, m in members.items() if len(m) > 1 and spans(u, u)]
     candidates += [(bits, u, v) for u, v, bits in close if spans(u, v)]
     out = []

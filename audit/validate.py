@@ -14,7 +14,7 @@ Every problem is one line naming the file (and record index).
 
 from __future__ import annotations
 
-from schemas import features, layout, storage, tfrecord
+from schemas import features, layout, near, storage, tfrecord
 from schemas.example import parse_example
 from schemas.info import DatasetError, load_info
 from schemas.progress import Progress
@@ -150,9 +150,12 @@ def _check_shard(
     n = 0
     batch: list[bytes] = []
     lengths: list[int] = []
+    keys: list[bytes] = []  # with a .near file: its lines name them in this order
 
     def flush():
         first = n - len(batch)
+        if "near" in shard:
+            keys.extend(_key_of(record) for record in batch)
         for j, label in enumerate(_labels_of(batch, label_schema)):
             name = labels[label] if label is not None and 0 <= label < len(labels) else None
             if name is None:
@@ -195,6 +198,7 @@ def _check_shard(
     if counts != recorded:
         problems.append(f"{path}: label counts {counts} differ from {INFO} {recorded}")
     problems += _check_dali_index(path, shard, lengths)
+    problems += _check_near(path, shard, keys)
     for k, v in counts.items():
         split_labels[k] = split_labels.get(k, 0) + v
     return problems
@@ -274,6 +278,33 @@ def _check_dali_index(path: str, shard: dict, lengths: list[int]) -> list[str]:
         return [f"{wrong}: {str(e).removeprefix(index_path + ': ')} (rewrite it or convert again)"]
     if table is not None and list(table[:, 1]) != [n + tfrecord.FRAME_OVERHEAD for n in lengths]:
         return [f"{wrong} (rewrite it or convert again)"]
+    return []
+
+
+def _key_of(record: bytes) -> bytes | None:
+    try:
+        return parse_example(record).get(features.KEY)
+    except Exception:  # noqa: BLE001 - not an Example: reported by the full check
+        return None
+
+
+def _check_near(path: str, shard: dict, keys: list[bytes]) -> list[str]:
+    """The fingerprints beside a shard (``--dedupe near``) name its records in order."""
+    if "near" not in shard:
+        return []
+    near_path = layout.join(path.rsplit("/", 1)[0], shard["near"])
+    try:
+        lines = near.parse_sidecar(storage.read_bytes(near_path))
+    except OSError:
+        return [f"{near_path}: listed in {INFO} but missing (evenshard leaks decodes instead)"]
+    except ValueError as e:
+        return [f"{near_path}: not fingerprint lines: {e}"]
+    named = [k.encode("utf-8", "surrogateescape") for k, _ in lines]
+    if named != keys:
+        return [
+            f"{near_path}: {len(lines)} lines, not the {len(keys)} records of {path} in "
+            "order (convert again, or remove it: evenshard leaks then decodes the shard)"
+        ]
     return []
 
 

@@ -19,8 +19,9 @@ bands:
 4. Each image, with that table as a side input: in a cluster, its ``group``
    becomes the cluster's smallest key (the split's hash then keeps the cluster
    together, where its smallest key alone would land), and an image without a
-   given split takes the cluster's. ``--near_keep one`` keeps the smallest key
-   and rejects the others as ``near_duplicate``.
+   given split takes the cluster's. ``--near_keep one`` keeps the cluster's
+   smallest key given a split by the manifest (else its smallest key) and
+   rejects the others as ``near_duplicate``.
 
 A manifest ``split`` value still wins; a cluster whose members are given two
 splits keeps them as given (counted in the summary as ``given_two_splits``).
@@ -81,53 +82,62 @@ def _bucket_edges(element, distance: int):
 
 
 class _Clusters(beam.CombineFn):
-    """Edges (key, split, key, split) -> {key: (cluster's smallest key, its given split)}
-    for every key in a cluster, and the summary under the key None."""
+    """Edges (key, split, key, split) -> (table, counts): the table maps every key in a
+    cluster to (the cluster's smallest key, its given split, the key to keep);
+    counts are the clusters of near-duplicates (not the groups they join), the
+    inputs in them, and the joined clusters given two splits."""
 
     def create_accumulator(self):
-        return {}, {}, set()  # node -> parent, key -> given split, keys with a near edge
+        # node -> parent (every edge); key -> parent (near edges only); key -> given split
+        return {}, {}, {}
 
     def add_input(self, acc, edge):
-        parent, given, close = acc
+        parent, close, given = acc
         a, split_a, b, split_b = edge
         for node, split in ((a, split_a), (b, split_b)):
             parent.setdefault(node, node)
             if not node.startswith(_GROUP):
                 given[node] = split
-        if not b.startswith(_GROUP):
-            close.update((a, b))
         _union(parent, a, b)
+        if not b.startswith(_GROUP):
+            close.setdefault(a, a)
+            close.setdefault(b, b)
+            _union(close, a, b)
         return acc
 
     def merge_accumulators(self, accs):
-        parent, given, close = self.create_accumulator()
-        for other_parent, other_given, other_close in accs:
-            given.update(other_given)
-            close.update(other_close)
-            for node, up in other_parent.items():
-                parent.setdefault(node, node)
-                parent.setdefault(up, up)
-                _union(parent, node, up)
-        return parent, given, close
+        merged = self.create_accumulator()
+        for other in accs:
+            for mine, theirs in zip(merged[:2], other[:2]):
+                for node, up in theirs.items():
+                    mine.setdefault(node, node)
+                    mine.setdefault(up, up)
+                    _union(mine, node, up)
+            merged[2].update(other[2])
+        return merged
 
     def extract_output(self, acc):
-        """{key: (the cluster's smallest key, its split, members, distinct given splits)}
-        for the keys in a cluster of near-duplicates (with the --group_by groups it
-        joins); keys in a group that has none are left out."""
-        parent, given, close = acc
+        parent, close, given = acc
         members: dict[str, list[str]] = {}
         for node in parent:
             if not node.startswith(_GROUP):
                 members.setdefault(_find(parent, node), []).append(node)
-        table: dict = {}
+        table, two = {}, 0
         for keys in members.values():
-            if not close.intersection(keys):
+            if not any(k in close for k in keys):  # a --group_by group with no near edge
                 continue
             keys.sort()
             splits = [given[k] for k in keys if given[k] is not None]
+            keeper = next((k for k in keys if given[k] is not None), keys[0])
+            two += len(set(splits)) > 1
             for k in keys:
-                table[k] = (keys[0], splits[0] if splits else None, len(keys), len(set(splits)))
-        return table
+                table[k] = (keys[0], splits[0] if splits else None, keeper)
+        counts = {
+            "clusters": len({_find(close, k) for k in close}),
+            "inputs_in_clusters": len(close),
+            "given_two_splits": two,
+        }
+        return table, counts
 
 
 def _find(parent: dict, node: str) -> str:
@@ -150,48 +160,40 @@ def _group_edges(im: Image):
 
 class _Assign(beam.DoFn):
     """Image -> Image in its cluster (group and split set), or a ``near_duplicate``
-    Reject (``--near_keep one``)."""
+    Reject (``--near_keep one``: the cluster's first key given a split is kept, else its
+    smallest key)."""
 
     def __init__(self, keep_one: bool, source_root: str | None):
         self._keep_one, self._root = keep_one, source_root
 
-    def process(self, im: Image, table):
-        found = table.get(im.key)
+    def process(self, im: Image, clusters):
+        found = clusters[0].get(im.key)
         if found is None:  # no near-duplicate
             yield im
             return
-        smallest, split, _, _ = found
-        if self._keep_one:
-            if im.key == smallest:
-                yield im
-            else:
-                source = paths.full_source(self._root, im.source, im.key)
-                yield make_reject(
-                    im.key, source, "near_duplicate", f"a near-duplicate of {smallest}"
-                )
-            return
-        yield im._replace(group=smallest, split=im.split if im.split is not None else split)
+        smallest, split, keeper = found
+        if not self._keep_one:
+            yield im._replace(group=smallest, split=im.split if im.split is not None else split)
+        elif im.key == keeper:
+            yield im
+        else:
+            source = paths.full_source(self._root, im.source, im.key)
+            detail = f"in the cluster of near-duplicates of {keeper}, which is kept"
+            yield make_reject(im.key, source, "near_duplicate", detail)
 
 
-def summary(table: dict, distance: int, keep: str) -> dict:
+def summary(clusters: tuple, distance: int, keep: str) -> dict:
     """What dataset_info.json says of the clusters found."""
-    clusters = {v[0]: v for v in table.values()}
-    inputs = sum(v[2] for v in clusters.values())
-    return {
-        "distance": distance,
-        "keep": keep,
-        "clusters": len(clusters),
-        "inputs_in_clusters": inputs,
-        "rejected": inputs - len(clusters) if keep == "one" else 0,
-        "given_two_splits": sum(1 for v in clusters.values() if v[3] > 1),
-    }
+    counts = clusters[1]
+    rejected = counts["inputs_in_clusters"] - counts["clusters"] if keep == "one" else 0
+    return {"distance": distance, "keep": keep, **counts, "rejected": rejected}
 
 
 class NearDuplicates(beam.PTransform):
     """Image (with ``near``) -> {main: Image, rejects: Reject, summary: one dict}.
 
     ``distance``: bits within which two fingerprints are near-duplicates; ``keep``:
-    "all" (a cluster in one split) or "one" (its smallest key, the others rejected);
+    "all" (a cluster in one split) or "one" (one image a cluster, the others rejected);
     ``group_by``: whether images carry manifest groups (joined by their clusters).
     """
 
@@ -211,13 +213,13 @@ class NearDuplicates(beam.PTransform):
         if self._groups and keep == "all":
             groups = images | "GroupEdges" >> beam.FlatMap(_group_edges)
             edges = (edges, groups) | "AllEdges" >> beam.Flatten()
-        table = edges | "Clusters" >> beam.CombineGlobally(_Clusters())
+        clusters = edges | "Clusters" >> beam.CombineGlobally(_Clusters())
         assigned = images | "Assign" >> beam.ParDo(
-            _Assign(keep == "one", self._root), beam.pvalue.AsSingleton(table)
+            _Assign(keep == "one", self._root), beam.pvalue.AsSingleton(clusters)
         )
         out = assigned | "SplitRejects" >> SplitRejects()
         return {
             "main": out["main"],
             "rejects": out["rejects"],
-            "summary": table | "Summary" >> beam.Map(summary, distance, keep),
+            "summary": clusters | "Summary" >> beam.Map(summary, distance, keep),
         }

@@ -151,6 +151,10 @@ class ConvertOptions:
                 f"--near_distance must be in [0, {MAX_DISTANCE}] bits of the 64-bit "
                 f"fingerprint, got {self.near_distance}"
             )
+        if self.dedupe != "near" and (
+            self.near_distance != DEFAULT_DISTANCE or self.near_keep != "all"
+        ):
+            raise UserError("--near_distance and --near_keep apply to --dedupe near only")
         if self.dedupe == "near" and self.near_keep == "all" and self.split_mode != "hash":
             raise UserError(
                 "--dedupe near keeps each cluster of near-duplicates in one split, which "

@@ -48,13 +48,18 @@ def _leaks_flags(p: argparse.ArgumentParser) -> None:
     a("data_dir", help="a folder written by evenshard convert")
     a("other", nargs="?", default=None, help="a second dataset: its images against DATA_DIR's")
     a("--distance", type=int, default=DEFAULT_DISTANCE, help="bits within which images match")
-    a("--top", type=int, default=20, help="closest pairs to list")
+    a("--top", type=int, default=20, help="closest pairs to list (0: none)")
     a("--sheet", default=None, help="PNG of the closest pairs side by side")
     a(
         "--max_leaked",
         type=int,
         default=0,
-        help="exit 1 when more images than this have a near-duplicate across",
+        help="exit 1 when more images than this have a near-duplicate across (errors: 2)",
+    )
+    a(
+        "--path_root",
+        default=None,
+        help="path records: where DATA_DIR's images are now, if they moved",
     )
     a("--json", action="store_true", help="print the report as JSON")
 
@@ -281,16 +286,19 @@ def _leaks(args: argparse.Namespace, _) -> int:
     if not 0 <= args.distance <= MAX_DISTANCE:
         _error("leaks", f"--distance must be in [0, {MAX_DISTANCE}], got {args.distance}")
         return 2
+    if args.top < 0 or args.max_leaked < 0:
+        _error("leaks", "--top and --max_leaked must be >= 0")
+        return 2
     try:
-        sides = [leaks.Side(args.data_dir)]
+        sides = [leaks.Side(args.data_dir, path_root=args.path_root)]
         if args.other:
             sides.append(leaks.Side(args.other, name="other:"))
         report = leaks.find(sides, args.distance, args.top)
         if args.sheet:
             leaks.contact_sheet(sides, report, args.sheet)
-    except (DatasetError, OSError) as e:
+    except (DatasetError, OSError) as e:  # 2, not 1: a CI gate tells an error from leaks
         _error("leaks", str(e))
-        return 1
+        return 2
     print(leaks.to_json(report) if args.json else leaks.render(report))
     if args.sheet and not args.json:
         print(f"  contact sheet: {args.sheet}")

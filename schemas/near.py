@@ -12,10 +12,14 @@ benchmarks/RESULTS.md).
 Integer arithmetic throughout (Pillow's 8-bit resize, an integer DCT basis),
 so a fingerprint is the same bits on every machine and runner.
 
-Finding pairs at scale: split the 64 bits into ``distance + 1`` bands; two
+Finding pairs at scale: deal 63 of the bits into ``distance + 1`` bands; two
 fingerprints within ``distance`` bits agree on at least one whole band (the
 pigeonhole principle), so comparing only fingerprints that share a band value
 finds every pair, and no step holds more than one band value's fingerprints.
+The DC coefficient's bit is left out (it is set in nearly every image: a band
+holding it would have half the values), and bits are dealt in turn (band i
+takes bits i, i + bands, ...), so no band is one row of correlated
+frequencies.
 
 Pillow and numpy only: no Beam, no TensorFlow.
 """
@@ -58,9 +62,10 @@ def fingerprint(image) -> str:
         values = np.asarray(image.convert("F"), dtype=np.float64)
         top = float(values.max()) or 1.0
         image = Image.fromarray(np.clip(values * (255.0 / top), 0, 255).astype(np.uint8), "L")
-    if max(image.size) > 4 * SIZE:  # a cheap box reduction first: same bits, less work
+    image = image.convert("L")  # every mode (palette, 1-bit, CMYK, alpha) to gray first
+    if max(image.size) > 4 * SIZE:  # a cheap box reduction first: less work
         image = image.reduce(max(1, min(image.size) // (2 * SIZE)))
-    gray = np.asarray(image.convert("L").resize((SIZE, SIZE), Image.LANCZOS), dtype=np.int64)
+    gray = np.asarray(image.resize((SIZE, SIZE), Image.LANCZOS), dtype=np.int64)
     low = (_BASIS @ gray @ _BASIS.T).ravel()
     ranked = np.sort(low)
     bits = 2 * low > ranked[BITS // 2 - 1] + ranked[BITS // 2]  # above the median
@@ -76,24 +81,31 @@ def as_array(hex_fingerprints) -> np.ndarray:
     return np.array([int(h, 16) for h in hex_fingerprints], dtype=np.uint64)
 
 
-def band_edges(distance: int) -> list[tuple[int, int]]:
-    """(shift, width) of each of the ``distance + 1`` bands the 64 bits are cut into."""
+def band_bits(distance: int) -> list[list[int]]:
+    """The bit positions of each of the ``distance + 1`` bands: bits 0..62 (the DC
+    coefficient's bit, 63, left out) dealt in turn."""
     count = distance + 1
-    widths = [BITS // count + (1 if i < BITS % count else 0) for i in range(count)]
-    edges, shift = [], 0
-    for width in widths:
-        edges.append((shift, width))
-        shift += width
-    return edges
+    return [list(range(i, BITS - 1, count)) for i in range(count)]
 
 
 def bands(value: int, distance: int) -> list[tuple[int, int]]:
     """(band, band value) of a fingerprint: two fingerprints within ``distance`` bits
     share at least one."""
-    return [
-        (i, (value >> shift) & ((1 << width) - 1))
-        for i, (shift, width) in enumerate(band_edges(distance))
-    ]
+    out = []
+    for i, bits in enumerate(band_bits(distance)):
+        out.append((i, sum(((value >> b) & 1) << k for k, b in enumerate(bits))))
+    return out
+
+
+def band_values(values: np.ndarray, distance: int) -> list[np.ndarray]:
+    """:func:`bands` of a uint64 array: one array of band values a band."""
+    out = []
+    for bits in band_bits(distance):
+        band = np.zeros(len(values), dtype=np.uint64)
+        for k, b in enumerate(bits):
+            band |= ((values >> np.uint64(b)) & np.uint64(1)) << np.uint64(k)
+        out.append(band)
+    return out
 
 
 def distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -102,9 +114,14 @@ def distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.bitwise_count(a[:, None] ^ b[None, :]).astype(np.int8)
 
 
-def close_pairs(values: np.ndarray, distance: int, block: int = 2048):
-    """(i, j, bits) for every i < j with fingerprints within ``distance`` bits, in
-    blocks of ``block`` rows (memory: block x len(values) bytes)."""
+PAIRS_A_BLOCK = 1 << 22  # pairs compared at once: about 40 MB of temporaries
+
+
+def close_pairs(values: np.ndarray, distance: int):
+    """(i, j, bits) for every i < j with fingerprints within ``distance`` bits, compared
+    a block of rows at a time (``PAIRS_A_BLOCK`` pairs: memory bounded whatever the
+    count)."""
+    block = max(1, PAIRS_A_BLOCK // max(1, len(values)))
     for start in range(0, len(values), block):
         d = distances(values[start : start + block], values)
         rows, cols = np.nonzero(d <= distance)
@@ -135,9 +152,18 @@ def sidecar_line(key: str, hex_fingerprint: str) -> bytes:
 
 
 def parse_sidecar(data: bytes) -> list[tuple[str, str]]:
-    """(key, hex fingerprint) of each line of a ``.near`` file."""
+    """(key, hex fingerprint) of each line of a ``.near`` file; ValueError naming the
+    first line that is not one."""
     out = []
-    for line in data.decode("ascii").splitlines():
-        hex_fingerprint, key = json.loads(line)
-        out.append((key, hex_fingerprint))
+    for number, line in enumerate(data.decode("ascii").splitlines(), 1):
+        found = json.loads(line)
+        if not (
+            isinstance(found, list)
+            and len(found) == 2
+            and all(isinstance(x, str) for x in found)
+            and len(found[0]) == 16
+        ):
+            raise ValueError(f'line {number} is not ["<16 hex digits>", "<key>"]')
+        int(found[0], 16)
+        out.append((found[1], found[0]))
     return out

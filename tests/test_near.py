@@ -235,7 +235,7 @@ def test_keep_one_rejects_the_rest_of_each_cluster(corpus, tmp_path):
     for r in rejects:
         assert r["reason"] == "near_duplicate"
         kept = min(k for k, s in truth.items() if s == truth[r["key"]])
-        assert r["detail"] == f"a near-duplicate of {kept}"
+        assert r["detail"] == f"in the cluster of near-duplicates of {kept}, which is kept"
     assert sum(s["num_examples"] for s in info["splits"].values()) == SOURCES
     assert info["near_duplicates"]["rejected"] == len(rejects)
 
@@ -289,8 +289,108 @@ def test_the_same_bytes_on_every_runner(corpus, grouped, tmp_path):
         ({"dedupe": "near", "split_mode": "exact"}, "--split_mode=exact cannot also do"),
         ({"dedupe": "near", "near_distance": 21}, "--near_distance must be in [0, 20]"),
         ({"dedupe": "near", "near_keep": "some"}, "--near_keep: expected one of all, one"),
+        ({"near_keep": "one"}, "apply to --dedupe near only"),
+        ({"dedupe": "content", "near_distance": 4}, "apply to --dedupe near only"),
     ],
 )
 def test_near_flags_are_checked_at_once(flags, message):
     with pytest.raises(UserError, match=message.replace("[", r"\[").replace("]", r"\]")):
         ConvertOptions(input="in", output_dir="out", **flags)
+
+
+def test_palette_one_bit_gif_and_sixteen_bit_images_are_fingerprinted(tmp_path):
+    rng = np.random.default_rng(3)
+    photo = Image.open(io.BytesIO(photo_bytes(rng, 150, 200)))
+    folder = tmp_path / "modes" / "x"
+    folder.mkdir(parents=True)
+    photo.convert("P", palette=Image.Palette.ADAPTIVE).save(folder / "palette.png")
+    photo.convert("1").save(folder / "bits.png")
+    frames = [photo.convert("P"), photo.rotate(90).convert("P")]
+    frames[0].save(folder / "anim.gif", save_all=True, append_images=frames[1:])
+    gray16 = (np.asarray(photo.convert("L")).astype(np.uint16) * 257).astype(np.uint16)
+    Image.fromarray(gray16).save(folder / "gray16.png")
+    photo.save(folder / "photo.jpg", quality=90)
+    out = str(tmp_path / "out")
+    info = run_convert(str(tmp_path / "modes"), out, "--dedupe=near", "--splits=all=1")
+    assert info["rejects"]["total"] == 0
+    # all of them one picture: one cluster (the GIF by its first frame)
+    assert info["near_duplicates"]["clusters"] == 1
+    assert info["near_duplicates"]["inputs_in_clusters"] == 5
+
+
+def test_keep_one_keeps_the_image_the_manifest_places(corpus, tmp_path):
+    root, truth = corpus
+    rows = [{"path": os.path.join(root, k), "label": k.split("/")[0], "key": k} for k in truth]
+    for row in rows:
+        row["split"] = "test" if row["key"] == "cat/q6000.jpg" else ""
+    manifest = write_manifest(str(tmp_path / "m.csv"), rows, ["path", "label", "key", "split"])
+    out = str(tmp_path / "m")
+    run_convert(
+        manifest,
+        out,
+        "--dedupe=near",
+        "--near_keep=one",
+        "--splits=train=0.5,test=0.5",
+        "--max_reject_fraction=1",
+    )
+    where = split_of_keys(out)
+    assert where["cat/q6000.jpg"] == "test"  # kept, where the manifest put it
+    assert not {k for k, s in truth.items() if s == 0} - {"cat/q6000.jpg"} & set(where)
+
+
+def test_a_cluster_joins_the_groups_it_touches_whole(corpus, tmp_path):
+    root, truth = corpus
+    # groups: source 0's variants split over g0a and g0b, each with an unrelated source;
+    # g9 has no near-duplicate at all
+    groups = {"cat/src00.jpg": "g0a", "cat/half00.jpg": "g0b", "dog/src10.jpg": "g0a"}
+    groups.update({"fox/src11.jpg": "g0b", "cat/src09.jpg": "g9", "cat/src12.jpg": "g9"})
+    rows = [
+        {"path": os.path.join(root, k), "label": k.split("/")[0], "key": k, "g": groups.get(k)}
+        for k in truth
+    ]
+    manifest = write_manifest(str(tmp_path / "g.csv"), rows, ["path", "label", "key", "g"])
+    out = str(tmp_path / "g")
+    info = run_convert(manifest, out, "--dedupe=near", "--group_by=g", "--splits=a=0.4,b=0.3,c=0.3")
+    where = split_of_keys(out)
+    joined = {k for k, s in truth.items() if s == 0} | {"dog/src10.jpg", "fox/src11.jpg"}
+    assert len({where[k] for k in joined}) == 1
+    assert where["cat/src09.jpg"] == where["cat/src12.jpg"]
+    plain = str(tmp_path / "plain")
+    run_convert(manifest, plain, "--group_by=g", "--splits=a=0.4,b=0.3,c=0.3")
+    assert split_of_keys(plain)["cat/src09.jpg"] == where["cat/src09.jpg"]  # g9 unmoved
+    # the counts are the near-duplicates', not the groups they join
+    assert info["near_duplicates"]["clusters"] == WITH_VARIANTS
+    assert info["near_duplicates"]["inputs_in_clusters"] == WITH_VARIANTS * (1 + len(VARIANTS))
+
+
+def test_fingerprint_files_are_checked_and_the_audit_decodes_without_them(grouped, tmp_path):
+    import shutil
+
+    from audit.validate import validate
+
+    info, out = grouped
+    copy = str(tmp_path / "copy")
+    shutil.copytree(out, copy)
+    shard = info["splits"]["a"]["shards"][0]
+    path = os.path.join(copy, shard["near"])
+    with open(path, "rb") as f:
+        lines = f.read().splitlines(keepends=True)
+    with open(path, "wb") as f:
+        f.writelines(lines[:3])
+    assert any("not the" in p and shard["near"] in p for p in validate(copy))
+    assert leaks.Side(copy).stored is False  # a short file: that shard decoded instead
+    os.remove(path)
+    assert any("missing" in p for p in validate(copy))
+    side = leaks.Side(copy)
+    assert side.stored is False
+    assert sorted(side.keys) == sorted(leaks.Side(out).keys)
+
+
+def test_path_records_and_gzip_shards(corpus, tmp_path, capsys):
+    root, _ = corpus
+    out = str(tmp_path / "path")
+    run_convert(root, out, "--record_kind=path", "--compression=gzip", "--splits=a=0.5,b=0.5")
+    assert cli.main(["leaks", out, "--json", "--top=0"]) == 1  # decoded from the paths
+    report = json.loads(capsys.readouterr().out)
+    assert report["leaked_images"] > 0 and report["closest"] == []
+    assert cli.main(["leaks", str(tmp_path / "nothing")]) == 2  # an error is not a leak
