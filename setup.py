@@ -25,6 +25,10 @@ setup(
         "tfx-bsl>=1.21,<1.22",
         "tensorflow-metadata>=1.21,<1.22",
         "pillow>=10",
+        # the Python route (NumpyReader, transform=): libjpeg-turbo without Pillow's
+        # overhead, and OpenCV's bilinear resize (tf.image.resize's, within a level)
+        "simplejpeg>=1.8",
+        "opencv-python-headless>=4.9",
         "numpy>=2.0",  # bitwise_count: near-duplicate fingerprints
         "google-crc32c>=1.5",
         "matplotlib>=3.7",  # evenshard shuffle-report plots

@@ -229,11 +229,30 @@ def _release(done: dict) -> None:
 
 
 def _decode(encoded: bytes, channels: int) -> np.ndarray:
-    """The image's pixels, uint8 HWC with ``channels`` (Pillow; as the readers decode:
-    no EXIF rotation, a GIF's first frame)."""
+    """The image's pixels, uint8 HWC with ``channels``, as the readers decode (no EXIF
+    rotation, a GIF's first frame). A colour JPEG goes through libjpeg-turbo directly
+    (simplejpeg, with the readers' accurate IDCT and fancy upsampling: the same pixels
+    as Pillow, a third of its time); what it will not convert (CMYK), gray output and
+    every other format, through Pillow."""
+    if channels in (3, 4) and encoded[:3] == b"\xff\xd8\xff":
+        import simplejpeg
+
+        try:
+            return simplejpeg.decode_jpeg(
+                encoded,
+                colorspace="RGB" if channels == 3 else "RGBA",
+                fastdct=False,
+                fastupsample=False,
+            )
+        except ValueError:  # CMYK, or a JPEG libjpeg-turbo refuses: Pillow says why
+            pass
     from PIL import Image
 
     with Image.open(io.BytesIO(encoded)) as im:
+        if im.format == "GIF":  # transparent pixels are black, as TensorFlow's decoder
+            rgba = np.asarray(im.convert("RGBA"))
+            rgb = np.where(rgba[..., 3:] == 0, 0, rgba[..., :3]).astype(np.uint8)
+            im = Image.fromarray(rgb, "RGB")
         im = im.convert({1: "L", 3: "RGB", 4: "RGBA"}[channels])
         pixels = np.asarray(im)
     return pixels[..., None] if channels == 1 else pixels
@@ -243,50 +262,32 @@ def _augmented(image: np.ndarray, box, size) -> np.ndarray:
     """``image``'s crop ``box`` (top, left, height, width, flip), flipped when ``flip``,
     resized to ``size`` (a new array: views of one image do not share pixels)."""
     top, left, height, width, flip = (int(v) for v in box)
-    if size is None:
-        out = image[top : top + height, left : left + width]
-        return np.ascontiguousarray(out[:, ::-1] if flip else out)
-    return _resize(image, size, (top, left, height, width, flip))
+    out = image[top : top + height, left : left + width]
+    out = np.ascontiguousarray(out[:, ::-1] if flip else out)
+    return out if size is None else _resize(out, size)
 
 
-def _resize(image: np.ndarray, size, box=None) -> np.ndarray:
-    """Bilinear resize of ``image`` (or of its ``box``: top, left, height, width, flip)
-    as ``make_dataset`` resizes (``tf.image.resize``: half-pixel centres, no
-    antialiasing, rounded): the routes' pixels agree to a level or two."""
-    top, left, crop_h, crop_w, flip = box or (0, 0, *image.shape[:2], 0)
+def _resize(image: np.ndarray, size) -> np.ndarray:
+    """Bilinear resize of ``image`` as ``make_dataset`` resizes (``tf.image.resize``:
+    half-pixel centres, no antialiasing): OpenCV's ``INTER_LINEAR``, whose 11-bit
+    fixed-point weights give the tf.data route's pixels within a level, at 1/40 of
+    the time of the same resize in numpy."""
     height, width = size
-    if (crop_h, crop_w, flip) == (height, width, 0) and image.shape[:2] == (height, width):
+    if image.shape[:2] == (height, width):
         return image
-    rows, row_lerp = _taps(crop_h, height)
-    cols, col_lerp = _taps(crop_w, width)
-    rows = [top + r for r in rows]
-    cols = [left + (crop_w - 1 - c if flip else c) for c in cols]
-    along = image.shape[1]
-    pixels = image.reshape(image.shape[0] * along, image.shape[2])
-
-    def taps(row, col):  # one flat gather a corner: 3x the rate of 2-D indexing
-        at = (row[:, None] * along + col[None, :]).ravel()
-        return pixels.take(at, axis=0).reshape(height, width, -1).astype(np.float32)
-
-    top_row, bottom = taps(rows[0], cols[0]), taps(rows[1], cols[0])
-    x = col_lerp[None, :, None]
-    top_row += (taps(rows[0], cols[1]) - top_row) * x
-    bottom += (taps(rows[1], cols[1]) - bottom) * x
-    bottom -= top_row
-    bottom *= row_lerp[:, None, None]
-    top_row += bottom
-    np.rint(top_row, out=top_row)
-    return np.clip(top_row, 0, 255, out=top_row).astype(np.uint8)
+    out = _cv2().resize(
+        np.ascontiguousarray(image), (width, height), interpolation=_cv2().INTER_LINEAR
+    )
+    return out[..., None] if out.ndim == 2 else out  # OpenCV drops a single channel
 
 
-def _taps(size: int, out: int) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
-    """The two source indices and the weight of the second for each output index."""
-    at = (np.arange(out, dtype=np.float32) + 0.5) * np.float32(size / out) - 0.5
-    low = np.floor(at)
-    lerp = (at - low).astype(np.float32)
-    first = np.clip(low, 0, size - 1).astype(np.int64)
-    second = np.clip(np.ceil(at), 0, size - 1).astype(np.int64)
-    return (first, second), lerp
+def _cv2():
+    """OpenCV, one thread a process (the processes are the parallelism)."""
+    import cv2
+
+    if cv2.getNumThreads() != 1:
+        cv2.setNumThreads(1)
+    return cv2
 
 
 def default_processes() -> int:

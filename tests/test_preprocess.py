@@ -327,3 +327,26 @@ def test_torch_reader_with_a_transform_any_dataloader_workers(data):
     assert all((a["image"].numpy() == b["image"]).all() for a, b in zip(got, want))
     with pytest.raises(ValueError, match='Python route: backend="python"'):
         TorchReader(data, "train", B, backend="tf", **kw)
+
+
+def test_the_python_routes_jpeg_decoder_gives_pillows_pixels():
+    import io
+
+    from PIL import Image
+
+    from evenshard.synthetic import photo_bytes
+    from reader.preprocess import _decode
+
+    photo = Image.open(io.BytesIO(photo_bytes(np.random.default_rng(2), 75, 98)))
+    kinds = {
+        "4:2:0": dict(subsampling=2),
+        "4:4:4": dict(subsampling=0),
+        "progressive": dict(progressive=True),
+        "gray": dict(),
+    }
+    for name, kw in kinds.items():
+        out = io.BytesIO()
+        (photo.convert("L") if name == "gray" else photo).save(out, "JPEG", quality=85, **kw)
+        for channels, mode in ((3, "RGB"), (4, "RGBA")):
+            want = np.asarray(Image.open(io.BytesIO(out.getvalue())).convert(mode))
+            assert (_decode(out.getvalue(), channels) == want).all(), (name, channels)
