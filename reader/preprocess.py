@@ -262,9 +262,10 @@ def _augmented(image: np.ndarray, box, size) -> np.ndarray:
     """``image``'s crop ``box`` (top, left, height, width, flip), flipped when ``flip``,
     resized to ``size`` (a new array: views of one image do not share pixels)."""
     top, left, height, width, flip = (int(v) for v in box)
-    out = image[top : top + height, left : left + width]
-    out = np.ascontiguousarray(out[:, ::-1] if flip else out)
-    return out if size is None else _resize(out, size)
+    out = image[top : top + height, left : left + width]  # a view: resized in place
+    if size is not None and out.shape[:2] != tuple(size):
+        out = _resize(out, size)  # then flipped: the small array, not the crop
+    return np.ascontiguousarray(out[:, ::-1] if flip else out)
 
 
 def _resize(image: np.ndarray, size) -> np.ndarray:
@@ -275,9 +276,9 @@ def _resize(image: np.ndarray, size) -> np.ndarray:
     height, width = size
     if image.shape[:2] == (height, width):
         return image
-    out = _cv2().resize(
-        np.ascontiguousarray(image), (width, height), interpolation=_cv2().INTER_LINEAR
-    )
+    if image.strides[1:] != (image.shape[2] * image.itemsize, image.itemsize):
+        image = np.ascontiguousarray(image)  # OpenCV takes a crop of rows and columns
+    out = _cv2().resize(image, (width, height), interpolation=_cv2().INTER_LINEAR)
     return out[..., None] if out.ndim == 2 else out  # OpenCV drops a single channel
 
 

@@ -96,7 +96,8 @@ def test_every_reader_crops_the_same_box_and_flips_alike(mixed):
         full = _decode(encoded, 3)
         top, left, h, w, flip = aug.boxes(5, [key], [epoch], [0], *[[d] for d in full.shape[:2]])[0]
         want = full[top : top + h, left : left + w]
-        want = _resize(np.ascontiguousarray(want[:, ::-1] if flip else want), (16, 16))
+        want = _resize(np.ascontiguousarray(want), (16, 16))
+        want = want[:, ::-1] if flip else want  # resized, then flipped
         assert (image == want).all(), key
     tf_images = _epochs(
         lambda e: reader.make_dataset(mixed, "train", 10, start_epoch=e, epochs=e + 1, **common)
