@@ -122,7 +122,7 @@ class _Clusters(beam.CombineFn):
         for node in parent:
             if not node.startswith(_GROUP):
                 members.setdefault(_find(parent, node), []).append(node)
-        table, two = {}, 0
+        table, two, largest = {}, 0, 0
         for keys in members.values():
             if not any(k in close for k in keys):  # a --group_by group with no near edge
                 continue
@@ -130,12 +130,14 @@ class _Clusters(beam.CombineFn):
             splits = [given[k] for k in keys if given[k] is not None]
             keeper = next((k for k in keys if given[k] is not None), keys[0])
             two += len(set(splits)) > 1
+            largest = max(largest, len(keys))
             for k in keys:
                 table[k] = (keys[0], splits[0] if splits else None, keeper)
         counts = {
             "clusters": len({_find(close, k) for k in close}),
             "inputs_in_clusters": len(close),
             "given_two_splits": two,
+            "largest_cluster": largest,  # with the --group_by groups it joins
         }
         return table, counts
 

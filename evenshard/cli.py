@@ -251,7 +251,14 @@ def convert_summary(info: dict, output_dir: str, seconds: float) -> str:
     if "near_duplicates" in info:
         from schemas.near import describe
 
-        lines.append("  " + describe(info["near_duplicates"]))
+        found = info["near_duplicates"]
+        lines.append("  " + describe(found))
+        if found.get("largest_cluster", 0) > max(10, info["inputs"] // 20):
+            lines.append(
+                f"  ! one cluster holds {found['largest_cluster']} of {info['inputs']} inputs "
+                "and lands in one split: near-flat or low-texture images chain together; "
+                "look at it with evenshard leaks, or lower --near_distance"
+            )
     lines.append(f"  labels: {len(info['labels'])}; output: {output_dir}")
     if "runner" in info:
         lines.append(f"  runner: {info['runner']}")

@@ -135,9 +135,11 @@ def describe(found: dict) -> str:
     kept = f", {found['rejected']} rejected" if found.get("keep") == "one" else ""
     given = found.get("given_two_splits", 0)
     across = f", {given} given two splits by the manifest" if given else ""
+    largest = found.get("largest_cluster")
+    biggest = f", the largest {largest}" if largest else ""
     return (
         f"near-duplicates (within {found['distance']} bits): {found['clusters']} clusters "
-        f"holding {found['inputs_in_clusters']} inputs{kept}{across}"
+        f"holding {found['inputs_in_clusters']} inputs{biggest}{kept}{across}"
     )
 
 

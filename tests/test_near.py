@@ -152,6 +152,7 @@ def test_a_cluster_never_spans_two_splits(corpus, grouped, capsys):
         "given_two_splits": 0,
         "inputs_in_clusters": WITH_VARIANTS * (1 + len(VARIANTS)),
         "keep": "all",
+        "largest_cluster": 1 + len(VARIANTS),
         "rejected": 0,
     }
     said = f"(within 10 bits): {WITH_VARIANTS} clusters holding {len(near_keys)} inputs"
@@ -394,3 +395,11 @@ def test_path_records_and_gzip_shards(corpus, tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["leaked_images"] > 0 and report["closest"] == []
     assert cli.main(["leaks", str(tmp_path / "nothing")]) == 2  # an error is not a leak
+
+
+def test_the_summary_warns_of_a_cluster_that_swallows_the_split(grouped):
+    info, out = grouped
+    found = dict(info["near_duplicates"], largest_cluster=info["inputs"] // 2)
+    said = cli.convert_summary({**info, "near_duplicates": found}, out, 1.0)
+    assert f"one cluster holds {info['inputs'] // 2} of {info['inputs']} inputs" in said
+    assert "! one cluster" not in cli.convert_summary(info, out, 1.0)
