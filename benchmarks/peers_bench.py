@@ -1,0 +1,574 @@
+"""evenshard against its peers on real photos: write time, read rate, label mix.
+
+The corpus: crops of the 30 wallpapers of Debian's package
+plasma-workspace-wallpapers (photographs and artwork, 2560x1600 to 5120x2880;
+``near_bench.wallpapers()`` gets them), not synthetic noise. Image i of N has
+label i * 100 // N (100 label folders, label-sorted, ``label_LLL/img_IIIIII.jpg``);
+label l is cut from wallpaper l mod 30, from a vertical strip of its own (the 3 or
+4 labels of one wallpaper take its strips in turn). Each crop is a random box
+(long side 420 to 760 px of the original, aspect 1.2 to 1.5, one in five
+portrait) resized (Lanczos) to 500 px on the long side (500x333 to 500x417, about
+ImageNet's pixel count) and saved as JPEG quality 85 to 90; cached in
+benchmarks/_work/.
+
+The peers run in a virtual environment of their own (benchmarks/_work/peers-venv,
+made and filled by this script with pinned releases, so the project's pins stay);
+evenshard and the plain tf.data loop run with the project's .venv. Each write and
+each read is a process of its own (benchmarks/_peers_worker.py). Every writer is fed
+the label-sorted listing and stores each image's index and label beside its bytes;
+evenshard's is ``evenshard convert --splits=train=1.0`` (one split holding every
+image; its other flags the defaults, ``--verify full`` among them).
+Write: wall seconds of the process (imports included) and CPU seconds of its
+process tree. Read: one shuffled epoch, decode + resize to 224x224, batches of 128,
+images a second from making the loader to its last batch (imports excluded), best
+of the passes, taken round-robin so the machine's noise hits every tool alike.
+Every pass is checked: each index read exactly once, each label the one written,
+every image 224x224x3 uint8. The label mix: the mean over batches of the distinct
+labels among a batch's images over its expectation for as many images drawn at
+random (``preprocess_bench.label_mix``), shown inverted (random / this: 1.00 is a
+random draw, 5 means five times fewer labels a batch), the mean over the passes.
+Each reader uses its own shuffle with its documented settings and 2 worker
+processes where it has workers (the machine has 2 cores); the table says which.
+The per-image work is the same everywhere: the Python readers (the peers and
+``NumpyReader``) decode with libjpeg-turbo through simplejpeg and resize with
+OpenCV's bilinear (no antialiasing), as evenshard's Python route does; the tf.data
+routes with ``decode_jpeg`` and ``tf.image.resize`` (bilinear, no antialiasing).
+One more torchvision row shows the route of its docs instead (Pillow's loader and
+``Resize``, whose bilinear antialiases): what a reader pays for Pillow.
+
+    .venv/bin/python benchmarks/peers_bench.py [--images 20000] [--passes 3] [--tools all]
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import BIN, HERE, WORK, bench_main, measured  # noqa: E402
+
+LABELS = 100
+QUALITY = (85, 90)  # JPEG quality, drawn in this range (inclusive)
+LONG = 500  # long side of a saved image
+CROP = (420, 760)  # long side of the box cut from the wallpaper
+ASPECT = (1.2, 1.5)
+PORTRAIT = 0.2
+WORKER = os.path.join(HERE, "_peers_worker.py")
+PEERS_VENV = os.path.join(WORK, "peers-venv")
+PROJECT_PY = os.path.join(BIN, "python")
+# what the peers' venv gets: torch and torchvision as this machine's disk holds them
+# (docs: /work/.library/env/machines/python.md), then one peer at a time
+TORCH = {
+    "x86_64": ("torch==2.14.1", "torchvision==0.29.1"),
+    "aarch64": ("torch==2.9.1", "torchvision==0.24.1"),
+}
+PEER_PACKAGES = {
+    # evenshard's Python route's decode + resize, which every Python peer is given
+    "decode": "simplejpeg==1.9.0 opencv-python-headless==5.0.0.93",
+    "webdataset": "webdataset==1.0.2",
+    "arrayrecord": "array-record==0.8.6",
+    "grain": "grain==0.2.18",
+    "litdata": "litdata==0.2.76",
+    "mds": "mosaicml-streaming==0.13.0",
+}
+
+# name: (what, python, writer or None, the data it reads: the tool that wrote it or "src",
+#        packages it needs in the peers venv, how it reads)
+TOOLS = {
+    "evenshard_tf": (
+        "evenshard convert + `make_dataset`",
+        "project",
+        "evenshard",
+        "evenshard_tf",
+        (),
+        "tf.data, its own parallelism (AUTOTUNE); the order convert shuffled, "
+        "read with its seeded window shuffle",
+    ),
+    "evenshard_torch": (
+        "evenshard `TorchReader` (default backend)",
+        "project",
+        None,
+        "evenshard_tf",
+        (),
+        "the default for this machine (resolved: see `backend`), iterated directly",
+    ),
+    "evenshard_torch_tf": (
+        'evenshard `TorchReader(backend="tf")`',
+        "project",
+        None,
+        "evenshard_tf",
+        (),
+        "tf.data inside, iterated directly",
+    ),
+    "evenshard_torch_dali": (
+        'evenshard `TorchReader(backend="dali")` (CPU)',
+        "project",
+        None,
+        "evenshard_tf",
+        (),
+        "DALI on the CPU, iterated directly",
+    ),
+    "evenshard_numpy": (
+        "evenshard `NumpyReader` (Python route)",
+        "project",
+        None,
+        "evenshard_tf",
+        (),
+        "its decode (simplejpeg + OpenCV) in `num_processes=2` processes",
+    ),
+    "tf_plain": (
+        "plain `TFRecordWriter` loop + tf.data",
+        "project",
+        "tf_plain",
+        "tf_plain",
+        (),
+        "16 files; `list_files(shuffle)`, `interleave` (AUTOTUNE), `shuffle(10000)`, "
+        "`map` (AUTOTUNE), `batch(128)`",
+    ),
+    "webdataset": (
+        "WebDataset `ShardWriter` + `WebLoader`",
+        "peers",
+        "webdataset",
+        "webdataset",
+        ("torch", "decode", "webdataset"),
+        "tars of 1,000; `shardshuffle=100`, `.shuffle(1000)`, `.batched(128)` in "
+        "`WebLoader(num_workers=2)`",
+    ),
+    "grain": (
+        "ArrayRecord + Grain `DataLoader`",
+        "peers",
+        "arrayrecord",
+        "grain",
+        ("decode", "arrayrecord", "grain"),
+        "16 files, `group_size:1`; `IndexSampler(shuffle=True)`, `worker_count=2`",
+    ),
+    "litdata": (
+        "LitData `optimize` + `StreamingDataLoader`",
+        "peers",
+        "litdata",
+        "litdata",
+        ("torch", "decode", "litdata"),
+        "64 MB chunks, optimize with 2 workers; `shuffle=True` (chunks shuffled, items "
+        "within a chunk in shuffled blocks of 256: `item_shuffle_window`'s default), "
+        "`num_workers=2`",
+    ),
+    "mds": (
+        "MosaicML `MDSWriter` + `StreamingDataset`",
+        "peers",
+        "mds",
+        "mds",
+        ("torch", "decode", "mds"),
+        "default shards; `shuffle=True` (py1e), `DataLoader(num_workers=2)`",
+    ),
+    "torchvision": (
+        "torchvision `ImageFolder` + `DataLoader`",
+        "peers",
+        None,
+        "src",
+        ("torch", "decode"),
+        "the JPEG folders, `loader=` the decode + resize; `DataLoader(shuffle=True, "
+        "num_workers=2)`",
+    ),
+    "torchvision_pil": (
+        "torchvision `ImageFolder` + `DataLoader`, Pillow",
+        "peers",
+        None,
+        "src",
+        ("torch",),
+        "as above with ImageFolder's own Pillow loader and `Resize((224, 224))` "
+        "(Pillow's antialiased bilinear), `PILToTensor()`",
+    ),
+}
+
+FLAGS = {
+    "images": (int, 20_000, "JPEGs in the corpus"),
+    "passes": (int, 3, "read passes of each tool, round-robin, best kept"),
+    "tools": (str, "all", "comma list of tools to run (" + ",".join(TOOLS) + ")"),
+}
+
+
+# -------------------------------------------------------------------------- the corpus
+
+
+def _label_range(label: int, count: int) -> range:
+    """The indices i with i * LABELS // count == label."""
+    first = -(-label * count // LABELS)
+    return range(first, -(-(label + 1) * count // LABELS))
+
+
+def _cut(path: str, labels: list[int], count: int, root: str) -> None:
+    """The crops of one wallpaper's labels, each label from a vertical strip of its own."""
+    from PIL import Image
+
+    with Image.open(path) as im:
+        image = im.convert("RGB")
+    width, height = image.size
+    for strip, label in enumerate(labels):
+        rng = np.random.default_rng(label)
+        folder = os.path.join(root, f"label_{label:03d}")
+        os.makedirs(folder, exist_ok=True)
+        left, right = width * strip // len(labels), width * (strip + 1) // len(labels)
+        for i in _label_range(label, count):
+            aspect = rng.uniform(*ASPECT)
+            long = int(rng.integers(CROP[0], CROP[1] + 1))
+            box_w, box_h = long, round(long / aspect)
+            size = (LONG, round(LONG / aspect))
+            if rng.random() < PORTRAIT:
+                box_w, box_h, size = box_h, box_w, size[::-1]
+            cx = rng.uniform(left, right)
+            x = int(np.clip(cx - box_w / 2, 0, width - box_w))
+            y = int(rng.integers(0, height - box_h + 1))
+            crop = image.crop((x, y, x + box_w, y + box_h)).resize(size, Image.LANCZOS)
+            quality = int(rng.integers(QUALITY[0], QUALITY[1] + 1))
+            crop.save(os.path.join(folder, f"img_{i:06d}.jpg"), "JPEG", quality=quality)
+
+
+def make_corpus(count: int) -> str:
+    """``count`` real-photo JPEGs in LABELS label folders, label-sorted; cached."""
+    from near_bench import wallpapers
+
+    root = os.path.join(WORK, f"peers_photos_{count}")
+    if os.path.exists(os.path.join(root, ".done")):
+        return root
+    shutil.rmtree(root, ignore_errors=True)
+    paths = wallpapers()
+    tasks = [
+        (path, [lab for lab in range(LABELS) if lab % len(paths) == w], count, root)
+        for w, path in enumerate(paths)
+    ]
+    with multiprocessing.Pool(2) as pool:
+        pool.starmap(_cut, tasks)
+    open(os.path.join(root, ".done"), "w").close()
+    return root
+
+
+def corpus_facts(src: str) -> dict:
+    from PIL import Image
+
+    sizes, pixels = [], []
+    for d, _, names in os.walk(src):
+        for n in names:
+            if n.endswith(".jpg"):
+                p = os.path.join(d, n)
+                sizes.append(os.path.getsize(p))
+                with Image.open(p) as im:
+                    pixels.append(im.width * im.height)
+    return {
+        "images": len(sizes),
+        "labels": LABELS,
+        "mean_kb": round(float(np.mean(sizes)) / 1e3, 1),
+        "mean_pixels": round(float(np.mean(pixels))),
+        "mb": round(sum(sizes) / 1e6),
+    }
+
+
+# ------------------------------------------------------------------ the peers' venv
+
+
+def peers_venv() -> dict:
+    """Makes benchmarks/_work/peers-venv and installs the pinned peers (each package
+    apart: one that fails is recorded and the others go on); returns what is there."""
+    python = os.path.join(PEERS_VENV, "bin", "python")
+    marker = os.path.join(PEERS_VENV, "installed.json")
+    torch_pins = TORCH.get(platform.machine(), ("torch", "torchvision"))
+    wanted = {"torch": " ".join(torch_pins), **PEER_PACKAGES}
+    if os.path.exists(marker):
+        with open(marker) as f:
+            done = json.load(f)
+        if done.get("wanted") == wanted:
+            return done
+    if not os.path.exists(python):
+        subprocess.run([sys.executable, "-m", "venv", PEERS_VENV], check=True)
+        subprocess.run([python, "-m", "pip", "install", "-q", "--upgrade", "pip"], check=True)
+    failed = {}
+    groups = [("torch", ["pillow", "numpy"]), *((k, [v]) for k, v in PEER_PACKAGES.items())]
+    for name, packages in groups:
+        out = subprocess.run(  # torch's pins each time: no peer moves it
+            [python, "-m", "pip", "install", "-q", *torch_pins, *" ".join(packages).split()],
+            capture_output=True,
+            text=True,
+        )
+        if out.returncode:
+            failed[name] = out.stderr.strip().splitlines()[-1:] or ["pip failed"]
+    versions = subprocess.run(
+        [python, "-m", "pip", "list", "--format=json"], capture_output=True, text=True, check=True
+    )
+    keep = {"torch", "torchvision", "pillow", "numpy", "webdataset", "array-record", "array_record"}
+    keep |= {"grain", "litdata", "mosaicml-streaming", "simplejpeg", "opencv-python-headless"}
+    done = {
+        "wanted": wanted,
+        "failed": failed,
+        "versions": {
+            p["name"].lower(): p["version"]
+            for p in json.loads(versions.stdout)
+            if p["name"].lower() in keep
+        },
+    }
+    with open(marker, "w") as f:
+        json.dump(done, f, indent=2)
+    return done
+
+
+def project_versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in ("tensorflow", "torch", "nvidia-dali-cuda120", "pillow", "apache-beam"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+# ------------------------------------------------------------------------ the runs
+
+
+def _python(where: str) -> str:
+    return PROJECT_PY if where == "project" else os.path.join(PEERS_VENV, "bin", "python")
+
+
+def write(tool: str, src: str, out: str) -> dict:
+    """One write, measured: wall and CPU seconds of the process tree."""
+    if tool == "evenshard":
+        cmd = [
+            os.path.join(BIN, "evenshard"),
+            "convert",
+            f"--input={src}",
+            f"--output_dir={out}",
+            "--splits=train=1.0",
+            "--verify=full",
+            "--overwrite",
+        ]
+        result = measured(cmd)
+        size = sum(
+            os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(out) for n in names
+        )
+        return {**result, "bytes": size}
+    where = "project" if tool == "tf_plain" else "peers"
+    facts = os.path.join(WORK, f"peers_write_{tool}.json")
+    result = measured([_python(where), WORKER, "write", tool, src, out, facts])
+    with open(facts) as f:
+        return {**result, **json.load(f)}
+
+
+def read(tool: str, data: str, count: int, label_of: np.ndarray) -> dict:
+    """One read in a process of its own, checked; its rate and batches' labels."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore")
+    load = os.getloadavg()[0]  # the machine is shared: what ran just before, roughly
+    start = time.perf_counter()
+    out = subprocess.run(
+        [_python(TOOLS[tool][1]), WORKER, "read", tool, data, str(count)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    wall = time.perf_counter() - start
+    if out.returncode:
+        raise RuntimeError(f"{tool} read failed:\n{out.stderr[-3000:]}")
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    indices = np.concatenate([np.asarray(b, dtype=np.int64) for b in r["indices"]])
+    labels = np.concatenate([np.asarray(b, dtype=np.int64) for b in r["labels"]])
+    seen = np.bincount(indices, minlength=count) if len(indices) else np.zeros(count, int)
+    problems = []
+    if len(indices) != count:
+        problems.append(f"read {len(indices)} images, expected {count}")
+    if len(seen) != count or (seen != 1).any():
+        problems.append(
+            f"{int((seen == 0).sum())} never read, {int((seen > 1).sum())} read more than once"
+        )
+    if len(indices) == len(labels) and (labels != label_of[np.minimum(indices, count - 1)]).any():
+        problems.append("labels differ from the labels written")
+    shapes = [tuple(s) for s in r["image_shapes"]]
+    if shapes not in ([(224, 224, 3)], [(3, 224, 224)]):
+        problems.append(f"images of {shapes}")
+    if problems:
+        raise RuntimeError(f"{tool}: " + "; ".join(problems))
+    return {
+        "images_per_s": count / r["seconds"],
+        "seconds": r["seconds"],
+        "process_seconds": wall,
+        "load_before": load,
+        "batches": [np.asarray(b) for b in r["labels"]],
+        "backend": r.get("backend"),
+    }
+
+
+def measure(a) -> dict:
+    from preprocess_bench import label_mix
+
+    began = time.perf_counter()
+    chosen = list(TOOLS) if a.tools == "all" else a.tools.split(",")
+    unknown = [t for t in chosen if t not in TOOLS]
+    if unknown:
+        raise SystemExit(f"unknown tools {unknown}; known: {', '.join(TOOLS)}")
+    venv = peers_venv()
+    src = make_corpus(a.images)
+    corpus = corpus_facts(src)
+    count = corpus["images"]
+    label_of = np.arange(count) * LABELS // count
+    counts = np.bincount(label_of, minlength=LABELS)
+    out_dir = os.path.join(WORK, f"peers_out_{count}")
+    failed: dict[str, str] = {}
+    for tool in chosen:
+        missing = [p for p in TOOLS[tool][4] if p in venv["failed"]]
+        if missing:
+            failed[tool] = f"not installed: {', '.join(missing)} ({venv['failed'][missing[0]]})"
+
+    writes: dict[str, dict] = {}
+    needed = {TOOLS[t][3] for t in chosen} - {"src"}
+    for tool in [t for t in TOOLS if t in needed]:  # the tools that write what is read
+        if tool in failed:
+            continue
+        try:
+            writes[tool] = write(TOOLS[tool][2], src, os.path.join(out_dir, TOOLS[tool][2]))
+        except Exception as e:  # noqa: BLE001 - recorded, the others go on
+            failed[tool] = f"write: {str(e)[-1500:]}"
+        print(f"write {tool}: {writes.get(tool, failed.get(tool))}", file=sys.stderr)
+
+    best: dict[str, dict] = {}
+    mixes: dict[str, list[dict]] = {}
+    rates: dict[str, list[float]] = {}
+    loads: dict[str, list[float]] = {}  # the 1-minute load average before each pass
+    for p in range(a.passes):
+        for tool in chosen:
+            data = TOOLS[tool][3]
+            if tool not in failed and data != "src" and data not in writes:
+                failed[tool] = f"its data was not written ({data})"
+            if tool in failed:
+                continue
+            path = src if data == "src" else os.path.join(out_dir, TOOLS[data][2])
+            try:
+                r = read(tool, path, count, label_of)
+            except Exception as e:  # noqa: BLE001 - recorded, the others go on
+                failed[tool] = f"read: {str(e)[-1500:]}"
+                continue
+            mixes.setdefault(tool, []).append(label_mix(r.pop("batches"), counts))
+            rates.setdefault(tool, []).append(r["images_per_s"])
+            loads.setdefault(tool, []).append(round(r["load_before"], 2))
+            if r["images_per_s"] > best.get(tool, {}).get("images_per_s", 0.0):
+                best[tool] = r
+            print(f"pass {p + 1} {tool}: {r['images_per_s']:.0f} img/s", file=sys.stderr)
+
+    rows = {}
+    for tool in chosen:
+        if tool in failed:
+            rows[tool] = {"failed": failed[tool]}
+            continue
+        over = float(np.mean([m["over_random"] for m in mixes[tool]]))
+        w = writes.get(tool)
+        rows[tool] = {
+            "write": w,
+            "read": {k: round(v, 2) if isinstance(v, float) else v for k, v in best[tool].items()},
+            "images_per_s": round(best[tool]["images_per_s"]),
+            "passes_images_per_s": [round(x) for x in rates[tool]],
+            "passes_load_before": loads[tool],
+            "label_mix": mixes[tool],
+            "over_random": round(over, 3),
+            "random_over_this": round(1 / over, 2),
+        }
+    return {
+        "corpus": corpus,
+        "passes": a.passes,
+        "batch": 128,
+        "image_size": [224, 224],
+        "peers_venv": {"versions": venv["versions"], "failed": venv["failed"]},
+        "project_versions": project_versions(),
+        "tools": rows,
+        "seconds": round(time.perf_counter() - began, 1),
+    }
+
+
+# ------------------------------------------------------------------------- the section
+
+
+def render(r: dict) -> str:
+    """This benchmark's section of RESULTS.md, from its results alone."""
+    text = __doc__.split(chr(10), 1)[1].split("    .venv")[0].strip()
+    c = r["corpus"]
+    lines = []
+    for tool, row in r["tools"].items():
+        what, where, *_, how = TOOLS[tool]
+        if "failed" in row:
+            lines.append(f"| {what} | failed: {row['failed'][:200]} | | | | |")
+            continue
+        w = row["write"]
+        ws = f"{w['seconds']:.1f} ({w['cpu_seconds']:.1f})" if w else "–"
+        if tool == "evenshard_torch" and row["read"].get("backend"):
+            how = how.replace("see `backend`", f'`backend="{row["read"]["backend"]}"`')
+        passes = " / ".join(f"{x:,}" for x in row["passes_images_per_s"])
+        lines.append(
+            f"| {what} | {ws} | {row['images_per_s']:,} | {passes} "
+            f"| {row['random_over_this']:.2f} | {how} |"
+        )
+    rows = "\n".join(lines)
+    v = r["peers_venv"]["versions"]
+    pv = r["project_versions"]
+    peers = ", ".join(f"{k} {v[k]}" for k in sorted(v))
+    project = ", ".join(f"{k} {pv[k]}" for k in sorted(pv))
+    failed = r["peers_venv"]["failed"]
+    out = f"""## peers — `benchmarks/peers_bench.py`
+
+{text}
+
+{c["images"]:,} JPEGs, {c["mean_kb"]} KB on average ({c["mb"]:,} MB), {c["mean_pixels"]:,} pixels
+on average, {c["labels"]} labels; best of {r["passes"]} read passes, decode + resize to
+224x224, batches of 128, one shuffled epoch.
+
+| tool | write s (CPU s) | read img/s (best) | each pass | label mix (random / this; writers fed label-sorted input) | how it reads |
+|---|---:|---:|---:|---:|---|
+{rows}
+
+The write column is the whole process (imports and start-up included: Beam's for
+convert, TensorFlow's for the plain loop); evenshard convert also decodes every
+image to check it (`--verify full`), fingerprints nothing, and shuffles globally.
+Peers' environment: {peers}. Project's: {project}.
+"""
+    if failed:
+        out += "Not installed: " + "; ".join(f"{k}: {' '.join(e)}" for k, e in failed.items())
+        out += "\n"
+    return out
+
+
+def _save(result: dict, seconds: float, argv: list[str]) -> None:
+    """peers_results.json (as run_all.py saves a result), and this section of RESULTS.md."""
+    import datetime
+
+    from run_all import _commit
+
+    result["wall_seconds"] = round(seconds, 1)
+    result["measured"] = {"date": datetime.date.today().isoformat(), "commit": _commit()}
+    with open(os.path.join(HERE, "peers_results.json"), "w") as f:
+        json.dump(result, f, indent=2, default=str)
+    text = render(json.loads(json.dumps(result, default=str)))
+    title, _, rest = text.partition("\n")
+    command = " ".join([".venv/bin/python benchmarks/peers_bench.py", *argv])
+    origin = (
+        f"Measured {result['measured']['date']} at commit {result['measured']['commit']} on "
+        f"{result['machine']}, in {result['wall_seconds']} s. Command: `{command}`."
+    )
+    section = f"{title}\n\n{origin}\n{rest}"
+    path = os.path.join(HERE, "RESULTS.md")
+    with open(path) as f:
+        md = f.read()
+    head, found, tail = md.partition(title)
+    if found:
+        after = tail.find("\n## ")
+        md = head + section + (tail[after + 1 :] if after >= 0 else "")
+    else:
+        md = md.rstrip("\n") + "\n\n" + section
+    with open(path, "w") as f:
+        f.write(md)
+
+
+if __name__ == "__main__":
+    began = time.perf_counter()
+    _save(bench_main(measure, FLAGS, __doc__), time.perf_counter() - began, sys.argv[1:])
