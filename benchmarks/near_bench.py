@@ -41,6 +41,7 @@ largest), wall time and peak RSS of the process tree.
 Aims: near / plain at most 1.3x in time, peak RSS flat in the input count.
 
     .venv/bin/python benchmarks/near_bench.py [--sample 0.5] [--sizes 20000,100000] [--repeats 1]
+    .venv/bin/python benchmarks/near_bench.py --render   # RESULTS.md from near_results.json
 """
 
 from __future__ import annotations
@@ -980,7 +981,8 @@ by the bench on the output's `.near` files, as convert buckets them):
 A cluster is a connected component: images each within {default} bits of the
 next join one cluster though its ends differ in many more. Small crops of
 simple content (the low-poly artworks' two-tone crops, a straight edge between
-two smooth areas, and gradients) have few distinct fingerprints and chain: at
+two smooth areas, and gradients; not flat: their grayscale deviation is that of
+the other crops) crowd one region of the fingerprints and chain: at
 {big_n:,} inputs one cluster holds {largest:,} ({100 * largest / big_n:.0f}%), all in one split, so the
 splits' sizes move far from their fractions. The pairs within {default} bits grow
 with the square of the inputs in such a dense region, and so does convert's
@@ -990,21 +992,31 @@ work on them.
 
 
 def _save(result: dict, seconds: float, argv: list[str]) -> None:
-    """near_results.json (as run_all.py saves a result), and this section of RESULTS.md."""
+    """near_results.json (as run_all.py saves a result, with the command), then this
+    section of RESULTS.md."""
     import datetime
 
     from run_all import _commit
 
     result["wall_seconds"] = round(seconds, 1)
     result["measured"] = {"date": datetime.date.today().isoformat(), "commit": _commit()}
+    result["command"] = " ".join([".venv/bin/python benchmarks/near_bench.py", *argv])
     with open(os.path.join(HERE, "near_results.json"), "w") as f:
         json.dump(result, f, indent=2, default=str)
-    text = render(json.loads(json.dumps(result, default=str)))
-    title, _, rest = text.partition("\n")
-    command = " ".join([".venv/bin/python benchmarks/near_bench.py", *argv])
+    _write_section()
+
+
+def _write_section() -> None:
+    """This benchmark's section of RESULTS.md from near_results.json: replaced where it
+    is, else added at the end (run_all.py, which does not run this benchmark, drops it
+    when it rewrites the file: ``near_bench.py --render`` puts it back)."""
+    with open(os.path.join(HERE, "near_results.json")) as f:
+        result = json.load(f)
+    title, _, rest = render(result).partition("\n")
+    when = result["measured"]
     origin = (
-        f"Measured {result['measured']['date']} at commit {result['measured']['commit']} on "
-        f"{result['machine']}, in {result['wall_seconds']} s. Command: `{command}`."
+        f"Measured {when['date']} at commit {when['commit']} on {result['machine']}, in "
+        f"{result['wall_seconds']} s. Command: `{result['command']}`."
     )
     section = f"{title}\n\n{origin}\n{rest}"
     path = os.path.join(HERE, "RESULTS.md")
@@ -1013,7 +1025,7 @@ def _save(result: dict, seconds: float, argv: list[str]) -> None:
     head, found, tail = md.partition(title)
     if found:
         after = tail.find("\n## ")
-        md = head + section + (tail[after + 1 :] if after >= 0 else "")
+        md = head + section + ("\n" + tail[after + 1 :] if after >= 0 else "")
     else:
         md = md.rstrip("\n") + "\n\n" + section
     with open(path, "w") as f:
@@ -1021,5 +1033,8 @@ def _save(result: dict, seconds: float, argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    began = time.perf_counter()
-    _save(bench_main(measure, FLAGS, __doc__), time.perf_counter() - began, sys.argv[1:])
+    if sys.argv[1:] == ["--render"]:  # the section again, from the saved results
+        _write_section()
+    else:
+        began = time.perf_counter()
+        _save(bench_main(measure, FLAGS, __doc__), time.perf_counter() - began, sys.argv[1:])
