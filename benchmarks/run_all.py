@@ -39,6 +39,8 @@ BENCHES = (
     "dask",
     "bucket",
     "preprocess",
+    "peers",
+    "near",
 )
 
 

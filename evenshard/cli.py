@@ -256,7 +256,7 @@ def convert_summary(info: dict, output_dir: str, seconds: float) -> str:
         if found.get("largest_cluster", 0) > max(10, info["inputs"] // 20):
             lines.append(
                 f"  ! one cluster holds {found['largest_cluster']} of {info['inputs']} inputs "
-                "and lands in one split: near-flat or low-texture images chain together; "
+                "and lands in one split: smooth or two-tone images chain together; "
                 "look at it with evenshard leaks, or lower --near_distance"
             )
     lines.append(f"  labels: {len(info['labels'])}; output: {output_dir}")
