@@ -37,6 +37,7 @@ One more torchvision row shows the route of its docs instead (Pillow's loader an
 ``Resize``, whose bilinear antialiases): what a reader pays for Pillow.
 
     .venv/bin/python benchmarks/peers_bench.py [--images 20000] [--passes 3] [--tools all]
+    .venv/bin/python benchmarks/peers_bench.py --render   # the section from the saved JSON
 """
 
 from __future__ import annotations
@@ -515,6 +516,19 @@ def render(r: dict) -> str:
     peers = ", ".join(f"{k} {v[k]}" for k in sorted(v))
     project = ", ".join(f"{k} {pv[k]}" for k in sorted(pv))
     failed = r["peers_venv"]["failed"]
+    ok = [row for row in r["tools"].values() if "failed" not in row]
+    loads = [x for row in ok for x in row.get("passes_load_before", [])]
+    spread = max(
+        (1 - min(row["passes_images_per_s"]) / max(row["passes_images_per_s"]) for row in ok),
+        default=0.0,
+    )
+    noise = (
+        f"The 1-minute load average before each read was {min(loads):.1f} to {max(loads):.1f} "
+        f"(this bench alone keeps it near 2 on 2 cores); one tool's passes differ by up to "
+        f"{100 * spread:.0f}%, so rates closer than that are a tie.\n"
+        if loads
+        else ""
+    )
     out = f"""## peers — `benchmarks/peers_bench.py`
 
 {text}
@@ -530,7 +544,7 @@ on average, {c["labels"]} labels; best of {r["passes"]} read passes, decode + re
 The write column is the whole process (imports and start-up included: Beam's for
 convert, TensorFlow's for the plain loop); evenshard convert also decodes every
 image to check it (`--verify full`), fingerprints nothing, and shuffles globally.
-Peers' environment: {peers}. Project's: {project}.
+{noise}Peers' environment: {peers}. Project's: {project}.
 """
     if failed:
         out += "Not installed: " + "; ".join(f"{k}: {' '.join(e)}" for k, e in failed.items())
@@ -546,23 +560,30 @@ def _save(result: dict, seconds: float, argv: list[str]) -> None:
 
     result["wall_seconds"] = round(seconds, 1)
     result["measured"] = {"date": datetime.date.today().isoformat(), "commit": _commit()}
+    result["command"] = " ".join([".venv/bin/python benchmarks/peers_bench.py", *argv])
     with open(os.path.join(HERE, "peers_results.json"), "w") as f:
         json.dump(result, f, indent=2, default=str)
-    text = render(json.loads(json.dumps(result, default=str)))
+    write_section(json.loads(json.dumps(result, default=str)))
+
+
+def write_section(result: dict) -> None:
+    """This section of RESULTS.md, in place (or at the end), from ``result``; the
+    other sections as they are."""
+    text = render(result)
     title, _, rest = text.partition("\n")
-    command = " ".join([".venv/bin/python benchmarks/peers_bench.py", *argv])
+    command = result.get("command", ".venv/bin/python benchmarks/peers_bench.py")
     origin = (
         f"Measured {result['measured']['date']} at commit {result['measured']['commit']} on "
         f"{result['machine']}, in {result['wall_seconds']} s. Command: `{command}`."
     )
-    section = f"{title}\n\n{origin}\n{rest}"
+    section = f"{title}\n\n{origin}\n{rest}".rstrip("\n") + "\n"
     path = os.path.join(HERE, "RESULTS.md")
     with open(path) as f:
         md = f.read()
     head, found, tail = md.partition(title)
     if found:
         after = tail.find("\n## ")
-        md = head + section + (tail[after + 1 :] if after >= 0 else "")
+        md = head + section + ("\n" + tail[after + 1 :] if after >= 0 else "")
     else:
         md = md.rstrip("\n") + "\n\n" + section
     with open(path, "w") as f:
@@ -570,5 +591,9 @@ def _save(result: dict, seconds: float, argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    began = time.perf_counter()
-    _save(bench_main(measure, FLAGS, __doc__), time.perf_counter() - began, sys.argv[1:])
+    if sys.argv[1:] == ["--render"]:  # the section again from peers_results.json
+        with open(os.path.join(HERE, "peers_results.json")) as f:
+            write_section(json.load(f))
+    else:
+        began = time.perf_counter()
+        _save(bench_main(measure, FLAGS, __doc__), time.perf_counter() - began, sys.argv[1:])
