@@ -199,3 +199,19 @@ def verdict(value: float, limit: float, below: bool = True) -> str:
 def table_rows(items, cells) -> str:
     """Markdown table rows: ``cells(key, value)`` gives one row's cells as strings."""
     return "\n".join("| " + " | ".join(cells(k, v)) + " |" for k, v in items)
+
+
+def replace_section(title: str, section: str) -> None:
+    """Writes ``section`` into RESULTS.md in place of the one headed ``title`` (appended
+    when there is none), for a benchmark that writes its own section."""
+    path = os.path.join(HERE, "RESULTS.md")
+    with open(path) as f:
+        md = f.read()
+    head, found, tail = md.partition(title)
+    if found:
+        after = tail.find("\n## ")
+        md = head + section + ("\n" + tail[after + 1 :] if after >= 0 else "")
+    else:
+        md = md.rstrip("\n") + "\n\n" + section
+    with open(path, "w") as f:
+        f.write(md)

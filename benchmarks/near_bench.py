@@ -60,7 +60,7 @@ from collections import Counter
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import BIN, HERE, WORK, bench_main, measured, table_rows, verdict  # noqa: E402
+from _common import BIN, HERE, WORK, bench_main, measured, replace_section, table_rows, verdict  # noqa: E402
 
 PACKAGE = "plasma-workspace-wallpapers"
 EXTRACTED = "/tmp/photos/x/usr/share/wallpapers"  # an extracted copy, used when present
@@ -1019,17 +1019,7 @@ def _write_section() -> None:
         f"{result['wall_seconds']} s. Command: `{result['command']}`."
     )
     section = f"{title}\n\n{origin}\n{rest}"
-    path = os.path.join(HERE, "RESULTS.md")
-    with open(path) as f:
-        md = f.read()
-    head, found, tail = md.partition(title)
-    if found:
-        after = tail.find("\n## ")
-        md = head + section + ("\n" + tail[after + 1 :] if after >= 0 else "")
-    else:
-        md = md.rstrip("\n") + "\n\n" + section
-    with open(path, "w") as f:
-        f.write(md)
+    replace_section(title, section)
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import BIN, HERE, WORK, bench_main, measured  # noqa: E402
+from _common import BIN, HERE, WORK, bench_main, measured, replace_section  # noqa: E402
 
 LABELS = 100
 QUALITY = (85, 90)  # JPEG quality, drawn in this range (inclusive)
@@ -577,17 +577,7 @@ def write_section(result: dict) -> None:
         f"{result['machine']}, in {result['wall_seconds']} s. Command: `{command}`."
     )
     section = f"{title}\n\n{origin}\n{rest}".rstrip("\n") + "\n"
-    path = os.path.join(HERE, "RESULTS.md")
-    with open(path) as f:
-        md = f.read()
-    head, found, tail = md.partition(title)
-    if found:
-        after = tail.find("\n## ")
-        md = head + section + ("\n" + tail[after + 1 :] if after >= 0 else "")
-    else:
-        md = md.rstrip("\n") + "\n\n" + section
-    with open(path, "w") as f:
-        f.write(md)
+    replace_section(title, section)
 
 
 if __name__ == "__main__":
