@@ -17,10 +17,13 @@ transform run in worker processes (``reader.preprocess``).
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
+
 import numpy as np
 
 from reader.options import ReadOptions
-from reader.order.views import restart, rounds
+from reader.order.views import handover, restart, rounds
 from reader.preprocess import Preprocess, check_transform, default_processes
 from reader.read import merge, start_state
 from reader.source import RecordSource
@@ -116,11 +119,19 @@ class NumpyReader:
         """Where this reader stands: ``{"read_state": ReadState JSON}``, advanced by the
         batches this iteration yielded; with views spread, the read's state at the first
         image with a view still to go, and ``view_skip``: the views from there on that
-        went out already."""
+        went out already. Resumed by another worker count, the views still owed are
+        handed over (``reader/order/views.py``, ``handover``); a state saved while they
+        are, the saved state as it was and ``view_handover``: [workers, batches]."""
         if self.spread is None:
             return {"read_state": self._state.advance(self._consumed).to_json()}
-        done = self._skip + self._consumed
-        first, skip = restart(done, self.views, self.spread, self._blocks)
+        hand = self._handover
+        if hand is not None and hand.start + self._consumed < len(hand.plan):
+            return {
+                "read_state": hand.saved.to_json(),
+                "view_skip": hand.skip,
+                "view_handover": [self._args[3].workers()[0], hand.start + self._consumed],
+            }
+        first, skip = restart(self._skip + self._own, self.views, self.spread, self._blocks)
         return {"read_state": self._state.advance(first).to_json(), "view_skip": skip}
 
     def load_state_dict(self, state_dict: dict) -> None:
@@ -132,14 +143,15 @@ class NumpyReader:
                 f"view_skip {skip!r}: a state of a read with views spread (view_spread=) "
                 "resumes a read with the same views and view_spread"
             )
-        if skip and saved.num_workers != self._args[3].workers()[0]:
-            raise ValueError(
-                f"this state was saved between the views of its images by {saved.num_workers} "
-                "workers: resume it with as many (a state saved at a block of views, "
-                "view_skip 0, resumes with any worker count)"
-            )
+        handed = state_dict.get("view_handover")
+        workers = self._args[3].workers()[0]
+        self._handover = None
+        if skip and (handed is not None or saved.num_workers not in (None, workers)):
+            self._handover = _Handover(self, saved, skip, handed)
+            saved = saved.advance(self._handover.opened)  # the own read starts there
         self._source = RecordSource(*self._args, saved)
-        self._state, self._consumed, self._skip = self._source.read.state, 0, skip
+        self._state, self._consumed, self._own = self._source.read.state, 0, 0
+        self._skip = skip if self._handover is None else self._handover.own_before
         try:
             self._blocks = len(self._source)
         except TypeError:  # an endless read
@@ -155,7 +167,12 @@ class NumpyReader:
     def __len__(self) -> int:
         if self.spread is None:
             return len(self._source)
-        return len(self._source) * self.views - self._skip
+        own = len(self._source) * self.views - self._skip
+        hand = self._handover
+        if hand is None:
+            return own
+        rest = hand.plan[hand.start :]
+        return len(rest) + max(own - rest.count("own"), 0)
 
     def __iter__(self):
         options = self.options
@@ -168,18 +185,30 @@ class NumpyReader:
             self.views,
             options.augment(),
         )
-        self._consumed = 0
-        outputs = preprocess.map(iter(self._source))
-        if self.spread is not None:
-            outputs = self._spread(outputs)
+        self._consumed = self._own = 0
+        hand = self._handover
+        batches = iter(self._source)
+        if hand is not None:  # the owed views' blocks first, then the own read
+            batches = itertools.chain(hand.blocks(), batches)
+        outputs = preprocess.map(batches)
+        if hand is not None:
+            outputs = hand.merge(outputs, self._spread)
+        elif self.spread is not None:
+            outputs = self._counted(self._spread(outputs, self._skip))
         for batch in outputs:
             self._consumed += 1
             self.decoded = preprocess.decoded
             yield batch
 
-    def _spread(self, outputs):
+    def _counted(self, own):
+        for batch in own:
+            self._own += 1
+            yield batch
+
+    def _spread(self, outputs, skip: int):
         """Each block's batch of views split into one batch a view, in the rounds'
-        order; the views of at most ``(views - 1) * view_spread`` blocks wait."""
+        order, from output ``skip`` on; the views of at most ``(views - 1) *
+        view_spread`` blocks wait."""
         held: dict[int, list] = {}
         made = 0
         for number, (block, view) in enumerate(rounds(self.views, self.spread, self._blocks)):
@@ -193,8 +222,124 @@ class NumpyReader:
             batch = held[block][view]
             if view == self.views - 1:  # an image's views go out in view order
                 del held[block]
-            if number >= self._skip:
+            if number >= skip:
                 yield batch
+
+
+class _Handover:
+    """A state saved between the views of its images, resumed by another worker count:
+    this worker's share of the views the old workers still owed (``views.handover``),
+    merged with its own read (``reader/order/views.py``)."""
+
+    def __init__(self, reader: NumpyReader, saved: ReadState, skip: int, handed):
+        data_dir, split, records, options = reader._args
+        workers, index = options.workers()
+        if handed is not None:
+            if (
+                not isinstance(handed, (list, tuple))
+                or len(handed) != 2
+                or not all(isinstance(v, int) and v >= 0 for v in handed)
+            ):
+                raise ValueError(f"view_handover must be [workers, batches], got {handed!r}")
+            if handed[0] != workers:
+                raise ValueError(
+                    f"this state was saved by {handed[0]} workers {handed[1]} batches into "
+                    "sending the views an elastic resume handed over to them: resume it with "
+                    f"{handed[0]} workers (a state saved once they are sent resumes with any)"
+                )
+        old = saved.num_workers
+        self.lanes = [
+            RecordSource(
+                data_dir,
+                split,
+                records,
+                dataclasses.replace(options, input_context=None, num_workers=old, worker_index=w),
+                saved,
+            )
+            for w in range(old)
+        ]
+        sizes = []
+        for lane in self.lanes:
+            try:
+                sizes.append(len(lane))
+            except TypeError:  # endless
+                sizes.append(None)
+        self.views, self.saved, self.skip = reader.views, saved, skip
+        self.opened, self.plan = handover(reader.views, reader.spread, skip, sizes, workers, index)
+        self.start = 0 if handed is None else handed[1]
+        if self.start > len(self.plan):
+            raise ValueError(
+                f"view_handover {handed!r}: the handover of this state is {len(self.plan)} "
+                "batches long"
+            )
+        self.own_before = self.plan[: self.start].count("own")
+        self.reader = reader
+        # the owed views' blocks, in the order they are first needed, and each one's last
+        self.needed, self.last = [], {}
+        for step in range(self.start, len(self.plan)):
+            if isinstance(self.plan[step], tuple):
+                w, block, _ = self.plan[step]
+                if (w, block) not in self.last:
+                    self.needed.append((w, block))
+                self.last[(w, block)] = step
+
+    def blocks(self):
+        """The encoded batches of the blocks this worker sends owed views of, in the
+        order it first needs them (each old worker's read up to the last one)."""
+        read = {}
+        for w in sorted({w for w, _ in self.needed}):
+            top = max(block for lane, block in self.needed if lane == w)
+            read[w] = list(itertools.islice(iter(self.lanes[w]), top + 1))
+        for w, block in self.needed:
+            yield read[w][block]
+
+    def merge(self, outputs, spread):
+        """This worker's batches: the stretch of the handover (owed views, its own read,
+        padding), then its own read."""
+        reader, held, pulled = self.reader, {}, 0
+
+        def pull(upto: int) -> None:
+            nonlocal pulled
+            while pulled < upto:
+                held[self.needed[pulled]] = next(outputs)
+                pulled += 1
+
+        def own_outputs():
+            pull(len(self.needed))  # the own read comes after the owed blocks
+            yield from outputs
+
+        own = reader._counted(spread(own_outputs(), reader._skip))
+        index = {block: i for i, block in enumerate(self.needed)}
+        last = None
+        for step in range(self.start, len(self.plan)):
+            item = self.plan[step]
+            batch = None
+            if isinstance(item, tuple):
+                w, block, view = item
+                pull(index[(w, block)] + 1)
+                batch = _rows(held[(w, block)], view, self.views)
+                if self.last[(w, block)] == step:
+                    del held[(w, block)]
+            elif item == "own":
+                batch = next(own, None)
+            if batch is None:  # padding; or the own read ended within the stretch
+                batch = _padding(last)
+            if batch is not None:
+                last = batch
+                yield batch
+        yield from own
+
+
+def _padding(like: dict | None) -> dict | None:
+    """A batch of padding rows (``mask`` False, key empty, label 0) shaped as ``like``."""
+    if like is None:
+        return None
+    out = dict(like)
+    out["mask"] = np.zeros_like(like["mask"])
+    out["key"] = [""] * len(like["key"])
+    if isinstance(like.get("label"), np.ndarray):
+        out["label"] = np.zeros_like(like["label"])
+    return out
 
 
 def _rows(out: dict, view: int, views: int) -> dict:

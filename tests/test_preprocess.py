@@ -247,11 +247,6 @@ def test_views_spread_resume_mid_group_yields_the_uninterrupted_views(data):
         for a, b in zip(whole[stop:], rest):
             assert a["key"] == b["key"] and (a["view"] == b["view"]).all()
             assert (a["image"] == b["image"]).all()
-    halves = reader.NumpyReader(data, "train", B, num_workers=2, worker_index=0, **kw)
-    it = iter(halves)
-    next(it)  # view 0 of the first block: its view 1 is still to go
-    with pytest.raises(ValueError, match="saved between the views .* by 2 workers"):
-        reader.NumpyReader(data, "train", B, **kw).load_state_dict(halves.state_dict())
     with pytest.raises(ValueError, match="view_spread must be"):
         reader.NumpyReader(data, "train", B, views=2, view_spread=0, num_processes=0)
     with pytest.raises(ValueError, match="view_spread=20 needs at least 20 batches .* has 15"):
@@ -259,6 +254,103 @@ def test_views_spread_resume_mid_group_yields_the_uninterrupted_views(data):
     with pytest.raises(ValueError, match="same views and view_spread"):
         plain = reader.NumpyReader(data, "train", B, num_processes=0, **OPTS)
         plain.load_state_dict({**plain.state_dict(), "view_skip": 3})
+
+
+SPREAD = dict(transform=augment, num_processes=0, views=3, view_spread=2, **{**OPTS, "epochs": 1})
+
+
+def spread_read(data, workers, index, state=None):
+    r = reader.NumpyReader(data, "train", 4, num_workers=workers, worker_index=index, **SPREAD)
+    if state is not None:
+        r.load_state_dict(state)
+    return r
+
+
+def sent_views(batches, first_step, sent, pixels):
+    """Records each real (key, view) of ``batches`` at its step (batch number of the
+    whole run), once, and its pixels."""
+    for step, batch in enumerate(batches, start=first_step):
+        assert len(set(batch["view"].tolist())) == 1
+        for key, view, real, image in zip(
+            batch["key"], batch["view"], batch["mask"], batch["image"]
+        ):
+            if real:
+                assert (key, int(view)) not in sent, (key, view)
+                sent[(key, int(view))] = step
+                pixels[(key, int(view))] = image.tobytes()
+
+
+def check_every_view_once_and_apart(sent, pixels, whole):
+    assert set(sent) == set(whole)  # 60 images x 3 views, each once
+    assert pixels == whole  # each view's bytes as the uninterrupted read's
+    gaps = [sent[(k, v + 1)] - sent[(k, v)] for k, v in sent if v < 2]
+    assert min(gaps) >= SPREAD["view_spread"]
+
+
+@pytest.mark.parametrize("old,new,stop", [(3, 2, 4), (2, 3, 3), (1, 2, 2), (2, 1, 5)])
+def test_views_spread_elastic_resume_mid_group_sends_every_view_once(data, old, new, stop):
+    """Issue 29.3: a state saved between the views of its images by ``old`` workers,
+    resumed by ``new``: every (key, view) of the epoch once, with the uninterrupted
+    read's bytes, two views of an image still >= view_spread batches apart (in the
+    whole run's batch numbers), every new worker the same number of batches."""
+    whole, sent, pixels, states = {}, {}, {}, []
+    for w in range(old):
+        every = {}
+        sent_views(list(spread_read(data, old, w)), 0, {}, every)
+        whole.update(every)
+        first = spread_read(data, old, w)
+        it = iter(first)
+        sent_views([next(it) for _ in range(stop)], 0, sent, pixels)
+        states.append(first.state_dict())
+        it.close()
+    state = states[0]
+    assert state["view_skip"] > 0  # between the views of its images
+    lengths = []
+    for m in range(new):
+        resumed = spread_read(data, new, m, state)
+        got = list(resumed)
+        assert len(got) == len(resumed)
+        lengths.append(len(got))
+        sent_views(got, stop, sent, pixels)
+    assert len(set(lengths)) == 1
+    check_every_view_once_and_apart(sent, pixels, whole)
+
+
+def test_views_spread_state_saved_during_a_handover(data):
+    """Saved while the handed-over views are sent: the same worker count resumes to
+    exactly the rest, another is refused in one line; saved after them, any count
+    resumes, and the whole run still sends every (key, view) once."""
+    whole, sent, pixels, states = {}, {}, {}, []
+    for w in range(3):
+        sent_views(list(spread_read(data, 3, w)), 0, {}, whole)
+        it = iter(first := spread_read(data, 3, w))
+        sent_views([next(it) for _ in range(4)], 0, sent, pixels)
+        it.close()
+        states.append(first.state_dict())
+    state = states[0]
+    during, after, sent_first = [], [], []
+    for m in range(2):
+        r = spread_read(data, 2, m, state)
+        it = iter(r)
+        got = [next(it) for _ in range(3)]
+        during.append(r.state_dict())
+        while "view_handover" in r.state_dict():  # to the end of the handover
+            got.append(next(it))
+        after.append(r.state_dict())
+        sent_first.append(got)
+        it.close()
+        rest = list(spread_read(data, 2, m, during[m]))
+        assert same(list(spread_read(data, 2, m, state))[3:], rest)
+    assert "view_handover" in during[0]
+    assert during[0] == during[1] and after[0] == after[1]  # one state for every worker
+    with pytest.raises(ValueError, match="saved by 2 workers 3 batches into .* resume it with 2"):
+        spread_read(data, 3, 0, during[0])
+    assert len(sent_first[0]) == len(sent_first[1])
+    for got in sent_first:  # the two workers' batches of the handover, then 3 workers on
+        sent_views(got, 4, sent, pixels)
+    for w in range(3):
+        sent_views(list(spread_read(data, 3, w, after[0])), 4 + len(got), sent, pixels)
+    check_every_view_once_and_apart(sent, pixels, whole)
 
 
 def plain(example, rng):
