@@ -66,6 +66,7 @@ def run(name: str) -> None:
     result = json.loads(out.stdout[out.stdout.index("{") :])
     result["wall_seconds"] = round(time.perf_counter() - start, 1)
     result["measured"] = {"date": datetime.date.today().isoformat(), "commit": _commit()}
+    result["command"] = f".venv/bin/python benchmarks/run_all.py {name}"
     with open(os.path.join(HERE, f"{name}_results.json"), "w") as f:
         json.dump(result, f, indent=2)
     print(f"{name}: {result['wall_seconds']} s", file=sys.stderr)
@@ -84,7 +85,8 @@ def section(name: str) -> str:
     origin = (
         f"Measured {when.get('date', '?')} at commit {when.get('commit', '?')} on "
         f"{result['machine']}, in {result.get('wall_seconds', '?')} s. Command: "
-        f"`.venv/bin/python benchmarks/run_all.py {name}` (this section only)."
+        f"`{result.get('command', f'.venv/bin/python benchmarks/run_all.py {name}')}`"
+        + (" (this section only)." if "run_all.py" in result.get("command", "run_all.py") else ".")
     )
     title, _, rest = text.partition("\n")
     return f"{title}\n\n{origin}\n{rest}"
