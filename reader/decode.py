@@ -64,10 +64,7 @@ class Decoder:
             image = _decode_box(data, fmt, self.channels, box, stored, self._name(ex))
         else:
             image = decode_full(data, ex[features.FORMAT], self.channels)
-        if self.image_size is not None:
-            image = tf.image.resize(image, self.image_size)
-            image = tf.saturate_cast(tf.round(image), tf.uint8)
-        return image
+        return image  # at its own size: an image_size goes through ``_in_python``
 
     def _name(self, ex):
         """What names an image in an error: its path (path records) or key."""
@@ -85,6 +82,31 @@ class Decoder:
         out.set_shape([None, 5])
         return out
 
+    def _in_python(self, ex, epochs):
+        """A batch's images at ``image_size`` by one Python call (``_pixels``): simplejpeg
+        and OpenCV release the GIL, so tf.data's parallel calls decode on every core."""
+        if features.ENCODED in ex:
+            data = ex[features.ENCODED]
+        else:  # local path records: TensorFlow reads the files
+            data = tf.map_fn(
+                lambda path: tf.io.read_file(tf.strings.join([self.root, "/", path])),
+                ex[features.PATH],
+                fn_output_signature=tf.string,
+            )
+        boxed = self.augment is not None
+        if boxed:
+            sizes = [ex[features.HEIGHT], ex[features.WIDTH], self._boxes(ex, epochs)]
+        else:
+            empty = tf.zeros([0], tf.int64)
+            sizes = [empty, empty, tf.zeros([0, 5], tf.int64)]
+
+        def decoded(*columns):
+            return _pixels(self.channels, tuple(self.image_size), boxed, *columns)
+
+        images = tfcall.call(decoded, [data, self._name(ex), *sizes], tf.uint8)
+        images.set_shape([data.shape[0], *self.image_size, self.channels])
+        return images
+
     def _features(self, ex, image):
         out = {"image": image, "label": ex[features.LABEL], "key": ex[features.KEY]}
         if self.kind == "path":
@@ -94,6 +116,10 @@ class Decoder:
     def one(self, serialized, epoch=None):
         ex = tf.io.parse_single_example(serialized, self.spec)
         ex = self._fetched({k: tf.squeeze(v, 0) for k, v in ex.items()})
+        if self.decode and self.image_size is not None:  # a batch of one
+            one = {k: tf.expand_dims(v, 0) for k, v in ex.items()}
+            epochs = None if epoch is None else tf.reshape(epoch, [1])
+            return self._features(ex, self._in_python(one, epochs)[0])
         box = None
         if self.augment is not None and self.decode:
             box = self._boxes(ex, tf.reshape(epoch, [1]))[0]
@@ -110,6 +136,8 @@ class Decoder:
             signature = tf.TensorSpec([], tf.string)
         if self.kind == "image" and not self.decode:
             images = ex[features.ENCODED]
+        elif self.decode and self.image_size is not None:
+            images = self._in_python(ex, epochs)
         else:
             wanted = (features.ENCODED, features.PATH, features.FORMAT, features.KEY)
             wanted += (features.HEIGHT, features.WIDTH)  # parsed when augmenting
@@ -124,6 +152,31 @@ class Decoder:
                 fn_output_signature=signature,
             )
         return self._features(ex, images)
+
+
+def _pixels(channels, size, boxes, data, names, heights, widths, crops):
+    """A batch's images decoded, cropped and resized (``reader.pixels``, the Python
+    route's own functions: the same pixels, in a third of TensorFlow's decode and
+    resize time); an image that fails, one line naming it."""
+    from reader import pixels
+
+    out = np.empty((len(data), *size, channels), np.uint8)
+    for i, encoded in enumerate(data):
+        name = names[i].decode(errors="replace")
+        try:
+            image = pixels.decode(encoded, channels)
+        except Exception as e:  # noqa: BLE001 - decoders raise many types on bad input
+            raise ValueError(f"evenshard: image {name} cannot be decoded: {e}") from None
+        if boxes:
+            if image.shape[:2] != (heights[i], widths[i]):
+                raise ValueError(
+                    f"evenshard: image {name} is {image.shape[0]}x{image.shape[1]} but was "
+                    f"{heights[i]}x{widths[i]} when converted (replaced since?): convert it again"
+                )
+            out[i] = pixels.crop_resize(image, crops[i], size)
+        else:
+            out[i] = pixels.resize(image, size)
+    return out
 
 
 def _decode_box(data, fmt, channels, box, stored, name):

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import io
 import multiprocessing
 import os
 import pickle
@@ -28,6 +27,7 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
+from reader import pixels
 from reader.order.draws import AUGMENT, draws, key_digest
 
 
@@ -234,7 +234,7 @@ def _run(task: tuple, spare: str | None = None) -> dict:
     rows = []
     for chunk in range(0, len(task[0]), _CHUNK):
         part = [column[chunk : chunk + _CHUNK] for column in task]
-        images = [_decode(encoded, channels) for encoded in part[0]]
+        images = [pixels.decode(encoded, channels) for encoded in part[0]]
         boxes = None
         if augment is not None:  # one call for the chunk's views (a call costs ~0.3 ms)
             keys, epochs = part[2], part[3]
@@ -249,7 +249,7 @@ def _run(task: tuple, spare: str | None = None) -> dict:
         for i, (image, label, key, epoch, real) in enumerate(zip(images, *part[1:])):
             for view in range(views):
                 if boxes is not None:
-                    cropped = _augmented(image, boxes[i * views + view], image_size)
+                    cropped = pixels.crop_resize(image, boxes[i * views + view], image_size)
                     example = {"image": cropped, "label": label}
                 else:
                     example = {"image": image if views == 1 else image.copy(), "label": label}
@@ -257,7 +257,7 @@ def _run(task: tuple, spare: str | None = None) -> dict:
                 if transform is not None:
                     example = _transformed(transform, example, seed)
                 if image_size is not None and isinstance(example.get("image"), np.ndarray):
-                    example["image"] = _resize(example["image"], image_size)
+                    example["image"] = pixels.resize(example["image"], image_size)
                 example["mask"] = real
                 example.setdefault("epoch", epoch)
                 rows.append(example)
@@ -327,72 +327,6 @@ def _block(spare: str | None, size: int) -> tuple[shared_memory.SharedMemory, st
     memory = shared_memory.SharedMemory(create=True, size=max(size, 1))
     mapped[memory.name] = memory
     return memory, dropped
-
-
-def _decode(encoded: bytes, channels: int) -> np.ndarray:
-    """The image's pixels, uint8 HWC with ``channels``, as the readers decode (no EXIF
-    rotation, a GIF's first frame). A colour JPEG goes through libjpeg-turbo directly
-    (simplejpeg, with the readers' accurate IDCT and fancy upsampling: the same pixels
-    as Pillow, a third of its time); what it will not convert (CMYK), gray output and
-    every other format, through Pillow."""
-    if channels in (3, 4) and encoded[:3] == b"\xff\xd8\xff":
-        import simplejpeg
-
-        try:
-            return simplejpeg.decode_jpeg(
-                encoded,
-                colorspace="RGB" if channels == 3 else "RGBA",
-                fastdct=False,
-                fastupsample=False,
-            )
-        except ValueError:  # CMYK, or a JPEG libjpeg-turbo refuses: Pillow says why
-            pass
-    from PIL import Image
-
-    with Image.open(io.BytesIO(encoded)) as im:
-        if im.format == "GIF":  # transparent pixels are black, as TensorFlow's decoder
-            rgba = np.asarray(im.convert("RGBA"))
-            rgb = np.where(rgba[..., 3:] == 0, 0, rgba[..., :3]).astype(np.uint8)
-            im = Image.fromarray(rgb, "RGB")
-        im = im.convert({1: "L", 3: "RGB", 4: "RGBA"}[channels])
-        pixels = np.asarray(im)
-    return pixels[..., None] if channels == 1 else pixels
-
-
-def _augmented(image: np.ndarray, box, size) -> np.ndarray:
-    """``image``'s crop ``box`` (top, left, height, width, flip), flipped when ``flip``,
-    resized to ``size`` (a new array: views of one image do not share pixels)."""
-    top, left, height, width, flip = (int(v) for v in box)
-    out = image[top : top + height, left : left + width]  # a view: resized in place
-    if size is not None and out.shape[:2] != tuple(size):
-        out = _resize(out, size)  # then flipped: the small array, not the crop
-    if not flip:
-        return np.ascontiguousarray(out)
-    flipped = _cv2().flip(out, 1)  # 1/25 of numpy's copy of a reversed view
-    return flipped[..., None] if flipped.ndim == 2 else flipped
-
-
-def _resize(image: np.ndarray, size) -> np.ndarray:
-    """Bilinear resize of ``image`` as ``make_dataset`` resizes (``tf.image.resize``:
-    half-pixel centres, no antialiasing): OpenCV's ``INTER_LINEAR``, whose 11-bit
-    fixed-point weights give the tf.data route's pixels within a level, at 1/40 of
-    the time of the same resize in numpy."""
-    height, width = size
-    if image.shape[:2] == (height, width):
-        return image
-    if image.strides[1:] != (image.shape[2] * image.itemsize, image.itemsize):
-        image = np.ascontiguousarray(image)  # OpenCV takes a crop of rows and columns
-    out = _cv2().resize(image, (width, height), interpolation=_cv2().INTER_LINEAR)
-    return out[..., None] if out.ndim == 2 else out  # OpenCV drops a single channel
-
-
-def _cv2():
-    """OpenCV, one thread a process (the processes are the parallelism)."""
-    import cv2
-
-    if cv2.getNumThreads() != 1:
-        cv2.setNumThreads(1)
-    return cv2
 
 
 def default_processes() -> int:

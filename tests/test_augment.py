@@ -14,7 +14,8 @@ from conftest import run_convert
 import reader
 from evenshard import synthetic
 from reader.order.augment import Augment
-from reader.preprocess import _decode, _resize
+from reader.pixels import decode as _decode
+from reader.pixels import resize as _resize
 
 AUG = dict(random_crop=True, random_flip=True, crop_scale=(0.25, 1.0), image_size=(16, 16))
 

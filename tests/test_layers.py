@@ -149,6 +149,7 @@ READER_FLOORS = {
     "reader/stream.py": 3,
     "reader/tfcall.py": 3,
     "reader/pydecode.py": 3,
+    "reader/pixels.py": 3,
     "reader/decode.py": 3,
     "reader/source.py": 3,
     "reader/preprocess.py": 4,  # preprocessing: the Python route's process pool
