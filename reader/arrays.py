@@ -131,7 +131,9 @@ class NumpyReader:
                 "view_skip": hand.skip,
                 "view_handover": [self._args[3].workers()[0], hand.start + self._consumed],
             }
-        first, skip = restart(self._skip + self._own, self.views, self.spread, self._blocks)
+        # rounds counted as an endless read's: the same state on every worker, whatever
+        # its own block count (a block the endless rounds finished, a worker's did too)
+        first, skip = restart(self._skip + self._own, self.views, self.spread, None)
         return {"read_state": self._state.advance(first).to_json(), "view_skip": skip}
 
     def load_state_dict(self, state_dict: dict) -> None:
@@ -143,7 +145,13 @@ class NumpyReader:
                 f"view_skip {skip!r}: a state of a read with views spread (view_spread=) "
                 "resumes a read with the same views and view_spread"
             )
-        handed = state_dict.get("view_handover")
+        handed = state_dict.get("view_handover", "none")
+        if handed is None or (handed != "none" and not skip):
+            raise ValueError(
+                f"view_handover {handed!r} with view_skip {skip!r}: a state saved while "
+                "handed-over views were sent has both, as state_dict() gave them"
+            )
+        handed = None if handed == "none" else handed
         workers = self._args[3].workers()[0]
         self._handover = None
         if skip and (handed is not None or saved.num_workers not in (None, workers)):
@@ -167,7 +175,7 @@ class NumpyReader:
     def __len__(self) -> int:
         if self.spread is None:
             return len(self._source)
-        own = len(self._source) * self.views - self._skip
+        own = max(len(self._source) * self.views - self._skip, 0)
         hand = self._handover
         if hand is None:
             return own
@@ -199,6 +207,16 @@ class NumpyReader:
             self._consumed += 1
             self.decoded = preprocess.decoded
             yield batch
+
+    def _filler(self) -> dict:
+        """One view of a batch of padding rows (the first record of the worker's first
+        shard, masked), decoded and transformed here: the shape of padding when no
+        batch has gone out to take it from."""
+        o = self.options
+        filler = Preprocess(
+            self.transform, 0, o.channels, o.image_size, self._state.seed, self.views, o.augment()
+        )
+        return _rows(next(filler.map(iter([self._source.padding()]))), 0, self.views)
 
     def _counted(self, own):
         for batch in own:
@@ -238,9 +256,13 @@ class _Handover:
             if (
                 not isinstance(handed, (list, tuple))
                 or len(handed) != 2
-                or not all(isinstance(v, int) and v >= 0 for v in handed)
+                or not all(isinstance(v, int) and not isinstance(v, bool) for v in handed)
+                or handed[0] < 1
+                or handed[1] < 0
             ):
-                raise ValueError(f"view_handover must be [workers, batches], got {handed!r}")
+                raise ValueError(
+                    f"view_handover must be [workers >= 1, batches >= 0], got {handed!r}"
+                )
             if handed[0] != workers:
                 raise ValueError(
                     f"this state was saved by {handed[0]} workers {handed[1]} batches into "
@@ -310,6 +332,13 @@ class _Handover:
 
         own = reader._counted(spread(own_outputs(), reader._skip))
         index = {block: i for i, block in enumerate(self.needed)}
+
+        def like() -> dict:  # a batch to shape padding after, before any went out
+            if self.needed:
+                pull(1)
+                return _rows(held[self.needed[0]], 0, self.views)
+            return reader._filler()
+
         last = None
         for step in range(self.start, len(self.plan)):
             item = self.plan[step]
@@ -323,18 +352,16 @@ class _Handover:
             elif item == "own":
                 batch = next(own, None)
             if batch is None:  # padding; or the own read ended within the stretch
-                batch = _padding(last)
-            if batch is not None:
-                last = batch
-                yield batch
+                batch = _padding(last if last is not None else like())
+            last = batch
+            yield batch
         yield from own
 
 
-def _padding(like: dict | None) -> dict | None:
-    """A batch of padding rows (``mask`` False, key empty, label 0) shaped as ``like``."""
-    if like is None:
-        return None
-    out = dict(like)
+def _padding(like: dict) -> dict:
+    """A batch of padding rows (``mask`` False, key empty, label 0) shaped as ``like``
+    (its own copies)."""
+    out = {k: v.copy() if isinstance(v, np.ndarray) else list(v) for k, v in like.items()}
     out["mask"] = np.zeros_like(like["mask"])
     out["key"] = [""] * len(like["key"])
     if isinstance(like.get("label"), np.ndarray):

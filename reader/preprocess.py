@@ -85,14 +85,14 @@ class Preprocess:
         """Outputs of ``batches`` (``reader.source.Batch``), in order: dicts of stacked
         arrays or lists, with ``key``, ``view``, ``epoch``, ``mask``."""
         blocks = _Blocks()
-        if self.processes == 0:
-            _WORKER.update(transform=self.transform, config=self.config)
+        if self.processes == 0:  # this read's own state: another read may run beside it
+            worker = {"transform": self.transform, "config": self.config, "blocks": {}}
             try:
                 for batch in batches:
-                    yield self._collect(_run(_task(batch), blocks.lend()), blocks)
+                    yield self._collect(_run(_task(batch), blocks.lend(), worker), blocks)
             finally:
                 blocks.unlink()
-                for memory in _WORKER.pop("blocks", {}).values():  # this process's maps
+                for memory in worker["blocks"].values():  # this read's maps
                     memory.close()
             return
         pool = concurrent.futures.ProcessPoolExecutor(
@@ -217,7 +217,7 @@ def _task(batch) -> tuple:
     )
 
 
-_WORKER: dict = {}
+_WORKER: dict = {"blocks": {}}  # a worker process's transform, config and mapped blocks
 
 
 def _init(payload: bytes, config: tuple) -> None:
@@ -225,12 +225,14 @@ def _init(payload: bytes, config: tuple) -> None:
     _WORKER["config"] = config
 
 
-def _run(task: tuple, spare: str | None = None) -> dict:
-    """One batch in a worker: each image decoded once, each view transformed; the
+def _run(task: tuple, spare: str | None = None, worker: dict | None = None) -> dict:
+    """One batch in a worker (``worker``: the transform, config and mapped blocks; a
+    process's own by default): each image decoded once, each view transformed; the
     arrays go into ``spare`` (a block the reader has copied out) when it is large
     enough."""
-    transform = _WORKER["transform"]
-    channels, image_size, seed, views, augment = _WORKER["config"]
+    worker = _WORKER if worker is None else worker
+    transform = worker["transform"]
+    channels, image_size, seed, views, augment = worker["config"]
     rows = []
     for chunk in range(0, len(task[0]), _CHUNK):
         part = [column[chunk : chunk + _CHUNK] for column in task]
@@ -261,7 +263,7 @@ def _run(task: tuple, spare: str | None = None) -> dict:
                 example["mask"] = real
                 example.setdefault("epoch", epoch)
                 rows.append(example)
-    return {**_stack(rows, spare), "decoded": len(task[0])}
+    return {**_stack(rows, spare, worker["blocks"]), "decoded": len(task[0])}
 
 
 _CHUNK = 16  # images decoded at a time: their boxes drawn in one call, memory bounded
@@ -283,9 +285,10 @@ def _transformed(transform, example: dict, seed: int) -> dict:
     return out
 
 
-def _stack(rows: list[dict], spare: str | None = None) -> dict:
+def _stack(rows: list[dict], spare: str | None, mapped: dict) -> dict:
     """Fields whose values are arrays of one shape and dtype (or numbers) go stacked into
-    one shared memory block (``spare`` when it is large enough); the others as lists."""
+    one shared memory block (``spare`` when it is large enough); the others as lists,
+    which must pickle (checked here: a block handed back unread would be left behind)."""
     stacked, lists = {}, {}
     for name in rows[0]:
         values = [row.get(name) for row in rows]
@@ -295,12 +298,19 @@ def _stack(rows: list[dict], spare: str | None = None) -> dict:
                 stacked[name] = values
                 continue
         lists[name] = values
+    try:
+        pickle.dumps(lists)
+    except Exception as e:  # noqa: BLE001 - pickling fails in many ways
+        raise TransformError(
+            f"the transform's output cannot be sent back from its process "
+            f"({type(e).__name__}: {e}): return arrays, numbers, strings and the like"
+        ) from None
     arrays, size = {}, 0
     for name, values in stacked.items():
         shape, dtype = (len(values), *values[0].shape), values[0].dtype
         arrays[name] = (size, shape, dtype.str)
         size += -(-int(np.prod(shape)) * dtype.itemsize // 64) * 64  # 64-byte aligned
-    block, dropped = _block(spare, size)
+    block, dropped = _block(spare, size, mapped)
     for name, values in stacked.items():
         offset, shape, dtype = arrays[name]
         out = np.ndarray(shape, dtype, block.buf, offset)
@@ -310,10 +320,11 @@ def _stack(rows: list[dict], spare: str | None = None) -> dict:
     return {"block": block.name, "dropped": dropped, "arrays": arrays, "lists": lists}
 
 
-def _block(spare: str | None, size: int) -> tuple[shared_memory.SharedMemory, str | None]:
+def _block(
+    spare: str | None, size: int, mapped: dict
+) -> tuple[shared_memory.SharedMemory, str | None]:
     """(a block of at least ``size`` bytes, the name of ``spare`` when it was too small
-    and is unlinked here). Blocks stay mapped in this process for the next batch."""
-    mapped = _WORKER.setdefault("blocks", {})
+    and is unlinked here). Blocks stay ``mapped`` for the next batch."""
     dropped = None
     if spare is not None:
         memory = mapped.get(spare) or shared_memory.SharedMemory(spare)

@@ -196,8 +196,13 @@ class RecordSource:
             index, left = index + 1, left - 1
         while o.pad_final_batch and left > 0:  # all-padding batches, as every worker
             if index % self.every == self.first:
-                yield self._batch([], size, like=self._parts[0].filler())
+                yield self.padding()
             index, left = index + 1, left - 1
+
+    def padding(self) -> Batch:
+        """A batch of padding rows only (the first record of the worker's first shard,
+        masked): what a read pads with."""
+        return self._batch([], self.batch_size, like=self._parts[0].filler())
 
     def _stream(self):
         """The worker's examples in read order, as calls (``_Part.examples``); a

@@ -14,7 +14,7 @@ from conftest import run_convert
 
 import reader
 from evenshard import synthetic
-from reader.preprocess import example_rng
+from reader.preprocess import TransformError, example_rng
 
 B = 8
 OPTS = dict(image_size=(12, 12), seed=4, epochs=2, shuffle_buffer=16, cycle_length=4)
@@ -176,6 +176,32 @@ def test_a_transform_that_cannot_be_sent_is_refused_when_the_reader_is_built(dat
     assert len(list(here)) == len(here)
 
 
+def tag_one(example, rng):
+    return {**example, "tag": 1}
+
+
+def tag_two(example, rng):
+    return {**example, "tag": 2}
+
+
+def unsendable(example, rng):
+    return {**example, "bad": lambda: None}
+
+
+@pytest.mark.parametrize("processes", [0, 2])
+def test_two_reads_side_by_side_keep_their_own_transforms_and_blocks(data, processes):
+    before = set(os.listdir("/dev/shm"))
+    kw = dict(num_processes=processes, **OPTS)
+    one = iter(reader.NumpyReader(data, "train", B, transform=tag_one, **kw))
+    two = iter(reader.NumpyReader(data, "train", B, transform=tag_two, **kw))
+    for a in one:  # the two reads' batches in turn
+        assert set(a["tag"].tolist()) == {1} and set(next(two)["tag"].tolist()) == {2}
+    assert next(two, None) is None
+    with pytest.raises(TransformError, match="output cannot be sent back"):
+        list(reader.NumpyReader(data, "train", B, transform=unsendable, **kw))
+    assert set(os.listdir("/dev/shm")) - before == set()
+
+
 def test_a_read_left_early_leaves_no_shared_memory_behind(data):
     before = set(os.listdir("/dev/shm"))
     r = reader.NumpyReader(data, "train", B, transform=augment, num_processes=2, **OPTS)
@@ -287,7 +313,11 @@ def check_every_view_once_and_apart(sent, pixels, whole):
     assert min(gaps) >= SPREAD["view_spread"]
 
 
-@pytest.mark.parametrize("old,new,stop", [(3, 2, 4), (2, 3, 3), (1, 2, 2), (2, 1, 5)])
+# (3, 2, 8): the old workers read 30, 15 and 15 images; (2, 3, 16): a new worker's first
+# batch is padding (its own read is empty)
+@pytest.mark.parametrize(
+    "old,new,stop", [(3, 2, 4), (2, 3, 3), (1, 2, 2), (2, 1, 5), (3, 2, 8), (2, 3, 16)]
+)
 def test_views_spread_elastic_resume_mid_group_sends_every_view_once(data, old, new, stop):
     """Issue 29.3: a state saved between the views of its images by ``old`` workers,
     resumed by ``new``: every (key, view) of the epoch once, with the uninterrupted
@@ -303,7 +333,8 @@ def test_views_spread_elastic_resume_mid_group_sends_every_view_once(data, old, 
         sent_views([next(it) for _ in range(stop)], 0, sent, pixels)
         states.append(first.state_dict())
         it.close()
-    state = states[0]
+    state = states[-1]
+    assert all(other == state for other in states)  # one state, whatever a worker's count
     assert state["view_skip"] > 0  # between the views of its images
     lengths = []
     for m in range(new):
@@ -345,6 +376,11 @@ def test_views_spread_state_saved_during_a_handover(data):
     assert during[0] == during[1] and after[0] == after[1]  # one state for every worker
     with pytest.raises(ValueError, match="saved by 2 workers 3 batches into .* resume it with 2"):
         spread_read(data, 3, 0, during[0])
+    for bad in ([2, True], [0, 3], [2, -1], [2, 10**6], None):
+        with pytest.raises(ValueError, match="view_handover"):
+            spread_read(data, 2, 0, {**during[0], "view_handover": bad})
+    with pytest.raises(ValueError, match="view_handover .* with view_skip 0"):
+        spread_read(data, 2, 0, {**during[0], "view_skip": 0})
     assert len(sent_first[0]) == len(sent_first[1])
     for got in sent_first:  # the two workers' batches of the handover, then 3 workers on
         sent_views(got, 4, sent, pixels)
