@@ -34,7 +34,7 @@ class NumpyReader:
     """Batches of one split as dicts of numpy arrays; ``len()`` is the number of batches.
 
     The records are read in the reader's one order (the same as ``make_dataset`` and
-    ``TorchReader`` for the same options), decoded once each with Pillow in worker
+    ``TorchReader`` for the same options), decoded once each (libjpeg-turbo or Pillow, ``reader/pixels.py``) in worker
     processes, and given to ``transform`` once a view.
 
     Args:
