@@ -34,8 +34,9 @@ class NumpyReader:
     """Batches of one split as dicts of numpy arrays; ``len()`` is the number of batches.
 
     The records are read in the reader's one order (the same as ``make_dataset`` and
-    ``TorchReader`` for the same options), decoded once each (libjpeg-turbo or Pillow, ``reader/pixels.py``) in worker
-    processes, and given to ``transform`` once a view.
+    ``TorchReader`` for the same options), decoded once each (libjpeg-turbo or
+    Pillow, ``reader/pixels.py``) in worker processes, and given to ``transform``
+    once a view.
 
     Args:
         data_dir, split, batch_size, options, overrides: as for ``reader.make_dataset``
