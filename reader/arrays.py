@@ -146,13 +146,12 @@ class NumpyReader:
                 f"view_skip {skip!r}: a state of a read with views spread (view_spread=) "
                 "resumes a read with the same views and view_spread"
             )
-        handed = state_dict.get("view_handover", "none")
-        if handed is None or (handed != "none" and not skip):
+        handed = state_dict.get("view_handover")
+        if "view_handover" in state_dict and (handed is None or not skip):
             raise ValueError(
                 f"view_handover {handed!r} with view_skip {skip!r}: a state saved while "
                 "handed-over views were sent has both, as state_dict() gave them"
             )
-        handed = None if handed == "none" else handed
         workers = self._args[3].workers()[0]
         self._handover = None
         if skip and (handed is not None or saved.num_workers not in (None, workers)):
@@ -161,10 +160,7 @@ class NumpyReader:
         self._source = RecordSource(*self._args, saved)
         self._state, self._consumed, self._own = self._source.read.state, 0, 0
         self._skip = skip if self._handover is None else self._handover.own_before
-        try:
-            self._blocks = len(self._source)
-        except TypeError:  # an endless read
-            self._blocks = None
+        self._blocks = _blocks(self._source)
 
     def deal(self, every: int, first: int) -> None:
         """Yields only batches ``first, first + every, ...`` of the read (a DataLoader
@@ -183,17 +179,20 @@ class NumpyReader:
         rest = hand.plan[hand.start :]
         return len(rest) + max(own - rest.count("own"), 0)
 
-    def __iter__(self):
-        options = self.options
-        preprocess = Preprocess(
+    def _preprocess(self, processes: int) -> Preprocess:
+        o = self.options
+        return Preprocess(
             self.transform,
-            self.num_processes,
-            options.channels,
-            options.image_size,
+            processes,
+            o.channels,
+            o.image_size,
             self._state.seed,
             self.views,
-            options.augment(),
+            o.augment(),
         )
+
+    def __iter__(self):
+        preprocess = self._preprocess(self.num_processes)
         self._consumed = self._own = 0
         hand = self._handover
         batches = iter(self._source)
@@ -213,11 +212,8 @@ class NumpyReader:
         """One view of a batch of padding rows (the first record of the worker's first
         shard, masked), decoded and transformed here: the shape of padding when no
         batch has gone out to take it from."""
-        o = self.options
-        filler = Preprocess(
-            self.transform, 0, o.channels, o.image_size, self._state.seed, self.views, o.augment()
-        )
-        return _rows(next(filler.map(iter([self._source.padding()]))), 0, self.views)
+        filler = self._preprocess(0).map(iter([self._source.padding()]))
+        return _rows(next(filler), 0, self.views)
 
     def _counted(self, own):
         for batch in own:
@@ -281,12 +277,7 @@ class _Handover:
             )
             for w in range(old)
         ]
-        sizes = []
-        for lane in self.lanes:
-            try:
-                sizes.append(len(lane))
-            except TypeError:  # endless
-                sizes.append(None)
+        sizes = [_blocks(lane) for lane in self.lanes]
         self.views, self.saved, self.skip = reader.views, saved, skip
         self.opened, self.plan = handover(reader.views, reader.spread, skip, sizes, workers, index)
         self.start = 0 if handed is None else handed[1]
@@ -357,6 +348,14 @@ class _Handover:
             last = batch
             yield batch
         yield from own
+
+
+def _blocks(source: RecordSource) -> int | None:
+    """The batches of images a read has (None: an endless read)."""
+    try:
+        return len(source)
+    except TypeError:
+        return None
 
 
 def _padding(like: dict) -> dict:

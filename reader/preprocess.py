@@ -163,7 +163,7 @@ class _Blocks:
         return self.mapped[name]
 
     def unlink(self) -> None:
-        for name in self.known | set(self.free):
+        for name in self.known:  # the free ones among them
             memory = self.mapped.pop(name, None)
             try:
                 memory = memory or shared_memory.SharedMemory(name)
