@@ -37,6 +37,8 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 
+import numpy as np
+
 from reader.cache_folder import (
     cache_folder,
     lock_shard,
@@ -45,7 +47,7 @@ from reader.cache_folder import (
     this_owner,
     unlink,
 )
-from schemas import storage
+from schemas import storage, tfrecord
 from schemas.info import SHA256, DatasetError
 
 AHEAD = 64  # groups the fetching may run ahead of the reader, at most
@@ -77,11 +79,32 @@ def open_cache(read, options) -> ShardCache | None:
     if not storage.is_url(read.shards[0]["path"]):
         return None
     check_limit(read.shards, read.plan.cycle, options.cache_limit)
+    by_run = by_runs(read.shards, options.cache_limit)
+
+    def groups():
+        for runs in read.plan.groups(read.start, options.epochs):
+            yield keys(runs.file, runs.start, runs.stop, by_run)
+
     return ShardCache(
-        read.shards,
-        lambda: read.plan.groups(read.start, options.epochs),
-        CacheOptions(options.cache_dir, options.cache_limit),
+        read.shards, groups, CacheOptions(options.cache_dir, options.cache_limit), by_run
     )
+
+
+def by_runs(shards: list[dict], limit: int) -> bool:
+    """Whether a read fetches runs (byte ranges) rather than whole shards: when its shards
+    do not all fit under the limit, and each has a DALI index to find a run's bytes by
+    (every shard but a gzip one). Each run is read once an epoch, so the read downloads
+    its shards' bytes once an epoch; a limit that holds them all downloads them once."""
+    return sum(s["num_bytes"] for s in shards) > limit and all(
+        s.get("table") is not None for s in shards
+    )
+
+
+def keys(files, starts, stops, by_run: bool) -> tuple:
+    """The cache's keys of a group's runs: each run (shard, start, stop), or its shard."""
+    if by_run:
+        return tuple(zip(*(np.asarray(a).tolist() for a in (files, starts, stops))))
+    return tuple(np.asarray(files).tolist())
 
 
 def check_limit(shards: list[dict], cycle: int, limit: int) -> None:
@@ -97,32 +120,44 @@ def check_limit(shards: list[dict], cycle: int, limit: int) -> None:
 
 
 class ShardCache:
-    """Local copies of some shards, fetched ahead along ``groups`` (see the module docstring).
+    """Local copies of some shards, or of runs of them, fetched ahead along ``groups``
+    (see the module docstring).
 
     Args:
-        shards: [{path (a URL), num_bytes, sha256?}], indexed as the groups index them.
-        groups: gives the read's groups in order (each the shard indices read at
-            once), anew for each pass over the read.
+        shards: [{path (a URL), num_bytes, sha256?, table?}], indexed as the groups
+            index them (``table``: the DALI index, [[offset, size]], for ``by_run``).
+        groups: gives the read's groups in order, each the keys (``keys``) of the runs
+            read at once, anew for each pass over the read.
         options: where and how much.
+        by_run: keys are runs (shard, start, stop), each fetched as its byte range and
+            checked record by record; else shard indices, fetched whole and checked
+            against their sha256.
 
     A limit smaller than a group's shards would wait forever: ``open_cache`` refuses
     it first.
     """
 
-    def __init__(self, shards: list[dict], groups: Callable[[], Iterator], options: CacheOptions):
-        self.shards, self.options = shards, options
+    def __init__(
+        self,
+        shards: list[dict],
+        groups: Callable[[], Iterator],
+        options: CacheOptions,
+        by_run: bool = False,
+    ):
+        self.shards, self.options, self.by_run = shards, options, by_run
         self.folder = cache_folder(options.cache_dir)  # only this user can write it
         self._groups = groups
         self._run = 0  # the reader's pass over the read (a new one restarts the fetching)
         self._ahead: list[tuple[int, ...]] = []  # groups fetched or being fetched, in order
-        self._held: dict[int, int] = {}  # shard -> bytes of this reader's copy
-        self._pending: dict[int, int] = {}  # shard -> bytes, being fetched
+        self._held: dict = {}  # key -> bytes of this reader's copy
+        self._pending: dict = {}  # key -> bytes, being fetched
         self._lock = threading.Condition()
         self._next = 0  # the group the reader enters next
         self._reading = False  # whether it is inside group _next - 1
         self._error: BaseException | None = None
         self._done = False
         self.fetched = 0  # downloads made by this reader (tests count them)
+        self.fetched_bytes = 0  # and their bytes
         self.peak = 0  # the most bytes this reader held at once
         self._owner = this_owner()  # in the names of this reader's links and downloads
         self._id = f"{self._owner}-{uuid.uuid4().hex[:8]}.reading"
@@ -166,15 +201,38 @@ class ShardCache:
             )
         return os.path.join(self.folder, name)
 
-    def _shared(self, index: int) -> str:
-        """The shard's file in the cache folder (``_name``; every other file of the shard,
-        the lock, the downloads and the links, is this path and a suffix)."""
-        return self._names[index]
+    def _shared(self, key) -> str:
+        """The file of a shard or run in the cache folder (``_name``, and a run's records
+        after a ``~``; every other file of it, the lock, the downloads and the links, is
+        this path and a suffix)."""
+        if isinstance(key, int):
+            return self._names[key]
+        return f"{self._names[key[0]]}~{key[1]}-{key[2]}"
 
-    def local(self, index: int) -> str:
-        """This reader's path of shard ``index``: a hard link to the shared file, so that
-        another reader evicting the shard never removes a file this one reads."""
-        return f"{self._shared(index)}.{self._id}"
+    def local(self, key) -> str:
+        """This reader's path of a shard or run: a hard link to the shared file, so that
+        another reader evicting it never removes a file this one reads."""
+        return f"{self._shared(key)}.{self._id}"
+
+    def _size(self, key) -> int:
+        if isinstance(key, int):
+            return self.shards[key]["num_bytes"]
+        return _span(self.shards[key[0]]["table"], key[1], key[2])[1]
+
+    def runs(self, files, starts, stops, first: bool = False) -> tuple:
+        """``enter`` for a reader of runs: a group's runs by their columns; returns for
+        each run its local path, the record it holds first, its bytes and its records
+        (a whole shard's copy: 0, the listed size and count; a run's: its own)."""
+        group = keys(files, starts, stops, self.by_run)
+        paths = self.enter(group, first)
+        if not self.by_run:
+            shards = [self.shards[i] for i in group]
+            return (
+                paths,
+                [0] * len(group),
+                *zip(*((s["num_bytes"], s["num_examples"]) for s in shards)),
+            )
+        return paths, list(starts), [self._size(k) for k in group], [k[2] - k[1] for k in group]
 
     def enter(self, group, first: bool = False) -> list[str]:
         """The reader is done with its group and starts the next: waits until that
@@ -182,7 +240,7 @@ class ShardCache:
         ``first``: the read's first group, where a new pass over the read starts (a
         tf.data dataset is iterated again each Keras epoch: the fetching starts over,
         keeping the copies it holds)."""
-        group = tuple(int(i) for i in group)
+        group = tuple(group)
         if first and self._next:  # the reader entered groups of an earlier pass
             self._restart()
         with self._lock:
@@ -235,7 +293,7 @@ class ShardCache:
             future = collections.deque(itertools.islice(groups, LOOKAHEAD))
             with ThreadPoolExecutor(self.options.in_flight) as pool:
                 while future:
-                    group = tuple(int(i) for i in future.popleft())
+                    group = tuple(future.popleft())
                     future.extend(itertools.islice(groups, 1))
                     with self._lock:
                         # at most AHEAD groups ahead of the reader: a cache that holds
@@ -274,12 +332,13 @@ class ShardCache:
             self._done = True
             self._lock.notify_all()
 
-    def _make_room(self, index: int, fetching: int, future, run: int) -> bool:
-        """Waits until shard ``index`` fits beside what is held and in flight, evicting
-        shards no group from the reader's to the one being fetched needs, the one
-        needed again latest first (the plan says when: ``future`` holds the next
-        groups); reserves its bytes. False: closed, or a new pass began."""
-        size = self.shards[index]["num_bytes"]
+    def _make_room(self, index, fetching: int, future, run: int) -> bool:
+        """Waits until shard or run ``index`` fits beside what is held and in flight,
+        evicting those no group from the reader's to the one being fetched needs, the
+        one needed again latest first (the plan says when: ``future`` holds the next
+        groups; a run is never needed again); reserves its bytes. False: closed, or a
+        new pass began."""
+        size = self._size(index)
         with self._lock:
             while self._live(run):
                 if sum(self._held.values()) + sum(self._pending.values()) + size <= (
@@ -294,27 +353,27 @@ class ShardCache:
                     next_use = {}
                     for k, g in enumerate(future):
                         for i in g:
-                            next_use.setdefault(int(i), k)
+                            next_use.setdefault(i, k)
                     self._evict(max(idle, key=lambda i: next_use.get(i, len(future))))
                 else:
                     self._lock.wait(0.5)  # the reader must finish its group first
             return False
 
-    def _evict(self, index: int) -> None:
+    def _evict(self, index) -> None:
         """Drops this reader's link; the shared file goes with the last reader's."""
         self._held.pop(index)
         unlink(self.local(index), self._shared(index))
 
-    def _fetch(self, index: int) -> None:
+    def _fetch(self, index) -> None:
         try:
             self._fetch_locked(index)
         except OSError as e:
             if e.errno not in (errno.ENOSPC, errno.EDQUOT):
                 raise
-            shard = self.shards[index]
+            shard = self.shards[index if isinstance(index, int) else index[0]]
             raise DatasetError(
                 f"cache folder {self.folder} is full ({e.strerror}) fetching {shard['path']} "
-                f"({shard['num_bytes']:,} bytes): free space there, or lower cache_limit, "
+                f"({self._size(index):,} bytes): free space there, or lower cache_limit, "
                 "or pass a cache_dir on a disk with room"
             ) from None
         with self._lock:
@@ -322,14 +381,15 @@ class ShardCache:
             self.peak = max(self.peak, sum(self._held.values()))
             self._lock.notify_all()
 
-    def _fetch_locked(self, index: int) -> None:
-        """Shard ``index`` in place, and this reader's link to it, under the shard's lock."""
-        shard, path = self.shards[index], self._shared(index)
+    def _fetch_locked(self, index) -> None:
+        """Shard or run ``index`` in place, and this reader's link to it, under its lock."""
+        path = self._shared(index)
+        shard = self.shards[index if isinstance(index, int) else index[0]]
         lock = lock_shard(path)  # one reader fetches; the others find it
         try:
-            if not (os.path.exists(path) and os.path.getsize(path) == shard["num_bytes"]):
+            if not (os.path.exists(path) and os.path.getsize(path) == self._size(index)):
                 for attempt in (1, 2):
-                    problem = self._download(shard, path)
+                    problem = self._download(index, path)
                     if problem is None:
                         break
                     if attempt == 2:
@@ -342,26 +402,66 @@ class ShardCache:
         finally:
             release_shard(lock, path)
 
-    def _download(self, shard: dict, path: str) -> str | None:
+    def _download(self, index, path: str) -> str | None:
         """Fetches into a temporary name and renames into place; None, or what was wrong."""
         tmp = f"{path}.{self._owner}-{uuid.uuid4().hex[:8]}.part"  # swept if this reader dies
         try:
             with open(tmp, "wb") as out:
-                checked = _Checked(out, shard["num_bytes"])
-                with contextlib.suppress(_TooLarge):  # it stops the download there
-                    storage.download(shard["path"], checked)
-            self.fetched += 1
-            if checked.over:
-                return f"more bytes than the {shard['num_bytes']:,} listed fetched"
-            if checked.size != shard["num_bytes"]:
-                return f"{checked.size:,} bytes fetched, {shard['num_bytes']:,} listed"
-            if "sha256" in shard and checked.digest.hexdigest() != shard["sha256"]:
-                return "sha256 differs from the one listed"
-            os.replace(tmp, path)
-            return None
+                problem = (self._whole if isinstance(index, int) else self._range)(index, out)
+            if problem is None:
+                os.replace(tmp, path)
+            return problem
         finally:
             if os.path.exists(tmp):
                 os.remove(tmp)
+
+    def _whole(self, index: int, out) -> str | None:
+        """A whole shard into ``out``, checked by its size and sha256."""
+        shard = self.shards[index]
+        checked = _Checked(out, shard["num_bytes"])
+        with contextlib.suppress(_TooLarge):  # it stops the download there
+            storage.download(shard["path"], checked)
+        self._count(checked.size)
+        if checked.over:
+            return f"more bytes than the {shard['num_bytes']:,} listed fetched"
+        if checked.size != shard["num_bytes"]:
+            return f"{checked.size:,} bytes fetched, {shard['num_bytes']:,} listed"
+        if "sha256" in shard and checked.digest.hexdigest() != shard["sha256"]:
+            return "sha256 differs from the one listed"
+        return None
+
+    def _range(self, key: tuple, out) -> str | None:
+        """Records ``start`` to ``stop`` of a shard into ``out``, in one ranged request,
+        checked by their size and each record's framing (length and CRCs)."""
+        index, start, stop = key
+        shard, table = self.shards[index], self.shards[index]["table"]
+        offset, size = _span(table, start, stop)
+        data = storage.read_range(shard["path"], size, offset) if size else b""
+        if size:
+            self._count(len(data))
+        if len(data) != size:
+            return f"{len(data):,} bytes fetched of records {start}-{stop}, {size:,} listed"
+        for r in range(start, stop):
+            at, length = (int(v) for v in table[r])
+            try:
+                tfrecord.unframe(data[at - offset : at - offset + length], shard["path"], r, at)
+            except tfrecord.CorruptRecord as e:
+                return f"records {start}-{stop}: {e}"
+        out.write(data)
+        return None
+
+    def _count(self, size: int) -> None:
+        with self._lock:
+            self.fetched += 1
+            self.fetched_bytes += size
+
+
+def _span(table, start: int, stop: int) -> tuple[int, int]:
+    """(offset, bytes) of records ``start`` to ``stop`` of a shard with DALI index ``table``."""
+    if start >= stop:
+        return 0, 0
+    end = int(table[stop - 1][0]) + int(table[stop - 1][1])
+    return int(table[start][0]), end - int(table[start][0])
 
 
 class _Checked:

@@ -21,6 +21,7 @@ from schemas import layout
 from schemas.info import DatasetError
 
 _COPY = re.compile(r"[0-9a-f]{32}-(.+)")  # a copy's name: its key, its shard's file name
+_RUN = re.compile(r"~[0-9]+-[0-9]+$")  # after it, a run's records
 
 
 def default_cache_dir() -> str:
@@ -134,7 +135,7 @@ def _kind(name: str) -> tuple[str, str, str]:
     elif name.endswith((".reading", ".part")):
         copy, tag, kind = name.rsplit(".", 2)
         owner = tag.rsplit("-", 1)[0]
-    match = _COPY.fullmatch(copy)
+    match = _COPY.fullmatch(_RUN.sub("", copy))  # a run's copy: its shard's name, ~START-STOP
     return copy, owner, kind if match and layout.is_shard_name(match[1]) else ""
 
 

@@ -26,8 +26,8 @@ class Records:
         self._sizes = [s["num_bytes"] for s in shards]
         counts = [s["num_examples"] for s in shards]
         self._firsts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-        self._fds: dict[int, int] = {}  # shard -> an open descriptor, opened on first use
-        self._local: dict[int, str] = {}  # shard -> the cache's local copy (see ``use``)
+        self._fds: dict[str, int] = {}  # path -> an open descriptor, opened on first use
+        self._copies: dict[int, list] = {}  # shard -> the cache's local copies (``use``)
 
     def __enter__(self) -> Records:
         return self
@@ -41,24 +41,34 @@ class Records:
     def get(self, i: int) -> bytes:
         return self._get(i, self._fds)
 
-    def use(self, local: dict[int, str]) -> None:
-        """Reads these shards (by index) from these local copies, and closes the
-        descriptors of every other shard (an evicted copy must not stay open)."""
-        for f in [f for f in self._fds if f not in local]:
-            os.close(self._fds.pop(f))
-        self._local = local
+    def use(self, copies) -> None:
+        """Reads records from these local copies, (shard index, first record, end, path)
+        each (a run's records, or a whole shard's), and closes the descriptors of every
+        other copy (an evicted copy must not stay open)."""
+        self._copies = {}
+        for f, first, end, path in copies:
+            table = self._tables[f]
+            base = int(table[first][0]) if first < end else 0
+            size = int(table[end - 1][0] + table[end - 1][1]) - base if first < end else 0
+            self._copies.setdefault(int(f), []).append((int(first), int(end), path, base, size))
+        paths = {c[2] for copies in self._copies.values() for c in copies}
+        for path in [p for p in self._fds if p not in paths]:
+            os.close(self._fds.pop(path))
 
-    def _get(self, i: int, fds: dict[int, int]) -> bytes:
+    def _get(self, i: int, fds: dict[str, int]) -> bytes:
         f = int(np.searchsorted(self._firsts, i, side="right")) - 1
         r = i - int(self._firsts[f])
         offset, size = (int(v) for v in self._tables[f][r])
-        path = self._local.get(f, self._paths[f])
+        path, base, listed = self._paths[f], 0, self._sizes[f]
+        for first, end, copy, copy_base, copy_size in self._copies.get(f, ()):
+            if first <= r < end:
+                path, base, listed = copy, copy_base, copy_size
         if storage.is_url(path):  # a lead from a bucket: one ranged request
             framed = storage.read_range(path, size, offset)
         else:
-            if f not in fds:
-                fds[f] = open_shard(path, self._sizes[f])  # removed or replaced since?
-            framed = os.pread(fds[f], size, offset)
+            if path not in fds:
+                fds[path] = open_shard(path, listed)  # removed or replaced since?
+            framed = os.pread(fds[path], size, offset - base)
         try:
             return tfrecord.unframe(framed, path, r, offset)
         except tfrecord.CorruptRecord as e:
@@ -68,7 +78,7 @@ class Records:
         """The records of ``ids``, as an object array of bytes (a chunk for tf.data).
         Safe from several threads at once (tf.data runs chunks in parallel): each call
         opens and closes its own descriptors."""
-        fds: dict[int, int] = {}
+        fds: dict[str, int] = {}
         try:
             return np.array([self._get(int(i), fds) for i in ids], dtype=object)
         finally:

@@ -92,17 +92,21 @@ class _Part:
         of the later ones, those that give this worker nothing too)."""
         plan = self.share.plan
         ids, group = plan.raw_order(epoch)
-        files = plan.runs(epoch).file
         step = plan.window if plan.windowed else 1024
-        first = position - position % step
+        first = position - position % step if plan.windowed else position
+        # the runs the cache fetches: the opened group's moved past what they gave
+        runs = plan.resume(epoch, position).runs if opened else plan.runs(epoch)
         entered = int(group[first]) - 1 if opened else -1
+        before = entered + 1  # groups before the first of ``runs``
 
         def enter_through(g: int) -> None:
             nonlocal entered
             while entered < g:
                 entered += 1
-                shards = files[entered * plan.cycle : (entered + 1) * plan.cycle]
-                self.own.use(dict(zip((int(f) for f in shards), cache.enter(shards))))
+                part = slice((entered - before) * plan.cycle, (entered + 1 - before) * plan.cycle)
+                columns = (runs.file[part], runs.start[part], runs.stop[part])
+                paths, shift, _, count = cache.runs(*columns)
+                self.own.use(zip(runs.file[part], shift, np.add(shift, count), paths))
 
         for w, start in enumerate(range(first, len(ids), step), start=first // step):
             stop = min(start + step, len(ids))

@@ -124,27 +124,25 @@ class Stream:
     def _group(self, files, starts, stops, first):
         """One group of runs, read round-robin ``block`` records at a time; ``first``:
         the first group of a pass over the read."""
-        paths = tf.gather(self.paths, files)
+        paths, sizes, counts = (tf.gather(t, files) for t in (self.paths, self.sizes, self.counts))
         if self.shard_cache is not None:  # the local copies, once the cache has them
-            paths = tfcall.call(
-                lambda f, new: np.array(self.shard_cache.enter(f, bool(new)), dtype=object),
-                [files, first],
-                tf.string,
+            paths, shift, sizes, counts = tfcall.call(
+                lambda *run: self._local(*run),
+                [files, starts, stops, first],
+                (tf.string, tf.int64, tf.int64, tf.int64),
                 stateful=True,
             )
-            paths.set_shape(files.shape)
+            for part in (paths, shift, sizes, counts):
+                part.set_shape(files.shape)
+            starts, stops = starts - shift, stops - shift  # a run's copy holds it alone
 
-        def read(path, f, start, stop):
-            listed = tf.gather(self.counts, f)
+        def read(path, size, listed, start, stop):
             # The shard is opened and checked as each run starts (one Python call a run,
             # not a record), and TensorFlow reads it through that descriptor: a shard
             # removed under the read stops it naming the shard, where TFRecordDataset
             # under ignore_errors retried a file it could not open forever.
             held, token = tfcall.call(
-                self.held.open,
-                [path, tf.gather(self.sizes, f)],
-                (tf.string, tf.int64),
-                stateful=True,
+                self.held.open, [path, size], (tf.string, tf.int64), stateful=True
             )
             held.set_shape([])
             token.set_shape([])
@@ -153,9 +151,15 @@ class Stream:
 
         # A sequential interleave: a parallel one nested in flat_map is not
         # autotuned, and its threads cost 30% of the decode rate on 2 cores.
-        return tf.data.Dataset.from_tensor_slices((paths, files, starts, stops)).interleave(
+        runs = (paths, sizes, counts, starts, stops)
+        return tf.data.Dataset.from_tensor_slices(runs).interleave(
             read, cycle_length=self.plan.cycle, block_length=self.plan.block
         )
+
+    def _local(self, files, starts, stops, first):
+        """The cache's local copies of a group's runs (``ShardCache.runs``), as arrays."""
+        paths, *columns = self.shard_cache.runs(files, starts, stops, bool(first))
+        return (np.array(paths, dtype=object), *(np.array(c, np.int64) for c in columns))
 
 
 class _Held:

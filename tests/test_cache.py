@@ -12,6 +12,7 @@ import random
 import shutil
 import stat
 
+import numpy as np
 import pytest
 
 from reader.cache import CacheOptions, ShardCache, open_cache
@@ -50,7 +51,10 @@ def _open(shards: list[dict], groups: list[tuple], cache_dir: str | None = None)
     """The cache as a reader opens it (``open_cache``), for these groups, 1 MB at most."""
     from types import SimpleNamespace
 
-    plan = SimpleNamespace(cycle=1, groups=lambda start, epochs: iter(groups))
+    from reader.order.plan import Runs
+
+    runs = [Runs(np.array(g), np.zeros(len(g), int), np.ones(len(g), int)) for g in groups]
+    plan = SimpleNamespace(cycle=1, groups=lambda start, epochs: iter(runs))
     read = SimpleNamespace(shards=shards, plan=plan, start=0)
     return open_cache(read, SimpleNamespace(cache_dir=cache_dir, cache_limit=10**6, epochs=1))
 

@@ -164,21 +164,23 @@ class ReadPlan:
         return np.concatenate(parts)[keep], group[keep]
 
     def groups(self, start: int, epochs: int | None):
-        """The files of each group of runs, in the order a read from ``start`` (counted
+        """The runs of each group (``Runs``), in the order a read from ``start`` (counted
         over all epochs) opens them: every group, those that give this worker nothing
-        too. The bucket cache fetches along it."""
+        too, the first one's runs moved past what they gave. The bucket cache fetches
+        along it."""
         epoch, position = divmod(start, self.size)
         end = (1 << 62) if epochs is None else epochs
         if epoch >= end:
             return
-        files = self.resume(epoch, position).runs.file
+        runs = self.resume(epoch, position).runs
         while True:
-            for g in range(0, len(files), self.cycle):
-                yield files[g : g + self.cycle]
+            for g in range(0, len(runs.file), self.cycle):
+                part = slice(g, g + self.cycle)
+                yield Runs(runs.file[part], runs.start[part], runs.stop[part])
             epoch += 1
             if epoch >= end:
                 return
-            files = self.runs(epoch).file
+            runs = self.runs(epoch)
 
     def epoch_order(self, epoch) -> np.ndarray:
         """Global ids (file start + record index) of the worker's records in read order."""
