@@ -189,6 +189,89 @@ def test_make_dataset_streams_a_bucket_through_a_bounded_cache(bucket, local_dat
         reader.make_dataset(url, "train", 4, cache_dir=str(tmp_path / "d"), cache_limit=10, **opts)
 
 
+@pytest.fixture
+def downloads(monkeypatch):
+    """Bytes the process fetched from a store, by the store calls the cache makes (they
+    still fetch: this counts, it stands in for nothing)."""
+    fetched = []
+    read_range, download = storage.read_range, storage.download
+
+    def counted_range(path, size, start=0):
+        data = read_range(path, size, start)
+        fetched.append(len(data))
+        return data
+
+    def counted_download(path, out):
+        class Out:
+            def write(self, chunk):
+                fetched.append(len(chunk))
+                return out.write(chunk)
+
+        return download(path, Out())
+
+    monkeypatch.setattr(storage, "read_range", counted_range)
+    monkeypatch.setattr(storage, "download", counted_download)
+    return fetched
+
+
+def test_a_tight_cache_downloads_each_byte_once_an_epoch(
+    bucket, local_dataset, tmp_path, downloads
+):
+    """Under a limit that cannot hold the worker's shards, the cache fetches runs (byte
+    ranges), not shards: each shard's runs are read in different groups of an epoch, and
+    a shard fetched whole for one run was evicted and fetched again for the next. Each
+    byte of the split is downloaded at most once an epoch (a run whose cut points an epoch
+    draws again may still be held), on tf.data and on the record source, and the read is
+    the folder's, record for record; with a limit that holds the split, once in all."""
+    import reader
+    from reader.options import ReadOptions
+    from reader.source import RecordSource
+
+    url = bucket.upload(local_dataset, "runs/out")
+    shards = reader.load_info(url)["splits"]["train"]["shards"]
+    split = sum(s["num_bytes"] for s in shards)
+    sizes = sorted(s["num_bytes"] for s in shards)
+    opts = dict(seed=5, decode=False, epochs=3, cycle_length=2)
+    want = [
+        k for b in reader.make_dataset(local_dataset, "train", 4, **opts) for k in b["key"].numpy()
+    ]
+    for limit, most in ((sizes[-1] + sizes[-2], 3 * split), (split, split)):
+        downloads.clear()
+        cache = dict(cache_dir=str(tmp_path / f"tf{limit}"), cache_limit=limit)
+        ds = reader.make_dataset(url, "train", 4, **opts, **cache)
+        assert [k for b in ds for k in b["key"].numpy()] == want
+        assert most - split < sum(downloads) <= most, limit
+
+        downloads.clear()
+        cache["cache_dir"] = str(tmp_path / f"source{limit}")
+        source = RecordSource(url, "train", 4, ReadOptions(**opts, **cache))
+        assert [k for b in source for k in b.key] == [k.decode() for k in want]
+        assert most - split < sum(downloads) <= most, limit
+
+
+def test_a_run_that_does_not_match_its_index_is_fetched_again_then_named(
+    bucket, local_dataset, tmp_path
+):
+    """A run's copy is checked record by record (length and CRCs, as the index places
+    them): a flipped byte is fetched again once, then named with the shard and its
+    records."""
+    import reader
+
+    url = bucket.upload(local_dataset, "badrun/out")
+    shards = load_info(url)["splits"]["train"]["shards"]
+    name = shards[0]["file"]
+    data = bytearray(bucket.get(f"badrun/out/{name}"))
+    data[30] ^= 0xFF  # inside the first record's data: its CRC tells
+    bucket.put(f"badrun/out/{name}", bytes(data))
+    limit = 2 * max(s["num_bytes"] for s in shards)
+    opts = dict(seed=1, decode=False, cycle_length=2, cache_limit=limit)
+    ds = reader.make_dataset(url, "train", 4, cache_dir=str(tmp_path), **opts)
+    with pytest.raises(Exception) as e:
+        list(ds)
+    line = reader.one_line(e.value)
+    assert f"{url}/{name}: records 0-" in line and "twice: the object in the bucket" in line, line
+
+
 def test_the_cache_fetches_ahead_in_plan_order_within_its_limit(bucket, local_dataset, tmp_path):
     """The cache alone, against the bucket: a reader entering groups finds their shards
     local; the folder (sampled at every group) never holds more than the limit; two

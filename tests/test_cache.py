@@ -424,3 +424,25 @@ def test_a_full_disk_under_the_cache_is_one_line_naming_folder_and_shard(bucket,
         assert not [n for n in os.listdir(small) if n.endswith(".part")]
     finally:
         subprocess.run(["umount", "-l", str(small)], check=True)
+
+
+def test_the_files_of_a_runs_copy_are_swept_as_a_shards_are(tmp_path):
+    """A tight cache keeps runs of shards (``NAME~START-STOP``): a dead reader's link and
+    download of one, and then the copy and lock no reader uses, are swept; a run-like
+    name the cache does not make stays."""
+    from reader.cache_folder import _kind, _namespace, sweep
+
+    copy = f"{'a' * 32}-train-00000-of-00002.tfrecord~3-9"
+    assert _kind(copy) == (copy, "", "copy") and _kind(f"{copy}.lock")[2] == "lock"
+    dead = f"{_namespace()}-{2**22 + 11}-1"  # this namespace, a PID no process has
+    made = [copy, f"{copy}.lock", f"{copy}.{dead}-0abc.reading", f"{copy}.{dead}-0abd.part"]
+    for name in made[:3]:
+        (tmp_path / name).write_bytes(b"run")
+    os.remove(tmp_path / made[2])
+    os.link(tmp_path / copy, tmp_path / made[2])  # the dead reader's link to the copy
+    (tmp_path / made[3]).write_bytes(b"half")
+    theirs = f"{'a' * 32}-notes.txt~3-9"
+    (tmp_path / theirs).write_bytes(b"x")
+    assert _kind(made[2])[1:] == (dead, "reading") and _kind(theirs)[2] == ""
+    sweep(str(tmp_path))
+    assert os.listdir(tmp_path) == [theirs]
