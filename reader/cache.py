@@ -12,6 +12,16 @@ finish its group. It runs at most ``AHEAD`` groups ahead of the reader (a cache
 that holds every shard has nothing to fetch, and an endless read never ends). A
 reader waits only when it outruns the fetches.
 
+What is fetched depends on the limit (``by_runs``). One that holds the worker's
+shards gets each shard whole, once for the whole read, checked against its
+sha256. One that does not gets **runs**: a run is the stretch of one shard that
+one group reads, so it is fetched as one ranged request (the DALI index gives
+its bytes), checked record by record (length and CRCs), and never needed again
+once its group is left. Each shard's runs lie in different groups of an epoch,
+so whole shards under a tight limit were evicted between their runs and
+fetched again (1.6x the split an epoch at a quarter-split limit); runs make it
+each byte once an epoch, with the read order unchanged.
+
 Several processes on one machine (local ranks) share one cache folder: a shard is
 fetched under a lock of its own, into a temporary name, checked against the size
 and sha256 dataset_info.json lists (fetched again once if it does not match, then
