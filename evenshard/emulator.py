@@ -7,7 +7,7 @@ GCS filesystem honour it; TensorFlow's own GCS client does not), and stops it
 and restores the variable on leaving.
 
 The server is gcp-storage-emulator's, with two things GCS does that it lacks
-(``python -m evenshard.emulator PORT`` runs it so):
+(``python -m evenshard.emulator PORT [LOG]`` runs it so):
 - requests are served concurrently, as GCS serves them (its own server answers
   one at a time, so a reader's fetches in flight would queue);
 - the ``ifGenerationMatch`` precondition, as GCS documents it: a request whose
@@ -36,13 +36,15 @@ def upload(bucket, local: str, prefix: str) -> str:
 
 
 @contextlib.contextmanager
-def gcs_emulator():
-    """The server, running; yields a google-cloud-storage client of it."""
+def gcs_emulator(log: str | None = None):
+    """The server, running; yields a google-cloud-storage client of it. ``log``: a file
+    the server appends a line to for each download it answers, ``OBJECT<TAB>BYTES``
+    (the benchmarks count egress by it)."""
     from schemas import storage, stores
 
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "evenshard.emulator", str(port)],
+        [sys.executable, "-m", "evenshard.emulator", str(port), *([log] if log else [])],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -115,8 +117,9 @@ def _wait_for(port: int, proc, what: str) -> None:
             time.sleep(0.1)
 
 
-def _serve(port: int) -> None:
-    """gcp-storage-emulator on 127.0.0.1:port, in memory, concurrent, with ifGenerationMatch."""
+def _serve(port: int, log: str | None = None) -> None:
+    """gcp-storage-emulator on 127.0.0.1:port, in memory, concurrent, with ifGenerationMatch;
+    ``log``: each download answered, as a line ``OBJECT<TAB>BYTES`` appended there."""
     import http.server
     import logging
     import threading
@@ -127,6 +130,7 @@ def _serve(port: int) -> None:
 
     logging.disable(logging.CRITICAL)
     writes = threading.Lock()  # a precondition's check and the write it guards: one step
+    logged = threading.Lock()  # one line of the log at a time
     reads = {objects.get, objects.download, objects.ls, objects.acl_list}
 
     def guarded(handler):
@@ -154,7 +158,12 @@ def _serve(port: int) -> None:
                             }
                         )
                         return None
-                return handler(request, response, storage, *args, **kwargs)
+                answer = handler(request, response, storage, *args, **kwargs)
+            if log and handler is objects.download:
+                with logged:
+                    with open(log, "a") as f:
+                        f.write(f"{_object_name(request)}\t{len(response._content)}\n")
+            return answer
 
         return handle
 
@@ -180,4 +189,4 @@ def _object_name(request) -> str:
 
 
 if __name__ == "__main__":
-    _serve(int(sys.argv[1]))
+    _serve(int(sys.argv[1]), *sys.argv[2:3])

@@ -656,3 +656,44 @@ def test_a_dataloader_worker_reads_a_bucket(bucket, local_dataset, tmp_path, bac
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1].startswith("read"), done.stdout
+
+
+def test_the_servers_own_log_shows_a_tight_cache_fetching_the_split_once_an_epoch(
+    local_dataset, tmp_path
+):
+    """The loopback GCS server logs each download it answers (object, bytes): the
+    benchmarks count egress by it. Two epochs at the smallest limit allowed: every
+    byte fetched at most twice, each line a train shard, ranged (less than a shard)."""
+    import reader
+    from evenshard.emulator import gcs_emulator, upload
+
+    log = str(tmp_path / "requests.log")
+    shards = reader.load_info(local_dataset)["splits"]["train"]["shards"]
+    split, sizes = sum(s["num_bytes"] for s in shards), sorted(s["num_bytes"] for s in shards)
+    with gcs_emulator(log=log) as client:
+        url = upload(client.create_bucket("logged"), local_dataset, "ds")
+        with open(log, "a"):
+            pass  # the reads below are what is logged
+        before = os.path.getsize(log)
+        ds = reader.make_dataset(
+            url,
+            "train",
+            4,
+            seed=7,
+            decode=False,
+            epochs=2,
+            cycle_length=2,
+            cache_dir=str(tmp_path / "c"),
+            cache_limit=sizes[-1] + sizes[-2],
+        )
+        assert sum(int(b["label"].shape[0]) for b in ds) == 2 * sum(
+            s["num_examples"] for s in shards
+        )
+    with open(log) as f:
+        f.seek(before)
+        lines = [line.rstrip("\n").split("\t") for line in f]
+    files = {s["file"]: s["num_bytes"] for s in shards}
+    fetched = [(name.rsplit("/", 1)[-1], int(n)) for name, n in lines if name.endswith(".tfrecord")]
+    assert fetched and all(f in files and n <= files[f] for f, n in fetched)
+    assert any(n < files[f] for f, n in fetched)  # ranged: runs, not shards
+    assert split < sum(n for _, n in fetched) <= 2 * split
