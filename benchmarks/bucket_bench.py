@@ -33,6 +33,7 @@ from _common import WORK, bench_main, convert_once, make_jpegs, verdict  # noqa:
 BATCH = 256
 SIZE = (64, 64)
 EPOCHS = 6  # read each time; rates are epochs 1 and 2's
+REPEAT_EPOCHS = 40  # of the orders alone, for neighbour repeats
 
 
 def _disk(folder: str) -> int:
@@ -76,6 +77,11 @@ def measure(a) -> dict:
     info = reader.load_info(local)
     n = info["splits"]["train"]["num_examples"]
     total = info["splits"]["train"]["num_bytes"]
+    # the same images in 384 shards: a 5 % limit holds 16 of them, the default cycle
+    local384 = convert_once(
+        src, os.path.join(WORK, "bucket384_20000"), "--splits=train=1.0", "--num_shards=384"
+    )
+    total384 = reader.load_info(local384)["splits"]["train"]["num_bytes"]
     per_epoch = n // BATCH
     result = {"images": n, "split_bytes": total}
     log = os.path.join(WORK, "bucket_requests.log")
@@ -83,6 +89,7 @@ def measure(a) -> dict:
         os.remove(log)
     with gcs_emulator(log=log) as client:
         url = upload(client.create_bucket("bench"), local, "ds")
+        url384 = upload(client.bucket("bench"), local384, "ds384")
 
         def served() -> tuple[int, int]:
             """(downloads, bytes) the server's log holds."""
@@ -143,18 +150,19 @@ def measure(a) -> dict:
 
         # round-robin, best of 2 each epoch: a slow spell of this noisy machine
         # does not land on one configuration only
-        configs = {
-            "local": {},
-            "local_cycle4": dict(cycle_length=4),
-            "bucket_whole": dict(cache_limit=total + 1),
-            "bucket_quarter": dict(cache_limit=total // 4),
-            "bucket_5pct": dict(cache_limit=total // 20, cycle_length=4),
+        configs = {  # name: (data, options, the local read of the same order)
+            "local": (local, {}, None),
+            "local_cycle4": (local, dict(cycle_length=4), None),
+            "local_384": (local384, {}, None),
+            "bucket_whole": (url, dict(cache_limit=total + 1), "local"),
+            "bucket_quarter": (url, dict(cache_limit=total // 4), "local"),
+            "bucket_5pct": (url, dict(cache_limit=total // 20, cycle_length=4), "local_cycle4"),
+            "bucket_5pct_384": (url384, dict(cache_limit=total384 // 20), "local_384"),
         }
         runs, orders = {}, {}
         for _ in range(2):
-            for name, kwargs in configs.items():
-                data = local if name.startswith("local") else url
-                if not name.startswith("local"):
+            for name, (data, kwargs, _) in configs.items():
+                if data.startswith("gs://"):
                     kwargs["cache_dir"] = os.path.join(WORK, f"cache_{name}")
                 got = epochs(data, **kwargs)
                 best = runs.setdefault(name, {"records_per_s": [0, 0], "peak_cache_bytes": 0})
@@ -166,13 +174,30 @@ def measure(a) -> dict:
                 best["cycle_length"] = kwargs.get("cycle_length", 16)
                 for key in ("downloads", "bytes", "label_mix", "neighbour_repeats_x"):
                     best[key] = got[key]
-                best["split_per_epoch"] = round(got["bytes"] / EPOCHS / total, 3)
+                split = total384 if data in (local384, url384) else total
+                best["split_per_epoch"] = round(got["bytes"] / EPOCHS / split, 3)
+                best["shards"] = 384 if data in (local384, url384) else 96
                 orders.setdefault(name, got["keys"])
         # the bucket reads' order is the folder's, record for record
-        for name in runs:
-            like = "local_cycle4" if name == "bucket_5pct" else "local"
-            runs[name]["order_as_local"] = orders[name] == orders[like]
+        for name, (_, _, like) in configs.items():
+            runs[name]["order_as_local"] = None if like is None else orders[name] == orders[like]
         result["read"] = runs
+
+        # the orders themselves over many epochs (the reads above give about 2 chance
+        # repeats an epoch pair, too few): keys only, no decoding, from the folder
+        def repeats_over(data: str, epochs: int, **opts) -> float:
+            ds = reader.make_dataset(
+                data, "train", 1024, seed=0, decode=False, epochs=epochs, **opts
+            )
+            keys = [k for b in ds for k in b["key"].numpy().tolist()]
+            orders = [keys[e * n : (e + 1) * n] for e in range(epochs)]
+            pairs = sum(neighbour_repeats(a, b) for a, b in zip(orders, orders[1:]))
+            return round(pairs / (epochs - 1) / independent_neighbour_repeats(n), 2)
+
+        result["repeats_40_epochs"] = {
+            "96 shards, cycle_length 4": repeats_over(local, REPEAT_EPOCHS, cycle_length=4),
+            "384 shards, cycle_length 16": repeats_over(local384, REPEAT_EPOCHS),
+        }
         # convert: bucket to bucket against local to local, 5,000 images
         five = make_jpegs(os.path.join(WORK, "jpegs_5000"), 5_000)
         images = upload(client.bucket("bench"), five, "images")
@@ -204,19 +229,22 @@ def render(r: dict) -> str:
     peaks_ok = all(
         v["peak_cache_bytes"] <= v["cache_limit"] for v in read.values() if v["cache_limit"]
     )
-    egress = tight["split_per_epoch"]
-    mix = tight["label_mix"] / read["local"]["label_mix"]
-    repeats = tight["neighbour_repeats_x"]
+    tight384 = read["bucket_5pct_384"]
+    egress = max(tight["split_per_epoch"], tight384["split_per_epoch"])
+    mixes = [v["label_mix"] / read["local"]["label_mix"] for v in (tight, tight384)]
+    mix = max(mixes, key=lambda m: abs(m - 1))
+    repeats = r["repeats_40_epochs"]
+    few, many = repeats["96 shards, cycle_length 4"], repeats["384 shards, cycle_length 16"]
 
     def bytes_(v: dict, key: str) -> str:
         return "" if v["cache_limit"] is None else f"{v[key]:,}"
 
     rows = "\n".join(
-        f"| {name} | {v['cycle_length']} | {v['records_per_s'][0]:,} | "
+        f"| {name} | {v['shards']} | {v['cycle_length']} | {v['records_per_s'][0]:,} | "
         f"{v['records_per_s'][1]:,} | {bytes_(v, 'cache_limit')} | "
         f"{bytes_(v, 'peak_cache_bytes')} | {v['downloads']:,} | {v['split_per_epoch']:.2f} | "
         f"{v['label_mix']:.3f} | {v['neighbour_repeats_x']:.2f} | "
-        f"{'yes' if v['order_as_local'] else 'NO'} |"
+        f"{ {None: '—', True: 'yes', False: 'NO'}[v['order_as_local']] } |"
         for name, v in read.items()
     )
     return f"""## reading from a bucket — `benchmarks/bucket_bench.py`
@@ -224,7 +252,7 @@ def render(r: dict) -> str:
 Against a GCS API server on loopback (gcp-storage-emulator, run threaded by
 `evenshard/emulator.py`: a Python server on the same 2 cores as the reader,
 far slower than GCS; the ratios say what a slow store costs). {r["images"]:,}
-JPEGs in 96 shards ({r["split_bytes"]:,} bytes), decode + resize to 64×64,
+JPEGs in 96 shards ({r["split_bytes"]:,} bytes; 384 for the `_384` reads), decode + resize to 64×64,
 batch 256, six epochs; each configuration read twice, round-robin, the best
 rate of epochs 1 and 2 kept (each read starts with an empty cache folder).
 Downloads and bytes are the server's own log of the downloads it answered
@@ -234,29 +262,40 @@ batches); neighbour repeats are the pairs adjacent in an epoch and the next,
 pooled over the 5 such pairs of epochs, against two independent shuffles (1.00
 = independent: about 2 pairs of 20,000 each time). "Same order" says the read
 gave the local read's keys in the local read's order (`bucket_5pct` against
-`local_cycle4`, the others against `local`).
+`local_cycle4`, `bucket_5pct_384` against `local_384`, the others against
+`local`). Since a bucket read's order is
+the folder's, the orders' neighbour repeats are also measured over 40 epochs of
+the folder read with `decode=False` (39 epoch pairs, about 78 chance repeats):
+the figure the aim is judged by. The default read (96 shards, cycle_length 16,
+window 1,000) measured 1.91 so on 2026-11-24.
 
-| read | cycle_length | epoch 1 records/s | epoch 2 records/s | cache_limit (bytes) | cache folder's sampled peak (bytes) | downloads | split/epoch | label mix | neighbour repeats × independent | same order |
-|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|
+| read | shards | cycle_length | epoch 1 records/s | epoch 2 records/s | cache_limit (bytes) | cache folder's sampled peak (bytes) | downloads | split/epoch | label mix | neighbour repeats × independent | same order |
+|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|
 {rows}
 
 | target | measured | aim |
 |---|---:|---|
 | epoch 2 through a cache that holds the split / local | **{second:.2f}** | ≥ 0.95 — {verdict(second, 0.95, below=False)} |
 | epoch 1 with a quarter of the split as the limit / local | **{first:.2f}** | ≥ 0.7 — {verdict(first, 0.7, below=False)} |
-| downloaded an epoch at a limit of 5 % of the split / the split | **{egress:.2f}** | ≤ 1.05 — {verdict(egress, 1.05)} |
-| its label mix / the local read's (cycle_length 16) | **{mix:.3f}** | within 5 % — {verdict(abs(mix - 1), 0.05)} |
-| its neighbour repeats / independent shuffles | **{repeats:.2f}** | ≤ 2 — {verdict(repeats, 2.0)} |
+| downloaded an epoch at a limit of 5 % of the split / the split (the larger of the two 5 % reads) | **{egress:.2f}** | ≤ 1.05 — {verdict(egress, 1.05)} |
+| their label mix / the local read's (96 shards, cycle_length 16; the farther from 1 of the two) | **{mix:.3f}** | within 5 % — {verdict(abs(mix - 1), 0.05)} |
+| 384 shards at 5 %, cycle_length 16: the order's neighbour repeats over 40 epochs / independent shuffles | **{many:.2f}** | ≤ 2 — {verdict(many, 2.0)} |
+| 96 shards at 5 %, cycle_length 4: the same | **{few:.2f}** | ≤ 2 — {verdict(few, 2.0)} |
 | the cache folder never above its limit (sampled every 50 ms) | {"yes" if peaks_ok else "NO"} | yes |
 | convert 5,000 JPEGs bucket → bucket / local → local ({conv["bucket_to_bucket"]} s / {conv["local_to_local"]} s) | **{ratio:.2f}** | ≤ 1.5 — {verdict(ratio, 1.5)} |
 
 Under a limit that cannot hold the split the cache fetches runs (byte
 ranges of shards, one group's each), not shards, and drops each when its
-group is read: every byte once an epoch, with the order unchanged (the 5 %
-read's order is `local_cycle4`'s, record for record; cycle_length 4 is the
-largest whose 4 largest shards fit in 5 % of 96 shards). Before (commit
-a929daf) the quarter-split read fetched whole shards, 155 downloads for 96
-shards an epoch (1.6× the split).
+group is read: every byte once an epoch, with the order unchanged. Before
+(commit a929daf) the quarter-split read fetched whole shards, 155 downloads
+for 96 shards an epoch (1.6× the split). A limit must hold the
+`cycle_length` largest shards (a group may read that many nearly whole
+runs), so 5 % of a split of 96 shards allows `cycle_length` 4, and fewer runs
+read at once mix less across epochs: the 96-shard 5 % read's order is
+`local_cycle4`'s, and its neighbour repeats are that order's. With the
+shards of a real dataset (ImageNet at the default 128 MB target is about
+1,100 shards a split, 16 of them 1.5 %) a 5 % limit holds the default 16;
+`bucket_5pct_384` is that case at this scale: the same images in 384 shards.
 
 Convert makes two requests an image in a bucket (inspect: its size and bytes in
 one ranged read; the shard writer: the bytes again), and the server answers
