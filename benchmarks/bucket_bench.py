@@ -231,7 +231,10 @@ def render(r: dict) -> str:
     )
     tight384 = read["bucket_5pct_384"]
     egress = max(tight["split_per_epoch"], tight384["split_per_epoch"])
-    mixes = [v["label_mix"] / read["local"]["label_mix"] for v in (tight, tight384)]
+    mixes = [
+        tight["label_mix"] / read["local_cycle4"]["label_mix"],
+        tight384["label_mix"] / read["local_384"]["label_mix"],
+    ]
     mix = max(mixes, key=lambda m: abs(m - 1))
     repeats = r["repeats_40_epochs"]
     few, many = repeats["96 shards, cycle_length 4"], repeats["384 shards, cycle_length 16"]
@@ -278,7 +281,7 @@ window 1,000) measured 1.91 so on 2026-11-24.
 | epoch 2 through a cache that holds the split / local | **{second:.2f}** | ≥ 0.95 — {verdict(second, 0.95, below=False)} |
 | epoch 1 with a quarter of the split as the limit / local | **{first:.2f}** | ≥ 0.7 — {verdict(first, 0.7, below=False)} |
 | downloaded an epoch at a limit of 5 % of the split / the split (the larger of the two 5 % reads) | **{egress:.2f}** | ≤ 1.05 — {verdict(egress, 1.05)} |
-| their label mix / the local read's (96 shards, cycle_length 16; the farther from 1 of the two) | **{mix:.3f}** | within 5 % — {verdict(abs(mix - 1), 0.05)} |
+| their label mix / the same dataset's local read's (the farther from 1 of the two; against the default local read: {tight["label_mix"] / read["local"]["label_mix"]:.3f}, {tight384["label_mix"] / read["local"]["label_mix"]:.3f}) | **{mix:.3f}** | within 5 % — {verdict(abs(mix - 1), 0.05)} |
 | 384 shards at 5 %, cycle_length 16: the order's neighbour repeats over 40 epochs / independent shuffles | **{many:.2f}** | ≤ 2 — {verdict(many, 2.0)} |
 | 96 shards at 5 %, cycle_length 4: the same | **{few:.2f}** | ≤ 2 — {verdict(few, 2.0)} |
 | the cache folder never above its limit (sampled every 50 ms) | {"yes" if peaks_ok else "NO"} | yes |
@@ -296,6 +299,12 @@ read at once mix less across epochs: the 96-shard 5 % read's order is
 shards of a real dataset (ImageNet at the default 128 MB target is about
 1,100 shards a split, 16 of them 1.5 %) a 5 % limit holds the default 16;
 `bucket_5pct_384` is that case at this scale: the same images in 384 shards.
+Label mix moves a few percent between orders that are all random (1.00 is
+a random order; the default local read's 0.947 is a lucky one), so each 5 %
+read is judged against the local read of its own dataset and options. Each
+request here is answered by a Python server on the reader's 2 cores, so the
+384-shard read's 818 requests an epoch cost it most of its rate; on GCS the
+answering is not on the reading machine.
 
 Convert makes two requests an image in a bucket (inspect: its size and bytes in
 one ranged read; the shard writer: the bytes again), and the server answers

@@ -248,6 +248,20 @@ def test_a_tight_cache_downloads_each_byte_once_an_epoch(
         assert [k for b in source for k in b.key] == [k.decode() for k in want]
         assert most - split < sum(downloads) <= most, limit
 
+    # resumed mid-epoch (the first group's runs moved past what they gave): the
+    # folder's read from there, on both routes
+    limit, at = sizes[-1] + sizes[-2], dict(start_epoch=1, start_step=5)
+    later = [
+        k
+        for b in reader.make_dataset(local_dataset, "train", 4, **opts, **at)
+        for k in b["key"].numpy()
+    ]
+    cache = dict(cache_dir=str(tmp_path / "resumed"), cache_limit=limit)
+    resumed = reader.make_dataset(url, "train", 4, **opts, **at, **cache)
+    assert [k for b in resumed for k in b["key"].numpy()] == later
+    source = RecordSource(url, "train", 4, ReadOptions(**opts, **at, **cache))
+    assert [k for b in source for k in b.key] == [k.decode() for k in later]
+
 
 def test_a_run_that_does_not_match_its_index_is_fetched_again_then_named(
     bucket, local_dataset, tmp_path
