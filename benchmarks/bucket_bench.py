@@ -287,7 +287,7 @@ window 1,000) measured 1.91 so on 2026-11-24.
 | the cache folder never above its limit (sampled every 50 ms) | {"yes" if peaks_ok else "NO"} | yes |
 | convert 5,000 JPEGs bucket → bucket / local → local ({conv["bucket_to_bucket"]} s / {conv["local_to_local"]} s) | **{ratio:.2f}** | ≤ 1.5 — {verdict(ratio, 1.5)} |
 
-Under a limit that cannot hold the split the cache fetches runs (byte
+Under a limit below 70 % of the split the cache fetches runs (byte
 ranges of shards, one group's each), not shards, and drops each when its
 group is read: every byte once an epoch, with the order unchanged. Before
 (commit a929daf) the quarter-split read fetched whole shards, 155 downloads

@@ -159,7 +159,8 @@ def _serve(port: int, log: str | None = None) -> None:
                         )
                         return None
                 answer = handler(request, response, storage, *args, **kwargs)
-            if log and handler is objects.download:
+            ok = response.status in (http.HTTPStatus.OK, http.HTTPStatus.PARTIAL_CONTENT)
+            if log and handler is objects.download and ok:  # an error's body is no download
                 with logged:
                     with open(log, "a") as f:
                         f.write(f"{_object_name(request)}\t{len(response._content)}\n")

@@ -12,12 +12,12 @@ finish its group. It runs at most ``AHEAD`` groups ahead of the reader (a cache
 that holds every shard has nothing to fetch, and an endless read never ends). A
 reader waits only when it outruns the fetches.
 
-What is fetched depends on the limit (``by_runs``). One that holds the worker's
-shards gets each shard whole, once for the whole read, checked against its
-sha256. One that does not gets **runs**: a run is the stretch of one shard that
-one group reads, so it is fetched as one ranged request (the DALI index gives
-its bytes), checked record by record (length and CRCs), and never needed again
-once its group is left. Each shard's runs lie in different groups of an epoch,
+What is fetched depends on the limit (``by_runs``). One that holds most of the
+worker's shards gets each shard whole (once for the whole read, when it holds them
+all), checked against its sha256. A tighter one gets **runs**: a run is the
+stretch of one shard that one group reads, so it is fetched by ranged requests
+(the DALI index gives its bytes), checked record by record (length and CRCs), and
+never needed again once its group is left. Each shard's runs lie in different groups of an epoch,
 so whole shards under a tight limit were evicted between their runs and
 fetched again (1.6x the split an epoch at a quarter-split limit); runs make it
 each byte once an epoch, with the read order unchanged.
@@ -89,7 +89,7 @@ def open_cache(read, options) -> ShardCache | None:
     if not storage.is_url(read.shards[0]["path"]):
         return None
     check_limit(read.shards, read.plan.cycle, options.cache_limit)
-    by_run = by_runs(read.shards, options.cache_limit)
+    by_run = by_runs(read.shards, options.cache_limit, read.plan.seed is not None)
 
     def groups():
         for runs in read.plan.groups(read.start, options.epochs):
@@ -100,13 +100,22 @@ def open_cache(read, options) -> ShardCache | None:
     )
 
 
-def by_runs(shards: list[dict], limit: int) -> bool:
-    """Whether a read fetches runs (byte ranges) rather than whole shards: when its shards
-    do not all fit under the limit, and each has a DALI index to find a run's bytes by
-    (every shard but a gzip one). Each run is read once an epoch, so the read downloads
-    its shards' bytes once an epoch; a limit that holds them all downloads them once."""
-    return sum(s["num_bytes"] for s in shards) > limit and all(
-        s.get("table") is not None for s in shards
+RUNS_BELOW = 0.7  # of the worker's bytes: a tighter limit fetches runs, a larger whole shards
+RANGE_PIECE = 8 << 20  # bytes a run is fetched in at a time, at most (one request each)
+
+
+def by_runs(shards: list[dict], limit: int, shuffled: bool = True) -> bool:
+    """Whether a read fetches runs (byte ranges) rather than whole shards: a shuffled read
+    (unshuffled, a run is a whole shard) whose limit is below ``RUNS_BELOW`` of its shards'
+    bytes, each shard with a DALI index to find a run's bytes by (every shard but a gzip
+    one). Runs download the shards' bytes once an epoch. Whole shards download them
+    once when the limit holds them all, and less often than runs when it holds most of
+    them, since the eviction keeps what the plan needs soonest; measured over 6 epochs
+    (6 and 32 shards): at 75 % of the bytes whole shards fetched 4-6 % less, at 50 %
+    runs fetched 27-30 % less."""
+    total = sum(s["num_bytes"] for s in shards)
+    return (
+        shuffled and limit < RUNS_BELOW * total and all(s.get("table") is not None for s in shards)
     )
 
 
@@ -441,23 +450,34 @@ class ShardCache:
         return None
 
     def _range(self, key: tuple, out) -> str | None:
-        """Records ``start`` to ``stop`` of a shard into ``out``, in one ranged request,
+        """Records ``start`` to ``stop`` of a shard into ``out``, in ranged requests of
+        ``RANGE_PIECE`` bytes at most (memory holds a piece and a record, not the run),
         checked by their size and each record's framing (length and CRCs)."""
         index, start, stop = key
         shard, table = self.shards[index], self.shards[index]["table"]
         offset, size = _span(table, start, stop)
-        data = storage.read_range(shard["path"], size, offset) if size else b""
-        if size:
+        held, at, r = b"", offset, start  # bytes not yet checked, from offset ``at``
+        for piece in range(offset, offset + size, RANGE_PIECE):
+            want = min(RANGE_PIECE, offset + size - piece)
+            data = storage.read_range(shard["path"], want, piece)
             self._count(len(data))
-        if len(data) != size:
-            return f"{len(data):,} bytes fetched of records {start}-{stop}, {size:,} listed"
-        for r in range(start, stop):
-            at, length = (int(v) for v in table[r])
-            try:
-                tfrecord.unframe(data[at - offset : at - offset + length], shard["path"], r, at)
-            except tfrecord.CorruptRecord as e:
-                return f"records {start}-{stop}: {e}"
-        out.write(data)
+            if len(data) != want:
+                got = piece - offset + len(data)
+                return f"{got:,} bytes fetched of records {start}-{stop}, {size:,} listed"
+            out.write(data)
+            held += data
+            while r < stop and int(table[r][0]) + int(table[r][1]) <= at + len(held):
+                first, length = int(table[r][0]) - at, int(table[r][1])
+                try:
+                    tfrecord.unframe(held[first : first + length], shard["path"], r, at + first)
+                except tfrecord.CorruptRecord as e:
+                    return f"records {start}-{stop}: {e}"
+                r += 1
+            if r < stop:  # keep the record the next piece ends
+                cut = int(table[r][0]) - at
+                held, at = held[cut:], at + cut
+            else:
+                held, at = b"", at + len(held)
         return None
 
     def _count(self, size: int) -> None:

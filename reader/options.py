@@ -80,7 +80,7 @@ class ReadOptions:
             the system's temp folder, made 0700, shared by this user's ranks of the
             machine; a folder others can write is refused), fetched
             ahead in the order the read uses them, at most ``cache_limit`` bytes
-            (default 10 GiB) at once; under a limit that cannot hold the worker's
+            (default 10 GiB) at once; under a limit below 70 % of the worker's
             shards, each run of records is fetched as a byte range and dropped when
             read, so each byte is downloaded once an epoch (``reader/cache.py``).
         start_epoch, start_step: where to start: batch ``start_step`` (an

@@ -215,18 +215,21 @@ def downloads(monkeypatch):
 
 
 def test_a_tight_cache_downloads_each_byte_once_an_epoch(
-    bucket, local_dataset, tmp_path, downloads
+    bucket, local_dataset, tmp_path, downloads, monkeypatch
 ):
-    """Under a limit that cannot hold the worker's shards, the cache fetches runs (byte
+    """Under a limit well below the worker's shards, the cache fetches runs (byte
     ranges), not shards: each shard's runs are read in different groups of an epoch, and
     a shard fetched whole for one run was evicted and fetched again for the next. Each
     byte of the split is downloaded at most once an epoch (a run whose cut points an epoch
     draws again may still be held), on tf.data and on the record source, and the read is
     the folder's, record for record; with a limit that holds the split, once in all."""
     import reader
+    from reader import cache as cache_module
     from reader.options import ReadOptions
     from reader.source import RecordSource
 
+    # runs fetched in pieces of 1,000 bytes: records span pieces, each still checked
+    monkeypatch.setattr(cache_module, "RANGE_PIECE", 1000)
     url = bucket.upload(local_dataset, "runs/out")
     shards = reader.load_info(url)["splits"]["train"]["shards"]
     split = sum(s["num_bytes"] for s in shards)

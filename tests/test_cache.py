@@ -54,7 +54,7 @@ def _open(shards: list[dict], groups: list[tuple], cache_dir: str | None = None)
     from reader.order.plan import Runs
 
     runs = [Runs(np.array(g), np.zeros(len(g), int), np.ones(len(g), int)) for g in groups]
-    plan = SimpleNamespace(cycle=1, groups=lambda start, epochs: iter(runs))
+    plan = SimpleNamespace(cycle=1, seed=0, groups=lambda start, epochs: iter(runs))
     read = SimpleNamespace(shards=shards, plan=plan, start=0)
     return open_cache(read, SimpleNamespace(cache_dir=cache_dir, cache_limit=10**6, epochs=1))
 
@@ -446,3 +446,18 @@ def test_the_files_of_a_runs_copy_are_swept_as_a_shards_are(tmp_path):
     assert _kind(made[2])[1:] == (dead, "reading") and _kind(theirs)[2] == ""
     sweep(str(tmp_path))
     assert os.listdir(tmp_path) == [theirs]
+
+
+def test_runs_are_fetched_where_they_download_less_than_whole_shards():
+    """Runs download a shuffled read's bytes once an epoch; whole shards once in all when
+    the limit holds them, and less than runs when it holds most of them (the eviction
+    keeps what the plan needs soonest). So runs below RUNS_BELOW of the bytes, for
+    shuffled reads (unshuffled, a run is a whole shard: its sha256 is checked), and
+    never without a DALI index (gzip)."""
+    from reader.cache import RUNS_BELOW, by_runs
+
+    shards = [{"num_bytes": 100, "table": [[0, 100]]} for _ in range(10)]
+    assert by_runs(shards, 100) and by_runs(shards, int(RUNS_BELOW * 1000) - 1)
+    assert not by_runs(shards, int(RUNS_BELOW * 1000)) and not by_runs(shards, 1000)
+    assert not by_runs(shards, 100, shuffled=False)
+    assert not by_runs([*shards, {"num_bytes": 100, "table": None}], 100)
