@@ -268,6 +268,8 @@ class ShardCache:
             while True:
                 if self._error is not None:
                     raise self._error
+                if self._done:  # closed (a reader left at exit): nothing more comes
+                    raise RuntimeError(f"the bucket cache in {self.folder} was closed")
                 if self._next < len(self._ahead) and all(
                     i in self._held for i in self._ahead[self._next]
                 ):

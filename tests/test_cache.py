@@ -461,3 +461,26 @@ def test_runs_are_fetched_where_they_download_less_than_whole_shards():
     assert not by_runs(shards, int(RUNS_BELOW * 1000)) and not by_runs(shards, 1000)
     assert not by_runs(shards, 100, shuffled=False)
     assert not by_runs([*shards, {"num_bytes": 100, "table": None}], 100)
+
+
+def test_a_reader_entering_a_group_of_a_closed_cache_is_told_not_left_waiting(bucket, tmp_path):
+    """A reader that enters a group after the cache closed (a prefetch thread at exit,
+    after the atexit close) used to wait forever for a fetch that never comes."""
+    import threading
+
+    shards = _shards(bucket)
+    cache = ShardCache(shards, lambda: iter([(0,), (1,)]), CacheOptions(str(tmp_path), 10**6))
+    cache.enter((0,))
+    cache.close()
+    raised = []
+
+    def enter():
+        try:
+            cache.enter((1,))
+        except RuntimeError as e:
+            raised.append(str(e))
+
+    thread = threading.Thread(target=enter, daemon=True)
+    thread.start()
+    thread.join(timeout=10)
+    assert not thread.is_alive() and raised and "was closed" in raised[0]
