@@ -57,6 +57,7 @@ from reader.cache_folder import (
     this_owner,
     unlink,
 )
+from reader.records import span
 from schemas import storage, tfrecord
 from schemas.info import SHA256, DatasetError
 
@@ -233,10 +234,14 @@ class ShardCache:
         another reader evicting it never removes a file this one reads."""
         return f"{self._shared(key)}.{self._id}"
 
+    def _shard(self, key) -> dict:
+        """The shard of a key: a shard index, or a run (shard, start, stop)."""
+        return self.shards[key if isinstance(key, int) else key[0]]
+
     def _size(self, key) -> int:
         if isinstance(key, int):
             return self.shards[key]["num_bytes"]
-        return _span(self.shards[key[0]]["table"], key[1], key[2])[1]
+        return span(self.shards[key[0]]["table"], key[1], key[2])[1]
 
     def runs(self, files, starts, stops, first: bool = False) -> tuple:
         """``enter`` for a reader of runs: a group's runs by their columns; returns for
@@ -391,7 +396,7 @@ class ShardCache:
         except OSError as e:
             if e.errno not in (errno.ENOSPC, errno.EDQUOT):
                 raise
-            shard = self.shards[index if isinstance(index, int) else index[0]]
+            shard = self._shard(index)
             raise DatasetError(
                 f"cache folder {self.folder} is full ({e.strerror}) fetching {shard['path']} "
                 f"({self._size(index):,} bytes): free space there, or lower cache_limit, "
@@ -405,7 +410,7 @@ class ShardCache:
     def _fetch_locked(self, index) -> None:
         """Shard or run ``index`` in place, and this reader's link to it, under its lock."""
         path = self._shared(index)
-        shard = self.shards[index if isinstance(index, int) else index[0]]
+        shard = self._shard(index)
         lock = lock_shard(path)  # one reader fetches; the others find it
         try:
             if not (os.path.exists(path) and os.path.getsize(path) == self._size(index)):
@@ -457,7 +462,7 @@ class ShardCache:
         checked by their size and each record's framing (length and CRCs)."""
         index, start, stop = key
         shard, table = self.shards[index], self.shards[index]["table"]
-        offset, size = _span(table, start, stop)
+        offset, size = span(table, start, stop)
         held, at, r = b"", offset, start  # bytes not yet checked, from offset ``at``
         for piece in range(offset, offset + size, RANGE_PIECE):
             want = min(RANGE_PIECE, offset + size - piece)
@@ -486,14 +491,6 @@ class ShardCache:
         with self._lock:
             self.fetched += 1
             self.fetched_bytes += size
-
-
-def _span(table, start: int, stop: int) -> tuple[int, int]:
-    """(offset, bytes) of records ``start`` to ``stop`` of a shard with DALI index ``table``."""
-    if start >= stop:
-        return 0, 0
-    end = int(table[stop - 1][0]) + int(table[stop - 1][1])
-    return int(table[start][0]), end - int(table[start][0])
 
 
 class _Checked:

@@ -47,9 +47,7 @@ class Records:
         other copy (an evicted copy must not stay open)."""
         self._copies = {}
         for f, first, end, path in copies:
-            table = self._tables[f]
-            base = int(table[first][0]) if first < end else 0
-            size = int(table[end - 1][0] + table[end - 1][1]) - base if first < end else 0
+            base, size = span(self._tables[f], first, end)
             self._copies.setdefault(int(f), []).append((int(first), int(end), path, base, size))
         paths = {c[2] for copies in self._copies.values() for c in copies}
         for path in [p for p in self._fds if p not in paths]:
@@ -84,3 +82,11 @@ class Records:
         finally:
             for fd in fds.values():
                 os.close(fd)
+
+
+def span(table, start: int, stop: int) -> tuple[int, int]:
+    """(offset, bytes) of records ``start`` to ``stop`` of a shard with DALI index ``table``."""
+    if start >= stop:
+        return 0, 0
+    end = int(table[stop - 1][0]) + int(table[stop - 1][1])
+    return int(table[start][0]), end - int(table[start][0])

@@ -127,7 +127,7 @@ class Stream:
         paths, sizes, counts = (tf.gather(t, files) for t in (self.paths, self.sizes, self.counts))
         if self.shard_cache is not None:  # the local copies, once the cache has them
             paths, shift, sizes, counts = tfcall.call(
-                lambda *run: self._local(*run),
+                self._local,
                 [files, starts, stops, first],
                 (tf.string, tf.int64, tf.int64, tf.int64),
                 stateful=True,
