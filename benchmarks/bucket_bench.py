@@ -91,6 +91,14 @@ def measure(a) -> dict:
         url = upload(client.create_bucket("bench"), local, "ds")
         url384 = upload(client.bucket("bench"), local384, "ds384")
 
+        def repeats_x(keys: list) -> float:
+            """Neighbour repeats of consecutive epochs of ``keys`` (n each), pooled over
+            every epoch and the next, against independent shuffles: two of those share
+            about 2 adjacent pairs of n, too few to judge one pair of epochs by."""
+            orders = [keys[e : e + n] for e in range(0, len(keys), n)]
+            pairs = sum(neighbour_repeats(a, b) for a, b in zip(orders, orders[1:]))
+            return round(pairs / (len(orders) - 1) / independent_neighbour_repeats(n), 2)
+
         def served() -> tuple[int, int]:
             """(downloads, bytes) the server's log holds."""
             if not os.path.exists(log):  # nothing downloaded yet
@@ -132,19 +140,13 @@ def measure(a) -> dict:
                     start, count = time.perf_counter(), 0
             stop.set()
             after = served()
-            epochs = [keys[e * n : (e + 1) * n] for e in range(EPOCHS)]
-            # pooled over each epoch and the next: two independent shuffles share
-            # about 2 adjacent pairs of n, too few to judge one pair of epochs by
-            repeats = sum(neighbour_repeats(a, b) for a, b in zip(epochs, epochs[1:]))
             return {
                 "rates": rates,
                 "peak": peak[0],
                 "downloads": after[0] - before[0],
                 "bytes": after[1] - before[1],
                 "label_mix": round(label_mix_ratio(labels[:n], BATCH), 3),
-                "neighbour_repeats_x": round(
-                    repeats / (EPOCHS - 1) / independent_neighbour_repeats(n), 2
-                ),
+                "neighbour_repeats_x": repeats_x(keys),
                 "keys": keys,
             }
 
@@ -189,10 +191,7 @@ def measure(a) -> dict:
             ds = reader.make_dataset(
                 data, "train", 1024, seed=0, decode=False, epochs=epochs, **opts
             )
-            keys = [k for b in ds for k in b["key"].numpy().tolist()]
-            orders = [keys[e * n : (e + 1) * n] for e in range(epochs)]
-            pairs = sum(neighbour_repeats(a, b) for a, b in zip(orders, orders[1:]))
-            return round(pairs / (epochs - 1) / independent_neighbour_repeats(n), 2)
+            return repeats_x([k for b in ds for k in b["key"].numpy().tolist()])
 
         result["repeats_40_epochs"] = {
             "96 shards, cycle_length 4": repeats_over(local, REPEAT_EPOCHS, cycle_length=4),
