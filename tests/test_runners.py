@@ -169,3 +169,25 @@ def test_the_readmes_dataflow_command_dry_runs_offline(tmp_path, capsys, caplog)
     assert steps.startswith("  steps: ReadInputs -> InspectImages") and "Finalize" in steps
     assert "cloud checks skipped: --input exists" in caplog.text
     assert "WriteShards" in job.read_text()
+
+
+@pytest.mark.parametrize("given", [[], ["--runner=DirectRunner"], ["--runner=directrunner"]])
+def test_the_local_runner_never_goes_to_prism(given, tmp_path, caplog):
+    """Beam's DirectRunner would download Prism's binary from GitHub and run the job there;
+    convert's local runs are the FnApiRunner's, the engine its bytes are pinned on."""
+    from beam_jobs.runners import LOCAL_RUNNER, resolve_runner
+    from evenshard import synthetic
+
+    with resolve_runner([*given, "--direct_num_workers=1"]) as args:
+        assert args == [f"--runner={LOCAL_RUNNER}", "--direct_num_workers=1"]
+    with resolve_runner(["--runner=PrismRunner"]) as args:
+        assert args == ["--runner=PrismRunner"]  # asked for by name: the user's
+    if given:
+        return
+    root = str(tmp_path / "images")
+    synthetic.make_image_folder(root, num_labels=2, per_label=3, formats=("jpeg",))
+    caplog.set_level(logging.INFO)
+    info = run_convert(root, str(tmp_path / "out"))
+    assert info["runner"] == "DirectRunner (in_memory, 1 worker)"
+    said = [r.getMessage() for r in caplog.records]
+    assert not [m for m in said if "prism" in m.lower()], said
