@@ -121,9 +121,7 @@ def make_dataset(
         ds = ds.map(lambda ex: (ex["image"], ex["label"], tf.cast(ex["mask"], tf.float32)))
     elif o.as_supervised:
         ds = ds.map(lambda ex: (ex["image"], ex["label"]))
-    tf_options = tf.data.Options()
-    tf_options.deterministic = deterministic
-    ds = ds.with_options(tf_options)
+    ds = ds.with_options(_tf_options(deterministic))
     device = _prefetch_device(o.prefetch_to_device)
     if device is not None:
         ds = ds.apply(tf.data.experimental.prefetch_to_device(device, o.prefetch or 1))
@@ -184,8 +182,27 @@ def _preprocessed(data_dir, split, batch_size, o, state, transform, views, proce
         ds = ds.apply(tf.data.experimental.assert_cardinality(len(numpy_reader)))
     except TypeError:  # endless
         pass
+    ds = ds.with_options(_tf_options(None))
     ds = ds.prefetch(o.prefetch) if o.prefetch is not None else ds
     return ds if state is None else (ds, start)
+
+
+def _tf_options(deterministic: bool | None):
+    """The dataset's tf.data options: its determinism, and no autotuning model thread.
+
+    tf.data's autotuner runs a model thread that wakes on a doubling period, up to a
+    minute; deleting an iterator (the end of every ``for`` loop, every Keras epoch)
+    waits for that thread's wake-up. Reads of the 20,000-photo corpus waited 0 to
+    10 s at their end, one read in two (1,850 img/s read as 972). Without it,
+    AUTOTUNE parallelism is every core (tf.data's default) and prefetch buffers
+    still grow by themselves; the same reads ran as fast (docs/design.md). A user
+    may turn it back on with ``ds.with_options``.
+    """
+    tf_options = tf.data.Options()
+    if deterministic is not None:
+        tf_options.deterministic = deterministic
+    tf_options.autotune.enabled = False
+    return tf_options
 
 
 def resume(data_dir: str, split: str, state: ReadState, options=None, **overrides):

@@ -237,6 +237,25 @@ def test_shapes_and_dtypes(train_760):
     assert single["image"].shape.rank == 3 and single["image"].shape[-1] == 3
 
 
+def _flip(example, rng):
+    return {"image": example["image"][:, ::-1], "label": example["label"]}
+
+
+def test_no_autotuning_thread_to_wait_for_when_an_iterator_is_deleted(train_760):
+    """tf.data's autotuning model thread made deleting an iterator (every loop's end,
+    every Keras epoch) wait for its next wake-up: 0 to 10 s a read of 20,000 photos
+    (benchmarks/HISTORY.md). Every dataset the reader gives runs without it."""
+    d = train_760[0]
+    for ds in (
+        reader.make_dataset(d, "train", 4, image_size=(8, 8), seed=0),
+        reader.make_dataset(d, "train", None, seed=0, shuffle=False),
+        reader.make_dataset(d, "train", 4, image_size=(8, 8), seed=0, transform=_flip),
+    ):
+        assert ds.options().autotune.enabled is False
+    seeded = reader.make_dataset(d, "train", 4, image_size=(8, 8), seed=0)
+    assert seeded.options().deterministic is True
+
+
 def test_misuse_is_refused(train_760):
     with pytest.raises(ValueError, match="image_size"):
         reader.make_dataset(train_760[0], "train", batch_size=4)
