@@ -96,7 +96,7 @@ def make_dataset(
     if deal != (1, 0) and batch_size is None:
         raise ValueError("deal= shares batches: give batch_size")
     if batch_size is None:
-        ds = records.map(decoder.one, **parallel)
+        ds = records.map(tfcall.graph(decoder.one), **parallel)
     else:
         # Parse whole batches at once (parse_example is vectorized: ~5x faster
         # than a parse per record), then decode the images of each batch.
@@ -104,7 +104,7 @@ def make_dataset(
         every, first = deal
         if every > 1 and not o.pad_final_batch:  # dealt before decoding
             ds = ds.shard(every, first)
-        ds = ds.map(decoder.batch, **parallel)
+        ds = ds.map(tfcall.graph(decoder.batch), **parallel)
         if o.pad_final_batch:
             ds = _pad_batches(ds, batch_size, read.real_batches, read.remaining)
             if every > 1:  # padding counts the batches of the whole read
@@ -118,9 +118,11 @@ def make_dataset(
     )
     if o.as_supervised and o.pad_final_batch:
         # Keras takes a third element as sample weights: padding rows weigh 0.
-        ds = ds.map(lambda ex: (ex["image"], ex["label"], tf.cast(ex["mask"], tf.float32)))
+        ds = ds.map(
+            tfcall.graph(lambda ex: (ex["image"], ex["label"], tf.cast(ex["mask"], tf.float32)))
+        )
     elif o.as_supervised:
-        ds = ds.map(lambda ex: (ex["image"], ex["label"]))
+        ds = ds.map(tfcall.graph(lambda ex: (ex["image"], ex["label"])))
     ds = ds.with_options(_tf_options(deterministic))
     device = _prefetch_device(o.prefetch_to_device)
     if device is not None:
@@ -191,7 +193,7 @@ def _tf_options(deterministic: bool | None):
     """The dataset's tf.data options: its determinism, and no autotuning model thread.
 
     tf.data's autotuner runs a model thread that wakes on a doubling period, up to a
-    minute; deleting an iterator (the end of every ``for`` loop, every Keras epoch)
+    minute; deleting an iterator (the end of a ``for`` loop over the dataset)
     waits for that thread's wake-up. Reads of the 20,000-photo corpus waited 0 to
     10 s at their end, one read in two (1,850 img/s read as 972). Without it,
     AUTOTUNE parallelism is every core (tf.data's default) and prefetch buffers
@@ -253,7 +255,7 @@ def _choices(schedule, start: int):
 
     n = None if schedule.size is None else -(-(schedule.size - start) // CHUNK)
     indices = tf.data.Dataset.range(n) if n is not None else tf.data.Dataset.range(1 << 62)
-    return indices.map(chunks).unbatch()
+    return indices.map(tfcall.graph(chunks)).unbatch()
 
 
 def _decoder(source: Source, o: ReadOptions, seed):
@@ -298,7 +300,7 @@ def _pad_batches(ds, batch_size: int, real_batches: int, total_batches: int):
         out["mask"] = tf.range(batch_size) < n
         return out
 
-    ds = ds.map(pad)
+    ds = ds.map(tfcall.graph(pad))
 
     def zeros(spec):
         if not spec.shape.is_fully_defined():

@@ -61,7 +61,7 @@ class Stream:
             return self._epoch(0, plan.resume(0, 0)).take(0)
         records = self._epoch(epoch, plan.resume(epoch, position), position, first=True)
         if epoch + 1 < end:
-            rest = tf.data.Dataset.range(epoch + 1, end).flat_map(self._whole_epoch)
+            rest = tf.data.Dataset.range(epoch + 1, end).flat_map(tfcall.graph(self._whole_epoch))
             records = records.concatenate(rest)
         # Reading runs in its own thread: with decoding on every core, a
         # read that waited for the consumer cost 15-30% of the decode rate.
@@ -89,10 +89,13 @@ class Stream:
             ids = tfcall.call(plan.epoch_order, [epoch], tf.int64, stateful=False)
             ids.set_shape([None])
             records = tf.data.Dataset.from_tensor_slices(ids[position:]).batch(CHUNK)
-            return records.map(lambda i: self._tag(tf.gather(self.cached, i), epoch)).unbatch()
+            tag = tfcall.graph(lambda i: self._tag(tf.gather(self.cached, i), epoch))
+            return records.map(tag).unbatch()
         groups = tf.data.Dataset.from_tensor_slices(_columns(at.runs)).batch(plan.cycle)
-        groups = groups.enumerate().map(lambda k, g: (*g, tf.logical_and(first, tf.equal(k, 0))))
-        records = groups.flat_map(self._group)
+        groups = groups.enumerate().map(
+            tfcall.graph(lambda k, g: (*g, tf.logical_and(first, tf.equal(k, 0))))
+        )
+        records = groups.flat_map(tfcall.graph(self._group))
         if at.raw_skip:
             records = records.skip(at.raw_skip)
         if plan.stride > 1:
@@ -111,10 +114,13 @@ class Stream:
                 order.set_shape([None])
                 return self._tag(tf.gather(batch, order), epoch)
 
-            records = records.batch(plan.window).enumerate(at.first_window).map(permute)
+            records = (
+                records.batch(plan.window).enumerate(at.first_window).map(tfcall.graph(permute))
+            )
             records = records.unbatch()
         elif self.tagged:
-            records = records.batch(CHUNK).map(lambda b: self._tag(b, epoch)).unbatch()
+            tag = tfcall.graph(lambda b: self._tag(b, epoch))
+            records = records.batch(CHUNK).map(tag).unbatch()
         return records.skip(at.tail_skip) if at.tail_skip else records
 
     def _tag(self, records, epoch):
@@ -153,7 +159,7 @@ class Stream:
         # autotuned, and its threads cost 30% of the decode rate on 2 cores.
         runs = (paths, sizes, counts, starts, stops)
         return tf.data.Dataset.from_tensor_slices(runs).interleave(
-            read, cycle_length=self.plan.cycle, block_length=self.plan.block
+            tfcall.graph(read), cycle_length=self.plan.cycle, block_length=self.plan.block
         )
 
     def _local(self, files, starts, stops, first):
@@ -200,8 +206,8 @@ class _Held:
             done.set_shape([])  # a record's shape, for the runs it ends
             return done
 
-        done = tf.data.Dataset.from_tensors(token).map(close)
-        return done.filter(lambda _: False)
+        done = tf.data.Dataset.from_tensors(token).map(tfcall.graph(close))
+        return done.filter(tfcall.graph(lambda _: False))
 
     def __del__(self):
         for fd in self.fds.values():
@@ -245,7 +251,7 @@ def _checked_records(path, held, listed, compression, start, stop):
         listed,
         in_info,
     )
-    sentinel = tf.data.Dataset.from_tensors(path).map(short)
+    sentinel = tf.data.Dataset.from_tensors(path).map(tfcall.graph(short))
     records_read = records.concatenate(sentinel).take(stop).skip(start)
     if not compression:
         return records_read  # the shard's DALI index was checked to hold `listed` records
@@ -253,7 +259,9 @@ def _checked_records(path, held, listed, compression, start, stop):
     # record further (a second decompression of the file, gzip shards only).
     last = tf.cast(tf.equal(stop, listed), tf.int64)
     more = (
-        records.skip(listed).take(last).map(failing("holds more records than the", listed, in_info))
+        records.skip(listed)
+        .take(last)
+        .map(tfcall.graph(failing("holds more records than the", listed, in_info)))
     )
     return records_read.concatenate(more)
 
@@ -270,4 +278,4 @@ def lead(share: Share, tagged: bool):
         return (data, epoch) if tagged else data
 
     chunks = tf.data.Dataset.from_tensor_slices((ids, epochs)).batch(CHUNK)
-    return chunks.map(fetch).unbatch()
+    return chunks.map(tfcall.graph(fetch)).unbatch()

@@ -242,8 +242,8 @@ def _flip(example, rng):
 
 
 def test_no_autotuning_thread_to_wait_for_when_an_iterator_is_deleted(train_760):
-    """tf.data's autotuning model thread made deleting an iterator (every loop's end,
-    every Keras epoch) wait for its next wake-up: 0 to 10 s a read of 20,000 photos
+    """tf.data's autotuning model thread made deleting an iterator (a loop's end) wait
+    for its next wake-up: 0 to 10 s at the end of a read of 20,000 photos
     (benchmarks/HISTORY.md). Every dataset the reader gives runs without it."""
     d = train_760[0]
     for ds in (
