@@ -401,11 +401,11 @@ READERS = {
 # 13-17 s epoch, torch's 1-2 s). The loader is still made, and its workers started,
 # inside the clock.
 IMPORTS = {
-    "evenshard_tf": ("reader",),
-    "evenshard_torch": ("reader.torch",),
-    "evenshard_torch_tf": ("reader.torch",),
-    "evenshard_torch_dali": ("reader.torch", "nvidia.dali"),
-    "evenshard_numpy": ("reader",),
+    "evenshard_tf": ("reader.pipeline",),  # ``import reader`` alone is lazy
+    "evenshard_torch": ("reader.torch", "reader.pipeline", "reader.dali"),
+    "evenshard_torch_tf": ("reader.torch", "reader.pipeline"),
+    "evenshard_torch_dali": ("reader.torch", "reader.dali"),
+    "evenshard_numpy": ("reader.arrays",),
     "tf_plain": ("tensorflow",),
     "webdataset": ("torch", "webdataset"),
     "grain": ("grain",),
