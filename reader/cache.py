@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import atexit
 import collections
-import contextlib
 import dataclasses
 import errno
 import hashlib
@@ -49,6 +48,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from reader import cache_fetch
 from reader.cache_folder import (
     cache_folder,
     lock_shard,
@@ -58,7 +58,7 @@ from reader.cache_folder import (
     unlink,
 )
 from reader.records import span
-from schemas import storage, tfrecord
+from schemas import storage
 from schemas.info import SHA256, DatasetError
 
 AHEAD = 64  # groups the fetching may run ahead of the reader, at most
@@ -102,7 +102,6 @@ def open_cache(read, options) -> ShardCache | None:
 
 
 RUNS_BELOW = 0.7  # of the worker's bytes: a tighter limit fetches runs, a larger whole shards
-RANGE_PIECE = 8 << 20  # bytes a run is fetched in at a time, at most (one request each)
 
 
 def by_runs(shards: list[dict], limit: int, shuffled: bool = True) -> bool:
@@ -433,7 +432,11 @@ class ShardCache:
         tmp = f"{path}.{self._owner}-{uuid.uuid4().hex[:8]}.part"  # swept if this reader dies
         try:
             with open(tmp, "wb") as out:
-                problem = (self._whole if isinstance(index, int) else self._range)(index, out)
+                if isinstance(index, int):
+                    problem = cache_fetch.whole(self.shards[index], out, self._count)
+                else:
+                    shard, start, stop = index
+                    problem = cache_fetch.ranged(self.shards[shard], start, stop, out, self._count)
             if problem is None:
                 os.replace(tmp, path)
             return problem
@@ -441,74 +444,7 @@ class ShardCache:
             if os.path.exists(tmp):
                 os.remove(tmp)
 
-    def _whole(self, index: int, out) -> str | None:
-        """A whole shard into ``out``, checked by its size and sha256."""
-        shard = self.shards[index]
-        checked = _Checked(out, shard["num_bytes"])
-        with contextlib.suppress(_TooLarge):  # it stops the download there
-            storage.download(shard["path"], checked)
-        self._count(checked.size)
-        if checked.over:
-            return f"more bytes than the {shard['num_bytes']:,} listed fetched"
-        if checked.size != shard["num_bytes"]:
-            return f"{checked.size:,} bytes fetched, {shard['num_bytes']:,} listed"
-        if "sha256" in shard and checked.digest.hexdigest() != shard["sha256"]:
-            return "sha256 differs from the one listed"
-        return None
-
-    def _range(self, key: tuple, out) -> str | None:
-        """Records ``start`` to ``stop`` of a shard into ``out``, in ranged requests of
-        ``RANGE_PIECE`` bytes at most (memory holds a piece and a record, not the run),
-        checked by their size and each record's framing (length and CRCs)."""
-        index, start, stop = key
-        shard, table = self.shards[index], self.shards[index]["table"]
-        offset, size = span(table, start, stop)
-        held, at, r = b"", offset, start  # bytes not yet checked, from offset ``at``
-        for piece in range(offset, offset + size, RANGE_PIECE):
-            want = min(RANGE_PIECE, offset + size - piece)
-            data = storage.read_range(shard["path"], want, piece)
-            self._count(len(data))
-            if len(data) != want:
-                got = piece - offset + len(data)
-                return f"{got:,} bytes fetched of records {start}-{stop}, {size:,} listed"
-            out.write(data)
-            held += data
-            while r < stop and int(table[r][0]) + int(table[r][1]) <= at + len(held):
-                first, length = int(table[r][0]) - at, int(table[r][1])
-                try:
-                    tfrecord.unframe(held[first : first + length], shard["path"], r, at + first)
-                except tfrecord.CorruptRecord as e:
-                    return f"records {start}-{stop}: {e}"
-                r += 1
-            if r < stop:  # keep the record the next piece ends
-                cut = int(table[r][0]) - at
-                held, at = held[cut:], at + cut
-            else:
-                held, at = b"", at + len(held)
-        return None
-
     def _count(self, size: int) -> None:
         with self._lock:
             self.fetched += 1
             self.fetched_bytes += size
-
-
-class _Checked:
-    """A file being written, with the size and sha256 of what was written; it refuses to
-    grow past ``limit`` bytes (the listed size, reserved against the cache's limit)."""
-
-    def __init__(self, out, limit: int):
-        self.out, self.limit, self.digest, self.size = out, limit, hashlib.sha256(), 0
-        self.over = False  # the object holds more than ``limit`` bytes
-
-    def write(self, chunk) -> int:
-        if self.size + len(chunk) > self.limit:
-            self.over = True
-            raise _TooLarge
-        self.digest.update(chunk)
-        self.size += len(chunk)
-        return self.out.write(chunk)
-
-
-class _TooLarge(Exception):
-    """The object holds more bytes than listed: its download stops there."""

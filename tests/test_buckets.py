@@ -224,12 +224,12 @@ def test_a_tight_cache_downloads_each_byte_once_an_epoch(
     draws again may still be held), on tf.data and on the record source, and the read is
     the folder's, record for record; with a limit that holds the split, once in all."""
     import reader
-    from reader import cache as cache_module
+    from reader import cache_fetch
     from reader.options import ReadOptions
     from reader.source import RecordSource
 
     # runs fetched in pieces of 1,000 bytes: records span pieces, each still checked
-    monkeypatch.setattr(cache_module, "RANGE_PIECE", 1000)
+    monkeypatch.setattr(cache_fetch, "RANGE_PIECE", 1000)
     url = bucket.upload(local_dataset, "runs/out")
     shards = reader.load_info(url)["splits"]["train"]["shards"]
     split = sum(s["num_bytes"] for s in shards)

@@ -145,6 +145,7 @@ READER_FLOORS = {
     "reader/read.py": 2,
     "reader/records.py": 3,  # records in read order, and decoding
     "reader/cache.py": 3,
+    "reader/cache_fetch.py": 3,
     "reader/cache_folder.py": 3,
     "reader/stream.py": 3,
     "reader/tfcall.py": 3,
