@@ -30,9 +30,20 @@ _ALIASES = {name.lower(): DASK_RUNNER for name in ("dask", "DaskRunner", _BEAM_D
 # Prism's binary from GitHub (a network call and an executable the user did not
 # ask for) and runs there, falling back to the FnApiRunner only when that fails
 # (offline: ~0.7 s a job lost). evenshard's local runs, and every test that pins
-# their bytes, are the FnApiRunner's, so no runner flag or "DirectRunner" means it.
-LOCAL_RUNNER = "apache_beam.runners.portability.fn_api_runner.FnApiRunner"
-_DIRECT = {"directrunner", "apache_beam.runners.direct.direct_runner.directrunner"}
+# their bytes, are the FnApiRunner's, so no runner flag or any name Beam takes for
+# its DirectRunner ("direct", "SwitchingDirectRunner", its class path) means it,
+# built as the DirectRunner builds it (beam_jobs/local_runner.py).
+LOCAL_RUNNER = "beam_jobs.local_runner.LocalRunner"
+_DIRECT = {"directrunner", "switchingdirectrunner"}
+
+
+def _direct(runner: str) -> bool:
+    """Whether Beam takes ``runner`` for its DirectRunner (its names are matched as Beam
+    matches them: any case, "Runner" optional, or the class's full path)."""
+    name = runner.lower().rsplit(".", 1)[-1]
+    name = name if name.endswith("runner") else name + "runner"
+    module = runner.lower().rsplit(".", 1)[0] if "." in runner else ""
+    return name in _DIRECT and module in ("", "apache_beam.runners.direct.direct_runner")
 
 
 def _flag(args: list[str], name: str) -> tuple[str | None, list[str]]:
@@ -60,7 +71,7 @@ def resolve_runner(pipeline_args: list[str]):
     if runner is None or runner.lower() not in _ALIASES:
         if workers is not None:
             raise UserError("--dask_workers only applies to --runner=dask")
-        if runner is None or runner.lower() in _DIRECT:
+        if runner is None or _direct(runner):
             yield [f"--runner={LOCAL_RUNNER}", *rest]
         else:
             yield pipeline_args
@@ -248,7 +259,7 @@ def describe(beam_options) -> str:
 
     runner = beam_options.view_as(StandardOptions).runner or "DirectRunner"
     name = runner.rsplit(".", 1)[-1]
-    if name in ("DirectRunner", "FnApiRunner", "SwitchingDirectRunner"):
+    if name in ("DirectRunner", "FnApiRunner", "SwitchingDirectRunner", "LocalRunner"):
         name = "DirectRunner"  # the FnApiRunner is the DirectRunner's engine: the name users know
         direct = beam_options.view_as(DirectOptions)
         workers = direct.direct_num_workers or os.cpu_count()

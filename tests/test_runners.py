@@ -171,7 +171,16 @@ def test_the_readmes_dataflow_command_dry_runs_offline(tmp_path, capsys, caplog)
     assert "WriteShards" in job.read_text()
 
 
-@pytest.mark.parametrize("given", [[], ["--runner=DirectRunner"], ["--runner=directrunner"]])
+@pytest.mark.parametrize(
+    "given",
+    [
+        [],
+        ["--runner=DirectRunner"],
+        ["--runner=direct"],
+        ["--runner=SwitchingDirectRunner"],
+        ["--runner=apache_beam.runners.direct.direct_runner.DirectRunner"],
+    ],
+)
 def test_the_local_runner_never_goes_to_prism(given, tmp_path, caplog):
     """Beam's DirectRunner would download Prism's binary from GitHub and run the job there;
     convert's local runs are the FnApiRunner's, the engine its bytes are pinned on."""
@@ -191,3 +200,26 @@ def test_the_local_runner_never_goes_to_prism(given, tmp_path, caplog):
     assert info["runner"] == "DirectRunner (in_memory, 1 worker)"
     said = [r.getMessage() for r in caplog.records]
     assert not [m for m in said if "prism" in m.lower()], said
+
+
+def test_the_local_runners_worker_processes_get_the_jobs_options():
+    """Worker processes of the local runner start with the job's options, as Beam's
+    DirectRunner gives them (a bare FnApiRunner gave them none): their file systems
+    see the run's flags."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from beam_jobs.runners import resolve_runner
+
+    def endpoint_seen_by_the_worker(_):  # nested: pickled by value, for the worker
+        from apache_beam.io.filesystems import FileSystems
+
+        options = FileSystems._pipeline_options
+        return None if options is None else options.get_all_options().get("s3_endpoint_url")
+
+    flags = ["--direct_running_mode=multi_processing", "--direct_num_workers=1"]
+    flags.append("--s3_endpoint_url=http://127.0.0.1:9")
+    with resolve_runner(flags) as args, beam.Pipeline(options=PipelineOptions(args)) as p:
+        seen = p | beam.Create([0]) | beam.Map(endpoint_seen_by_the_worker)
+        assert_that(seen, equal_to(["http://127.0.0.1:9"]))
