@@ -150,6 +150,8 @@ def convert(options: ConvertOptions, pipeline_args: list[str], pipeline=None) ->
         # run's flags too (--s3_endpoint_url, say), as the pipeline's do
         FileSystems.set_options(beam_options)
         dry_run = bool(beam_options.view_as(TestOptions).dry_run)
+        if dry_run:
+            _check_dry_run(beam_options)
         job = preflight(resolved, offline=dry_run)
         if pipeline is None:
             pipeline = _pipeline(beam_options)
@@ -167,6 +169,20 @@ def convert(options: ConvertOptions, pipeline_args: list[str], pipeline=None) ->
             info = parse_info(f.read(), path)
         info["runner"] = describe(beam_options)  # for the summary; not in the file
         return info
+
+
+def _check_dry_run(beam_options) -> None:
+    """``--dry_run`` is Dataflow's: its runner translates the job and stops. Every other
+    runner ignores it and runs the job, writing the dataset the user asked not to."""
+    from apache_beam.options.pipeline_options import StandardOptions
+
+    runner = beam_options.view_as(StandardOptions).runner or "DirectRunner"
+    if not runner.rsplit(".", 1)[-1].lower().startswith("dataflow"):
+        raise UserError(
+            f"--dry_run only applies to --runner=DataflowRunner (it translates the job "
+            f"without submitting it); with --runner={runner} the job would run and write "
+            "its output: drop --dry_run, or add --runner=DataflowRunner and its flags"
+        )
 
 
 def _pipeline(beam_options):

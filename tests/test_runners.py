@@ -126,6 +126,17 @@ def test_dataflow_translation_without_submitting(folder_500, tmp_path, capsys):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("runner", [[], ["--runner=dask"]])
+def test_a_dry_run_off_dataflow_is_refused_before_anything_is_written(folder_500, tmp_path, runner):
+    """Only Dataflow's runner honours --dry_run; the local runner used to run the job and
+    write the whole dataset while the summary said nothing was submitted."""
+    out = tmp_path / "never_written"
+    argv = [f"--input={folder_500[0]}", f"--output_dir={out}", "--dry_run=True", *runner]
+    with pytest.raises(UserError, match="--dry_run only applies to --runner=DataflowRunner"):
+        run_convert(folder_500[0], str(out), *argv[2:])
+    assert not out.exists()
+
+
 def test_the_package_ships_with_setup_file(tmp_path):
     """What Dataflow's stager does with --setup_file: build an sdist of this project."""
     from apache_beam.runners.portability.stager import Stager
