@@ -40,9 +40,8 @@ _DIRECT = {"directrunner", "switchingdirectrunner"}
 def _direct(runner: str) -> bool:
     """Whether Beam takes ``runner`` for its DirectRunner (its names are matched as Beam
     matches them: any case, "Runner" optional, or the class's full path)."""
-    name = runner.lower().rsplit(".", 1)[-1]
+    module, _, name = runner.lower().rpartition(".")
     name = name if name.endswith("runner") else name + "runner"
-    module = runner.lower().rsplit(".", 1)[0] if "." in runner else ""
     return name in _DIRECT and module in ("", "apache_beam.runners.direct.direct_runner")
 
 

@@ -240,7 +240,7 @@ class ShardCache:
     def _size(self, key) -> int:
         if isinstance(key, int):
             return self.shards[key]["num_bytes"]
-        return span(self.shards[key[0]]["table"], key[1], key[2])[1]
+        return span(self._shard(key)["table"], key[1], key[2])[1]
 
     def runs(self, files, starts, stops, first: bool = False) -> tuple:
         """``enter`` for a reader of runs: a group's runs by their columns; returns for

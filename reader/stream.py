@@ -243,7 +243,7 @@ def _checked_records(path, held, listed, compression, start, stop):
             with tf.control_dependencies([check]):
                 return tf.constant(b"")
 
-        return fail
+        return tfcall.graph(fail)
 
     in_info = "listed in dataset_info.json"
     short = failing(
@@ -251,7 +251,7 @@ def _checked_records(path, held, listed, compression, start, stop):
         listed,
         in_info,
     )
-    sentinel = tf.data.Dataset.from_tensors(path).map(tfcall.graph(short))
+    sentinel = tf.data.Dataset.from_tensors(path).map(short)
     records_read = records.concatenate(sentinel).take(stop).skip(start)
     if not compression:
         return records_read  # the shard's DALI index was checked to hold `listed` records
@@ -259,9 +259,7 @@ def _checked_records(path, held, listed, compression, start, stop):
     # record further (a second decompression of the file, gzip shards only).
     last = tf.cast(tf.equal(stop, listed), tf.int64)
     more = (
-        records.skip(listed)
-        .take(last)
-        .map(tfcall.graph(failing("holds more records than the", listed, in_info)))
+        records.skip(listed).take(last).map(failing("holds more records than the", listed, in_info))
     )
     return records_read.concatenate(more)
 
