@@ -123,52 +123,63 @@ def convert(options: ConvertOptions, pipeline_args: list[str], pipeline=None) ->
     folder claimed (``output.claim``), the pipeline built (``steps.build``) and
     run, and the dataset info it wrote.
     """
-    from apache_beam.io.filesystems import FileSystems
-    from apache_beam.options.pipeline_options import TestOptions
-
-    from beam_jobs import output
+    from beam_jobs.forked_workers import fork_server
     from beam_jobs.job import has_at_least
-    from beam_jobs.preflight import preflight
     from beam_jobs.runners import (
         MULTI_PROCESSING_FROM,
-        describe,
         gcp_credentials,
         lean_malloc,
         local_default,
         resolve_runner,
     )
-    from beam_jobs.steps import build
-    from schemas.info import parse_info
 
     lean_malloc()
     resolved = Job.of(options)  # every path, once; nothing is read yet
     urls = [options.input, options.output_dir, options.labels_file]
     many = functools.partial(has_at_least, resolved, MULTI_PROCESSING_FROM)
-    with gcp_credentials(urls), resolve_runner(local_default(pipeline_args, many)) as pipeline_args:
-        beam_options = pipeline_options(pipeline_args)
-        # the driver's own file system calls (preflight, the output folder) see the
-        # run's flags too (--s3_endpoint_url, say), as the pipeline's do
-        FileSystems.set_options(beam_options)
-        dry_run = bool(beam_options.view_as(TestOptions).dry_run)
-        if dry_run:
-            _check_dry_run(beam_options)
-        job = preflight(resolved, offline=dry_run)
-        if pipeline is None:
-            pipeline = _pipeline(beam_options)
-        with output.claim(job, dry_run):  # a refusal the run wrote is raised as it ends
-            build(pipeline, job)
-            result = _run(pipeline)
-        if dry_run:
-            _write_job_file(result, beam_options)
-            return {
-                "dry_run": True,
-                "steps": [t.full_label for t in pipeline.transforms_stack[0].parts],
-            }
-        path = layout.join(job.output_dir, layout.INFO_FILE)
-        with FileSystems.open(path) as f:
-            info = parse_info(f.read(), path)
-        info["runner"] = describe(beam_options)  # for the summary; not in the file
-        return info
+    with (
+        gcp_credentials(urls),
+        resolve_runner(local_default(pipeline_args, many)) as pipeline_args,
+        fork_server(pipeline_args),  # before Beam is imported here: it imports as we do
+    ):
+        return _convert(options, resolved, pipeline_args, pipeline)
+
+
+def _convert(options: ConvertOptions, resolved: Job, pipeline_args: list[str], pipeline) -> dict:
+    """``convert`` with the runner resolved: the pipeline built on the checked Job, run."""
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import TestOptions
+
+    from beam_jobs import output
+    from beam_jobs.preflight import preflight
+    from beam_jobs.runners import describe
+    from beam_jobs.steps import build
+    from schemas.info import parse_info
+
+    beam_options = pipeline_options(pipeline_args)
+    # the driver's own file system calls (preflight, the output folder) see the
+    # run's flags too (--s3_endpoint_url, say), as the pipeline's do
+    FileSystems.set_options(beam_options)
+    dry_run = bool(beam_options.view_as(TestOptions).dry_run)
+    if dry_run:
+        _check_dry_run(beam_options)
+    job = preflight(resolved, offline=dry_run)
+    if pipeline is None:
+        pipeline = _pipeline(beam_options)
+    with output.claim(job, dry_run):  # a refusal the run wrote is raised as it ends
+        build(pipeline, job)
+        result = _run(pipeline)
+    if dry_run:
+        _write_job_file(result, beam_options)
+        return {
+            "dry_run": True,
+            "steps": [t.full_label for t in pipeline.transforms_stack[0].parts],
+        }
+    path = layout.join(job.output_dir, layout.INFO_FILE)
+    with FileSystems.open(path) as f:
+        info = parse_info(f.read(), path)
+    info["runner"] = describe(beam_options)  # for the summary; not in the file
+    return info
 
 
 def _check_dry_run(beam_options) -> None:

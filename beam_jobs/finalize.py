@@ -5,7 +5,7 @@ then ``schema.pbtxt`` and ``labels.txt``, and ``dataset_info.json`` last. Its
 presence means the dataset is complete; a run that fails or is killed leaves
 none, and readers refuse such a directory. A run refused for its inputs
 writes the reason instead (``refuse``), which the driver raises
-(``DatasetRefused``).
+(``beam_jobs.options.DatasetRefused``).
 """
 
 from __future__ import annotations
@@ -29,18 +29,6 @@ from schemas.layout import (
     SCHEMA_FILE,
     join,
 )
-
-
-class DatasetRefused(RuntimeError):
-    """The run ended without a dataset because of its inputs (more rejects than
-    --max_reject_fraction allows, inputs rewritten while it ran): one line saying
-    why and what to do.
-
-    Never raised in a worker: finalize writes the line to ``REFUSED_FILE``
-    (``refuse``) and the pipeline ends normally; the driver raises this as its
-    claim on the output folder ends (``output.claim``: a worker's exception
-    reached the user wrapped, with a traceback a worker).
-    """
 
 
 def settings(options: ConvertOptions, path_root: str | None) -> dict:

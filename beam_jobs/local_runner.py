@@ -1,22 +1,43 @@
 """The local runner: Beam's FnApiRunner, built as Beam's DirectRunner builds it, without
-the DirectRunner's first try of Prism (``beam_jobs.runners.LOCAL_RUNNER``)."""
+the DirectRunner's first try of Prism (``beam_jobs.runners.LOCAL_RUNNER``); its worker
+processes forked ready when the driver runs a fork server (``beam_jobs.forked_workers``)."""
 
 from __future__ import annotations
 
+import os
+
+from apache_beam.options.pipeline_options import DirectOptions
 from apache_beam.portability.api import beam_provision_api_pb2
 from apache_beam.runners.portability.fn_api_runner import fn_runner
 from apache_beam.runners.portability.portable_runner import JobServiceHandle
+from apache_beam.transforms import environments
+
+from beam_jobs import forked_workers
 
 
 class LocalRunner(fn_runner.FnApiRunner):
     """The FnApiRunner with the job's options in its provision info, as the DirectRunner
     gives it: worker processes (``multi_processing``) start with them, so their file
     systems see the run's flags (``--s3_endpoint_url``, say). A bare FnApiRunner gives
-    its workers none."""
+    its workers none. With a fork server (``forked_workers.ENV``) those workers are
+    its forks, started by its client instead of ``python -m ...sdk_worker_main``."""
 
     def run_pipeline(self, pipeline, options):
         encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
         self._provision_info = fn_runner.ExtendedProvisionInfo(
             beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)
         )
-        return super().run_pipeline(pipeline, options)
+        direct = options.view_as(DirectOptions)
+        server = os.environ.get(forked_workers.ENV)
+        if not server or direct.direct_running_mode != "multi_processing":
+            return super().run_pipeline(pipeline, options)
+        # The FnApiRunner sets its workers' command from the running mode alone: with
+        # no mode it keeps the environment given here (the same worker otherwise).
+        self._default_environment = environments.SubprocessSDKEnvironment.from_command_string(
+            forked_workers.command(server)
+        )
+        direct.direct_running_mode = None
+        try:
+            return super().run_pipeline(pipeline, options)
+        finally:
+            direct.direct_running_mode = "multi_processing"

@@ -28,6 +28,18 @@ class UserError(ValueError):
     """A mistake in the command line or the inputs, reported as one line."""
 
 
+class DatasetRefused(RuntimeError):
+    """The run ended without a dataset because of its inputs (more rejects than
+    --max_reject_fraction allows, inputs rewritten while it ran): one line saying
+    why and what to do.
+
+    Never raised in a worker: finalize writes the line to ``REFUSED_FILE``
+    (``refuse``) and the pipeline ends normally; the driver raises this as its
+    claim on the output folder ends (``output.claim``: a worker's exception
+    reached the user wrapped, with a traceback a worker).
+    """
+
+
 def parse_splits(text: str) -> tuple[tuple[str, float], ...]:
     """Parses ``train=0.8,val=0.1,test=0.1`` into ordered (name, fraction) pairs.
 

@@ -35,9 +35,8 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs import paths
-from beam_jobs.finalize import DatasetRefused
 from beam_jobs.job import Job
-from beam_jobs.options import UserError
+from beam_jobs.options import DatasetRefused, UserError
 from schemas import layout, storage
 
 log = logging.getLogger(__name__)

@@ -178,8 +178,7 @@ def _error(command: str, message: str) -> None:
 
 def _convert(args: argparse.Namespace, pipeline_args: list[str]) -> int:
     from beam_jobs import convert
-    from beam_jobs.finalize import DatasetRefused
-    from beam_jobs.options import UserError, from_namespace
+    from beam_jobs.options import DatasetRefused, UserError, from_namespace
 
     # The runner logs a failing step's traceback at ERROR; ours are re-raised
     # (or shown as one line) below, so its copy is noise.

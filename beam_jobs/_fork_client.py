@@ -1,0 +1,61 @@
+"""A local worker, as Beam starts one: handed to the fork server (``forked_workers``).
+
+Run as ``python -S _fork_client.py SOCKET`` (the standard library alone, no
+site: it starts in milliseconds). Sends the environment Beam gave it, and its
+stdin, stdout and stderr, to the server, which forks a worker with them, and
+exits with that worker's exit code; a signal it gets goes to the worker. With
+no server to take it, it becomes Beam's own worker process.
+"""
+
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+
+
+def _read(conn, n):
+    data = b""
+    while len(data) < n:
+        part = conn.recv(n - len(data))
+        if not part:
+            return None
+        data += part
+    return data
+
+
+def main(path):
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(path)
+    except OSError:  # no server: a fresh worker, as Beam's command starts it
+        conn.close()
+        python = sys.executable
+        os.execv(python, [python, "-m", "apache_beam.runners.worker.sdk_worker_main"])
+    request = json.dumps({"env": dict(os.environ), "cwd": os.getcwd()}).encode()
+    # the worker's stdin, stdout and stderr are this process's, as Beam gave them
+    socket.send_fds(conn, [struct.pack("!I", len(request))], [0, 1, 2])
+    conn.sendall(request)
+    pid = _read(conn, 4)
+    if pid is None:
+        return 1
+    pid = struct.unpack("!i", pid)[0]
+
+    def forward(signum, _frame):
+        try:
+            os.kill(pid, signum)
+        except OSError:
+            pass
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, forward)
+    code = _read(conn, 4)
+    if code is None:  # the server ended first
+        return 1
+    code = struct.unpack("!i", code)[0]
+    return code if code >= 0 else 128 - code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

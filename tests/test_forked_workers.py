@@ -1,0 +1,98 @@
+"""The local runner's worker processes, forked ready by a fork server (beam_jobs/forked_workers.py):
+the job's workers are its forks, a missing server falls back to Beam's own workers, a
+worker's exit code reaches Beam, and the server ends with the block."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from beam_jobs import forked_workers
+from beam_jobs.runners import LOCAL_RUNNER
+
+ARGS = [
+    f"--runner={LOCAL_RUNNER}",
+    "--direct_running_mode=multi_processing",
+    "--direct_num_workers=2",
+]
+
+
+def _run(folder: str) -> tuple[list[int], set[int]]:
+    """A small pipeline on the local runner's worker processes; (its output, the parents
+    of the processes that ran it)."""
+    out = os.path.join(folder, "out")
+    seen = os.path.join(folder, "seen")
+    os.makedirs(seen)
+
+    def doubled(x):  # nested: pickled by value (the workers cannot import this module)
+        import os
+
+        open(os.path.join(seen, f"{os.getpid()}-{os.getppid()}"), "w").close()
+        return x * 2
+
+    with beam.Pipeline(options=PipelineOptions(ARGS)) as p:
+        (
+            p
+            | beam.Create(range(20))
+            | beam.Reshuffle()
+            | beam.Map(doubled)
+            | beam.Map(str)
+            | beam.io.WriteToText(out, shard_name_template="")
+        )
+    with open(out) as f:
+        values = sorted(int(line) for line in f)
+    return values, {int(name.split("-")[1]) for name in os.listdir(seen)}
+
+
+@pytest.mark.slow
+def test_the_workers_are_forks_of_the_server(tmp_path):
+    with forked_workers.fork_server(ARGS) as server:
+        assert server is not None
+        values, parents = _run(str(tmp_path))
+    assert values == [2 * x for x in range(20)]
+    assert parents == {server.pid}
+    assert server.poll() is not None  # the server ended with the block
+    assert forked_workers.ENV not in os.environ
+
+
+@pytest.mark.slow
+def test_without_a_server_the_client_starts_beams_own_worker(tmp_path, monkeypatch):
+    monkeypatch.setenv(forked_workers.ENV, str(tmp_path / "no-server"))
+    values, parents = _run(str(tmp_path))
+    assert values == [2 * x for x in range(20)]
+    assert os.getpid() not in parents  # each worker under its own shell, as Beam starts it
+
+
+def test_a_workers_exit_code_reaches_beam(tmp_path):
+    """A worker that cannot start (no control address here) exits 1, and so does the
+    command Beam waits on: the job fails rather than waiting."""
+    with forked_workers.fork_server(ARGS) as server:
+        env = {k: v for k, v in os.environ.items() if "API_SERVICE" not in k}
+        done = subprocess.run(
+            forked_workers.command(os.environ[forked_workers.ENV]),
+            shell=True,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 1
+    assert "CONTROL_API_SERVICE_DESCRIPTOR" in done.stderr  # the worker's own traceback
+    assert server.poll() is not None
+
+
+@pytest.mark.fast
+def test_only_local_worker_processes_want_a_server(monkeypatch):
+    assert forked_workers.wanted(ARGS) == sys.platform.startswith("linux")
+    assert not forked_workers.wanted([f"--runner={LOCAL_RUNNER}"])
+    assert not forked_workers.wanted(["--runner=DataflowRunner", *ARGS[1:]])
+    spaced = [f"--runner={LOCAL_RUNNER}", "--direct_running_mode", "multi_processing"]
+    assert forked_workers.wanted(spaced) == sys.platform.startswith("linux")
+    monkeypatch.setenv(forked_workers.ENV, "")  # turned off: Beam's own workers
+    with forked_workers.fork_server(ARGS) as server:
+        assert server is None
