@@ -109,8 +109,9 @@ def command(path: str) -> str:
 
 
 def _preload() -> None:
-    """What every worker imports: Beam's worker, the steps' modules, Pillow's formats."""
+    """What every worker imports: Beam's worker, the steps' modules, the decoders."""
     import apache_beam.runners.worker.sdk_worker_main  # noqa: F401
+    import simplejpeg  # noqa: F401 - --verify full's JPEG decoder (schemas.images)
     from PIL import Image
 
     import beam_jobs.steps  # noqa: F401 - every step's DoFns

@@ -4,12 +4,14 @@ One table of the formats (their Pillow names, file extensions, and which
 readers decode them), and the checks convert runs on every input and
 ``validate --full`` runs on every record: Pillow opens it, the readers'
 decoders must read it faithfully, and the channel count is the one the
-readers' decoder gives. Pillow only: no Beam, no TensorFlow.
+readers' decoder gives. Pillow (and simplejpeg for JPEGs that decode cleanly): no
+Beam, no TensorFlow.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import io
 import warnings
 import zlib
 
@@ -89,6 +91,11 @@ def inspect_stream(f, size: int, *, full: bool, max_pixels: int, near: bool = Fa
 
     if size == 0:
         raise Rejected("empty", "file has zero bytes")
+    if full and not near and isinstance(f, io.BytesIO):
+        with f.getbuffer() as data:
+            clean = _clean_jpeg(data, max_pixels)
+        if clean is not None:
+            return clean
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -132,6 +139,40 @@ def inspect_stream(f, size: int, *, full: bool, max_pixels: int, near: bool = Fa
 
             fingerprint = near_fingerprint(im)
     return fmt, height, width, decoded_channels(fmt, im, f, bmp_bits), fingerprint
+
+
+# simplejpeg's colour spaces (libjpeg-turbo's) -> the channels the readers' decoder gives
+# (CMYK and YCCK come out as RGB, as in _CHANNELS)
+_JPEG_CHANNELS = {"Gray": 1, "YCbCr": 3, "RGB": 3, "CMYK": 3, "YCCK": 3}
+
+
+def _clean_jpeg(data, max_pixels: int) -> tuple | None:
+    """``inspect_stream``'s answer for a JPEG that decodes without a single warning from
+    libjpeg-turbo, else None (the file takes Pillow's path, which gives every reject).
+
+    simplejpeg's strict decode at 1/8 scale, gray out (every block of every component
+    is still entropy-decoded; the inverse DCT and colour work shrink to nothing): 0.23
+    ms a photo against 0.40 for Pillow's open and draft decode, whose Python marker
+    parsing costs as much as the decode. A clean decode here is one Pillow accepts
+    (the same library, without the warnings Pillow lets pass), so nothing Pillow
+    rejects is taken; anything else (a warning, an error, a colour space or size this
+    does not judge) is left to Pillow's path and its verdict.
+    """
+    if not bytes(data[:3]) == b"\xff\xd8\xff":
+        return None
+    import simplejpeg
+
+    try:
+        height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
+        channels = _JPEG_CHANNELS.get(colorspace)
+        if channels is None or not 1 <= width * height <= max_pixels:
+            return None
+        simplejpeg.decode_jpeg(
+            data, colorspace="GRAY", min_height=1, min_width=1, min_factor=8, strict=True
+        )
+    except (ValueError, RuntimeError):
+        return None
+    return "jpeg", height, width, channels, ""
 
 
 # PNG colour type (IHDR byte 9) -> channels libpng gives: gray, RGB, palette

@@ -324,3 +324,74 @@ def test_full_verify_of_jpeg_rejects_what_a_full_decode_rejects(progressive):
         assert got == expected, k
         rejected += not got
     assert 10 < rejected < 80  # both verdicts were exercised
+
+
+def _jpeg_variants() -> list[bytes]:
+    """JPEGs of every colour space and coding convert meets, then damaged copies of each."""
+    import io
+    import random
+
+    from PIL import Image as PILImage
+
+    rng = np.random.default_rng(5)
+    rgb = PILImage.fromarray(rng.integers(0, 255, (96, 128, 3), dtype=np.uint8))
+    made = []
+    for image, kwargs in [
+        (rgb, {"quality": 90}),
+        (rgb, {"quality": 75, "subsampling": 0}),
+        (rgb, {"quality": 80, "progressive": True}),
+        (rgb.convert("L"), {}),
+        (rgb.convert("CMYK"), {}),
+        (rgb, {"format": "MPO", "save_all": True, "append_images": [rgb.rotate(90)]}),
+    ]:
+        out = io.BytesIO()
+        image.save(out, **{"format": "JPEG", **kwargs})
+        made.append(out.getvalue())
+    pick = random.Random(2)
+    damaged = []
+    for data in made:
+        for k in range(30):
+            b = bytearray(data)
+            if k % 3 == 0:
+                b = b[: pick.randrange(len(b) // 4, len(b))]
+            elif k % 3 == 1:
+                i = pick.randrange(len(b) // 3, len(b) - 8)
+                b[i : i + 8] = bytes(pick.randrange(256) for _ in range(8))
+            else:
+                i = pick.randrange(len(b) // 3, len(b) - 60)
+                del b[i : i + pick.randrange(1, 50)]
+            damaged.append(bytes(b))
+    return made + damaged
+
+
+@pytest.mark.fast
+def test_a_clean_jpeg_decode_gives_pillows_verdict_and_facts():
+    """--verify full takes a JPEG that libjpeg-turbo decodes without a warning on a fast
+    path (schemas.images._clean_jpeg); every such file is one Pillow's path accepts, with
+    the same format, size and channels, and every other file gets Pillow's verdict."""
+    import io
+
+    from schemas import images
+    from schemas.images import Rejected, inspect_stream
+
+    fast_taken = pillow_rejected = 0
+    for data in _jpeg_variants():
+        try:  # a stream that is not a BytesIO: Pillow's path alone
+            pillow = inspect_stream(
+                io.BufferedReader(io.BytesIO(data)), len(data), full=True, max_pixels=10**9
+            )
+        except Rejected as r:
+            pillow = r.reason
+        fast = images._clean_jpeg(data, 10**9)
+        if fast is not None:
+            assert fast == pillow
+            fast_taken += 1
+        try:
+            got = inspect_stream(io.BytesIO(data), len(data), full=True, max_pixels=10**9)
+        except Rejected as r:
+            got = r.reason
+        assert got == pillow
+        pillow_rejected += isinstance(pillow, str)
+    assert fast_taken >= 6 and pillow_rejected >= 40  # both paths were exercised
+    # a size it does not judge is Pillow's: its too_large, in its words
+    assert images._clean_jpeg(_jpeg_variants()[0], 96 * 128 - 1) is None
