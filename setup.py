@@ -59,5 +59,5 @@ setup(
         # benchmark tooling only: TFDS is the competitor in benchmarks/tfds_bench.py
         "bench": ["tensorflow-datasets>=4.9"],
     },
-    entry_points={"console_scripts": ["evenshard=evenshard.cli:main"]},
+    entry_points={"console_scripts": ["evenshard=evenshard.cli:run"]},
 )

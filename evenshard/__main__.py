@@ -1,7 +1,5 @@
 """``python -m evenshard``: the same as the ``evenshard`` command."""
 
-import sys
+from evenshard.cli import run
 
-from evenshard.cli import main
-
-sys.exit(main())
+run()

@@ -158,6 +158,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def run() -> None:
+    """The ``evenshard`` command: ``main``, then out without Python's finalization.
+
+    After a convert, tearing down a process that ran Beam (its modules, gRPC's
+    core and threads) took 0.6 s with nothing left to do: every file is written,
+    closed and in place before the summary is printed. An exception still ends
+    the normal way, with its traceback.
+    """
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(code)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Runs one subcommand; returns the exit code (0 ok, 1 failed or problems, 2 usage)."""
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -398,4 +413,4 @@ _RUN = {
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
