@@ -51,8 +51,31 @@ BATCH = 512
 MAX_HELD = 8192
 
 
+class _Batches(beam.DoFn):
+    """(split, Image) -> lists of up to BATCH of them, from one bundle.
+
+    The step before ToShards waits for the plan (a side input), so its input is
+    written out whole between the steps: as lists, a few hundred elements cross
+    instead of one an image (Beam's cost per element: encode, hand over, decode).
+    """
+
+    def start_bundle(self):
+        self._batch: list = []
+
+    def process(self, element):
+        self._batch.append(element)
+        if len(self._batch) == BATCH:
+            yield self._batch
+            self._batch = []
+
+    def finish_bundle(self):
+        if self._batch:
+            yield GlobalWindows.windowed_value(self._batch)
+            self._batch = []
+
+
 class _ToShardBatches(beam.DoFn):
-    """(split, Image) -> ((split, shard), pickled [(bucket, r, Image)]).
+    """[(split, Image)] -> ((split, shard), pickled [(bucket, r, Image)]).
 
     The items bound for one shard travel in batches of up to BATCH, pickled:
     the shuffle then moves a few hundred opaque values instead of an element
@@ -68,17 +91,17 @@ class _ToShardBatches(beam.DoFn):
         self._held: dict[tuple, list] = {}
         self._count = 0
 
-    def process(self, element, plan):
-        split, im = element
-        r = fp(self._seed, "order", im.key)
-        for key, item in _to_shards(split, r, top_bucket(r, self._bits), im, plan):
-            batch = self._held.setdefault(key, [])
-            batch.append(item)
-            self._count += 1
-            if len(batch) == BATCH:
-                yield self._send(key)
-        if self._count >= MAX_HELD:
-            yield from [self._send(key) for key in list(self._held)]
+    def process(self, elements, plan):
+        for split, im in elements:
+            r = fp(self._seed, "order", im.key)
+            for key, item in _to_shards(split, r, top_bucket(r, self._bits), im, plan):
+                batch = self._held.setdefault(key, [])
+                batch.append(item)
+                self._count += 1
+                if len(batch) == BATCH:
+                    yield self._send(key)
+            if self._count >= MAX_HELD:
+                yield from [self._send(key) for key in list(self._held)]
 
     def finish_bundle(self):
         for key in list(self._held):
@@ -144,6 +167,7 @@ class OrderAndShard(beam.PTransform):
             # the plan's bucket table (PlanShards with the seed) gives the ranks
             return (
                 split_images
+                | "Batch" >> beam.ParDo(_Batches())
                 | "ToShards" >> beam.ParDo(_ToShardBatches(seed, self._bits), plan)
                 | "GroupByShard" >> beam.GroupByKey()
                 | "RankInShard" >> beam.Map(_rank_in_shard, plan)
