@@ -142,10 +142,11 @@ def _check_reachable(address: str | None) -> None:
 _LOCAL_FLAGS = ("--runner", "--direct_running_mode", "--direct_num_workers", "--dask")
 
 
-# Measured (benchmarks/mode_bench.py, 2 cores): one in-memory worker wins
-# below about 15k small images (worker processes take ~3 s to start), every
-# core wins above (a third less time per image).
-MULTI_PROCESSING_FROM = 15_000
+# Measured (benchmarks/mode_bench.py, 2 cores): with worker processes forked
+# ready (beam_jobs/forked_workers.py) every core ties one in-memory worker at
+# 2,000 small images and wins from 5,000 (before, starting them cost ~3 s and
+# one worker won below about 15,000).
+MULTI_PROCESSING_FROM = 5_000
 
 
 def local_default(pipeline_args: list[str], many_inputs: Callable[[], bool]) -> list[str]:

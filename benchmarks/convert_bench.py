@@ -72,7 +72,7 @@ def convert_cmd(src: str, out: str, verify: str, workers: int = 2) -> list[str]:
     ]
     if workers > 1:
         cmd += [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"]
-    else:  # explicitly: from 15,000 inputs the default runner takes every core
+    else:  # explicitly: from MULTI_PROCESSING_FROM inputs the default takes every core
         cmd += ["--direct_num_workers=1", "--direct_running_mode=in_memory"]
     return cmd
 

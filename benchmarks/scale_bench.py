@@ -29,6 +29,8 @@ from _common import (  # noqa: E402
     verdict,
 )
 
+from beam_jobs.runners import MULTI_PROCESSING_FROM  # noqa: E402
+
 
 def linked(n: int) -> str:
     """A folder of ``n`` hard links cycling over the generated JPEGs (10 labels); cached."""
@@ -104,15 +106,15 @@ def render(r: dict) -> str:
         ],
     )
     worst = max(v["peak_rss_mb"] / v["tfds_peak_rss_mb"] for v in r["runs"].values())
-    # growth between the two largest sizes: both run every core (the smallest,
-    # below 15,000 inputs, runs in one process)
+    # growth between the two largest sizes: both run every core (a size below
+    # MULTI_PROCESSING_FROM inputs would run in one process)
     (n1, a), (n2, b) = sorted(((int(n), v) for n, v in r["runs"].items()))[-2:]
     growth = (b["peak_rss_mb"] - a["peak_rss_mb"]) * 1e3 / (n2 - n1)
     tfds_growth = (b["tfds_peak_rss_mb"] - a["tfds_peak_rss_mb"]) * 1e3 / (n2 - n1)
     return f"""## convert at scale — `benchmarks/scale_bench.py`
 
 Path records, `--verify header`, the default runner (one in-memory worker
-below 15,000 inputs, every core from there), on hard links cycling over the
+below {MULTI_PROCESSING_FROM:,} inputs, every core from there), on hard links cycling over the
 20,000 generated JPEGs. At each size TFDS's single-process builder runs on
 the same folder (image records, its only kind) for its peak RSS.
 
