@@ -144,8 +144,8 @@ _LOCAL_FLAGS = ("--runner", "--direct_running_mode", "--direct_num_workers", "--
 
 # Measured (benchmarks/mode_bench.py, 2 cores): with worker processes forked
 # ready (beam_jobs/forked_workers.py) every core ties one in-memory worker at
-# 2,000 small images and wins from 5,000 (before, starting them cost ~3 s and
-# one worker won below about 15,000).
+# 2,000 and 5,000 small images and wins at 35,000 (before, starting them cost
+# ~3 s and one worker won below about 15,000).
 MULTI_PROCESSING_FROM = 5_000
 
 

@@ -86,6 +86,7 @@ def measure(a) -> dict:
         / (hi - lo),
         "marginal_us_per_example": (runs[hi]["seconds"] - runs[lo]["seconds"]) / (hi - lo) * 1e6,
         "rss_over_tfds": {n: r["peak_rss_mb"] / r["tfds_peak_rss_mb"] for n, r in runs.items()},
+        "multi_processing_from": MULTI_PROCESSING_FROM,  # the default's line, then
     }
     return result
 
@@ -114,7 +115,7 @@ def render(r: dict) -> str:
     return f"""## convert at scale — `benchmarks/scale_bench.py`
 
 Path records, `--verify header`, the default runner (one in-memory worker
-below {MULTI_PROCESSING_FROM:,} inputs, every core from there), on hard links cycling over the
+below {r.get("multi_processing_from", 15_000):,} inputs, every core from there), on hard links cycling over the
 20,000 generated JPEGs. At each size TFDS's single-process builder runs on
 the same folder (image records, its only kind) for its peak RSS.
 
