@@ -50,7 +50,7 @@ def wanted(pipeline_args: list[str]) -> bool:
     processes (and the system can fork)."""
     from beam_jobs.runners import LOCAL_RUNNER
 
-    flags = " ".join(pipeline_args).replace("= ", "=")
+    flags = " ".join(pipeline_args)
     return (
         sys.platform.startswith("linux")
         and f"--runner={LOCAL_RUNNER}" in pipeline_args
@@ -148,8 +148,10 @@ def serve(listener: socket.socket) -> None:
                     continue
                 pid = os.fork()
                 if pid == 0:
-                    listener.close()
-                    conn.close()
+                    # the worker holds no socket of the server's: a client sees its
+                    # server's end, not a sibling's copy kept open
+                    for held in (listener, conn, *children.values()):
+                        held.close()
                     _worker(request, fds)  # never returns
                 _close(fds)
                 with contextlib.suppress(OSError):
