@@ -5,14 +5,45 @@ processes forked ready when the driver runs a fork server (``beam_jobs.forked_wo
 from __future__ import annotations
 
 import os
+import threading
 
 from apache_beam.options.pipeline_options import DirectOptions
+from apache_beam.portability import python_urns
 from apache_beam.portability.api import beam_provision_api_pb2
-from apache_beam.runners.portability.fn_api_runner import fn_runner
+from apache_beam.runners.portability import local_job_service
+from apache_beam.runners.portability.fn_api_runner import fn_runner, worker_handlers
 from apache_beam.runners.portability.portable_runner import JobServiceHandle
 from apache_beam.transforms import environments
 
 from beam_jobs import forked_workers
+
+
+@worker_handlers.WorkerHandler.register_environment(python_urns.SUBPROCESS_SDK, bytes)
+class _SubprocessWorkerHandler(worker_handlers.SubprocessSdkWorkerHandler):
+    """Beam's handler of a worker process, failing what the worker was asked when its
+    process ends early (killed, out of memory, crashed).
+
+    Beam's only logs the exit code: a bundle the worker held then waits for its
+    answer forever, and the job hangs (a bundle reading the runner's data fails on
+    the closed channel; one that reads none, such as a step's first, does not).
+    Beam's Docker handler fails them this way (``control_conn.abort``).
+    """
+
+    def start_worker(self):
+        self.worker = local_job_service.SubprocessSdkWorker(
+            self._worker_command_line, self.control_address, self.provision_info, self.worker_id
+        )
+        self.worker_thread = threading.Thread(name="run_worker", target=self._run, daemon=True)
+        self.worker_thread.start()
+
+    def _run(self):
+        try:
+            self.worker.run()
+        except Exception as e:  # noqa: BLE001 - every early end fails the job, in words
+            self.control_conn.abort(
+                RuntimeError(f"a worker process of the local runner ended early: {e}")
+            )
+            raise
 
 
 class LocalRunner(fn_runner.FnApiRunner):

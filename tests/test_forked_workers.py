@@ -96,3 +96,32 @@ def test_only_local_worker_processes_want_a_server(monkeypatch):
     monkeypatch.setenv(forked_workers.ENV, "")  # turned off: Beam's own workers
     with forked_workers.fork_server(ARGS) as server:
         assert server is None
+
+
+_KILLED = """
+import os, signal
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+from beam_jobs.forked_workers import fork_server
+
+def die(_):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+args = {args!r}
+with fork_server(args):
+    with beam.Pipeline(options=PipelineOptions(args)) as p:
+        p | beam.Impulse() | beam.Map(die)  # a bundle that reads no data from the runner
+"""
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_bundle_fails_the_job_instead_of_hanging(tmp_path):
+    """Beam's handler only logged a worker process's early end: a bundle that reads no
+    data from the runner then waited for the dead worker's answer forever."""
+    script = tmp_path / "killed.py"
+    script.write_text(_KILLED.format(args=ARGS))
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode != 0
+    assert "a worker process of the local runner ended early" in done.stderr
