@@ -279,6 +279,20 @@ def test_finished_dataset_needs_overwrite(crafted, tmp_path, capsys):
     assert load_info(out)["inputs"] == before["inputs"]
 
 
+def _damage(data: bytes, k: int, pick) -> bytes:
+    """Damaged copy ``k`` of a JPEG: cut short, 8 bytes garbled, or a hole, by turns."""
+    b = bytearray(data)
+    if k % 3 == 0:
+        b = b[: pick.randrange(len(b) // 4, len(b))]
+    elif k % 3 == 1:
+        i = pick.randrange(len(b) // 3, len(b) - 8)
+        b[i : i + 8] = bytes(pick.randrange(256) for _ in range(8))
+    else:
+        i = pick.randrange(len(b) // 3, len(b) - 60)
+        del b[i : i + pick.randrange(1, 50)]
+    return bytes(b)
+
+
 @pytest.mark.parametrize("progressive", [False, True])
 def test_full_verify_of_jpeg_rejects_what_a_full_decode_rejects(progressive):
     """--verify full decodes JPEGs with libjpeg's DCT scaling (every block entropy-
@@ -300,15 +314,7 @@ def test_full_verify_of_jpeg_rejects_what_a_full_decode_rejects(progressive):
     pick = random.Random(1)
     rejected = 0
     for k in range(90):
-        b = bytearray(data)
-        if k % 3 == 0:
-            b = b[: pick.randrange(len(b) // 4, len(b))]
-        elif k % 3 == 1:
-            i = pick.randrange(len(b) // 3, len(b) - 8)
-            b[i : i + 8] = bytes(pick.randrange(256) for _ in range(8))
-        else:
-            i = pick.randrange(len(b) // 3, len(b) - 60)
-            del b[i : i + pick.randrange(1, 50)]
+        b = _damage(data, k, pick)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -354,20 +360,7 @@ def _jpeg_variants() -> list[bytes]:
         for extra in (b"\xff\xe0\x00\x07JFIF\x00", b"\xff\xee\x00\x07Adobe", b"\xff\x01")
     ]
     pick = random.Random(2)
-    damaged = []
-    for data in made:
-        for k in range(30):
-            b = bytearray(data)
-            if k % 3 == 0:
-                b = b[: pick.randrange(len(b) // 4, len(b))]
-            elif k % 3 == 1:
-                i = pick.randrange(len(b) // 3, len(b) - 8)
-                b[i : i + 8] = bytes(pick.randrange(256) for _ in range(8))
-            else:
-                i = pick.randrange(len(b) // 3, len(b) - 60)
-                del b[i : i + pick.randrange(1, 50)]
-            damaged.append(bytes(b))
-    return made + damaged
+    return made + [_damage(data, k, pick) for data in made for k in range(30)]
 
 
 @pytest.mark.fast
