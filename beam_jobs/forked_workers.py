@@ -43,6 +43,7 @@ ENV = "EVENSHARD_FORK_SERVER"
 _CLIENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_fork_client.py")
 # How often the server looks for ended workers (their clients wait for the code).
 _POLL_S = 0.02
+_FOLDER_PREFIX = "evenshard-workers-"  # the temp folder of the server's socket
 
 
 def wanted(pipeline_args: list[str]) -> bool:
@@ -66,7 +67,7 @@ def fork_server(pipeline_args: list[str]):
     if not wanted(pipeline_args) or ENV in os.environ:
         yield None
         return
-    folder = tempfile.mkdtemp(prefix="evenshard-workers-")
+    folder = tempfile.mkdtemp(prefix=_FOLDER_PREFIX)
     path = os.path.join(folder, "socket")
     try:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -165,6 +166,10 @@ def serve(listener: socket.socket) -> None:
             with contextlib.suppress(OSError):
                 os.waitpid(pid, 0)
             conn.close()
+        # the socket's folder, which a driver killed (no cleanup of its own) leaves
+        folder = os.path.dirname(listener.getsockname())
+        if os.path.basename(folder).startswith(_FOLDER_PREFIX):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _reap(children: dict[int, socket.socket]) -> None:

@@ -86,6 +86,16 @@ def test_a_workers_exit_code_reaches_beam(tmp_path):
     assert server.poll() is not None
 
 
+def test_a_server_whose_driver_is_gone_stops_and_clears_its_folder():
+    """The driver killed (its stdin to the server closed, no cleanup of its own): the
+    server ends and removes its socket's folder."""
+    with forked_workers.fork_server(ARGS) as server:
+        folder = os.path.dirname(os.environ[forked_workers.ENV])
+        server.stdin.close()
+        server.wait(timeout=60)
+        assert not os.path.exists(folder)
+
+
 @pytest.mark.fast
 def test_only_local_worker_processes_want_a_server(monkeypatch):
     assert forked_workers.wanted(ARGS) == sys.platform.startswith("linux")
