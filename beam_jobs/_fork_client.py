@@ -15,7 +15,9 @@ import struct
 import sys
 
 
-def _read(conn, n):
+def read_exactly(conn, n):
+    """``n`` bytes from the socket ``conn``, or None if it closes first (the fork
+    server reads its clients with this too)."""
     data = b""
     while len(data) < n:
         part = conn.recv(n - len(data))
@@ -37,7 +39,7 @@ def main(path):
     # the worker's stdin, stdout and stderr are this process's, as Beam gave them
     socket.send_fds(conn, [struct.pack("!I", len(request))], [0, 1, 2])
     conn.sendall(request)
-    pid = _read(conn, 4)
+    pid = read_exactly(conn, 4)
     if pid is None:
         return 1
     pid = struct.unpack("!i", pid)[0]
@@ -50,7 +52,7 @@ def main(path):
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, forward)
-    code = _read(conn, 4)
+    code = read_exactly(conn, 4)
     if code is None:  # the server ended first
         return 1
     code = struct.unpack("!i", code)[0]

@@ -142,10 +142,10 @@ def convert(options: ConvertOptions, pipeline_args: list[str], pipeline=None) ->
         resolve_runner(local_default(pipeline_args, many)) as pipeline_args,
         fork_server(pipeline_args),  # before Beam is imported here: it imports as we do
     ):
-        return _convert(options, resolved, pipeline_args, pipeline)
+        return _convert(resolved, pipeline_args, pipeline)
 
 
-def _convert(options: ConvertOptions, resolved: Job, pipeline_args: list[str], pipeline) -> dict:
+def _convert(resolved: Job, pipeline_args: list[str], pipeline) -> dict:
     """``convert`` with the runner resolved: the pipeline built on the checked Job, run."""
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import TestOptions

@@ -36,6 +36,8 @@ import subprocess
 import sys
 import tempfile
 
+from beam_jobs._fork_client import read_exactly
+
 log = logging.getLogger(__name__)
 
 # The variable the driver gives the local runner the server's socket path in.
@@ -140,9 +142,10 @@ def serve(listener: socket.socket) -> None:
                 try:
                     conn.settimeout(10)
                     head, fds, _, _ = socket.recv_fds(conn, 4, 3)
-                    request = json.loads(_read(conn, struct.unpack("!I", head)[0]))
-                    if len(fds) != 3:
-                        raise ValueError("no stdin, stdout and stderr")
+                    request = read_exactly(conn, struct.unpack("!I", head)[0])
+                    if request is None or len(fds) != 3:
+                        raise ValueError("the client closed early, or sent no stdio")
+                    request = json.loads(request)
                 except (OSError, ValueError, struct.error):
                     _close(fds)
                     conn.close()
@@ -183,16 +186,6 @@ def _reap(children: dict[int, socket.socket]) -> None:
             with contextlib.suppress(OSError):
                 conn.sendall(struct.pack("!i", os.waitstatus_to_exitcode(status)))
             conn.close()
-
-
-def _read(conn: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        part = conn.recv(n - len(data))
-        if not part:
-            raise OSError("the client closed early")
-        data += part
-    return data
 
 
 def _close(fds: list[int]) -> None:

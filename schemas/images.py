@@ -116,16 +116,16 @@ def inspect_stream(f, size: int, *, full: bool, max_pixels: int, near: bool = Fa
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                if fmt == "jpeg" and not near and _decodes_cleanly(f):
-                    pass  # Pillow's decode would pass too: skipped
-                else:
-                    if fmt == "jpeg":
-                        # libjpeg's DCT scaling: every block is still entropy-decoded
-                        # (a cut or garbled body still fails), the inverse DCT runs
-                        # at 1/8 size: a third less time on 64 px, more on photos
-                        # (a fingerprint wants 64 px a side where the image has them)
-                        least = (min(width, 64), min(height, 64)) if near else (1, 1)
-                        im.draft(None, (max(least[0], width // 8), max(least[1], height // 8)))
+                # a JPEG libjpeg-turbo decodes cleanly: Pillow's decode would pass too
+                clean = fmt == "jpeg" and not near and _decodes_cleanly(f)
+                if fmt == "jpeg" and not clean:
+                    # libjpeg's DCT scaling: every block is still entropy-decoded
+                    # (a cut or garbled body still fails), the inverse DCT runs
+                    # at 1/8 size: a third less time on 64 px, more on photos
+                    # (a fingerprint wants 64 px a side where the image has them)
+                    least = (min(width, 64), min(height, 64)) if near else (1, 1)
+                    im.draft(None, (max(least[0], width // 8), max(least[1], height // 8)))
+                if not clean:
                     im.load()
         except Exception as e:  # noqa: BLE001 - as above; the reason is recorded
             raise _classify_decode_error(e) from e
