@@ -27,8 +27,10 @@ def pipeline_options(pipeline_args: list[str]):
     Beam only logs and drops flags it cannot parse, so a typo such as
     ``--seeed=3`` would silently run with the default seed.
     """
-    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+    from apache_beam.options.pipeline_options import StandardOptions
     from apache_beam.runners.runner import create_runner
+
+    from beam_jobs.beam_options import BeamOptions
 
     if any("dask" in a.lower() for a in pipeline_args if a.startswith("--runner")):
         try:  # registers DaskOptions (--dask_client_address, ...)
@@ -39,7 +41,7 @@ def pipeline_options(pipeline_args: list[str]):
             ) from None
     # All DoFns live in installed modules, nothing in __main__, so the main
     # session need not be pickled (pickling it breaks under pytest).
-    options = PipelineOptions(pipeline_args, save_main_session=False)
+    options = BeamOptions(pipeline_args, save_main_session=False)
     runner = options.view_as(StandardOptions).runner
     if runner:
         try:

@@ -112,7 +112,11 @@ def command(path: str) -> str:
 
 
 def _preload() -> None:
-    """What every worker imports: Beam's worker, the steps' modules, the decoders."""
+    """What every worker imports: Beam's worker, the steps' modules, the decoders (and
+    not Beam's optional imports that no step uses)."""
+    from beam_jobs.runners import lean_imports
+
+    lean_imports()
     import apache_beam.runners.worker.sdk_worker_main  # noqa: F401
     import simplejpeg  # noqa: F401 - --verify full's JPEG decoder (schemas.images)
     from PIL import Image

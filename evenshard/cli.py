@@ -165,7 +165,14 @@ def run() -> None:
     core and threads) took 0.6 s with nothing left to do: every file is written,
     closed and in place before the summary is printed. An exception still ends
     the normal way, with its traceback.
+
+    The process is the command's own, so a local convert refuses Beam's optional
+    imports that it never uses (``beam_jobs.runners.lean_imports``).
     """
+    from beam_jobs import runners
+
+    if sys.argv[1:2] == ["convert"] and runners.runs_locally(sys.argv[2:]):
+        runners.lean_imports()
     code = main()
     sys.stdout.flush()
     sys.stderr.flush()

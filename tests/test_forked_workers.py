@@ -22,17 +22,19 @@ ARGS = [
 ]
 
 
-def _run(folder: str) -> tuple[list[int], set[int]]:
+def _run(folder: str) -> tuple[list[int], set[int], set[str]]:
     """A small pipeline on the local runner's worker processes; (its output, the parents
-    of the processes that ran it)."""
+    of the processes that ran it, whether pandas was imported or refused in each)."""
     out = os.path.join(folder, "out")
     seen = os.path.join(folder, "seen")
     os.makedirs(seen)
 
     def doubled(x):  # nested: pickled by value (the workers cannot import this module)
         import os
+        import sys
 
-        open(os.path.join(seen, f"{os.getpid()}-{os.getppid()}"), "w").close()
+        pandas = {None: "refused"}.get(sys.modules.get("pandas", "-"), "imported")
+        open(os.path.join(seen, f"{os.getpid()}-{os.getppid()}-{pandas}"), "w").close()
         return x * 2
 
     with beam.Pipeline(options=PipelineOptions(ARGS)) as p:
@@ -46,16 +48,18 @@ def _run(folder: str) -> tuple[list[int], set[int]]:
         )
     with open(out) as f:
         values = sorted(int(line) for line in f)
-    return values, {int(name.split("-")[1]) for name in os.listdir(seen)}
+    names = [name.split("-") for name in os.listdir(seen)]
+    return values, {int(n[1]) for n in names}, {n[2] for n in names}
 
 
 @pytest.mark.slow
 def test_the_workers_are_forks_of_the_server(tmp_path):
     with forked_workers.fork_server(ARGS) as server:
         assert server is not None
-        values, parents = _run(str(tmp_path))
+        values, parents, pandas = _run(str(tmp_path))
     assert values == [2 * x for x in range(20)]
     assert parents == {server.pid}
+    assert pandas == {"refused"}  # Beam's optional imports no step uses (runners.lean_imports)
     assert server.poll() is not None  # the server ended with the block
     assert forked_workers.ENV not in os.environ
 
@@ -63,8 +67,9 @@ def test_the_workers_are_forks_of_the_server(tmp_path):
 @pytest.mark.slow
 def test_without_a_server_the_client_starts_beams_own_worker(tmp_path, monkeypatch):
     monkeypatch.setenv(forked_workers.ENV, str(tmp_path / "no-server"))
-    values, parents = _run(str(tmp_path))
+    values, parents, pandas = _run(str(tmp_path))
     assert values == [2 * x for x in range(20)]
+    assert pandas == {"imported"}
     assert os.getpid() not in parents  # each worker under its own shell, as Beam starts it
 
 

@@ -234,3 +234,63 @@ def test_the_local_runners_worker_processes_get_the_jobs_options():
     with resolve_runner(flags) as args, beam.Pipeline(options=PipelineOptions(args)) as p:
         seen = p | beam.Create([0]) | beam.Map(endpoint_seen_by_the_worker)
         assert_that(seen, equal_to(["http://127.0.0.1:9"]))
+
+
+def test_convert_options_make_each_view_once_and_share_its_values():
+    """convert's Beam options hand back one view a class (Beam builds and parses a new
+    parser on every ``view_as``); a value set through any view is every view's, and a
+    copy or a pickle of the options is whole and makes views of its own."""
+    import copy
+    import pickle
+
+    from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
+
+    from beam_jobs.convert import pipeline_options
+
+    options = pipeline_options(["--runner=beam_jobs.local_runner.LocalRunner"])
+    standard = options.view_as(StandardOptions)
+    assert options.view_as(StandardOptions) is standard
+    options.view_as(DirectOptions).direct_num_workers = 3
+    standard.streaming = True
+    assert options.view_as(DirectOptions).direct_num_workers == 3
+    assert options.get_all_options()["streaming"] is True
+    for other in (copy.deepcopy(options), pickle.loads(pickle.dumps(options))):
+        assert other.view_as(StandardOptions) is not standard
+        assert other.view_as(DirectOptions).direct_num_workers == 3
+        assert other.view_as(StandardOptions).runner == "beam_jobs.local_runner.LocalRunner"
+        other.view_as(DirectOptions).direct_num_workers = 5  # its own values
+    assert options.view_as(DirectOptions).direct_num_workers == 3
+
+
+@pytest.mark.parametrize(
+    "flags, pandas",
+    [
+        ([], "refused"),
+        (["--runner=DirectRunner"], "refused"),
+        (["--runner", "dask"], "-"),
+        (["--runner=DataflowRunner"], "-"),
+    ],
+)
+def test_the_command_refuses_beams_unused_imports_for_a_local_convert_only(flags, pandas):
+    """The ``evenshard`` command (its own process) refuses pandas and pyarrow, which
+    Beam imports only if it can, when the convert runs locally; for another runner, or
+    called as a function in a user's process (``cli.main``), nothing is refused."""
+    import subprocess
+    import sys
+
+    from beam_jobs import runners
+
+    check = (
+        "import os, sys; from evenshard import cli; "
+        f"sys.argv = ['evenshard', 'convert', '--help', *{flags!r}]; "
+        "os._exit = lambda code: print({None: 'refused'}.get(sys.modules.get('pandas', '-'), "
+        "'imported' if 'pandas' in sys.modules else '-')); cli.run()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", check], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == pandas
+    assert cli.main(["convert", "--help"]) == 0
+    assert sys.modules.get("pandas", "-") is not None  # this process: nothing refused
+    assert runners.runs_locally(["--runner=apache_beam.runners.direct.direct_runner.DirectRunner"])
