@@ -48,6 +48,9 @@ _POLL_S = 0.02
 _FOLDER_PREFIX = "evenshard-workers-"  # the temp folder of the server's socket
 
 
+_RUNNING: set = set()  # the servers of the blocks running now (``stop_now``)
+
+
 def wanted(pipeline_args: list[str]) -> bool:
     """Whether the run's flags (runner aliases resolved) start the local runner's worker
     processes (and the system can fork)."""
@@ -90,9 +93,11 @@ def fork_server(pipeline_args: list[str]):
         yield None
         return
     os.environ[ENV] = path
+    _RUNNING.add(server)
     try:
         yield server
     finally:
+        _RUNNING.discard(server)
         os.environ.pop(ENV, None)
         server.stdin.close()  # the server's signal to stop
         try:
@@ -101,6 +106,17 @@ def fork_server(pipeline_args: list[str]):
             server.kill()
             server.wait()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def stop_now() -> None:
+    """Stops the running servers and their workers, for a driver about to end at once
+    (Ctrl-C): its workers would otherwise find their runner gone first and each print
+    a thread's traceback."""
+    for server in list(_RUNNING):
+        with contextlib.suppress(OSError, ValueError):
+            server.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            server.wait(timeout=5)
 
 
 def command(path: str) -> str:
@@ -128,8 +144,9 @@ def _preload() -> None:
 
 def serve(listener: socket.socket) -> None:
     """Forks a worker for each client, until stdin ends; then stops those still running."""
-    # Ctrl-C reaches the whole process group: the workers stop on it, the server on its
-    # stdin closing as the driver ends (no traceback of its own)
+    # Ctrl-C reaches the whole process group: the server and its workers (which keep
+    # this) ignore it, and stop as the driver ends (the server's stdin closes; it
+    # stops the workers), with no traceback of their own
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _preload()
     children: dict[int, socket.socket] = {}
@@ -206,7 +223,6 @@ def _worker(request: dict, fds: list[int]) -> None:
             os.dup2(fd, target)
         _close(fds)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
         os.environ.clear()
         os.environ.update(request["env"])
         os.chdir(request["cwd"])

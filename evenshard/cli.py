@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
 import time
 
@@ -167,17 +168,42 @@ def run() -> None:
     the normal way, with its traceback.
 
     The process is the command's own, so a local convert refuses Beam's optional
-    imports that it never uses (``beam_jobs.runners.lean_imports``).
+    imports that it never uses (``beam_jobs.runners.lean_imports``), and ends at
+    once on Ctrl-C (``_stop_now``).
     """
     from beam_jobs import runners
 
     if sys.argv[1:2] == ["convert"] and runners.runs_locally(sys.argv[2:]):
         runners.lean_imports()
+        signal.signal(signal.SIGINT, _stop_now)
     code = main()
     sys.stdout.flush()
     sys.stderr.flush()
     logging.shutdown()
     os._exit(code)
+
+
+def _stop_now(_signum, _frame) -> None:
+    """Ctrl-C in a local convert: one line, exit code 130, right away.
+
+    Unwinding Beam's runner instead printed some 300 lines of its threads' and
+    workers' tracebacks. The fork server and its workers ignore Ctrl-C: they are
+    stopped first, then this process ends with nothing more said (its threads would
+    report the workers gone). The next run clears what this one wrote, as after any
+    run that died.
+    """
+    from beam_jobs import forked_workers
+
+    sys.stderr.write(_interrupted("convert") + "\n")
+    sys.stderr.flush()
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+    forked_workers.stop_now()
+    os._exit(130)
+
+
+def _interrupted(command: str) -> str:
+    rerun = "; run the same command again: it clears what this run left"
+    return f"evenshard {command}: interrupted" + (rerun if command == "convert" else "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -191,7 +217,11 @@ def main(argv: list[str] | None = None) -> int:
             parser.parse_args(argv)  # prints the usage error and exits 2
     except SystemExit as e:  # --help, --version, usage errors
         return e.code if isinstance(e.code, int) else 2
-    return _RUN[args.command](args, extra)
+    try:
+        return _RUN[args.command](args, extra)
+    except KeyboardInterrupt:
+        print(_interrupted(args.command), file=sys.stderr)
+        return 130
 
 
 def _error(command: str, message: str) -> None:

@@ -140,3 +140,43 @@ def test_a_worker_killed_mid_bundle_fails_the_job_instead_of_hanging(tmp_path):
     )
     assert done.returncode != 0
     assert "a worker process of the local runner ended early" in done.stderr
+
+
+@pytest.mark.slow
+def test_ctrl_c_ends_a_local_convert_in_one_line_and_the_next_run_finishes(folder_500, tmp_path):
+    """Ctrl-C (SIGINT to the command's whole process group, as a terminal sends it)
+    while the workers run: one line, exit code 130, no traceback, no process left;
+    the same command then finishes (some 300 lines of Beam's tracebacks before)."""
+    import signal
+    import time
+
+    exe = os.path.join(os.path.dirname(sys.executable), "evenshard")
+    argv = [exe, "convert", f"--input={folder_500[0]}", f"--output_dir={tmp_path / 'out'}"]
+    argv += ["--max_reject_fraction=0.05", *ARGS[1:]]
+    env = dict(os.environ, EVENSHARD_PROGRESS_SECONDS="0")
+    run = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    said = []
+    for line in run.stderr:  # a worker's first progress line: the job is running
+        said.append(line)
+        if line.startswith("evenshard: list:"):
+            os.killpg(run.pid, signal.SIGINT)
+            break
+    said += run.stderr.readlines()
+    assert run.wait(timeout=60) == 130, "".join(said)
+    progress = ("evenshard: list:", "evenshard: inspect:")
+    own = [line for line in said if not line.startswith(progress)]
+    assert own == [
+        "evenshard convert: interrupted; run the same command again: it clears what this run left\n"
+    ]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # the group's last processes (clients) are ending
+        try:
+            os.killpg(run.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("a process of the interrupted convert is still running")
+    again = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "inputs ->" in again.stdout

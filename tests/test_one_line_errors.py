@@ -150,3 +150,16 @@ def test_a_file_system_failure_while_writing_is_one_line():
     # a vanished input, or any other error, is not this
     assert cli.io_failure("[Errno 2] No such file or directory: '/in/x.png'", "/data/out") is None
     assert cli.io_failure("ValueError: something else", "/data/out") is None
+
+
+@pytest.mark.fast
+def test_ctrl_c_in_any_subcommand_is_one_line_and_exit_code_130(monkeypatch, capsys):
+    """Called as a function (no handler of the command's own): the interrupt unwinds
+    (a Dask cluster is closed on the way) and ends as one line."""
+
+    def interrupted(*_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(cli._RUN, "inspect", interrupted)
+    assert cli.main(["inspect", "somewhere"]) == 130
+    assert capsys.readouterr().err == "evenshard inspect: interrupted\n"
