@@ -13,10 +13,8 @@ import argparse
 import json
 import logging
 import os
-import re
 import signal
 import sys
-import time
 
 from evenshard import __version__
 
@@ -169,13 +167,14 @@ def run() -> None:
 
     The process is the command's own, so a local convert refuses Beam's optional
     imports that it never uses (``beam_jobs.runners.lean_imports``), and ends at
-    once on Ctrl-C (``_stop_now``).
+    once on Ctrl-C (``evenshard.convert_command.stop_now``).
     """
     from beam_jobs import runners
+    from evenshard import convert_command
 
     if sys.argv[1:2] == ["convert"] and runners.runs_locally(sys.argv[2:]):
         runners.lean_imports()
-        signal.signal(signal.SIGINT, _stop_now)
+        signal.signal(signal.SIGINT, convert_command.stop_now)
     code = main()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -183,27 +182,12 @@ def run() -> None:
     os._exit(code)
 
 
-def _stop_now(_signum, _frame) -> None:
-    """Ctrl-C in a local convert: one line, exit code 130, right away.
-
-    Unwinding Beam's runner instead printed some 300 lines of its threads' and
-    workers' tracebacks. The fork server and its workers ignore Ctrl-C: they are
-    stopped first, then this process ends with nothing more said (its threads would
-    report the workers gone). The next run clears what this one wrote, as after any
-    run that died.
-    """
-    from beam_jobs import forked_workers
-
-    sys.stderr.write(_interrupted("convert") + "\n")
-    sys.stderr.flush()
-    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
-    forked_workers.stop_now()
-    os._exit(130)
-
-
 def _interrupted(command: str) -> str:
-    rerun = "; run the same command again: it clears what this run left"
-    return f"evenshard {command}: interrupted" + (rerun if command == "convert" else "")
+    if command == "convert":
+        from evenshard.convert_command import INTERRUPTED
+
+        return INTERRUPTED
+    return f"evenshard {command}: interrupted"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -229,91 +213,9 @@ def _error(command: str, message: str) -> None:
 
 
 def _convert(args: argparse.Namespace, pipeline_args: list[str]) -> int:
-    from beam_jobs import convert
-    from beam_jobs.options import DatasetRefused, UserError, from_namespace
+    from evenshard import convert_command
 
-    # The runner logs a failing step's traceback at ERROR; ours are re-raised
-    # (or shown as one line) below, so its copy is noise.
-    logging.getLogger("apache_beam.runners").setLevel(logging.CRITICAL)
-    start = time.monotonic()
-    try:
-        options = from_namespace(args)
-        info = convert.convert(options, pipeline_args)
-    except UserError as e:
-        _error("convert", str(e))
-        return 2
-    except DatasetRefused as e:
-        _error("convert", str(e))
-        return 1
-    except Exception as e:  # a disk that fills, a folder that goes: one line
-        failure = io_failure(str(e), args.output_dir)
-        if failure is None:
-            raise
-        _error("convert", failure)
-        return 1
-    if info.get("dry_run"):
-        print("evenshard convert: dry run: the pipeline was translated, nothing was submitted")
-        print("  steps: " + " -> ".join(info["steps"]))
-        return 0
-    print(convert_summary(info, options.output_dir, time.monotonic() - start))
-    return 0
-
-
-# A system error as Python words it, somewhere in the runner's wrapped message.
-_OS_ERROR = re.compile(r"\[Errno (\d+)\] ([^:'\n]+)(?:: '([^'\n]+)')?")
-
-
-def io_failure(message: str, output_dir: str) -> str | None:
-    """One line for a run that a file system stopped (disk full, quota, read-only, the
-    output folder gone or not writable), or None for any other failure."""
-    import errno
-
-    found = _OS_ERROR.search(message)
-    if not found:
-        return None
-    code, what, path = int(found.group(1)), found.group(2).strip(), found.group(3)
-    if code not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.ENOENT):
-        return None
-    folders = (output_dir.rstrip("/"), os.path.abspath(output_dir))  # as typed, as resolved
-    if code == errno.ENOENT and not (path or "").startswith(folders):
-        return None  # an input that vanished is a reject, not this
-    return (
-        f"writing {path or output_dir} failed: {what}; the dataset is unfinished (no "
-        f"dataset_info.json). Fix it and run the same command again: it clears the leftovers"
-    )
-
-
-def convert_summary(info: dict, output_dir: str, seconds: float) -> str:
-    """What ``evenshard convert`` prints when it is done."""
-    from schemas.info import written
-
-    rejects = info["rejects"]
-    lines = [
-        f"evenshard convert: {info['inputs']} inputs -> {written(info)} written, "
-        f"{rejects['total']} rejected, in {seconds:.1f} s",
-        f"  {'split':<12}{'examples':>10}{'shards':>8}{'bytes':>14}",
-    ]
-    for name, s in info["splits"].items():
-        mb = f"{s['num_bytes'] / 1e6:,.1f} MB"
-        lines.append(f"  {name:<12}{s['num_examples']:>10}{s['num_shards']:>8}{mb:>14}")
-    if rejects["total"]:
-        reasons = ", ".join(f"{r} {n}" for r, n in rejects["by_reason"].items())
-        lines.append(f"  rejects: {reasons} (see {output_dir.rstrip('/')}/{rejects['file']})")
-    if "near_duplicates" in info:
-        from schemas.near import describe
-
-        found = info["near_duplicates"]
-        lines.append("  " + describe(found))
-        if found.get("largest_cluster", 0) > max(10, info["inputs"] // 20):
-            lines.append(
-                f"  ! one cluster holds {found['largest_cluster']} of {info['inputs']} inputs "
-                "and lands in one split: smooth or two-tone images chain together; "
-                "look at it with evenshard leaks, or lower --near_distance"
-            )
-    lines.append(f"  labels: {len(info['labels'])}; output: {output_dir}")
-    if "runner" in info:
-        lines.append(f"  runner: {info['runner']}")
-    return "\n".join(lines)
+    return convert_command.run(args, pipeline_args)
 
 
 def _validate(args: argparse.Namespace, _) -> int:

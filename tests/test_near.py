@@ -21,7 +21,7 @@ from PIL import Image, ImageEnhance
 
 from audit import leaks
 from beam_jobs.options import ConvertOptions, UserError
-from evenshard import cli
+from evenshard import cli, convert_command
 from evenshard.synthetic import photo_bytes
 from schemas import near
 from schemas.images import inspect_stream
@@ -156,7 +156,7 @@ def test_a_cluster_never_spans_two_splits(corpus, grouped, capsys):
         "rejected": 0,
     }
     said = f"(within 10 bits): {WITH_VARIANTS} clusters holding {len(near_keys)} inputs"
-    assert said in cli.convert_summary(info, out, 1.0)
+    assert said in convert_command.summary(info, out, 1.0)
     assert cli.main(["inspect", out]) == 0
     assert said in capsys.readouterr().out
 
@@ -400,6 +400,6 @@ def test_path_records_and_gzip_shards(corpus, tmp_path, capsys):
 def test_the_summary_warns_of_a_cluster_that_swallows_the_split(grouped):
     info, out = grouped
     found = dict(info["near_duplicates"], largest_cluster=info["inputs"] // 2)
-    said = cli.convert_summary({**info, "near_duplicates": found}, out, 1.0)
+    said = convert_command.summary({**info, "near_duplicates": found}, out, 1.0)
     assert f"one cluster holds {info['inputs'] // 2} of {info['inputs']} inputs" in said
-    assert "! one cluster" not in cli.convert_summary(info, out, 1.0)
+    assert "! one cluster" not in convert_command.summary(info, out, 1.0)

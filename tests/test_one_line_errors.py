@@ -11,7 +11,7 @@ from conftest import read_rejects, run_convert, write_pngs
 
 import reader
 from beam_jobs.options import UserError
-from evenshard import cli
+from evenshard import cli, convert_command
 
 PY = sys.executable
 
@@ -139,17 +139,20 @@ def test_a_file_system_failure_while_writing_is_one_line():
         "RuntimeError: OSError: [Errno 28] No space left on device: "
         "'/data/out/.incomplete/train-00003-of-00016.tfrecord.ab12' [while running 'Write']"
     )
-    line = cli.io_failure(wrapped, "/data/out/")
+    line = convert_command.io_failure(wrapped, "/data/out/")
     assert line.startswith("writing /data/out/.incomplete/train-00003-of-00016.tfrecord.ab12")
     assert "No space left on device" in line and "run the same command again" in line
     gone = "FileNotFoundError: [Errno 2] No such file or directory: '/data/out/.incomplete/x'"
-    assert "No such file or directory" in cli.io_failure(gone, "/data/out")
+    assert "No such file or directory" in convert_command.io_failure(gone, "/data/out")
     # a relative --output_dir: the runner names the folder as the Job resolved it
     here = f"FileNotFoundError: [Errno 2] No such file or directory: '{os.path.abspath('out')}/x'"
-    assert "No such file or directory" in cli.io_failure(here, "out")
+    assert "No such file or directory" in convert_command.io_failure(here, "out")
     # a vanished input, or any other error, is not this
-    assert cli.io_failure("[Errno 2] No such file or directory: '/in/x.png'", "/data/out") is None
-    assert cli.io_failure("ValueError: something else", "/data/out") is None
+    assert (
+        convert_command.io_failure("[Errno 2] No such file or directory: '/in/x.png'", "/data/out")
+        is None
+    )
+    assert convert_command.io_failure("ValueError: something else", "/data/out") is None
 
 
 @pytest.mark.fast
