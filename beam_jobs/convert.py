@@ -13,6 +13,7 @@ import contextlib
 import difflib
 import functools
 import logging
+import shutil
 
 from beam_jobs.job import Job
 from beam_jobs.options import ConvertOptions, UserError, parse_args
@@ -166,11 +167,16 @@ def _convert(resolved: Job, pipeline_args: list[str], pipeline) -> dict:
     if dry_run:
         _check_dry_run(beam_options)
     job = preflight(resolved, offline=dry_run)
-    if pipeline is None:
+    own = pipeline is None
+    if own:
         pipeline = _pipeline(beam_options)
-    with output.claim(job, dry_run):  # a refusal the run wrote is raised as it ends
-        build(pipeline, job)
-        result = _run(pipeline)
+    try:
+        with output.claim(job, dry_run):  # a refusal the run wrote is raised as it ends
+            build(pipeline, job)
+            result = _run(pipeline)
+    finally:
+        if own:  # Beam removes its temp folder as a run ends; one never run keeps it
+            shutil.rmtree(pipeline.local_tempdir, ignore_errors=True)
     if dry_run:
         _write_job_file(result, beam_options)
         return {

@@ -48,7 +48,7 @@ _POLL_S = 0.02
 _FOLDER_PREFIX = "evenshard-workers-"  # the temp folder of the server's socket
 
 
-_RUNNING: set = set()  # the servers of the blocks running now (``stop_now``)
+_RUNNING: dict = {}  # the servers of the blocks running now -> their folders (``stop_now``)
 
 
 def wanted(pipeline_args: list[str]) -> bool:
@@ -82,10 +82,13 @@ def fork_server(pipeline_args: list[str]):
         listener.bind(path)
         listener.listen(64)
         with listener:
+            # a process group of its own: Ctrl-C at the terminal reaches neither it
+            # nor its workers (the driver stops them), even while it still imports
             server = subprocess.Popen(
                 [sys.executable, "-m", "beam_jobs.forked_workers", str(listener.fileno())],
                 stdin=subprocess.PIPE,
                 pass_fds=(listener.fileno(),),
+                process_group=0,
             )
     except OSError as e:  # Beam's own workers, as without the server
         log.info("evenshard: no fork server (%s); workers start fresh", e)
@@ -93,11 +96,11 @@ def fork_server(pipeline_args: list[str]):
         yield None
         return
     os.environ[ENV] = path
-    _RUNNING.add(server)
+    _RUNNING[server] = folder
     try:
         yield server
     finally:
-        _RUNNING.discard(server)
+        _RUNNING.pop(server, None)
         os.environ.pop(ENV, None)
         server.stdin.close()  # the server's signal to stop
         try:
@@ -109,14 +112,19 @@ def fork_server(pipeline_args: list[str]):
 
 
 def stop_now() -> None:
-    """Stops the running servers and their workers, for a driver about to end at once
-    (Ctrl-C): its workers would otherwise find their runner gone first and each print
-    a thread's traceback."""
-    for server in list(_RUNNING):
-        with contextlib.suppress(OSError, ValueError):
-            server.stdin.close()
-        with contextlib.suppress(subprocess.TimeoutExpired):
+    """Stops the running servers and their workers now (Ctrl-C): the workers would
+    otherwise find their runner gone first and each print a thread's traceback. A
+    server ends on SIGTERM at once, stopping its workers and clearing its folder
+    (still importing, it has no workers: its folder is cleared here)."""
+    for server, folder in list(_RUNNING.items()):
+        with contextlib.suppress(OSError):
+            server.terminate()
+        try:
             server.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def command(path: str) -> str:
@@ -144,10 +152,11 @@ def _preload() -> None:
 
 def serve(listener: socket.socket) -> None:
     """Forks a worker for each client, until stdin ends; then stops those still running."""
-    # Ctrl-C reaches the whole process group: the server and its workers (which keep
-    # this) ignore it, and stop as the driver ends (the server's stdin closes; it
-    # stops the workers), with no traceback of their own
+    # The server and its workers (which keep this) ignore Ctrl-C: they stop as the
+    # driver ends (the server's stdin closes), or at once on SIGTERM (``stop_now``),
+    # the server stopping its workers either way, with no traceback of their own.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _stop)
     _preload()
     children: dict[int, socket.socket] = {}
     stdin = sys.stdin.fileno()
@@ -171,13 +180,18 @@ def serve(listener: socket.socket) -> None:
                     _close(fds)
                     conn.close()
                     continue
+                # SIGTERM held across the fork: the child is never the server stopping
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
                 pid = os.fork()
                 if pid == 0:
+                    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
                     # the worker holds no socket of the server's: a client sees its
                     # server's end, not a sibling's copy kept open
                     for held in (listener, conn, *children.values()):
                         held.close()
                     _worker(request, fds)  # never returns
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
                 _close(fds)
                 with contextlib.suppress(OSError):
                     conn.sendall(struct.pack("!i", pid))
@@ -194,6 +208,10 @@ def serve(listener: socket.socket) -> None:
         folder = os.path.dirname(listener.getsockname())
         if os.path.basename(folder).startswith(_FOLDER_PREFIX):
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def _stop(_signum, _frame) -> None:
+    raise SystemExit(0)  # through serve's ``finally``: its workers stopped, its folder cleared
 
 
 def _reap(children: dict[int, socket.socket]) -> None:
@@ -222,7 +240,6 @@ def _worker(request: dict, fds: list[int]) -> None:
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
         _close(fds)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.environ.clear()
         os.environ.update(request["env"])
         os.chdir(request["cwd"])

@@ -166,16 +166,24 @@ def run() -> None:
     the normal way, with its traceback.
 
     The process is the command's own, so a local convert refuses Beam's optional
-    imports that it never uses (``beam_jobs.runners.lean_imports``), and ends at
-    once on Ctrl-C (``evenshard.convert_command.stop_now``).
+    imports that it never uses (``beam_jobs.runners.lean_imports``) and stops its
+    workers first on Ctrl-C (``evenshard.convert_command.stop_now``); Ctrl-C ends
+    any subcommand with one line and exit code 130.
     """
     from beam_jobs import runners
     from evenshard import convert_command
 
-    if sys.argv[1:2] == ["convert"] and runners.runs_locally(sys.argv[2:]):
+    command = sys.argv[1] if len(sys.argv) > 1 else ""
+    local = command == "convert" and runners.runs_locally(sys.argv[2:])
+    if local:
         runners.lean_imports()
         signal.signal(signal.SIGINT, convert_command.stop_now)
-    code = main()
+    try:
+        code = main()
+    except KeyboardInterrupt:
+        if not local:  # a local convert's handler said it already
+            print(_interrupted(command), file=sys.stderr)
+        code = 130
     sys.stdout.flush()
     sys.stderr.flush()
     logging.shutdown()
@@ -201,11 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.parse_args(argv)  # prints the usage error and exits 2
     except SystemExit as e:  # --help, --version, usage errors
         return e.code if isinstance(e.code, int) else 2
-    try:
-        return _RUN[args.command](args, extra)
-    except KeyboardInterrupt:
-        print(_interrupted(args.command), file=sys.stderr)
-        return 130
+    return _RUN[args.command](args, extra)
 
 
 def _error(command: str, message: str) -> None:

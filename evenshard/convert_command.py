@@ -7,6 +7,7 @@ import argparse
 import logging
 import os
 import re
+import signal
 import sys
 import time
 
@@ -109,19 +110,31 @@ def summary(info: dict, output_dir: str, seconds: float) -> str:
     return "\n".join(lines)
 
 
-def stop_now(_signum, _frame) -> None:
-    """Ctrl-C in a local convert: one line, exit code 130, right away.
+# How long a convert stopped by Ctrl-C may take to unwind (release its output
+# folder's lock, remove Beam's temp folder) before it just ends.
+UNWIND_S = 10
 
-    Unwinding Beam's runner instead printed some 300 lines of its threads' and
-    workers' tracebacks. The fork server and its workers ignore Ctrl-C: they are
-    stopped first, then this process ends with nothing more said (its threads would
-    report the workers gone). The next run clears what this one wrote, as after any
-    run that died.
+
+def stop_now(_signum, _frame) -> None:
+    """Ctrl-C in a local convert: one line, then the run unwinds quietly (exit code 130).
+
+    Unwinding Beam's runner with its workers still running printed some 300 lines
+    of their tracebacks. Here the fork server and its workers (which ignore Ctrl-C)
+    are stopped first, stderr goes quiet, and a KeyboardInterrupt unwinds the run
+    as usual: the output folder's lock is released and Beam's temp folder removed.
+    The next run clears what this one wrote, as after any run that died. Unwinding
+    longer than ``UNWIND_S``, or a second Ctrl-C, ends the process there.
     """
     from beam_jobs import forked_workers
 
+    def end(*_):
+        os._exit(130)
+
+    signal.signal(signal.SIGINT, end)
+    signal.signal(signal.SIGALRM, end)
+    signal.alarm(UNWIND_S)
     sys.stderr.write(INTERRUPTED + "\n")
     sys.stderr.flush()
     os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
     forked_workers.stop_now()
-    os._exit(130)
+    raise KeyboardInterrupt

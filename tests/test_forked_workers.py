@@ -142,18 +142,37 @@ def test_a_worker_killed_mid_bundle_fails_the_job_instead_of_hanging(tmp_path):
     assert "a worker process of the local runner ended early" in done.stderr
 
 
+def _ours(tmpdir: str) -> list[int]:
+    """The processes (Linux) whose environment names this TMPDIR: a run's and its
+    children's, whatever their process group."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if f"TMPDIR={tmpdir}".encode() in f.read().split(b"\0"):
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
 @pytest.mark.slow
 def test_ctrl_c_ends_a_local_convert_in_one_line_and_the_next_run_finishes(folder_500, tmp_path):
     """Ctrl-C (SIGINT to the command's whole process group, as a terminal sends it)
-    while the workers run: one line, exit code 130, no traceback, no process left;
-    the same command then finishes (some 300 lines of Beam's tracebacks before)."""
+    while the workers run: one line, exit code 130, no traceback; no process left
+    (the fork server's group included), the output folder's lock released, no temp
+    folder left; the same command then finishes (some 300 lines of Beam's tracebacks
+    before, and then the lock was left)."""
     import signal
     import time
 
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
     exe = os.path.join(os.path.dirname(sys.executable), "evenshard")
-    argv = [exe, "convert", f"--input={folder_500[0]}", f"--output_dir={tmp_path / 'out'}"]
+    out = tmp_path / "out"
+    argv = [exe, "convert", f"--input={folder_500[0]}", f"--output_dir={out}"]
     argv += ["--max_reject_fraction=0.05", *ARGS[1:]]
-    env = dict(os.environ, EVENSHARD_PROGRESS_SECONDS="0")
+    env = dict(os.environ, EVENSHARD_PROGRESS_SECONDS="0", TMPDIR=str(tmpdir))
     run = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     said = []
     for line in run.stderr:  # a worker's first progress line: the job is running
@@ -169,14 +188,11 @@ def test_ctrl_c_ends_a_local_convert_in_one_line_and_the_next_run_finishes(folde
         "evenshard convert: interrupted; run the same command again: it clears what this run left\n"
     ]
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:  # the group's last processes (clients) are ending
-        try:
-            os.killpg(run.pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
-    else:
-        raise AssertionError("a process of the interrupted convert is still running")
-    again = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    while _ours(str(tmpdir)) and time.monotonic() < deadline:
+        time.sleep(0.1)  # the worker clients end as the server closes their sockets
+    assert not _ours(str(tmpdir)), "a process of the interrupted convert is still running"
+    assert not os.listdir(tmpdir)  # no socket folder, no Beam temp folder
+    assert not (out / ".evenshard.lock").exists()
+    again = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "inputs ->" in again.stdout

@@ -155,14 +155,25 @@ def test_a_file_system_failure_while_writing_is_one_line():
     assert convert_command.io_failure("ValueError: something else", "/data/out") is None
 
 
-@pytest.mark.fast
-def test_ctrl_c_in_any_subcommand_is_one_line_and_exit_code_130(monkeypatch, capsys):
-    """Called as a function (no handler of the command's own): the interrupt unwinds
-    (a Dask cluster is closed on the way) and ends as one line."""
+_INTERRUPTED = """
+import sys
+from evenshard import cli
 
-    def interrupted(*_):
-        raise KeyboardInterrupt
+def interrupted(*_):
+    raise KeyboardInterrupt
 
-    monkeypatch.setitem(cli._RUN, "inspect", interrupted)
-    assert cli.main(["inspect", "somewhere"]) == 130
-    assert capsys.readouterr().err == "evenshard inspect: interrupted\n"
+cli._RUN["inspect"] = interrupted
+sys.argv = ["evenshard", "inspect", "somewhere"]
+cli.run()
+"""
+
+
+def test_ctrl_c_in_any_subcommand_is_one_line_and_exit_code_130(tmp_path):
+    """The command ends an interrupt in one line with exit code 130; called as a
+    function (``cli.main``) the interrupt is the caller's."""
+    done = subprocess.run([PY, "-c", _INTERRUPTED], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (130, "evenshard inspect: interrupted\n")
+    with pytest.MonkeyPatch.context() as m:
+        m.setitem(cli._RUN, "inspect", lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
+        with pytest.raises(KeyboardInterrupt):
+            cli.main(["inspect", "somewhere"])
