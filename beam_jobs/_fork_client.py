@@ -4,7 +4,8 @@ Run as ``python -S _fork_client.py SOCKET`` (the standard library alone, no
 site: it starts in milliseconds). Sends the environment Beam gave it, and its
 stdin, stdout and stderr, to the server, which forks a worker with them, and
 exits with that worker's exit code; a signal it gets goes to the worker. With
-no server to take it, it becomes Beam's own worker process.
+its server dead (the socket's folder still there) it becomes Beam's own worker
+process; with the folder gone the run is ending, and it exits 1.
 """
 
 import json
@@ -31,8 +32,11 @@ def main(path):
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(path)
-    except OSError:  # no server: a fresh worker, as Beam's command starts it
+    except OSError:
         conn.close()
+        if not os.path.isdir(os.path.dirname(path)):
+            return 1  # the server ended and cleared its folder: the run is ending
+        # the server died: a fresh worker, as Beam's command starts it
         python = sys.executable
         os.execv(python, [python, "-m", "apache_beam.runners.worker.sdk_worker_main"])
     request = json.dumps({"env": dict(os.environ), "cwd": os.getcwd()}).encode()
@@ -50,7 +54,7 @@ def main(path):
         except OSError:
             pass
 
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    for signum in (signal.SIGTERM, signal.SIGHUP):  # Ctrl-C: ignored, as by the worker
         signal.signal(signum, forward)
     code = read_exactly(conn, 4)
     if code is None:  # the server ended first

@@ -114,22 +114,25 @@ def fork_server(pipeline_args: list[str]):
 def stop_now() -> None:
     """Stops the running servers and their workers now (Ctrl-C): the workers would
     otherwise find their runner gone first and each print a thread's traceback. A
-    server ends on SIGTERM at once, stopping its workers and clearing its folder
-    (still importing, it has no workers: its folder is cleared here)."""
+    server and its workers are a process group of their own: SIGTERM to the group
+    ends the workers and the server, which clears its folder (still importing, it
+    has none: cleared here); SIGKILL if they have not ended in 5 s."""
     for server, folder in list(_RUNNING.items()):
-        with contextlib.suppress(OSError):
-            server.terminate()
-        try:
-            server.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        for signum in (signal.SIGTERM, signal.SIGKILL):
+            with contextlib.suppress(OSError):
+                os.killpg(server.pid, signum)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                server.wait(timeout=5)
+                break
         shutil.rmtree(folder, ignore_errors=True)
 
 
 def command(path: str) -> str:
-    """The shell command Beam runs for a worker: the client of the server at ``path``."""
-    return " ".join(shlex.quote(a) for a in (sys.executable, "-S", _CLIENT, path))
+    """The shell command Beam runs for a worker: the client of the server at ``path``,
+    Ctrl-C ignored from its start (the driver stops the workers; a client still
+    starting would print a KeyboardInterrupt's traceback)."""
+    client = " ".join(shlex.quote(a) for a in (sys.executable, "-S", _CLIENT, path))
+    return f"trap '' INT; exec {client}"
 
 
 # ----------------------------------------------------------------------------- the server

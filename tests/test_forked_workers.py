@@ -70,7 +70,21 @@ def test_without_a_server_the_client_starts_beams_own_worker(tmp_path, monkeypat
     values, parents, pandas = _run(str(tmp_path))
     assert values == [2 * x for x in range(20)]
     assert pandas == {"imported"}
-    assert os.getpid() not in parents  # each worker under its own shell, as Beam starts it
+    # each worker is the process Beam started (its shell and the client exec'd into
+    # Beam's worker), a child of this one, not a fork of a server
+    assert parents == {os.getpid()}
+
+
+@pytest.mark.fast
+def test_a_client_whose_server_ended_starts_no_worker(tmp_path):
+    """The server gone with its folder (the run is ending, or Ctrl-C stopped it): a
+    client that starts late exits 1 at once, silently, instead of becoming Beam's own
+    worker (which would find its runner gone and print tracebacks)."""
+    gone = str(tmp_path / "evenshard-workers-gone" / "socket")
+    done = subprocess.run(
+        forked_workers.command(gone), shell=True, capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (1, "", "")
 
 
 def test_a_workers_exit_code_reaches_beam(tmp_path):
