@@ -45,7 +45,8 @@ ENV = "EVENSHARD_FORK_SERVER"
 _CLIENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_fork_client.py")
 # How often the server looks for ended workers (their clients wait for the code).
 _POLL_S = 0.02
-_FOLDER_PREFIX = "evenshard-workers-"  # the temp folder of the server's socket
+_FOLDER_PREFIX = "evenshard-workers-"  # the temp folder of the server's socket (mode 0700)
+_SOCKET_PATH_MAX = 108  # bytes of a Unix socket's path, its NUL included (Linux)
 
 
 _RUNNING: dict = {}  # the servers of the blocks running now -> their folders (``stop_now``)
@@ -73,6 +74,9 @@ def fork_server(pipeline_args: list[str]):
         yield None
         return
     folder = tempfile.mkdtemp(prefix=_FOLDER_PREFIX)
+    if len(os.fsencode(folder)) + len("/socket") >= _SOCKET_PATH_MAX:
+        os.rmdir(folder)  # a long TMPDIR (a test's, say): bind would fail there
+        folder = tempfile.mkdtemp(prefix=_FOLDER_PREFIX, dir="/tmp")
     path = os.path.join(folder, "socket")
     try:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

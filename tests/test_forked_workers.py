@@ -105,6 +105,21 @@ def test_a_workers_exit_code_reaches_beam(tmp_path):
     assert server.poll() is not None
 
 
+def test_a_long_tmpdir_still_gets_a_server(tmp_path, monkeypatch):
+    """A Unix socket's path has at most 107 bytes: under a longer TMPDIR (pytest-xdist's
+    own run deep enough) the socket goes under /tmp instead, and the workers are forked."""
+    import tempfile
+
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    with forked_workers.fork_server(ARGS) as server:
+        assert server is not None
+        assert os.environ[forked_workers.ENV].startswith("/tmp/evenshard-workers-")
+        assert server.poll() is None
+    assert not os.listdir(deep)
+
+
 def test_a_server_whose_driver_is_gone_stops_and_clears_its_folder():
     """The driver killed (its stdin to the server closed, no cleanup of its own): the
     server ends and removes its socket's folder."""
@@ -200,7 +215,7 @@ def test_ctrl_c_ends_a_local_convert_in_one_line_and_the_next_run_finishes(folde
     own = [line for line in said if not line.startswith(progress)]
     assert own == [
         "evenshard convert: interrupted; run the same command again: it clears what this run left\n"
-    ]
+    ], "".join(said)
     deadline = time.monotonic() + 10
     while _ours(str(tmpdir)) and time.monotonic() < deadline:
         time.sleep(0.1)  # the worker clients end as the server closes their sockets
