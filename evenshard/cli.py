@@ -182,20 +182,13 @@ def run() -> None:
         code = main()
     except KeyboardInterrupt:
         if not local:  # a local convert's handler said it already
-            print(_interrupted(command), file=sys.stderr)
+            said = f"evenshard {command}: interrupted"
+            print(convert_command.INTERRUPTED if command == "convert" else said, file=sys.stderr)
         code = 130
     sys.stdout.flush()
     sys.stderr.flush()
     logging.shutdown()
     os._exit(code)
-
-
-def _interrupted(command: str) -> str:
-    if command == "convert":
-        from evenshard.convert_command import INTERRUPTED
-
-        return INTERRUPTED
-    return f"evenshard {command}: interrupted"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -168,7 +168,7 @@ cli.run()
 """
 
 
-def test_ctrl_c_in_any_subcommand_is_one_line_and_exit_code_130(tmp_path):
+def test_ctrl_c_in_any_subcommand_is_one_line_and_exit_code_130():
     """The command ends an interrupt in one line with exit code 130; called as a
     function (``cli.main``) the interrupt is the caller's."""
     done = subprocess.run([PY, "-c", _INTERRUPTED], capture_output=True, text=True, timeout=120)
