@@ -27,10 +27,13 @@ def _imports(path: str) -> set[str]:
 
 
 def _modules():
+    """Every module of every package, subpackages included (reader/order/ is one)."""
     for package in FLOORS:
-        for name in sorted(os.listdir(os.path.join(ROOT, package))):
-            if name.endswith(".py"):
-                yield package, os.path.join(package, name)
+        for folder, dirs, files in os.walk(os.path.join(ROOT, package)):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    yield package, os.path.relpath(os.path.join(folder, name), ROOT)
 
 
 def test_every_import_between_the_packages_points_down():
@@ -45,6 +48,8 @@ def test_every_import_between_the_packages_points_down():
 def test_the_walk_sees_every_package_and_catches_a_wrong_arrow(tmp_path):
     seen = {package for package, _ in _modules()}
     assert seen == set(FLOORS)
+    # subpackages are walked too: the order floor's modules are checked
+    assert os.path.join("reader", "order", "plan.py") in {rel for _, rel in _modules()}
     bad = tmp_path / "bad.py"
     bad.write_text("def f():\n    from reader import pipeline\n")
     assert _imports(str(bad)) == {"reader"}
