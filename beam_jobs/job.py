@@ -77,13 +77,11 @@ class Job:
 def has_at_least(job: Job, n: int) -> bool:
     """Whether the job's input lists at least ``n`` entries; stops counting at ``n``.
 
-    Cheap by construction: a walk or a read that ends early on large inputs.
-    URLs count as large (listing a bucket twice costs requests). Errors count
-    as small: preflight reports them properly.
+    Cheap by construction: a walk, a bucket listing or a read that ends early on
+    large inputs (a bucket lists a thousand objects a request). Errors count as
+    small: preflight reports them properly.
     """
     manifest = job.manifest
-    if paths.is_url(manifest or job.input_root):
-        return True
     count = 0
     try:
         if manifest is not None:
@@ -94,10 +92,15 @@ def has_at_least(job: Job, n: int) -> bool:
                     if count >= lines:
                         return True
             return False
+        if paths.is_url(job.input_root):
+            from apache_beam.io.filesystems import FileSystems
+
+            listed = FileSystems.match([job.input_root + "/**"], limits=[n])[0]
+            return len(listed.metadata_list) >= n
         for _, _, files in os.walk(job.input_root, followlinks=True):
             count += len(files)
             if count >= n:
                 return True
-    except (OSError, UnicodeDecodeError, EOFError):
+    except (OSError, ValueError, EOFError):  # not there, unreadable, refused: small
         return False
     return False

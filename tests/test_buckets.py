@@ -91,6 +91,27 @@ def test_convert_from_a_bucket_to_a_bucket(bucket, tmp_path, caplog):
     assert "EVENSHARD_GCP_ANONYMOUS" not in os.environ
 
 
+def test_the_local_default_counts_a_bucket_input_as_it_counts_a_folder(bucket, tmp_path):
+    """Below MULTI_PROCESSING_FROM inputs, one in-memory worker, for a bucket's folder or
+    manifest too (a URL counted as large: 1,469 images in a bucket ran on every core)."""
+    from beam_jobs import convert
+    from beam_jobs.job import Job, has_at_least
+    from beam_jobs.options import parse_args
+
+    root = tmp_path / "images"
+    synthetic.make_image_folder(str(root), num_labels=2, per_label=3, formats=("png",))
+    images = bucket.upload(str(root), "in/images")
+    bucket.put("in/m.csv", b"path,label\nimages/label_0/img_00000.png,a\n\n")
+
+    def counted(url: str, n: int) -> bool:
+        return has_at_least(Job.of(parse_args([f"--input={url}", "--output_dir=o"])[0]), n)
+
+    assert counted(images, 6) and not counted(images, 7)
+    assert counted(f"{bucket.url}/in/m.csv", 1) and not counted(f"{bucket.url}/in/m.csv", 2)
+    info = convert.run([f"--input={images}", f"--output_dir={tmp_path / 'out'}"])
+    assert info["runner"] == "DirectRunner (in_memory, 1 worker)"
+
+
 @pytest.mark.parametrize("where", ["local", "bucket"])
 def test_create_new_is_one_step_on_the_disk_and_in_the_bucket(where, bucket, tmp_path):
     """The lock's primitives: create only if absent (of 8 racing threads one wins),
