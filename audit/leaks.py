@@ -197,32 +197,69 @@ def _closest(close, masks, inverse, group, side_of, num_sides: int, top: int, ke
     return out
 
 
-def contact_sheet(sides: list[Side], report: dict, path: str, rows: int = 12) -> None:
-    """A PNG of the closest pairs, one a row: the two images, their splits, keys, bits."""
-    from PIL import Image, ImageDraw
+def check_sheet(path: str) -> None:
+    """Refuses a ``--sheet`` path the PNG cannot be written to, before any work."""
+    import os
+
+    if not path.lower().endswith(".png") or os.path.isdir(path):
+        raise ValueError(f"--sheet {path}: name a .png file to write the contact sheet to")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ValueError(f"--sheet {path}: folder {folder} does not exist")
+
+
+def contact_sheet(sides: list[Side], report: dict, path: str, rows: int = 12) -> bool:
+    """A PNG of the closest pairs, one a row: the two images (scaled to 128 px a side,
+    small ones up), their splits, keys, bits. Returns False, writing nothing, when the
+    report lists no pair."""
+    from PIL import Image, ImageDraw, ImageFont
 
     pairs = report["closest"][:rows]
+    if not pairs:
+        return False
+    font = ImageFont.load_default(size=15)
     offsets = np.cumsum([0] + [len(s.keys) for s in sides])
     thumb, text_width = 128, 520
-    sheet = Image.new(
-        "RGB", (2 * thumb + text_width + 30, max(1, len(pairs)) * (thumb + 10) + 10), "white"
-    )
+    sheet = Image.new("RGB", (2 * thumb + text_width + 30, len(pairs) * (thumb + 10) + 10), "white")
     draw = ImageDraw.Draw(sheet)
     for row, pair in enumerate(pairs):
         y = 10 + row * (thumb + 10)
         for col, index in enumerate(pair["index"]):
             side = int(np.searchsorted(offsets, index, side="right") - 1)
-            image = sides[side].image(index - int(offsets[side])).convert("RGB")
-            image.thumbnail((thumb, thumb))
-            sheet.paste(image, (10 + col * (thumb + 5), y))
+            image = _thumbnail(sides[side].image(index - int(offsets[side])), thumb)
+            sheet.paste(image, (10 + col * (thumb + 5), y), image)
         a, b = pair["a"], pair["b"]
         lines = [
             f"{pair['bits']} bits apart",
-            f"{a['split']}: {a['key']}",
-            f"{b['split']}: {b['key']}",
+            f"{a['split']}: {_shown(a['key'])}",
+            f"{b['split']}: {_shown(b['key'])}",
         ]
-        draw.multiline_text((2 * thumb + 25, y + 10), "\n".join(lines), fill="black", spacing=8)
-    sheet.save(path)
+        draw.multiline_text(
+            (2 * thumb + 25, y + 10), "\n".join(lines), fill="black", font=font, spacing=8
+        )
+    try:
+        sheet.save(path, "PNG")
+    except OSError as e:
+        raise OSError(f"--sheet {path}: {e.strerror or e}") from None
+    return True
+
+
+def _thumbnail(image, size: int):
+    """``image`` as RGBA, its longer side ``size`` px: shrunk smoothly, enlarged by
+    repeating pixels (an icon stays sharp); transparency kept (palette transparency
+    included, which Pillow warns about converting to RGB)."""
+    from PIL import Image
+
+    image = image.convert("RGBA")
+    scale = size / max(image.size)
+    new = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
+    return image.resize(new, Image.LANCZOS if scale < 1 else Image.NEAREST)
+
+
+def _shown(key: str) -> str:
+    """A key on one line of text: as it is, or escaped as JSON escapes it when it holds a
+    line break, another control character or undecodable bytes."""
+    return key if key.isprintable() else json.dumps(key)[1:-1]
 
 
 def render(report: dict) -> str:
@@ -239,7 +276,8 @@ def render(report: dict) -> str:
         for p in report["closest"]:
             a, b = p["a"], p["b"]
             lines.append(
-                f"    {p['bits']:>2} bits  {a['split']}:{a['key']}  {b['split']}:{b['key']}"
+                f"    {p['bits']:>2} bits  {a['split']}:{_shown(a['key'])}  "
+                f"{b['split']}:{_shown(b['key'])}"
             )
     return "\n".join(lines)
 

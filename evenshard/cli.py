@@ -48,7 +48,7 @@ def _leaks_flags(p: argparse.ArgumentParser) -> None:
     a("other", nargs="?", default=None, help="a second dataset: its images against DATA_DIR's")
     a("--distance", type=int, default=DEFAULT_DISTANCE, help="bits within which images match")
     a("--top", type=int, default=20, help="closest pairs to list (0: none)")
-    a("--sheet", default=None, help="PNG of the closest pairs side by side")
+    a("--sheet", default=None, help="a .png to draw the closest pairs in, side by side")
     a(
         "--max_leaked",
         type=int,
@@ -247,18 +247,20 @@ def _leaks(args: argparse.Namespace, _) -> int:
         _error("leaks", "--top and --max_leaked must be >= 0")
         return 2
     try:
+        if args.sheet:
+            leaks.check_sheet(args.sheet)
         sides = [leaks.Side(args.data_dir, path_root=args.path_root)]
         if args.other:
             sides.append(leaks.Side(args.other, name="other:"))
         report = leaks.find(sides, args.distance, args.top)
-        if args.sheet:
-            leaks.contact_sheet(sides, report, args.sheet)
-    except (DatasetError, OSError) as e:  # 2, not 1: a CI gate tells an error from leaks
+        drawn = args.sheet and leaks.contact_sheet(sides, report, args.sheet)
+    except (DatasetError, OSError, ValueError) as e:  # 2, not 1: a CI gate tells them apart
         _error("leaks", str(e))
         return 2
     print(leaks.to_json(report) if args.json else leaks.render(report))
     if args.sheet and not args.json:
-        print(f"  contact sheet: {args.sheet}")
+        shown = args.sheet if drawn else "no pairs to show: no contact sheet written"
+        print(f"  contact sheet: {shown}")
     return 1 if report["leaked_images"] > args.max_leaked else 0
 
 

@@ -27,6 +27,7 @@ Pillow and numpy only: no Beam, no TensorFlow.
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 
@@ -62,7 +63,9 @@ def fingerprint(image) -> str:
         values = np.asarray(image.convert("F"), dtype=np.float64)
         top = float(values.max()) or 1.0
         image = Image.fromarray(np.clip(values * (255.0 / top), 0, 255).astype(np.uint8), "L")
-    image = image.convert("L")  # every mode (palette, 1-bit, CMYK, alpha) to gray first
+    with warnings.catch_warnings():  # a palette's transparency, which gray drops anyway
+        warnings.simplefilter("ignore", UserWarning)
+        image = image.convert("L")  # every mode (palette, 1-bit, CMYK, alpha) to gray first
     if max(image.size) > 4 * SIZE:  # a cheap box reduction first: less work
         image = image.reduce(max(1, min(image.size) // (2 * SIZE)))
     gray = np.asarray(image.resize((SIZE, SIZE), Image.LANCZOS), dtype=np.int64)

@@ -13,6 +13,8 @@ import hashlib
 import io
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -403,3 +405,62 @@ def test_the_summary_warns_of_a_cluster_that_swallows_the_split(grouped):
     said = convert_command.summary({**info, "near_duplicates": found}, out, 1.0)
     assert f"one cluster holds {info['inputs'] // 2} of {info['inputs']} inputs" in said
     assert "! one cluster" not in convert_command.summary(info, out, 1.0)
+
+
+@pytest.fixture(scope="module")
+def icons(tmp_path_factory):
+    """16-px palette PNGs whose transparency is a byte string (Pillow warns converting
+    them), each saved under three names (one of them holding a newline), converted
+    into two splits without --dedupe near: the copies leak."""
+    root = tmp_path_factory.mktemp("icons") / "images"
+    rng = np.random.default_rng(3)
+    for i in range(8):
+        im = Image.fromarray(rng.integers(0, 16, (16, 16), dtype=np.uint8), "P")
+        im.putpalette([int(v) for v in rng.integers(0, 256, 48)])
+        for label, name in (("a", f"i{i}.png"), ("b", f"i{i}.png"), ("b", f"line\nbreak{i}.png")):
+            (root / label).mkdir(parents=True, exist_ok=True)
+            im.save(root / label / name, transparency=bytes([0, 128] + [255] * 14))
+    out = str(tmp_path_factory.mktemp("icons_out") / "out")
+    run_convert(str(root), out, "--splits=x=0.5,y=0.5")
+    return out
+
+
+def test_leaks_on_palette_icons_prints_no_warnings_and_escapes_keys(icons):
+    """Pillow's palette-transparency UserWarning was printed for every image (708 lines);
+    a key holding a newline split a line of the text report."""
+    done = subprocess.run(
+        [sys.executable, "-m", "evenshard", "leaks", icons, "--top=100"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1 and done.stderr == "", done.stderr
+    pairs = [line for line in done.stdout.splitlines() if " bits  " in line]
+    assert pairs and all(line.startswith("     0 bits  ") for line in pairs), done.stdout
+    assert any("line\\nbreak" in line for line in pairs)  # escaped as --json escapes it
+
+
+def test_the_contact_sheet_shows_small_images_large_and_is_not_written_empty(
+    icons, tmp_path, capsys
+):
+    sheet = tmp_path / "sheet.png"
+    assert cli.main(["leaks", icons, f"--sheet={sheet}"]) == 1
+    with Image.open(sheet) as im:
+        cell = im.convert("L").crop((10, 10, 138, 138))  # the first pair's first image
+        left, top, right, bottom = Image.eval(cell, lambda v: 255 - v).getbbox()
+    assert right - left > 100 and bottom - top > 100  # 16 px drawn at 128, not at 16
+    capsys.readouterr()
+    empty = tmp_path / "empty.png"
+    assert cli.main(["leaks", icons, "--distance=0", "--top=0", f"--sheet={empty}"]) == 1
+    assert not empty.exists()
+    assert "no pairs to show: no contact sheet written" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("where", ["sheet.json", "folder", "/dev/full", "missing/sheet.png"])
+def test_a_sheet_path_that_is_no_png_is_a_usage_error_in_one_line(icons, where, tmp_path, capsys):
+    """Pillow's traceback and exit 1 before, the code of "leaks found"."""
+    (tmp_path / "folder").mkdir()
+    path = where if where.startswith("/") else str(tmp_path / where)
+    assert cli.main(["leaks", icons, f"--sheet={path}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("evenshard leaks: error: --sheet") and path in err[0]
