@@ -27,6 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 BENCHES = (
     "convert",
     "read",
+    "cache_prefetch",
     "shuffle",
     "mode",
     "resume",
@@ -34,6 +35,7 @@ BENCHES = (
     "frameworks",
     "train",
     "decode",
+    "route",
     "tfds",
     "scale",
     "dask",
