@@ -82,10 +82,15 @@ class _InspectImage(beam.DoFn):
                 c.key, paths.full_source(self._root, c.source, c.key), r.reason, r.detail
             )
             return
+        yield self.image(c, (fmt, height, width, channels, near, size, content, crc32))
+
+    def image(self, c: Candidate, found: tuple) -> Image:
+        """The Image of a candidate and what inspecting it found (counted)."""
+        fmt, height, width, channels, near, size, content, crc32 = found
         self._read.inc()
         self._bytes.inc(size)
         self._progress.add()
-        yield Image(
+        return Image(
             c.key,
             c.source,
             c.rel_path,
@@ -101,6 +106,22 @@ class _InspectImage(beam.DoFn):
             crc32,
             near,
         )
+
+    def inspect_bytes(self, data: bytes) -> tuple:
+        """What an image held in memory is (a record's image feature, a small file read
+        whole): the same rules as for a file.
+
+        Raises:
+            Rejected: why it is no image evenshard writes.
+        """
+        size = len(data)
+        if size > self._max_bytes:
+            raise Rejected(
+                "too_large", f"{size:,} bytes > --max_image_mb ({self._max_bytes:,} bytes)"
+            )
+        if size and not data.startswith(MAGIC):
+            raise Rejected("unsupported_format", "not an image Pillow can identify")
+        return self._inspected(io.BytesIO(data), size)
 
     def _inspect(self, source: str):
         """Type and size first, then the first bytes, then the body (full) or the header.
@@ -121,9 +142,9 @@ class _InspectImage(beam.DoFn):
                 # one read: Pillow's header parsers make ~40 small reads an
                 # image, several times dearer on a file than in memory
                 data = read_bytes(source, size + 1) if data is None else data
-                if size and not data.startswith(MAGIC):
-                    raise Rejected("unsupported_format", "not an image Pillow can identify")
-                return self._inspected(self._whole(data, size), size)
+                if len(data) != size:
+                    raise Rejected("unreadable", "the file changed size while it was read")
+                return self.inspect_bytes(data)
             with open_binary(source) as f:
                 head = f.read(16)
                 if not head.startswith(MAGIC):
@@ -226,11 +247,12 @@ class InspectImages(beam.PTransform):
         self._root = source_root
         self._max_bytes = int(max_image_mb * 10**6)
 
+    @property
+    def arguments(self) -> tuple:
+        """``_InspectImage``'s arguments (a source that inspects as it reads makes its own)."""
+        return self._verify, self._max_pixels, self._root, self._max_bytes, self._hash, self._near
+
     def expand(self, candidates):
         # Candidate -> Image | Reject
-        inspected = candidates | "Inspect" >> beam.ParDo(
-            _InspectImage(
-                self._verify, self._max_pixels, self._root, self._max_bytes, self._hash, self._near
-            )
-        )
+        inspected = candidates | "Inspect" >> beam.ParDo(_InspectImage(*self.arguments))
         return inspected | "SplitRejects" >> SplitRejects()

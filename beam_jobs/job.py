@@ -13,6 +13,7 @@ import os
 
 from beam_jobs import paths
 from beam_jobs.options import ConvertOptions, is_csv
+from beam_jobs.record_rules import RecordFeatures, glob_root, is_glob
 from schemas.layout import INCOMPLETE_DIR, REJECTS_FILE, join
 
 
@@ -36,6 +37,9 @@ class Job:
         path_root: path kind: the root stored paths are relative to; else None.
         labels_folder: the folder of the ``--labels`` file, or None.
         vocabulary: the ``--labels`` vocabulary in order, or None.
+        records: ``--input_format=tfrecord``: the glob of the TFRecord files
+            (a folder's: ``ROOT/**``, its ``*.tfrecord*`` files); else None.
+        features: the records' image, label and key features (``preflight``).
     """
 
     options: ConvertOptions
@@ -47,14 +51,21 @@ class Job:
     path_root: str | None
     labels_folder: str | None
     vocabulary: tuple[str, ...] | None = None
+    records: str | None = None
+    features: RecordFeatures | None = None
 
     @classmethod
     def of(cls, options: ConvertOptions) -> Job:
         """The Job of ``options``, every path resolved (``paths.normalize_root``); nothing
         is read: ``preflight`` checks the inputs and adds the vocabulary."""
+        records = None
         if options.is_manifest:
             manifest = paths.normalize_root(options.input)
             root = paths.normalize_root(paths.posix_dirname(options.input))
+        elif options.input_format == "tfrecord":
+            manifest, root = None, paths.normalize_root(glob_root(options.input))
+            glob = is_glob(options.input)
+            records = paths.normalize_root(options.input) if glob else root + "/**"
         else:
             manifest, root = None, paths.normalize_root(options.input)
         path_root = None
@@ -71,6 +82,7 @@ class Job:
             manifest=manifest,
             path_root=path_root,
             labels_folder=paths.normalize_root(paths.posix_dirname(labels)) if labels else None,
+            records=records,
         )
 
 

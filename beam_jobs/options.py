@@ -22,6 +22,7 @@ VERIFY_MODES = ("full", "header")
 DEDUPE_MODES = ("none", "content", "near")
 NEAR_KEEP = ("all", "one")
 MANIFEST_SUFFIXES = (".csv", ".jsonl", ".csv.gz", ".jsonl.gz")
+INPUT_FORMATS = ("images", "tfrecord")
 
 
 class UserError(ValueError):
@@ -91,6 +92,10 @@ class ConvertOptions:
 
     input: str
     output_dir: str
+    input_format: str = "images"
+    image_feature: str | None = None
+    label_feature: str | None = None
+    key_feature: str | None = None
     record_kind: str = "image"
     splits: tuple[tuple[str, float], ...] = (("train", 0.8), ("val", 0.1), ("test", 0.1))
     split_mode: str = "hash"
@@ -118,6 +123,7 @@ class ConvertOptions:
             if value not in allowed:
                 raise UserError(f"--{flag}: expected one of {', '.join(allowed)}, got {value!r}")
 
+        choice("input_format", self.input_format, INPUT_FORMATS)
         choice("record_kind", self.record_kind, RECORD_KINDS)
         choice("split_mode", self.split_mode, SPLIT_MODES)
         choice("balance", self.balance, BALANCES)
@@ -148,6 +154,17 @@ class ConvertOptions:
             raise UserError(f"--max_image_mb must be > 0, got {self.max_image_mb}")
         if self.max_image_pixels < 1:
             raise UserError(f"--max_image_pixels must be >= 1, got {self.max_image_pixels}")
+        if self.input_format == "tfrecord" and self.record_kind == "path":
+            raise UserError(
+                "--record_kind=path stores image paths, and records hold no image files: "
+                "drop --record_kind with --input_format=tfrecord"
+            )
+        features = (self.image_feature, self.label_feature, self.key_feature)
+        if self.input_format != "tfrecord" and any(features):
+            raise UserError(
+                "--image_feature, --label_feature and --key_feature name features of "
+                "records: add --input_format=tfrecord"
+            )
         if self.path_root is not None and self.record_kind != "path":
             raise UserError("--path_root only applies to --record_kind=path")
         if self.group_by is not None:
@@ -181,7 +198,7 @@ class ConvertOptions:
 
     @property
     def is_manifest(self) -> bool:
-        return self.input.lower().endswith(MANIFEST_SUFFIXES)
+        return self.input_format == "images" and self.input.lower().endswith(MANIFEST_SUFFIXES)
 
     @property
     def split_names(self) -> tuple[str, ...]:
@@ -221,8 +238,16 @@ def build_parser() -> argparse.ArgumentParser:
 # Convert's flags: the field of ConvertOptions each sets -> (its help, its choices).
 # Types and defaults are the fields' own; ``--labels`` sets ``labels_file``.
 _FLAGS = {
-    "input": ("image-folder root, or a .csv/.jsonl manifest (local, gs://, s3://)", None),
+    "input": (
+        "image-folder root, or a .csv/.jsonl manifest (local, gs://, s3://); with "
+        "--input_format=tfrecord a folder of *.tfrecord* files, or a glob of them",
+        None,
+    ),
     "output_dir": ("where shards and dataset_info.json go", None),
+    "input_format": ("images: image files; tfrecord: tf.train.Example records", INPUT_FORMATS),
+    "image_feature": ("tfrecord: the bytes feature holding the image (found if one fits)", None),
+    "label_feature": ("tfrecord: the int64 or bytes label feature (found if one fits)", None),
+    "key_feature": ("tfrecord: a bytes feature of unique keys (default FILE#INDEX)", None),
     "record_kind": ("image: bytes in the record; path: the path only", RECORD_KINDS),
     "splits": ("NAME=FRACTION,... summing to 1", None),
     "split_mode": ("hash: stable as data grows; exact: stratified counts", SPLIT_MODES),

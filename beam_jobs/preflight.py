@@ -21,6 +21,7 @@ from beam_jobs.candidates import manifest_columns
 from beam_jobs.job import Job
 from beam_jobs.options import ConvertOptions, UserError, is_csv
 from beam_jobs.paths import open_text
+from beam_jobs.record_rules import RecordFeatures, choose_features, is_glob
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +40,14 @@ def preflight(job: Job, offline: bool = False) -> Job:
     """
     options = job.options
     skipped = []
+    features = None
     if offline and paths.is_url(options.input):
-        skipped.append("--input exists and its columns")
+        skipped.append("--input exists and its columns (or its records' features)")
+        if job.records:
+            o = options
+            features = RecordFeatures(o.image_feature, o.label_feature, "int64", o.key_feature)
+    elif job.records:
+        features = check_records(job)
     else:
         check_input(options, job.input_root, job.manifest)
     vocabulary = None
@@ -50,7 +57,7 @@ def preflight(job: Job, offline: bool = False) -> Job:
         vocabulary = tuple(load_vocabulary(options.labels_file))
     if skipped:
         log.warning("evenshard: dry run, cloud checks skipped: %s", "; ".join(skipped))
-    return dataclasses.replace(job, vocabulary=vocabulary)
+    return dataclasses.replace(job, vocabulary=vocabulary, features=features)
 
 
 def check_input(options: ConvertOptions, root: str, manifest: str | None) -> list[str]:
@@ -64,15 +71,7 @@ def check_input(options: ConvertOptions, root: str, manifest: str | None) -> lis
         UserError: missing folder or manifest, or a manifest without the
             required columns.
     """
-    if paths.is_url(options.input):
-        try:
-            FileSystems.get_filesystem(options.input)
-        except ValueError:
-            scheme = options.input.split("://", 1)[0]
-            raise UserError(
-                f"--input {options.input}: {scheme}:// is not a file system Beam reads; give a "
-                "local path or a gs:// URL (s3:// with apache-beam[aws])"
-            ) from None
+    _check_scheme(options.input)
     if manifest is None:
         if paths.is_url(root):
             if not FileSystems.match([root + "/**"], limits=[1])[0].metadata_list:
@@ -119,6 +118,61 @@ def check_input(options: ConvertOptions, root: str, manifest: str | None) -> lis
             f"it has {', '.join(columns) or 'none'}"
         )
     return columns
+
+
+def _check_scheme(url: str) -> None:
+    if paths.is_url(url):
+        try:
+            FileSystems.get_filesystem(url)
+        except ValueError:
+            scheme = url.split("://", 1)[0]
+            raise UserError(
+                f"--input {url}: {scheme}:// is not a file system Beam reads; give a "
+                "local path or a gs:// URL (s3:// with apache-beam[aws])"
+            ) from None
+
+
+# The files preflight looks at for a first record: a listing's first page.
+_FIRST_FILES = 1000
+
+
+def check_records(job: Job) -> RecordFeatures:
+    """The TFRecord files of ``--input_format=tfrecord`` exist, and the features of
+    their first readable record are chosen (``record_rules.choose_features``). Reads
+    one listing page and one record, whatever the number of files.
+
+    Raises:
+        UserError: no files, no readable record, or features that do not fit.
+    """
+    from beam_jobs.tfrecord_source import record_files
+    from schemas import tfrecord
+    from schemas.example import parse_features
+
+    options = job.options
+    _check_scheme(options.input)
+    try:
+        files = record_files(job.records, job.input_root, not is_glob(options.input), _FIRST_FILES)
+    except OSError:  # BeamIOError: nothing there
+        files = []
+    if not files:
+        what = "files match" if is_glob(options.input) else "*.tfrecord* files are in"
+        raise UserError(f"--input: no TFRecord {what} {options.input!r}")
+    problem = ""
+    for path in files:
+        try:
+            with paths.open_binary(path) as raw:
+                data = next(tfrecord.iter_records(path, raw), None)
+            found = None if data is None else parse_features(data)
+        except (OSError, ValueError) as e:  # CorruptRecord is a ValueError
+            problem = problem or f" (the first: {path}: {e})"
+            continue
+        if found is not None:
+            o = options
+            return choose_features(found, o.image_feature, o.label_feature, o.key_feature)
+    raise UserError(
+        f"--input: none of the first {len(files)} TFRecord files of {options.input!r} holds a "
+        f"readable tf.train.Example{problem}"
+    )
 
 
 def load_vocabulary(path: str) -> list[str]:

@@ -20,9 +20,11 @@ from beam_jobs.job import Job
 from beam_jobs.near import NearDuplicates
 from beam_jobs.order import OrderAndShard
 from beam_jobs.plan import PlanShards
+from beam_jobs.record_rules import RecordRules, is_glob
 from beam_jobs.rejects import RejectGate, WriteRejects
 from beam_jobs.sources import ReadInputs
 from beam_jobs.split import AssignSplits
+from beam_jobs.tfrecord_source import ReadRecordFiles
 from beam_jobs.vocabulary import Vocabulary
 from beam_jobs.write import WriteShards
 
@@ -31,16 +33,7 @@ def build(pipeline, job: Job):
     """Wires the conversion of ``job`` onto ``pipeline``; returns the PCollection of the
     dataset info."""
     o = job.options
-    rules = CandidateRules(
-        root=job.input_root,
-        path_root=job.path_root,
-        kind=o.record_kind,
-        vocabulary=frozenset(job.vocabulary) if job.vocabulary else None,
-        group_by=o.group_by,
-    )
-    inputs = pipeline | "ReadInputs" >> ReadInputs(rules, job.manifest)
-    # Candidate -> Image | Reject
-    inspected = inputs["main"] | "InspectImages" >> InspectImages(
+    inspect = InspectImages(
         o.verify,
         o.max_image_pixels,
         o.max_image_mb,
@@ -48,8 +41,29 @@ def build(pipeline, job: Job):
         hash_content=o.dedupe == "content",
         near=o.dedupe == "near",
     )
-    images = inspected["main"]
-    rejected = [inputs["rejects"], inspected["rejects"]]
+    if job.records:
+        # -> Image | Reject, a record each (its image inspected as it is read)
+        inputs = pipeline | "ReadRecords" >> ReadRecordFiles(
+            job.records,
+            job.input_root,
+            not is_glob(o.input),
+            RecordRules(job.features, job.vocabulary),
+            inspect.arguments,
+        )
+        images, rejected = inputs["main"], [inputs["rejects"]]
+    else:
+        rules = CandidateRules(
+            root=job.input_root,
+            path_root=job.path_root,
+            kind=o.record_kind,
+            vocabulary=frozenset(job.vocabulary) if job.vocabulary else None,
+            group_by=o.group_by,
+        )
+        inputs = pipeline | "ReadInputs" >> ReadInputs(rules, job.manifest)
+        # Candidate -> Image | Reject
+        inspected = inputs["main"] | "InspectImages" >> inspect
+        images = inspected["main"]
+        rejected = [inputs["rejects"], inspected["rejects"]]
     if o.dedupe == "content":
         unique = images | "DedupeContent" >> DedupeContent(job.input_root)
         images = unique["main"]
@@ -66,7 +80,8 @@ def build(pipeline, job: Job):
     gate = pipeline | "RejectGate" >> RejectGate(
         o.max_reject_fraction, inputs["inputs"], reject_summary
     )
-    vocab = images | "Vocabulary" >> Vocabulary(job.vocabulary)
+    int_labels = job.features is not None and job.features.label_kind == "int64"
+    vocab = images | "Vocabulary" >> Vocabulary(job.vocabulary, numbered=int_labels)
     # Image -> (split, Image)
     split_images = images | "AssignSplits" >> AssignSplits(
         o.split_names, o.split_fractions, o.split_mode, o.split_seed
@@ -90,6 +105,7 @@ def build(pipeline, job: Job):
         o.compression,
         job.input_root,
         fingerprints=o.dedupe == "near",
+        image_feature=job.features.image if job.features else None,
         plan=plan,
         vocab=vocab,
         gate=gate,

@@ -9,19 +9,28 @@ class Vocabulary(beam.PTransform):
     """Image -> one dict {"labels": [...], "formats": [...]}.
 
     Labels are the sorted distinct labels of the written images (as TFDS
-    ImageFolder does), or exactly ``fixed`` (a ``--labels`` file) in its order.
+    ImageFolder does), or exactly ``fixed`` (a ``--labels`` file) in its order;
+    ``numbered`` (a record's int labels, as text): "0" to the largest, so each
+    int is its own id.
     """
 
-    def __init__(self, fixed: list[str] | None = None):
+    def __init__(self, fixed: list[str] | None = None, numbered: bool = False):
         super().__init__()
         self._fixed = list(fixed) if fixed else None
+        self._numbered = numbered
 
     def expand(self, images):
-        fixed = self._fixed
+        fixed, numbered = self._fixed, self._numbered
 
         def collect(found):
             labels, formats = found
-            return {"labels": fixed or sorted(labels), "formats": sorted(formats)}
+            if fixed:
+                names = fixed
+            elif numbered and labels:
+                names = [str(i) for i in range(max(map(int, labels)) + 1)]
+            else:
+                names = sorted(labels)
+            return {"labels": names, "formats": sorted(formats)}
 
         return (
             images

@@ -194,6 +194,28 @@ def _example_class():
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("evenshard.Example"))
 
 
+def parse_features(data: bytes) -> dict[str, tuple[str, list]]:
+    """``{name: (kind, values)}`` of a serialized tf.train.Example, kind ``bytes``,
+    ``int64``, ``float`` or ``""`` (a feature without a list).
+
+    Raises:
+        ValueError: the data is not a tf.train.Example.
+    """
+    from google.protobuf.message import DecodeError
+
+    try:
+        example = _example_class().FromString(data)
+    except DecodeError as e:
+        raise ValueError(f"not a tf.train.Example ({e})") from None
+    out = {}
+    for name, feature in example.features.feature.items():
+        kind = feature.WhichOneof("kind")
+        out[name] = (
+            (kind.removesuffix("_list"), list(getattr(feature, kind).value)) if kind else ("", [])
+        )
+    return out
+
+
 def parse_example(data: bytes) -> dict[str, bytes | int]:
     """``{name: first value}`` of a serialized tf.train.Example (bytes or int features)."""
     example = _example_class().FromString(data)

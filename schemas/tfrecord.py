@@ -199,6 +199,11 @@ def iter_records(path: str, raw=None) -> Iterator[bytes]:
         CorruptRecord: a truncated record or a checksum mismatch, naming the
             record index and byte offset (in the uncompressed stream).
     """
+    return (data for _, data in records_at(path, raw))
+
+
+def records_at(path: str, raw=None) -> Iterator[tuple[int, bytes]]:
+    """``iter_records``, each record with its byte offset (in the uncompressed stream)."""
     stream = raw if raw is not None else open_binary(path)
     f = _GunzipReader(stream) if path.endswith(".gz") else stream
     index = offset = 0
@@ -210,7 +215,7 @@ def iter_records(path: str, raw=None) -> Iterator[bytes]:
             if len(header) < _HEADER:
                 raise CorruptRecord(path, index, offset, "file ends inside a record header")
             length = _length(header, path, index, offset)
-            yield _data(f.read(length + 4), length, path, index, offset)
+            yield offset, _data(f.read(length + 4), length, path, index, offset)
             index += 1
             offset += length + FRAME_OVERHEAD
     except zlib.error as e:

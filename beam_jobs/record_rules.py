@@ -1,0 +1,177 @@
+"""What a record of a TFRecord input becomes (issue 42): the features that are the
+image, the label and the key (chosen once, in the driver, from the first record:
+``choose_features``), and each record's key, image and label, or why it is a
+reject (``RecordRules.read``). Plain Python: no Beam.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from beam_jobs import paths
+from beam_jobs.candidates import bad_label
+from beam_jobs.options import UserError
+from schemas.images import MAGIC
+
+GLOB_CHARS = "*?["
+
+
+def is_glob(path: str) -> bool:
+    return any(c in path for c in GLOB_CHARS)
+
+
+def glob_root(path: str) -> str:
+    """The folder above a glob's first wildcard (keys are relative to it); a folder
+    itself when ``path`` is no glob."""
+    if not is_glob(path):
+        return path
+    head = path[: min(path.find(c) for c in GLOB_CHARS if c in path)]
+    return paths.posix_dirname(head) if "/" in head else "."
+
+
+def is_record_file(rel: str) -> bool:
+    """A file of a folder given as ``--input``: visible, its name holding ``.tfrecord``
+    (``x.tfrecord``, ``x.tfrecord.gz``, TFDS's ``x.tfrecord-00000-of-00010``)."""
+    parts = rel.split("/")
+    return ".tfrecord" in parts[-1] and not any(p.startswith(".") for p in parts)
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordFeatures:
+    """The features of the input's records that are the image, the label (its kind:
+    ``int64`` or ``bytes``) and the key (None: ``FILE#INDEX``)."""
+
+    image: str
+    label: str
+    label_kind: str
+    key: str | None = None
+
+
+def _single(found: dict, kind: str) -> list[str]:
+    return sorted(n for n, (k, values) in found.items() if k == kind and len(values) == 1)
+
+
+def _is_text(value: bytes) -> bool:
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def choose_features(
+    found: dict[str, tuple[str, list]], image: str | None, label: str | None, key: str | None
+) -> RecordFeatures:
+    """The features named by the flags, else the one that fits: the image is the
+    bytes feature whose value starts as an image does; the label the int64 or text
+    feature named ``*label*``, else the only int64 or text feature left; no key
+    unless one is named ``key`` or ``*/key``. ``found``: a record's
+    ``schemas.example.parse_features``.
+
+    Raises:
+        UserError: a named feature the record lacks, or none or several that fit,
+            in one line listing the candidates and the flag to use.
+    """
+    names = ", ".join(sorted(found)) or "none"
+
+    def named(flag: str, name: str, kinds: tuple[str, ...]) -> str:
+        if found.get(name, ("", []))[0] not in kinds:
+            raise UserError(
+                f"--{flag}: the first record has no {' or '.join(kinds)} feature {name!r}; "
+                f"its features: {names}"
+            )
+        return name
+
+    def one(flag: str, what: str, fits: list[str]) -> str:
+        if len(fits) == 1:
+            return fits[0]
+        if not fits:
+            raise UserError(
+                f"--{flag}: no feature of the first record is {what}; its features: {names}"
+            )
+        raise UserError(
+            f"several features could be {what} ({', '.join(fits)}): name one with --{flag}"
+        )
+
+    if image:
+        image = named("image_feature", image, ("bytes",))
+    else:
+        images = [n for n in _single(found, "bytes") if found[n][1][0].startswith(MAGIC)]
+        image = one("image_feature", "the image", images)
+    if key:
+        key = named("key_feature", key, ("bytes",))
+    else:
+        keys = [n for n in _single(found, "bytes") if n == "key" or n.endswith("/key")]
+        key = keys[0] if len(keys) == 1 and keys[0] != image else None
+    if label:
+        label = named("label_feature", label, ("int64", "bytes"))
+    else:
+        texts = [n for n in _single(found, "bytes") if _is_text(found[n][1][0])]
+        fits = sorted({*_single(found, "int64"), *texts} - {image, key})
+        labelled = [n for n in fits if "label" in n.lower()]
+        label = one("label_feature", "the label", labelled or fits)
+    return RecordFeatures(image, label, found[label][0], key)
+
+
+class RecordProblem(Exception):
+    """Why a record is a reject: ``reason`` (``records.REJECT_REASONS``) and ``detail``."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason, self.detail = reason, detail
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordRules:
+    """The rules of the input's records: its chosen ``features`` and the ``--labels``
+    vocabulary (an int label is a position in it)."""
+
+    features: RecordFeatures
+    vocabulary: tuple[str, ...] | None = None
+
+    def read(self, found: dict[str, tuple[str, list]], default_key: str):
+        """(key, image bytes, label text) of a record's features; ``default_key`` when the
+        records have no key feature.
+
+        Raises:
+            RecordProblem: a missing or unusable key, image or label.
+        """
+        f = self.features
+        key = default_key
+        if f.key is not None:
+            value = self._one(found, f.key, "bytes", "bad_path")
+            if not _is_text(value) or not value:
+                raise RecordProblem("bad_path", f"key feature {f.key!r} is not UTF-8 text")
+            key = value.decode("utf-8")
+            try:
+                paths.check_text(key)
+            except paths.BadPath as e:
+                raise RecordProblem("bad_path", f"key: {e}") from None
+        image = self.image_of(found, f.image)
+        value = self._one(found, f.label, f.label_kind, "bad_label")
+        if f.label_kind == "int64":
+            if value < 0 or (self.vocabulary and value >= len(self.vocabulary)):
+                where = f"{len(self.vocabulary)} in --labels" if self.vocabulary else "ids >= 0"
+                raise RecordProblem("bad_label", f"label {value} is out of range ({where})")
+            label = self.vocabulary[value] if self.vocabulary else str(value)
+        else:
+            if not _is_text(value):
+                raise RecordProblem("bad_label", "label is not UTF-8 text")
+            label = value.decode("utf-8")
+            problem = bad_label(label, frozenset(self.vocabulary) if self.vocabulary else None)
+            if problem:
+                raise RecordProblem("bad_label", problem)
+        return key, image, label
+
+    @staticmethod
+    def image_of(found: dict[str, tuple[str, list]], feature: str) -> bytes:
+        """The image bytes of a record's features, or a ``missing`` RecordProblem."""
+        return RecordRules._one(found, feature, "bytes", "missing")
+
+    @staticmethod
+    def _one(found: dict, name: str, kind: str, reason: str):
+        got, values = found.get(name, ("", []))
+        if got != kind or len(values) != 1:
+            has = f"{got or 'no'} feature with {len(values)} values" if name in found else "none"
+            raise RecordProblem(reason, f"feature {name!r}: one {kind} value expected, {has}")
+        return values[0]

@@ -1,0 +1,206 @@
+"""TFRecord files of tf.train.Example as convert's input (issue 42): written by
+TensorFlow's own writer, converted, and read back with ``reader.make_dataset``."""
+
+from __future__ import annotations
+
+import collections
+import os
+
+import numpy as np
+import pytest
+from conftest import load_info, read_rejects, run_convert
+
+from beam_jobs import convert
+from beam_jobs.options import UserError
+from evenshard import synthetic
+
+FLAGS = ["--input_format=tfrecord", "--num_shards=2", "--max_reject_fraction=0.5"]
+
+
+def example(image: bytes, label, label_name: str = "label", **extra) -> bytes:
+    import tensorflow as tf
+
+    def feature(value):
+        if isinstance(value, int):
+            return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+        value = value.encode() if isinstance(value, str) else value
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+
+    values = {"image_raw": image, label_name: label, **extra}
+    features = {name: feature(v) for name, v in values.items()}
+    return tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString()
+
+
+def write_records(path: str, records: list[bytes]) -> None:
+    import tensorflow as tf
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    options = tf.io.TFRecordOptions("GZIP") if path.endswith(".gz") else None
+    with tf.io.TFRecordWriter(path, options) as w:
+        for r in records:
+            w.write(r)
+
+
+def pngs(n: int, seed: int = 0) -> list[bytes]:
+    rng = np.random.default_rng(seed)
+    return [synthetic.image_bytes("png", 8, 8, rng) for _ in range(n)]
+
+
+def read_back(out: str) -> collections.Counter:
+    """(key, label text) of every record of every split, read with reader.make_dataset."""
+    import reader
+
+    seen = collections.Counter()
+    for split, counts in load_info(out)["splits"].items():
+        if not counts["num_examples"]:
+            continue
+        ds = reader.make_dataset(out, split, batch_size=4, shuffle=False, decode=False)
+        for batch in ds:
+            keys = [k.decode() for k in batch["key"].numpy()]
+            seen.update(zip(keys, batch["label"].numpy().tolist()))
+    return seen
+
+
+@pytest.fixture(scope="module")
+def one_a_file(tmp_path_factory):
+    """12 one-example files, label-sorted (the first six label 0, then label 1)."""
+    root = str(tmp_path_factory.mktemp("one") / "records")
+    for i, image in enumerate(pngs(12)):
+        write_records(f"{root}/train-{i:05d}.tfrecord", [example(image, i // 6)])
+    return root
+
+
+def test_one_example_files_convert_and_read_back_once(one_a_file, tmp_path):
+    out = str(tmp_path / "out")
+    info = run_convert(one_a_file, out, *FLAGS)
+    assert info["inputs"] == 12 and info["rejects"]["total"] == 0
+    assert info["labels"] == ["0", "1"]
+    expected = {(f"train-{i:05d}.tfrecord#0", i // 6): 1 for i in range(12)}
+    assert read_back(out) == expected
+
+
+def test_multi_example_files_and_gzip_keep_every_record_once(tmp_path):
+    root = str(tmp_path / "in")
+    images = pngs(30)
+    for f in range(3):  # label-sorted: file f holds label f only
+        suffix = ".tfrecord.gz" if f == 2 else ".tfrecord"
+        recs = [example(images[f * 10 + i], f) for i in range(10)]
+        write_records(f"{root}/sub/part-{f}{suffix}", recs)
+    out = str(tmp_path / "out")
+    info = run_convert(root, out, *FLAGS)
+    assert info["inputs"] == 30 and info["labels"] == ["0", "1", "2"]
+    names = {0: "part-0.tfrecord", 1: "part-1.tfrecord", 2: "part-2.tfrecord.gz"}
+    expected = {(f"sub/{names[f]}#{i}", f): 1 for f in range(3) for i in range(10)}
+    assert read_back(out) == expected
+    # mixed: each shard holds every label
+    for split in info["splits"].values():
+        for shard in split["shards"]:
+            if shard["num_examples"] >= 6:
+                assert len(shard["label_counts"]) >= 2
+
+
+def test_damaged_files_give_named_rejects_and_counts_reconcile(tmp_path):
+    root = str(tmp_path / "in")
+    images = pngs(12)
+    write_records(f"{root}/good.tfrecord", [example(im, 0) for im in images[:4]])
+    write_records(f"{root}/cut.tfrecord", [example(im, 1) for im in images[4:8]])
+    with open(f"{root}/cut.tfrecord", "r+b") as f:  # cut inside record 2
+        size = os.path.getsize(f"{root}/cut.tfrecord")
+        f.truncate(size - size // 4 - 10)
+    write_records(f"{root}/crc.tfrecord", [example(im, 1) for im in images[8:11]])
+    with open(f"{root}/crc.tfrecord", "r+b") as f:  # a flipped byte in record 1's data
+        data = bytearray(f.read())
+        one = len(data) // 3
+        data[one + 40] ^= 0xFF
+        f.seek(0)
+        f.write(data)
+    with open(f"{root}/text.tfrecord", "w") as f:
+        f.write("not records at all, but long enough to hold a header\n")
+    write_records(f"{root}/notimage.tfrecord", [example(b"GIF89a but not", 0)])
+    out = str(tmp_path / "out")
+    info = run_convert(root, out, *FLAGS)
+    rejects = {(r["key"], r["reason"]) for r in read_rejects(out)}
+    assert rejects == {
+        ("cut.tfrecord#2", "truncated"),
+        ("crc.tfrecord#1", "corrupt"),
+        ("text.tfrecord#0", "corrupt"),
+        ("notimage.tfrecord#0", "corrupt"),
+    }
+    details = {r["key"]: r["detail"] for r in read_rejects(out)}
+    assert "byte" in details["cut.tfrecord#2"]
+    written = sum(s["num_examples"] for s in info["splits"].values())
+    assert written == 4 + 2 + 1  # the records before the damage are kept
+    assert info["inputs"] == written + info["rejects"]["total"] == 11
+    assert set(read_back(out)) == {
+        *((f"good.tfrecord#{i}", 0) for i in range(4)),
+        *((f"cut.tfrecord#{i}", 1) for i in range(2)),
+        ("crc.tfrecord#0", 1),
+    }
+
+
+def test_in_memory_and_multi_process_give_the_same_bytes(tmp_path):
+    root = str(tmp_path / "in")
+    images = pngs(24)
+    for f in range(4):
+        write_records(
+            f"{root}/p{f}.tfrecord", [example(images[f * 6 + i], f % 2) for i in range(6)]
+        )
+    a = run_convert(root, str(tmp_path / "a"), *FLAGS, "--balance=label")
+    b = run_convert(
+        root,
+        str(tmp_path / "b"),
+        *FLAGS,
+        "--balance=label",
+        "--direct_running_mode=multi_processing",
+        "--direct_num_workers=2",
+    )
+    shas = [
+        s["sha256"] for i in (a, b) for sp in sorted(i["splits"]) for s in i["splits"][sp]["shards"]
+    ]
+    assert shas[: len(shas) // 2] == shas[len(shas) // 2 :]
+
+
+def test_features_by_flag_string_labels_and_keys_and_a_glob(tmp_path):
+    root = str(tmp_path / "in")
+    images = pngs(8)
+    recs = [
+        example(im, "cat" if i < 4 else "dog", jpeg_too=images[0], id=f"img-{i}", height=8)
+        for i, im in enumerate(images)
+    ]
+    write_records(f"{root}/a.tfrecord", recs[:5])
+    write_records(f"{root}/b.tfrecord", recs[5:])
+    write_records(f"{root}/skip.other", recs[:1])
+    out = str(tmp_path / "out")
+    flags = [*FLAGS, "--image_feature=image_raw", "--label_feature=label", "--key_feature=id"]
+    info = run_convert(f"{root}/*.tfrecord", out, *flags)
+    assert info["inputs"] == 8 and info["labels"] == ["cat", "dog"]
+    assert set(read_back(out)) == {(f"img-{i}", 0 if i < 4 else 1) for i in range(8)}
+
+
+def test_ambiguous_features_are_one_line_naming_the_flag(tmp_path):
+    root = str(tmp_path / "in")
+    images = pngs(2)
+    write_records(f"{root}/a.tfrecord", [example(images[0], 0, "cls", other=images[1], size=3)])
+    argv = [f"--input={root}", f"--output_dir={tmp_path / 'out'}", "--input_format=tfrecord"]
+    with pytest.raises(UserError) as e:
+        convert.run(argv)
+    message = str(e.value)
+    assert "\n" not in message
+    assert "--image_feature" in message and "image_raw" in message and "other" in message
+    with pytest.raises(UserError) as e:
+        convert.run([*argv, "--image_feature=image_raw"])
+    assert "--label_feature" in str(e.value) and "cls, size" in str(e.value)
+    with pytest.raises(UserError) as e:
+        convert.run([*argv, "--image_feature=nope"])
+    assert "nope" in str(e.value) and "image_raw" in str(e.value)
+    assert not os.path.exists(tmp_path / "out" / "dataset_info.json")
+
+
+@pytest.mark.fast
+def test_record_flags_need_the_tfrecord_format():
+    with pytest.raises(UserError, match="--input_format=tfrecord"):
+        convert.run(["--input=x", "--output_dir=y", "--image_feature=img"])
+    with pytest.raises(UserError, match="--record_kind"):
+        convert.run(
+            ["--input=x", "--output_dir=y", "--input_format=tfrecord", "--record_kind=path"]
+        )
