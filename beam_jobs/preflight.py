@@ -21,7 +21,8 @@ from beam_jobs.candidates import manifest_columns
 from beam_jobs.job import Job
 from beam_jobs.options import ConvertOptions, UserError, is_csv
 from beam_jobs.paths import open_text
-from beam_jobs.record_rules import RecordFeatures, choose_features, is_glob
+from beam_jobs.record_rules import RecordFeatures, choose_features, is_glob, is_record_file
+from schemas.images import IMAGE_EXTENSIONS
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +84,16 @@ def check_input(options: ConvertOptions, root: str, manifest: str | None) -> lis
             )
         elif not os.path.isdir(root):
             raise UserError(f"--input: folder {options.input!r} does not exist")
-        elif not any(files for _, _, files in os.walk(root, followlinks=True)):
-            raise UserError(f"--input: folder {options.input!r} holds no files")
+        else:
+            files = next((f for _, _, f in os.walk(root, followlinks=True) if f), [])
+            if not files:
+                raise UserError(f"--input: folder {options.input!r} holds no files")
+            records = sorted(n for n in files if is_record_file(n))
+            if records and not any(n.lower().endswith(IMAGE_EXTENSIONS) for n in files):
+                raise UserError(
+                    f"--input: folder {options.input!r} holds TFRecord files ({records[0]}), "
+                    "no images: add --input_format=tfrecord"
+                )
         return []
     if not paths.is_url(manifest) and os.path.isdir(manifest):
         raise UserError(

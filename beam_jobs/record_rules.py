@@ -129,25 +129,32 @@ class RecordRules:
     features: RecordFeatures
     vocabulary: tuple[str, ...] | None = None
 
-    def read(self, found: dict[str, tuple[str, list]], default_key: str):
-        """(key, image bytes, label text) of a record's features; ``default_key`` when the
-        records have no key feature.
+    def key(self, found: dict[str, tuple[str, list]], default: str) -> str:
+        """A record's key: its key feature's text, or ``default`` (``FILE#INDEX``).
 
         Raises:
-            RecordProblem: a missing or unusable key, image or label.
+            RecordProblem: a key feature missing, empty or not UTF-8 text.
         """
         f = self.features
-        key = default_key
-        if f.key is not None:
-            value = self._one(found, f.key, "bytes", "bad_path")
-            if not _is_text(value) or not value:
-                raise RecordProblem("bad_path", f"key feature {f.key!r} is not UTF-8 text")
-            key = value.decode("utf-8")
-            try:
-                paths.check_text(key)
-            except paths.BadPath as e:
-                raise RecordProblem("bad_path", f"key: {e}") from None
-        image = self.image_of(found, f.image)
+        if f.key is None:
+            return default
+        value = self._one(found, f.key, "bytes", "bad_path")
+        if not value or not _is_text(value):
+            raise RecordProblem("bad_path", f"key feature {f.key!r} is empty or not UTF-8 text")
+        key = value.decode("utf-8")
+        try:
+            paths.check_text(key)
+        except paths.BadPath as e:
+            raise RecordProblem("bad_path", f"key: {e}") from None
+        return key
+
+    def label(self, found: dict[str, tuple[str, list]]) -> str:
+        """A record's label text (an int label: its line of ``--labels``, else itself).
+
+        Raises:
+            RecordProblem: a label missing, of the other kind, or unusable.
+        """
+        f = self.features
         value = self._one(found, f.label, f.label_kind, "bad_label")
         if f.label_kind == "int64":
             if value < 0 or (self.vocabulary and value >= len(self.vocabulary)):
@@ -161,7 +168,7 @@ class RecordRules:
             problem = bad_label(label, frozenset(self.vocabulary) if self.vocabulary else None)
             if problem:
                 raise RecordProblem("bad_label", problem)
-        return key, image, label
+        return label
 
     @staticmethod
     def image_of(found: dict[str, tuple[str, list]], feature: str) -> bytes:

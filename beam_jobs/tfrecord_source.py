@@ -46,6 +46,7 @@ class _ReadRecordFile(beam.DoFn):
 
     def __init__(self, root: str, rules: RecordRules, inspect: tuple):
         self._root, self._rules, self._inspect_args = root, rules, inspect
+        self._image = rules.features.image
 
     def setup(self):
         self._inspector = _InspectImage(*self._inspect_args)
@@ -71,8 +72,10 @@ class _ReadRecordFile(beam.DoFn):
     def _record(self, path: str, rel: str, index: int, offset: int, data: bytes):
         key, where = f"{rel}#{index}", f"record {index} (byte {offset})"
         try:
-            key, image, label = self._rules.read(parse_features(data), key)
-            found = self._inspector.inspect_bytes(image)
+            features = parse_features(data)
+            key = self._rules.key(features, key)
+            label = self._rules.label(features)
+            found = self._inspector.inspect_bytes(self._rules.image_of(features, self._image))
         except ValueError as e:  # not an Example
             return make_reject(key, path, "corrupt", f"{where}: {e}")
         except (RecordProblem, Rejected) as p:

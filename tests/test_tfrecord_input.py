@@ -204,3 +204,38 @@ def test_record_flags_need_the_tfrecord_format():
         convert.run(
             ["--input=x", "--output_dir=y", "--input_format=tfrecord", "--record_kind=path"]
         )
+
+
+def test_int_labels_are_their_own_ids_and_duplicate_keys_are_rejects(tmp_path):
+    root = str(tmp_path / "in")
+    images = pngs(6)
+    labels = [0, 0, 2, 2, 5, 0]  # no 1, 3 or 4: ids still equal the ints
+    keys = ["a", "b", "c", "d", "e", "a"]  # the last repeats the first
+    recs = [example(im, y, id=k) for im, y, k in zip(images, labels, keys)]
+    write_records(f"{root}/r.tfrecord", recs)
+    out = str(tmp_path / "out")
+    info = run_convert(root, out, *FLAGS, "--key_feature=id")
+    assert info["labels"] == ["0", "1", "2", "3", "4", "5"]
+    assert read_back(out) == {("a", 0): 1, ("b", 0): 1, ("c", 2): 1, ("d", 2): 1, ("e", 5): 1}
+    [dup] = read_rejects(out)
+    assert (dup["key"], dup["reason"]) == ("a", "duplicate_key")
+    assert info["inputs"] == 6
+    # with --labels, an int label is a line of the file; one past its end is a reject
+    vocab = tmp_path / "labels.txt"
+    vocab.write_text("zero\none\ntwo\n")
+    out = str(tmp_path / "named")
+    info = run_convert(root, out, *FLAGS, "--key_feature=id", f"--labels={vocab}")
+    assert info["labels"] == ["zero", "one", "two"]
+    assert {(r["key"], r["reason"]) for r in read_rejects(out)} == {
+        ("a", "duplicate_key"),
+        ("e", "bad_label"),
+    }
+    assert set(read_back(out)) == {("a", 0), ("b", 0), ("c", 2), ("d", 2)}
+
+
+def test_a_folder_of_records_without_the_flag_is_one_line_naming_it(one_a_file, tmp_path):
+    argv = [f"--input={one_a_file}", f"--output_dir={tmp_path / 'out'}"]
+    with pytest.raises(UserError, match="--input_format=tfrecord"):
+        convert.run(argv)
+    with pytest.raises(UserError, match="no TFRecord"):
+        convert.run([f"--input={tmp_path}/*.nothing", *argv[1:], "--input_format=tfrecord"])
