@@ -3,7 +3,8 @@
 Run as ``python -S _fork_client.py SOCKET`` (the standard library alone, no
 site: it starts in milliseconds). Sends the environment Beam gave it, and its
 stdin, stdout and stderr, to the server, which forks a worker with them, and
-exits with that worker's exit code; a signal it gets goes to the worker. With
+exits with that worker's exit code (an early end, its pid and code also in a file the
+driver reads: ``forked_workers.WorkerLost``); a signal it gets goes to the worker. With
 its server dead (the socket's folder still there) it becomes Beam's own worker
 process; with the folder gone the run is ending, and it exits 1.
 """
@@ -60,7 +61,18 @@ def main(path):
     if code is None:  # the server ended first
         return 1
     code = struct.unpack("!i", code)[0]
+    if code:  # the driver names the worker and how it ended (forked_workers.WorkerLost)
+        try:
+            with open(os.path.join(os.path.dirname(path), _ended(os.environ)), "w") as f:
+                f.write(f"{pid} {code}")
+        except OSError:
+            pass
     return code if code >= 0 else 128 - code
+
+
+def _ended(env):
+    """The name of the file, in the server's folder, telling how a worker ended."""
+    return "ended-" + env.get("WORKER_ID", "")
 
 
 if __name__ == "__main__":

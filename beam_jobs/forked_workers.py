@@ -36,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 
-from beam_jobs._fork_client import read_exactly
+from beam_jobs._fork_client import _ended, read_exactly
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +129,38 @@ def stop_now() -> None:
                 server.wait(timeout=5)
                 break
         shutil.rmtree(folder, ignore_errors=True)
+
+
+class WorkerLost(RuntimeError):
+    """A worker process of the local runner ended before its work was done (killed, out
+    of memory, crashed): one line naming it (the pid its progress lines give), how it
+    ended, and what to do."""
+
+    @classmethod
+    def of(cls, worker_id: str, message: str) -> WorkerLost:
+        """The error of the worker ``worker_id`` (Beam's name), from the file its fork
+        client left (its pid and exit code), else from Beam's ``message`` (the code
+        alone: "Worker subprocess exited with return code -9")."""
+        pid, code = None, None
+        try:
+            folder = os.path.dirname(os.environ.get(ENV) or "")
+            with open(os.path.join(folder, _ended({"WORKER_ID": worker_id}))) as f:
+                pid, code = (int(v) for v in f.read().split())
+        except (OSError, ValueError):  # Beam's own worker: no file
+            found = re.search(r"return code (-?\d+)", message)
+            code = int(found.group(1)) if found else None
+        who = f"worker process {pid}" if pid else "a worker process"
+        if code is not None and code < 0:
+            name = signal.Signals(-code).name if -code in signal.valid_signals() else "a signal"
+            how = f"was killed by {name} (signal {-code})"
+            if -code == signal.SIGKILL:
+                how += (
+                    "; if nobody sent it, the system ran out of memory (see dmesg): give the "
+                    "job more memory or fewer workers (--direct_num_workers)"
+                )
+        else:
+            how = f"ended early ({message})"
+        return cls(f"{who} {how}; run the same command again: it clears what this run left")
 
 
 def command(path: str) -> str:

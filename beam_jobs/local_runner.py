@@ -5,6 +5,8 @@ processes forked ready when the driver runs a fork server (``beam_jobs.forked_wo
 from __future__ import annotations
 
 import os
+import shlex
+import sys
 import threading
 
 from apache_beam.options.pipeline_options import DirectOptions
@@ -40,10 +42,26 @@ class _SubprocessWorkerHandler(worker_handlers.SubprocessSdkWorkerHandler):
         try:
             self.worker.run()
         except Exception as e:  # noqa: BLE001 - every early end fails the job, in words
-            self.control_conn.abort(
-                RuntimeError(f"a worker process of the local runner ended early: {e}")
-            )
-            raise
+            lost = forked_workers.WorkerLost.of(self.worker_id, str(e))
+            _LOST.append(lost)
+            self.control_conn.abort(lost)
+
+
+_LOST: list[forked_workers.WorkerLost] = []  # the workers of the run that ended early
+# The runner's threads that read a worker's gRPC streams: a worker gone breaks them,
+# each printing a traceback of a bare ``grpc.RpcError`` (the run fails with WorkerLost).
+_STREAM_READERS = ("read_grpc_client_inputs", "beam_control_read")
+
+
+def _quiet_broken_streams(hook):
+    import grpc
+
+    def quiet(args):
+        thread = getattr(args.thread, "name", "")
+        if not (thread in _STREAM_READERS and isinstance(args.exc_value, grpc.RpcError)):
+            hook(args)
+
+    return quiet
 
 
 class LocalRunner(fn_runner.FnApiRunner):
@@ -54,18 +72,36 @@ class LocalRunner(fn_runner.FnApiRunner):
     its forks, started by its client instead of ``python -m ...sdk_worker_main``."""
 
     def run_pipeline(self, pipeline, options):
+        """Runs the pipeline; a worker process that ended early fails it with one
+        ``WorkerLost`` naming the worker, whatever the bundles it held then raised."""
+        _LOST.clear()
+        hook = threading.excepthook
+        threading.excepthook = _quiet_broken_streams(hook)
+        try:
+            return self._run_pipeline(pipeline, options)
+        except Exception:
+            if _LOST:
+                raise _LOST[0] from None
+            raise
+        finally:
+            threading.excepthook = hook
+
+    def _run_pipeline(self, pipeline, options):
         encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
         self._provision_info = fn_runner.ExtendedProvisionInfo(
             beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)
         )
         direct = options.view_as(DirectOptions)
-        server = os.environ.get(forked_workers.ENV)
-        if not server or direct.direct_running_mode != "multi_processing":
+        if direct.direct_running_mode != "multi_processing":
             return super().run_pipeline(pipeline, options)
         # The FnApiRunner sets its workers' command from the running mode alone: with
-        # no mode it keeps the environment given here (the same worker otherwise).
+        # no mode it keeps the environment given here. Without a server, Beam's own
+        # command, exec'd: the shell Beam starts it with neither outlives nor reports
+        # the worker ("Killed"), and its exit code is the worker's (-9: SIGKILL).
+        server = os.environ.get(forked_workers.ENV)
+        own = f"exec {shlex.quote(sys.executable)} -m apache_beam.runners.worker.sdk_worker_main"
         self._default_environment = environments.SubprocessSDKEnvironment.from_command_string(
-            forked_workers.command(server)
+            forked_workers.command(server) if server else own
         )
         direct.direct_running_mode = None
         try:

@@ -24,6 +24,7 @@ def run(args: argparse.Namespace, pipeline_args: list[str]) -> int:
     """``evenshard convert``: the conversion, then its summary; one line for a mistake,
     a refusal, or a file system that stopped it. Returns the exit code."""
     from beam_jobs import convert
+    from beam_jobs.forked_workers import WorkerLost
     from beam_jobs.options import DatasetRefused, UserError, from_namespace
 
     # The runner logs a failing step's traceback at ERROR; ours are re-raised
@@ -36,7 +37,7 @@ def run(args: argparse.Namespace, pipeline_args: list[str]) -> int:
     except UserError as e:
         _error(str(e))
         return 2
-    except DatasetRefused as e:
+    except (DatasetRefused, WorkerLost) as e:
         _error(str(e))
         return 1
     except Exception as e:  # a disk that fills, a folder that goes: one line

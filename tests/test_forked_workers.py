@@ -168,7 +168,8 @@ def test_a_worker_killed_mid_bundle_fails_the_job_instead_of_hanging(tmp_path):
         [sys.executable, str(script)], capture_output=True, text=True, timeout=120
     )
     assert done.returncode != 0
-    assert "a worker process of the local runner ended early" in done.stderr
+    assert "WorkerLost: worker process " in done.stderr
+    assert "was killed by SIGKILL (signal 9)" in done.stderr
 
 
 def _ours(tmpdir: str) -> list[int]:
@@ -225,3 +226,39 @@ def test_ctrl_c_ends_a_local_convert_in_one_line_and_the_next_run_finishes(folde
     again = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "inputs ->" in again.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fork_server", ["on", "off"])
+def test_a_killed_worker_is_one_line_naming_it_and_its_signal(fork_server, folder_500, tmp_path):
+    """A worker process killed (by the OOM killer, by anyone) while a local convert runs:
+    one line naming the worker (the pid its progress lines give), the signal and what to
+    do; exit code 1 (some 165 lines of Beam's thread tracebacks before)."""
+    import re
+    import signal
+
+    exe = os.path.join(os.path.dirname(sys.executable), "evenshard")
+    argv = [exe, "convert", f"--input={folder_500[0]}", f"--output_dir={tmp_path / 'out'}"]
+    argv += ["--max_reject_fraction=0.05", *ARGS[1:]]
+    env = dict(os.environ, EVENSHARD_PROGRESS_SECONDS="0")
+    if fork_server == "off":
+        env[forked_workers.ENV] = ""  # Beam's own worker processes
+    run = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    said = []
+    for line in run.stderr:  # a worker's first inspect line names its pid: kill it
+        said.append(line)
+        worker = re.search(r"^evenshard: inspect: .*worker (\d+)\)$", line)
+        if worker:
+            os.kill(int(worker.group(1)), signal.SIGKILL)
+            break
+    said += run.stderr.readlines()
+    assert run.wait(timeout=60) == 1, "".join(said)
+    own = [
+        line for line in said if not line.startswith(("evenshard: list:", "evenshard: inspect:"))
+    ]
+    assert len(own) == 1, "".join(said)
+    # Beam's own workers are started by a shell that keeps their pid: unnamed
+    who = f"worker process {worker.group(1)} " if fork_server == "on" else "a worker process "
+    assert own[0].startswith(f"evenshard convert: error: {who}"), own[0]
+    assert "SIGKILL" in own[0] and "run the same command again" in own[0]
+    assert not (tmp_path / "out" / ".evenshard.lock").exists()  # unwound: lock released
