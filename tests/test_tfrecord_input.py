@@ -239,3 +239,20 @@ def test_a_folder_of_records_without_the_flag_is_one_line_naming_it(one_a_file, 
         convert.run(argv)
     with pytest.raises(UserError, match="no TFRecord"):
         convert.run([f"--input={tmp_path}/*.nothing", *argv[1:], "--input_format=tfrecord"])
+
+
+@pytest.mark.slow
+def test_records_in_a_bucket(bucket, tmp_path):
+    """A folder of records in gs:// or s3:// (one gzip file), read through Beam's file
+    systems; the shard writer reads each record again by its range."""
+    local = str(tmp_path / "in")
+    images = pngs(9)
+    write_records(f"{local}/a.tfrecord", [example(im, 0) for im in images[:4]])
+    write_records(f"{local}/b.tfrecord.gz", [example(im, 1) for im in images[4:]])
+    url = bucket.upload(local, "records")
+    out = str(tmp_path / "out")
+    info = run_convert(url, out, *FLAGS)
+    assert info["inputs"] == 9 and info["rejects"]["total"] == 0
+    expected = {(f"a.tfrecord#{i}", 0) for i in range(4)}
+    expected |= {(f"b.tfrecord.gz#{i}", 1) for i in range(5)}
+    assert set(read_back(out)) == expected
