@@ -23,11 +23,12 @@ import itertools
 import numpy as np
 
 from reader.options import ReadOptions
-from reader.order.views import handover, restart, rounds
+from reader.order.batches import remaining
+from reader.order.views import handover, restart, rounds, skip_limit, started
 from reader.preprocess import Preprocess, check_transform, default_processes
 from reader.read import merge, start_state
 from reader.source import RecordSource
-from reader.state import ReadState
+from reader.state import ReadState, changes
 
 
 class NumpyReader:
@@ -119,32 +120,54 @@ class NumpyReader:
     def state_dict(self) -> dict:
         """Where this reader stands: ``{"read_state": ReadState JSON}``, advanced by the
         batches this iteration yielded; with views spread, the read's state at the first
-        image with a view still to go, and ``view_skip``: the views from there on that
-        went out already. Resumed by another worker count, the views still owed are
+        image with a view still to go, ``view_skip``: the views from there on that went
+        out already, and ``view_order``: the views and view_spread, which the order of
+        the views depends on. Resumed by another worker count, the views still owed are
         handed over (``reader/order/views.py``, ``handover``); a state saved while they
         are, the saved state as it was and ``view_handover``: [workers, batches]."""
         if self.spread is None:
             return {"read_state": self._state.advance(self._consumed).to_json()}
-        hand = self._handover
+        hand, views = self._handover, {"view_order": self._view_order()}
         if hand is not None and hand.start + self._consumed < len(hand.plan):
             return {
                 "read_state": hand.saved.to_json(),
                 "view_skip": hand.skip,
                 "view_handover": [self._args[3].workers()[0], hand.start + self._consumed],
+                **views,
             }
         # rounds counted as an endless read's: the same state on every worker, whatever
         # its own block count (a block the endless rounds finished, a worker's did too)
         first, skip = restart(self._skip + self._own, self.views, self.spread, None)
-        return {"read_state": self._state.advance(first).to_json(), "view_skip": skip}
+        return {"read_state": self._state.advance(first).to_json(), "view_skip": skip, **views}
+
+    def _view_order(self) -> str:
+        return f"view_spread={self.spread or 'together'} views={self.views}"
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Continues the read ``state_dict`` saved (any worker count)."""
-        saved = ReadState.from_json(state_dict["read_state"])
-        skip = state_dict.get("view_skip", 0)
-        if not isinstance(skip, int) or skip < 0 or (skip and self.spread is None):
+        if not isinstance(state_dict, dict) or "read_state" not in state_dict:
+            got = "no read_state" if isinstance(state_dict, dict) else type(state_dict).__name__
             raise ValueError(
-                f"view_skip {skip!r}: a state of a read with views spread (view_spread=) "
-                "resumes a read with the same views and view_spread"
+                f"not a NumpyReader state ({got}): load_state_dict takes a dict as "
+                "state_dict() gives it"
+            )
+        saved = ReadState.from_json(state_dict["read_state"])
+        order, mine = state_dict.get("view_order"), self._view_order()
+        if order is not None and order != mine:
+            if not isinstance(order, str) or not all("=" in p for p in order.split()):
+                raise ValueError(f"view_order {order!r}: give it as state_dict() gave it")
+            raise ValueError(
+                f"the state was saved reading other views ({changes(order, mine)}): some "
+                "views would be sent twice, others never; pass the views and view_spread "
+                "of the saved run, or start a new read"
+            )
+        skip = state_dict.get("view_skip", 0)
+        most = 0 if self.spread is None else skip_limit(self.views, self.spread)
+        if not isinstance(skip, int) or isinstance(skip, bool) or not 0 <= skip <= most:
+            raise ValueError(
+                f"view_skip {skip!r}: a state of this read (views={self.views}, "
+                f"view_spread={self.spread or 'together'}) has a whole number at most {most}; "
+                "resume a state as state_dict() gave it, with the same views and view_spread"
             )
         handed = state_dict.get("view_handover")
         if "view_handover" in state_dict and (handed is None or not skip):
@@ -155,9 +178,12 @@ class NumpyReader:
         workers = self._args[3].workers()[0]
         self._handover = None
         if skip and (handed is not None or saved.num_workers not in (None, workers)):
+            # the own read starts at the first block the old workers had not opened
+            opened = saved.advance(started(skip, self.views, self.spread))
+            self._source = RecordSource(*self._args, opened)
             self._handover = _Handover(self, saved, skip, handed)
-            saved = saved.advance(self._handover.opened)  # the own read starts there
-        self._source = RecordSource(*self._args, saved)
+        else:
+            self._source = RecordSource(*self._args, saved)
         self._state, self._consumed, self._own = self._source.read.state, 0, 0
         self._skip = skip if self._handover is None else self._handover.own_before
         self._blocks = _blocks(self._source)
@@ -279,7 +305,9 @@ class _Handover:
         ]
         sizes = [_blocks(lane) for lane in self.lanes]
         self.views, self.saved, self.skip = reader.views, saved, skip
-        self.opened, self.plan = handover(reader.views, reader.spread, skip, sizes, workers, index)
+        _, self.plan = handover(
+            reader.views, reader.spread, skip, sizes, workers, index, _fewest(reader)
+        )
         self.start = 0 if handed is None else handed[1]
         if self.start > len(self.plan):
             raise ValueError(
@@ -348,6 +376,19 @@ class _Handover:
             last = batch
             yield batch
         yield from own
+
+
+def _fewest(reader: NumpyReader) -> int | None:
+    """The fewest outputs any worker's own read has (None: endless, or unknown)."""
+    read = reader._source.read
+    lefts = read.sources[0].share.lefts if len(read.sources) == 1 else None
+    if lefts is None:
+        return None
+    o, records = read.options, reader._args[2]
+    batches = (
+        remaining(n, max(lefts), records, o.pad_final_batch, o.drop_remainder) for n in lefts
+    )
+    return min(n for n, _ in batches) * reader.views
 
 
 def _blocks(source: RecordSource) -> int | None:

@@ -104,7 +104,9 @@ class Share:
             at = Position(
                 saved.num_workers or n_workers, saved.epoch, saved.step * saved.batch_size
             )
-            segment = Segment.resumed(at, saved.elastic, n_workers, counts, plan_of, options.epochs)
+            segment = Segment.resumed(
+                at, saved.elastic, n_workers, counts, plan_of, options.epochs, unit
+            )
         files, num_examples, _ = deal(counts, n_workers, index)
         # the count read is the count listed: each shard's index describes it exactly
         mine = [{**shards[f], "table": load_index(shards[f])} for f in files]

@@ -14,6 +14,17 @@ import json
 from reader.options import MAX_POSITION
 
 
+def changes(saved: str, now: str) -> str:
+    """What differs between two sets of ``name=value`` pairs: ``name saved -> now``, ..."""
+    before = dict(pair.split("=", 1) for pair in saved.split())
+    after = dict(pair.split("=", 1) for pair in now.split())
+    return ", ".join(
+        f"{k} {before.get(k, 'unset')} -> {after.get(k, 'unset')}"
+        for k in sorted(set(before) | set(after))
+        if before.get(k) != after.get(k)
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class ReadState:
     """Where a seeded read stands: save it beside a checkpoint, pass it to ``reader.resume``.
@@ -119,17 +130,10 @@ class ReadState:
             )
         if self.order in (None, order):
             return
-        saved = dict(pair.split("=", 1) for pair in self.order.split())
-        now = dict(pair.split("=", 1) for pair in order.split())
-        changed = ", ".join(
-            f"{k} {saved.get(k, 'unset')} -> {now.get(k, 'unset')}"
-            for k in sorted(set(saved) | set(now))
-            if saved.get(k) != now.get(k)
-        )
         raise ValueError(
-            f"the state was saved reading with other order options ({changed}): the order "
-            "would differ and some examples would be read twice, others never; pass the "
-            "options of the saved run, or start a new read"
+            f"the state was saved reading with other order options ({changes(self.order, order)}"
+            "): the order would differ and some examples would be read twice, others never; "
+            "pass the options of the saved run, or start a new read"
         )
 
     def to_json(self) -> str:

@@ -130,12 +130,16 @@ class Segment:
         counts,
         plan_of,
         epochs: int | None,
+        unit: int = 1,
     ) -> Segment:
         """Where a saved read stands (``at``: the saving workers, their epoch and records
         consumed; ``elastic``: their own lead, if any), for ``workers`` workers over
         shards of ``counts`` examples (docs/design.md, "Elastic resume"): the same
         workers go on; others first read what the old ones left (of ``epochs``, None:
-        endless). ``plan_of(workers, w)``: the read plan of worker w of that many."""
+        endless). ``plan_of(workers, w)``: the read plan of worker w of that many.
+
+        Raises ValueError for a state every saving worker of which was a whole batch
+        (``unit`` records) past the end of its read: one no read of these gives."""
 
         def left_by(where: Position) -> Pending:
             plans = [plan_of(where.workers, w) for w in range(where.workers)]
@@ -143,15 +147,27 @@ class Segment:
             return pending(where, plans, ids, epochs)
 
         saved, consumed = at.workers, at.consumed
+        leads = [0] * saved  # each saving worker's lead, read before its own order
+        if elastic is not None:
+            *before, offset = elastic
+            lead = left_by(Position(*before))
+            q, r = lead.shares(offset, saved)
+            leads = [q + (w < r) for w in range(saved)]
+        if epochs is not None:
+            sizes = [plan_of(saved, w).size for w in range(saved)]
+            left = max(n + (epochs - at.epoch) * s for n, s in zip(leads, sizes)) - consumed
+            if left <= -unit:
+                raise ValueError(
+                    f"the state is past the end of this read (epoch {at.epoch}, {consumed} "
+                    f"records a worker, of {epochs} epochs): it was saved by another read, "
+                    "or edited; resume the state a run of this read saved"
+                )
         if elastic is None:
             if saved == workers:
                 return cls(at.epoch, consumed, workers=workers, saved=True)
         else:
-            *before, offset = elastic
-            lead = left_by(Position(*before))
             if saved == workers:
                 return cls(at.epoch, consumed, lead, offset, workers, elastic, True)
-            q, r = lead.shares(offset, saved)
             if consumed * saved < len(lead.ids) - offset:  # during the lead: a suffix of it
                 offset += consumed * saved
                 return cls(at.epoch, 0, lead, offset, workers, (*before, offset), True)

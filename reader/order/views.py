@@ -53,6 +53,13 @@ def restart(done: int, views: int, spread: int, blocks: int | None) -> tuple[int
     return first, done - first * views
 
 
+def skip_limit(views: int, spread: int) -> int:
+    """The largest skip ``restart`` gives (counted as an endless read's rounds): the
+    outputs of the rounds up to ``(views - 1) * spread`` of the blocks from the first
+    unfinished one on, but one."""
+    return emitted((views - 1) * spread + 1, views, spread, None) - 1
+
+
 def started(done: int, views: int, spread: int) -> int:
     """The blocks with a view among the first ``done`` outputs (view 0 of block j opens
     round j, so they are the blocks up to the round of output ``done - 1``)."""
@@ -69,52 +76,77 @@ def started(done: int, views: int, spread: int) -> int:
 
 
 def handover(
-    views: int, spread: int, skip: int, lanes: list[int | None], workers: int, worker: int
+    views: int,
+    spread: int,
+    skip: int,
+    lanes: list[int | None],
+    workers: int,
+    worker: int,
+    own: int | None = None,
 ) -> tuple[int, list]:
     """An elastic resume of a state saved between the views of its images: who of the new
     ``workers`` sends which of the views the old workers still owed, and when.
 
     ``lanes[w]``: the blocks old worker w's read has from the saved block on (None:
     endless). Each old worker had sent ``skip`` outputs of its rounds from there, which
-    opened its first ``s`` blocks (``started``); their other views are owed, output t
-    of an old worker's rest *due* t batches after the save. With c = ceil(old / new),
-    the owed view of old worker w due at t goes out at batch ``t·c + w // new`` (never
-    before it is due, so two views of an image stay at least ``spread`` batches apart:
-    c·spread), from the new workers in turn (the owed views in (due, old worker) order,
-    the i-th from worker ``i % new``: at most one more for some). Every other batch of
-    that stretch is the worker's own read: an ordinary elastic resume of the old
-    workers' blocks from ``s`` on; a worker sent one owed view fewer than the most sends
-    one padding batch, so that every worker is as far into its own read when the
-    stretch ends.
+    opened its first ``s`` blocks (``started``); their other views are owed. The owed
+    views, in the order the old workers would have sent them (due, old worker), go to
+    the new workers in turn (the i-th to worker ``i % new``: at most one more for some),
+    and each worker sends its next owed view as soon as it is at least ``spread``
+    batches (of the whole run) after the view before it of its image, else a batch of
+    its own read: an ordinary elastic resume of the old workers' blocks from ``s`` on.
+    ``own``: the fewest outputs any new worker's own read has (None: endless); a worker
+    that has sent that many sends its owed views at once (the read ends within the
+    stretch: their views come closer than ``spread``). A worker sent one owed view fewer
+    than the most sends one padding batch, so that every worker is as far into its own
+    read when the stretch ends.
 
     Returns (s, this worker's batches of the stretch): each ``(lane, block, view)``,
     "own" or None (padding)."""
     first = started(skip, views, spread)
-    due = []  # (due, lane, block, view): the views of the first blocks still owed
+    sent, due = {}, []  # (lane, block, view): its batch after the save (before: < 0)
     for w, blocks in enumerate(lanes):
         opened = first if blocks is None else min(first, blocks)
         last = emitted(opened + (views - 1) * spread, views, spread, blocks)  # their last view
         for n, (block, view) in enumerate(rounds(views, spread, blocks)):
             if n >= last:
                 break
-            if n >= skip and block < opened:  # the others are the new workers' own read
-                due.append((n - skip, w, block, view))
-    mine, counts, length = {}, [0] * workers, 0
-    stretch = -(-len(lanes) // workers)  # batches a batch of the old workers' takes
-    for rank, (t, w, block, view) in enumerate(sorted(due)):
-        step, to = t * stretch + w // workers, rank % workers
-        counts[to] += 1
-        length = max(length, step + 1)
-        if to == worker:
-            mine[step] = (w, block, view)
-    own = length - max(counts)  # batches of its own read every worker makes in the stretch
-    plan = []
-    for step in range(length):
-        if step in mine:
-            plan.append(mine[step])
-        elif own:
-            plan.append("own")
-            own -= 1
-        else:
-            plan.append(None)
-    return first, plan
+            if block < opened:  # the others are the new workers' own read
+                if n < skip:
+                    sent[(w, block, view)] = n - skip
+                else:
+                    due.append((n - skip, w, block, view))
+    queues = [[] for _ in range(workers)]
+    for rank, (_, w, block, view) in enumerate(sorted(due)):
+        queues[rank % workers].append((w, block, view))
+    counts = [len(q) for q in queues]
+    plans = [[] for _ in range(workers)]
+    # batches other than owed views each worker may send before its owed views go at
+    # once (None: any): its own read's, and the padding of one owed view fewer
+    left = [None if own is None else own + max(counts) - c for c in counts]
+    step = 0
+    while any(queues):
+        for queue, plan, m in zip(queues, plans, range(workers)):
+            ready = (
+                i
+                for i, (w, block, view) in enumerate(queue)
+                if sent.get((w, block, view - 1), step) <= step - spread
+            )
+            pick = next(ready, None)
+            if pick is None and queue and left[m] == 0:
+                pick = 0  # nothing else to send
+            if pick is not None:
+                sent[queue[pick]] = step
+                plan.append(queue.pop(pick))
+            elif queue:
+                plan.append("own")
+                left[m] = None if left[m] is None else left[m] - 1
+        step += 1
+    own_slots = step - max(counts, default=0)  # every worker's own batches in the stretch
+    out = []
+    for item in plans[worker] + ["own"] * (step - len(plans[worker])):
+        if item == "own":
+            item = "own" if own_slots else None  # one fewer owed view: one padding batch
+            own_slots -= item == "own"
+        out.append(item)
+    return first, out
