@@ -54,20 +54,21 @@ class _ReadRecordFile(beam.DoFn):
 
     def process(self, path: str):
         rel = paths.relative_to(self._root, path) or path
-        index = 0
+        index = 0  # of the next record
         try:
             with paths.open_binary(path) as raw:
-                for index, (offset, data) in enumerate(tfrecord.records_at(path, raw)):
+                for offset, data in tfrecord.records_at(path, raw):
                     yield self._record(path, rel, index, offset, data)
+                    index += 1
         except tfrecord.CorruptRecord as e:
             reason = "truncated" if "ends inside" in e.problem else "corrupt"
             detail = (
-                f"record {e.index} (byte {e.offset}): {e.problem}; the records before it are kept"
+                f"record {index} (byte {e.offset}): {e.problem}; the records before it are kept"
             )
-            yield make_reject(f"{rel}#{e.index}", path, reason, detail)
+            yield make_reject(f"{rel}#{index}", path, reason, detail)
         except OSError as e:  # BeamIOError is one
             r = _open_error(e)
-            yield make_reject(f"{rel}#{index}", path, r.reason, r.detail)
+            yield make_reject(f"{rel}#{index}", path, r.reason, f"record {index}: {r.detail}")
 
     def _record(self, path: str, rel: str, index: int, offset: int, data: bytes):
         key, where = f"{rel}#{index}", f"record {index} (byte {offset})"
@@ -76,10 +77,10 @@ class _ReadRecordFile(beam.DoFn):
             key = self._rules.key(features, key)
             label = self._rules.label(features)
             found = self._inspector.inspect_bytes(self._rules.image_of(features, self._image))
-        except ValueError as e:  # not an Example
-            return make_reject(key, path, "corrupt", f"{where}: {e}")
         except (RecordProblem, Rejected) as p:
             return make_reject(key, path, p.reason, f"{where}: {p.detail}")
+        except ValueError as e:  # not a tf.train.Example
+            return make_reject(key, path, "corrupt", f"{where}: {e}")
         candidate = Candidate(key, paths.compact_source(self._root, path, key), "", label)
         return self._inspector.image(candidate, found)._replace(record=(offset, len(data)))
 
@@ -149,7 +150,10 @@ def image_again(path: str, im: Image, feature: str) -> tuple[bytes, str | None]:
             with paths.open_binary(path) as raw:
                 data = next((d for o, d in tfrecord.records_at(path, raw) if o == offset), None)
             if data is None:
-                return b"", f"no record at byte {offset} any more"
+                return (
+                    b"",
+                    f"byte {offset}: the record is not the one inspected (none starts there)",
+                )
         else:
             framed = paths.read_range(path, length + tfrecord.FRAME_OVERHEAD, offset)
             data = tfrecord.unframe(framed, path, -1, offset)

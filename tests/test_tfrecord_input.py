@@ -256,3 +256,26 @@ def test_records_in_a_bucket(bucket, tmp_path):
     expected = {(f"a.tfrecord#{i}", 0) for i in range(4)}
     expected |= {(f"b.tfrecord.gz#{i}", 1) for i in range(5)}
     assert set(read_back(out)) == expected
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("name", ["r.tfrecord", "r.tfrecord.gz"])
+def test_the_writer_reads_a_record_again_and_names_one_that_changed(tmp_path, name):
+    import zlib
+
+    from beam_jobs.records import Image
+    from beam_jobs.tfrecord_source import image_again
+    from schemas import tfrecord
+
+    images = pngs(3)
+    path = str(tmp_path / name)
+    write_records(path, [example(im, 0) for im in images])
+    offset, data = list(tfrecord.records_at(path))[1]
+    im = Image("k", "", "", "0", None, None, "png", 8, 8, 3, len(images[1]), "", 0)
+    im = im._replace(crc32=zlib.crc32(images[1]), record=(offset, len(data)))
+    assert image_again(path, im, "image_raw") == (images[1], None)
+    assert "'other'" in image_again(path, im, "other")[1]
+    write_records(path, [example(im, 0) for im in images[::-1]])  # rewritten meanwhile
+    assert "not the one inspected" in image_again(path, im, "image_raw")[1]
+    os.remove(path)
+    assert "removed" in image_again(path, im, "image_raw")[1]
