@@ -286,6 +286,11 @@ class _Handover:
                 raise ValueError(
                     f"view_handover must be [workers >= 1, batches >= 0], got {handed!r}"
                 )
+            if saved.num_workers is None:
+                raise ValueError(
+                    "view_handover with a read_state that names no num_workers: resume "
+                    "the state as state_dict() gave it"
+                )
             if handed[0] != workers:
                 raise ValueError(
                     f"this state was saved by {handed[0]} workers {handed[1]} batches into "

@@ -88,6 +88,10 @@ def test_a_tampered_state_is_one_line_never_an_empty_read(data):
             with pytest.raises(ValueError, match=named) as e:
                 read(data, state=state, num_workers=workers, worker_index=0, **kw)
             one_line(e)
+    bare = json.dumps({"seed": 4, "batch_size": 8})  # no num_workers: a new state
+    with pytest.raises(ValueError, match="view_handover with a read_state that names no") as e:
+        read(data, state={**saved, "read_state": bare, "view_handover": [1, 0]}, **kw)
+    one_line(e)
     plain = saved_after(read(data, epochs=1), 2)
     far = {**json.loads(plain["read_state"]), "step": 10**12}
     with pytest.raises(ValueError, match="past the end of this read") as e:
