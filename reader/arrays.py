@@ -26,7 +26,7 @@ from reader.options import ReadOptions
 from reader.order.batches import remaining
 from reader.order.views import handover, restart, rounds, skip_limit, started
 from reader.preprocess import Preprocess, check_transform, default_processes
-from reader.read import merge, start_state
+from reader.read import check_sized, merge, start_state
 from reader.source import RecordSource
 from reader.state import ReadState, changes
 
@@ -41,14 +41,20 @@ class NumpyReader:
 
     Args:
         data_dir, split, batch_size, options, overrides: as for ``reader.make_dataset``
-            (``data_dir`` may be a ``reader.mix``); ``image_size``: an output ``image``
-            array is resized to it (bilinear), so that the batch stacks.
+            (``data_dir`` may be a ``reader.mix``); ``image_size``: each decoded image
+            (its crop with ``random_crop``) is resized to it (bilinear) before
+            ``transform`` sees it; needed without a transform, so that the batch stacks.
         transform: ``fn(example, rng) -> dict`` (None: decode only). ``example`` holds
             ``image`` (uint8 HWC), ``label``, ``key``, ``epoch`` and ``view``; ``rng`` is
             a ``numpy.random.Generator`` seeded by (seed, key, epoch, view), so the output
-            is the same for any ``num_processes`` and after any resume. Output values
-            that are arrays of one shape (or numbers) are stacked; others come as lists.
+            is the same for any ``num_processes`` and after any resume. What it returns
+            goes out as it is: values that are arrays of one shape (or numbers) are
+            stacked, others come as lists. Every example must return the same fields
+            (None where one has no value): a field some lack stops the read, naming it.
         views: transformed views of each decoded image (each image decoded once).
+        mirror_views: views in mirrored pairs (``views`` even): view 2k+1 is view 2k's
+            crop (``random_crop``), flipped ("5 random crops and their mirrors":
+            ``views=10``).
         view_spread: where the views go: ``"together"`` (default), consecutive in one
             batch (``batch_size`` a multiple of ``views``: SimCLR/DINO pairs); or a
             whole number D, each batch one view of ``batch_size`` images and the views
@@ -71,6 +77,7 @@ class NumpyReader:
         transform=None,
         views: int = 1,
         view_spread: int | str = "together",
+        mirror_views: bool = False,
         num_processes: int | None = None,
         state: ReadState | None = None,
         **overrides,
@@ -82,6 +89,10 @@ class NumpyReader:
             )
         if not isinstance(views, int) or isinstance(views, bool) or views < 1:
             raise ValueError(f"views must be a whole number >= 1, got {views!r}")
+        if mirror_views and views % 2:
+            raise ValueError(
+                f"mirror_views pairs each view with its mirror: views must be even, got {views}"
+            )
         if view_spread != "together" and not (
             isinstance(view_spread, int) and not isinstance(view_spread, bool) and view_spread > 0
         ):
@@ -103,6 +114,7 @@ class NumpyReader:
         if num_processes:
             check_transform(transform)  # refused now, not in a process later
         self.transform, self.views, self.num_processes = transform, views, num_processes
+        self.mirror = bool(mirror_views)
         records = batch_size // views if together else batch_size  # a batch of the read
         started = state is None  # the whole read: the spread is checked against it
         if started:  # the read as a state from its start: state_dict() says where
@@ -111,6 +123,8 @@ class NumpyReader:
         self.options = options
         self.decoded = 0  # images decoded by the last iteration (once each, any views)
         self.load_state_dict({"read_state": state.to_json()})
+        if transform is None:  # the decoded images themselves are batched
+            check_sized(options, batch_size)
         if started and self.spread and self._blocks is not None and self._blocks < self.spread:
             raise ValueError(
                 f"view_spread={self.spread} needs at least {self.spread} batches of "
@@ -214,7 +228,7 @@ class NumpyReader:
             o.image_size,
             self._state.seed,
             self.views,
-            o.augment(),
+            o.augment(self.mirror),
         )
 
     def __iter__(self):

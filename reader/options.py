@@ -221,11 +221,12 @@ class ReadOptions:
         """Whether built-in augmentations run (their draws need the seed and epoch)."""
         return self.random_crop or self.random_flip
 
-    def augment(self) -> Augment | None:
-        """The built-in augmentations asked for, or None."""
-        if not self.augmenting:
+    def augment(self, mirror: bool = False) -> Augment | None:
+        """The built-in augmentations asked for (``mirror``: views in mirrored pairs), or
+        None."""
+        if not (self.augmenting or mirror):
             return None
-        return Augment(self.random_crop, self.crop_scale, self.crop_ratio, self.random_flip)
+        return Augment(self.random_crop, self.crop_scale, self.crop_ratio, self.random_flip, mirror)
 
     def workers(self) -> tuple[int, int]:
         """(number of workers, this worker's index)."""

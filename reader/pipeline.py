@@ -20,7 +20,7 @@ from reader.decode import Decoder
 from reader.info import check_path_root, default_path_root
 from reader.mixture import Mixture
 from reader.options import ReadOptions
-from reader.read import Source, merge, resolve
+from reader.read import Source, check_sized, merge, resolve
 from reader.state import ReadState
 from reader.stream import CHUNK, Stream, lead
 from schemas import features, storage, tfrecord
@@ -37,6 +37,7 @@ def make_dataset(
     state: ReadState | None = None,
     transform=None,
     views: int = 1,
+    mirror_views: bool = False,
     num_processes: int | None = None,
     deal: tuple[int, int] = (1, 0),
     **overrides,
@@ -54,8 +55,8 @@ def make_dataset(
             come from it).
         **overrides: fields of ``ReadOptions`` to change, e.g. ``seed=0,
             image_size=(224, 224)``.
-        transform, views, num_processes: a Python ``transform(example, rng)`` run in
-            ``num_processes`` worker processes on each image decoded once (Pillow),
+        transform, views, mirror_views, num_processes: a Python ``transform(example,
+            rng)`` run in ``num_processes`` worker processes on each image decoded once,
             ``views`` times, the views of an image together in a batch: the batches of
             :class:`reader.NumpyReader` as a dataset (``tf.data.Dataset.from_generator``).
             The transform's values must be arrays, numbers or strings.
@@ -76,11 +77,11 @@ def make_dataset(
         ValueError: options that do not fit together.
     """
     options = merge(options, overrides)
-    if transform is not None or views != 1:
-        return _preprocessed(
-            data_dir, split, batch_size, options, state, transform, views, num_processes
-        )
+    if transform is not None or views != 1 or mirror_views:
+        python = dict(transform=transform, views=views, mirror_views=mirror_views)
+        return _preprocessed(data_dir, split, batch_size, options, state, python, num_processes)
     read = resolve(data_dir, split, batch_size, options, state)
+    check_sized(options, batch_size)
     o = read.options
     streams = [_source(source, o) for source in read.sources]
     records = streams[0]  # records, or (record, epoch) when augmenting
@@ -132,7 +133,7 @@ def make_dataset(
     return ds if state is None else (ds, read.state)
 
 
-def _preprocessed(data_dir, split, batch_size, o, state, transform, views, processes):
+def _preprocessed(data_dir, split, batch_size, o, state, python: dict, processes):
     """``make_dataset`` with a Python transform: NumpyReader's batches as a dataset, each
     pass over it a new pass of the reader (Keras iterates once an epoch)."""
     if batch_size is None:
@@ -147,10 +148,9 @@ def _preprocessed(data_dir, split, batch_size, o, state, transform, views, proce
         split,
         batch_size,
         o,
-        transform=transform,
-        views=views,
         num_processes=processes,
         state=state,
+        **python,
     )
     start = ReadState.from_json(numpy_reader.state_dict()["read_state"])
     batches = iter(numpy_reader)

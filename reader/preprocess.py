@@ -65,7 +65,8 @@ class Preprocess:
         transform: ``fn(example, rng) -> dict`` or None (decode only).
         processes: worker processes; 0 runs everything here.
         channels: 1, 3 or 4.
-        image_size: (height, width) an output ``image`` array is resized to, or None.
+        image_size: (height, width) each decoded view is resized to before
+            ``transform`` sees it (its output goes out as it is), or None.
         seed: the read's seed (the rngs derive from it).
         views: transforms of each decoded image.
         augment: ``ReadOptions.augment()``: each view cropped and flipped as every
@@ -80,6 +81,7 @@ class Preprocess:
         self.config = (channels, image_size, seed, views, augment)
         self.processes = processes
         self.decoded = 0  # images decoded (tests count them: one a record, whatever views)
+        self.first = None  # the first batch's fields, and its first key
 
     def map(self, batches):
         """Outputs of ``batches`` (``reader.source.Batch``), in order: dicts of stacked
@@ -134,6 +136,10 @@ class Preprocess:
         for name, (offset, shape, dtype) in done.pop("arrays").items():
             out[name] = np.ndarray(shape, dtype, memory.buf, offset).copy()
         blocks.free.append(done["block"])  # copied out: a later batch may reuse it
+        if self.first is None:
+            self.first = {**dict.fromkeys(out), "key": out["key"][0]}
+        elif out.keys() != self.first.keys():  # every batch has the first one's fields
+            raise _fields_differ(self.transform, self.first, out["key"][0], out)
         return out
 
 
@@ -251,17 +257,20 @@ def _run(task: tuple, spare: str | None = None, worker: dict | None = None) -> d
         for i, (image, label, key, epoch, real) in enumerate(zip(images, *part[1:])):
             for view in range(views):
                 if boxes is not None:
-                    cropped = pixels.crop_resize(image, boxes[i * views + view], image_size)
-                    example = {"image": cropped, "label": label}
+                    seen = pixels.crop_resize(image, boxes[i * views + view], image_size)
+                elif image_size is not None:
+                    seen = pixels.resize(image, image_size)
                 else:
-                    example = {"image": image if views == 1 else image.copy(), "label": label}
-                example.update(key=key, epoch=epoch, view=view)
+                    seen = image
+                if views > 1 and np.may_share_memory(seen, image):
+                    seen = seen.copy()  # each view its own pixels: a transform may write
+                example = dict(image=seen, label=label, key=key, epoch=epoch, view=view)
                 if transform is not None:
                     example = _transformed(transform, example, seed)
-                if image_size is not None and isinstance(example.get("image"), np.ndarray):
-                    example["image"] = pixels.resize(example["image"], image_size)
                 example["mask"] = real
                 example.setdefault("epoch", epoch)
+                if rows and example.keys() != rows[0].keys():
+                    raise _fields_differ(transform, rows[0], example["key"], example)
                 rows.append(example)
     return {**_stack(rows, spare, worker["blocks"]), "decoded": len(task[0])}
 
@@ -283,6 +292,19 @@ def _transformed(transform, example: dict, seed: int) -> dict:
     out.setdefault("key", key)
     out.setdefault("view", view)
     return out
+
+
+def _fields_differ(transform, first: dict, key, fields) -> TransformError:
+    """A field returned for some examples only (the first of a batch or read with
+    ``first``'s fields, ``key`` with ``fields``): it would be dropped or misplaced."""
+    field = sorted(first.keys() ^ fields.keys())[0]
+    keys = (first["key"], key) if field in first else (key, first["key"])
+    name = getattr(transform, "__qualname__", repr(transform))
+    return TransformError(
+        f"transform {name} returned {field!r} for key {keys[0]!r} but not for key "
+        f"{keys[1]!r}: return the same fields for every example (None where one has "
+        "no value)"
+    )
 
 
 def _stack(rows: list[dict], spare: str | None, mapped: dict) -> dict:

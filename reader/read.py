@@ -271,6 +271,16 @@ def _check_resumable(o: ReadOptions, state: ReadState, info: dict, split: str) -
     return state.seed
 
 
+def check_sized(o: ReadOptions, batch_size: int | None) -> None:
+    """Batches of decoded images need one size (a reader's with a transform do not: only
+    what the transform returns is batched)."""
+    if o.decode and batch_size is not None and o.image_size is None:
+        raise ValueError(
+            "decoded images differ in size: give image_size=(height, width) to "
+            "batch them, or batch_size=None, or decode=False"
+        )
+
+
 def _check(o: ReadOptions, batch_size: int | None, shuffle: bool) -> None:
     """Options that only conflict given the batch size and the split's default shuffle."""
     if batch_size is not None and (
@@ -285,11 +295,6 @@ def _check(o: ReadOptions, batch_size: int | None, shuffle: bool) -> None:
         raise ValueError(
             "pad_final_batch is for evaluation: use shuffle=False, epochs=1 (and start_step, "
             "not start_epoch, to resume)"
-        )
-    if o.decode and batch_size is not None and o.image_size is None:
-        raise ValueError(
-            "decoded images differ in size: give image_size=(height, width) to "
-            "batch them, or batch_size=None, or decode=False"
         )
     if (o.start_step or o.start_epoch) and (shuffle or o.augmenting) and o.seed is None:
         raise ValueError(

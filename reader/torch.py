@@ -67,8 +67,8 @@ class TorchReader(torch.utils.data.IterableDataset):
 
     Args:
         data_dir, split, batch_size, options, overrides: as for
-            ``reader.make_dataset`` (``image_size`` required; ``data_dir`` may be a
-            ``reader.mix``).
+            ``reader.make_dataset`` (``image_size`` required without a transform;
+            ``data_dir`` may be a ``reader.mix``).
         state: a :class:`reader.ReadState` to resume (or ``load_state_dict``).
         backend: "dali", "tf", or None: DALI where a CUDA GPU is visible, DALI is
             installed and the dataset fits it (formats, uncompressed shards), else
@@ -77,12 +77,13 @@ class TorchReader(torch.utils.data.IterableDataset):
             batches of 128). "dali" may still be asked for on the CPU. "python" with
             ``transform``.
         layout: "NHWC" or "NCHW" for ``image``.
-        transform, views, num_processes: a Python ``transform(example, rng)`` on each
-            image decoded once (``views`` times, the views of an image together in a
-            batch): the batches of :class:`reader.NumpyReader` as tensors (arrays become
-            tensors, other values stay lists). Its ``num_processes`` processes run the
-            transform; in a ``DataLoader`` worker, the worker runs it (a DataLoader
-            worker cannot start processes): ``num_workers=W`` is then the parallelism.
+        transform, views, mirror_views, num_processes: a Python ``transform(example,
+            rng)`` on each image decoded once (``views`` times, the views of an image
+            together in a batch): the batches of :class:`reader.NumpyReader` as
+            tensors (arrays become tensors, other values stay lists). Its
+            ``num_processes`` processes run the transform; in a ``DataLoader`` worker,
+            the worker runs it (a DataLoader worker cannot start processes):
+            ``num_workers=W`` is then the parallelism.
 
     Each batch: ``image`` uint8 [N, H, W, C] (or [N, C, H, W]), ``label``
     int64 [N], ``key`` list of N str, ``mask`` bool [N] (False on the
@@ -113,6 +114,7 @@ class TorchReader(torch.utils.data.IterableDataset):
         state: ReadState | None = None,
         transform=None,
         views: int = 1,
+        mirror_views: bool = False,
         num_processes: int | None = None,
         **overrides,
     ):
@@ -124,11 +126,11 @@ class TorchReader(torch.utils.data.IterableDataset):
                 o = dataclasses.replace(o, num_workers=ranks[0], worker_index=ranks[1])
         if layout not in ("NHWC", "NCHW"):
             raise ValueError(f'layout must be "NHWC" or "NCHW", got {layout!r}')
-        if o.image_size is None:
-            raise ValueError("TorchReader batches decoded images: give image_size")
         if backend not in ("dali", "tf", "python", None):
             raise ValueError(f'backend must be "dali", "tf", "python" or None, got {backend!r}')
-        python = transform is not None or views != 1
+        python = transform is not None or views != 1 or mirror_views
+        if o.image_size is None and transform is None:
+            raise ValueError("TorchReader batches decoded images: give image_size")
         if python and backend not in ("python", None):
             raise ValueError(
                 f'transform= and views= run on the Python route: backend="python" (or '
@@ -145,11 +147,12 @@ class TorchReader(torch.utils.data.IterableDataset):
                 o,
                 transform=transform,
                 views=views,
+                mirror_views=mirror_views,
                 num_processes=num_processes,
                 state=state,
             )
             backend = "python"
-        self._python = (transform, views, num_processes)
+        self._python = (transform, views, mirror_views, num_processes)
         o.refuse(
             ("prefetch_to_device",),
             "TorchReader",
@@ -262,13 +265,14 @@ class TorchReader(torch.utils.data.IterableDataset):
             elif self.backend == "python":
                 from reader.arrays import NumpyReader
 
-                transform, views, processes = self._python
+                transform, views, mirror, processes = self._python
                 if torch.utils.data.get_worker_info() is not None:
                     processes = 0  # a DataLoader worker is the process: it may start none
                 self._reader = NumpyReader(
                     *self._args,
                     transform=transform,
                     views=views,
+                    mirror_views=mirror,
                     num_processes=processes,
                     state=self._state,
                 )

@@ -78,6 +78,23 @@ def test_boxes_follow_torchvision_rules_and_are_keyed():
     assert (flips[:, :4] == [0, 0, 9, 11]).all()
 
 
+@pytest.mark.fast
+def test_mirrored_views_pair_a_box_with_its_mirror():
+    """mirror: view 2k+1 takes view 2k's box, flipped the other way; view 2k draws as
+    without mirror; with no crop or flip asked for, the odd views alone are flipped."""
+    n, views = 50, 6
+    keys = [f"k{i}" for i in range(n) for _ in range(views)]
+    args = (3, keys, [1] * len(keys), list(range(views)) * n, [60] * len(keys), [80] * len(keys))
+    drawn = Augment(crop=True, flip=True).boxes(*args)
+    paired = Augment(crop=True, flip=True, mirror=True).boxes(*args)
+    assert (paired[0::2] == drawn[0::2]).all()
+    assert (paired[1::2, :4] == paired[0::2, :4]).all()
+    assert (paired[1::2, 4] == 1 - paired[0::2, 4]).all()
+    assert (paired[0::6, :4] != paired[2::6, :4]).any(axis=1).mean() > 0.9  # pairs differ
+    only = Augment(mirror=True).boxes(*args)
+    assert (only[:, :4] == [0, 0, 60, 80]).all() and (only[:, 4] == [0, 1] * (n * 3)).all()
+
+
 def test_every_reader_crops_the_same_box_and_flips_alike(mixed):
     """50 records x 3 epochs through tf.data, DALI (CPU) and the Python route: the same
     keys get the same crop and flip. The Python route is the box cut from its decode,

@@ -24,12 +24,14 @@ ATTEMPTS = 10  # torchvision's tries before the centre crop
 @dataclasses.dataclass(frozen=True)
 class Augment:
     """Random resized crop (``crop``, with torchvision's ``scale`` and ``ratio``) and a
-    horizontal flip with probability 1/2 (``flip``)."""
+    horizontal flip with probability 1/2 (``flip``); ``mirror``: views in mirrored
+    pairs, view 2k+1 view 2k's box flipped the other way (view 2k drawn as without)."""
 
     crop: bool = False
     scale: tuple[float, float] = (0.08, 1.0)
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
     flip: bool = False
+    mirror: bool = False
 
     def boxes(self, seed: int, keys, epochs, views, heights, widths) -> np.ndarray:
         """(n, 5) int64: top, left, height, width and flip (0 or 1) of each image;
@@ -40,7 +42,8 @@ class Augment:
         digests = np.array([key_digest(k) for k in keys], np.int64).reshape(n)
         epochs = np.asarray(epochs, np.int64).reshape(n)
         views = np.asarray(views, np.int64).reshape(n)
-        u = uniform(rows(4 * ATTEMPTS + 1, seed, CROP, digests, epochs, views))
+        drawn = views & ~1 if self.mirror else views  # view 2k+1 draws view 2k's
+        u = uniform(rows(4 * ATTEMPTS + 1, seed, CROP, digests, epochs, drawn))
         out = np.zeros((n, 5), np.int64)
         out[:, 2], out[:, 3] = heights, widths
         if self.crop:
@@ -48,6 +51,8 @@ class Augment:
                 out[i, :4] = self._box(int(heights[i]), int(widths[i]), u[i])
         if self.flip:
             out[:, 4] = u[:, -1] < 0.5
+        if self.mirror:
+            out[:, 4] ^= views & 1
         return out
 
     def _box(self, height: int, width: int, u: np.ndarray) -> tuple[int, int, int, int]:
