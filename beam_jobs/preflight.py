@@ -163,9 +163,13 @@ def check_records(job: Job) -> RecordFeatures:
         files = record_files(job.records, job.input_root, not is_glob(options.input), _FIRST_FILES)
     except OSError:  # BeamIOError: nothing there
         files = []
+    if not files and is_glob(options.input):
+        raise UserError(f"--input: no files match {options.input!r}")
     if not files:
-        what = "files match" if is_glob(options.input) else "*.tfrecord* files are in"
-        raise UserError(f"--input: no TFRecord {what} {options.input!r}")
+        raise UserError(
+            f"--input: no TFRecord files (named *.tfrecord*) under {options.input!r}; for "
+            "files named otherwise give a glob of them"
+        )
     problem = ""
     for path in files:
         try:
@@ -173,7 +177,7 @@ def check_records(job: Job) -> RecordFeatures:
                 data = next(tfrecord.iter_records(path, raw), None)
             found = None if data is None else parse_features(data)
         except (OSError, ValueError) as e:  # CorruptRecord is a ValueError
-            problem = problem or f" (the first: {path}: {e})"
+            problem = problem or (f" ({e})" if path in str(e) else f" ({path}: {e})")
             continue
         if found is not None:
             o = options

@@ -237,8 +237,16 @@ def test_a_folder_of_records_without_the_flag_is_one_line_naming_it(one_a_file, 
     argv = [f"--input={one_a_file}", f"--output_dir={tmp_path / 'out'}"]
     with pytest.raises(UserError, match="--input_format=tfrecord"):
         convert.run(argv)
-    with pytest.raises(UserError, match="no TFRecord"):
-        convert.run([f"--input={tmp_path}/*.nothing", *argv[1:], "--input_format=tfrecord"])
+    flags = [*argv[1:], "--input_format=tfrecord"]
+    with pytest.raises(UserError, match="no files match"):
+        convert.run([f"--input={tmp_path}/*.nothing", *flags])
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "a.png").write_bytes(pngs(1)[0])
+    with pytest.raises(UserError, match="no TFRecord files"):
+        convert.run([f"--input={tmp_path / 'other'}", *flags])
+    (tmp_path / "other" / "a.tfrecord").write_text("no records here, only text")
+    with pytest.raises(UserError, match="a.tfrecord: record 0"):
+        convert.run([f"--input={tmp_path / 'other'}", *flags])
 
 
 @pytest.mark.slow
