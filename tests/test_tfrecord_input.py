@@ -269,21 +269,59 @@ def test_records_in_a_bucket(bucket, tmp_path):
 @pytest.mark.fast
 @pytest.mark.parametrize("name", ["r.tfrecord", "r.tfrecord.gz"])
 def test_the_writer_reads_a_record_again_and_names_one_that_changed(tmp_path, name):
+    import gzip
     import zlib
 
     from beam_jobs.records import Image
     from beam_jobs.tfrecord_source import image_again
     from schemas import tfrecord
+    from schemas.example import serialize_example
+
+    def write(images):  # framed here: the unit lane imports no TensorFlow
+        data = b"".join(tfrecord.frame(serialize_example({"image_raw": i})) for i in images)
+        with open(path, "wb") as f:
+            f.write(gzip.compress(data, mtime=0) if name.endswith(".gz") else data)
 
     images = pngs(3)
     path = str(tmp_path / name)
-    write_records(path, [example(im, 0) for im in images])
+    write(images)
     offset, data = list(tfrecord.records_at(path))[1]
     im = Image("k", "", "", "0", None, None, "png", 8, 8, 3, len(images[1]), "", 0)
     im = im._replace(crc32=zlib.crc32(images[1]), record=(offset, len(data)))
     assert image_again(path, im, "image_raw") == (images[1], None)
     assert "'other'" in image_again(path, im, "other")[1]
-    write_records(path, [example(im, 0) for im in images[::-1]])  # rewritten meanwhile
+    write(images[::-1])  # rewritten meanwhile
     assert "not the one inspected" in image_again(path, im, "image_raw")[1]
     os.remove(path)
     assert "removed" in image_again(path, im, "image_raw")[1]
+
+
+@pytest.mark.fast
+def test_features_are_found_in_tfds_and_evenshard_records():
+    from beam_jobs.record_rules import choose_features
+
+    png = pngs(1)[0]
+    tfds = {
+        "image/encoded": ("bytes", [png]),
+        "image/format": ("bytes", [b"png"]),
+        "image/filename": ("bytes", [b"n01440764_10026.JPEG"]),
+        "image/class/label": ("int64", [3]),
+        "image/class/text": ("bytes", [b"tench"]),
+        "image/height": ("int64", [8]),
+    }
+    f = choose_features(tfds, None, None, None)
+    assert (f.image, f.label, f.label_kind, f.key) == (
+        "image/encoded",
+        "image/class/label",
+        "int64",
+        None,
+    )
+    ours = {**tfds, "image/key": ("bytes", [b"a/b.png"])}
+    assert choose_features(ours, None, None, None).key == "image/key"
+    assert choose_features(tfds, None, "image/class/text", None).label_kind == "bytes"
+    with pytest.raises(UserError, match="--label_feature"):
+        choose_features(
+            {"img": ("bytes", [png]), "a": ("int64", [1]), "b": ("int64", [2])}, None, None, None
+        )
+    with pytest.raises(UserError, match="--image_feature: no feature"):
+        choose_features({"a": ("int64", [1])}, None, None, None)
