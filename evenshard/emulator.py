@@ -1,4 +1,13 @@
-"""Object-store servers on loopback for the tests and benchmarks: GCS and S3.
+"""Object-store servers on loopback, GCS and S3: to try buckets on one machine, and the
+tests' and benchmarks' buckets. Tooling, in the package so that everything starts
+it the same way (docs/design.md, "The loopback buckets"); its servers come with the
+``dev`` extra.
+
+``python -m evenshard.emulator gs photos/`` (or ``s3``) starts a server on
+127.0.0.1, makes the bucket ``local`` (``--bucket``), uploads the folder to
+``gs://local/photos/``, prints the variable that points another shell's clients
+(evenshard, the readers, gsutil-free scripts) at it, and serves until Ctrl-C, which
+stops it. The objects live in the server's memory and go with it.
 
 GCS (``gcp-storage-emulator``):
 ``with gcs_emulator() as client:`` starts the server on a free port of 127.0.0.1,
@@ -6,20 +15,29 @@ in memory, points ``STORAGE_EMULATOR_HOST`` at it (google-cloud-storage and Beam
 GCS filesystem honour it; TensorFlow's own GCS client does not), and stops it
 and restores the variable on leaving.
 
-The server is gcp-storage-emulator's, with two things GCS does that it lacks
-(``python -m evenshard.emulator PORT [LOG]`` runs it so):
+The server is gcp-storage-emulator's, with three things GCS does that it lacks
+(``python -m evenshard.emulator serve-gcs PORT [LOG]`` runs it so):
 - requests are served concurrently, as GCS serves them (its own server answers
   one at a time, so a reader's fetches in flight would queue);
 - the ``ifGenerationMatch`` precondition, as GCS documents it: a request whose
   object's generation is not the one named (0: no object) is answered 412
   Precondition Failed, and the check and a write are one step. Convert's lock on
-  a gs:// output folder is a create-if-absent (``ifGenerationMatch=0``).
+  a gs:// output folder is a create-if-absent (``ifGenerationMatch=0``);
+- a write takes the same time in a full bucket as in an empty one: its own
+  serializes every object's metadata again on each write, even in memory (8,813
+  uploads stalled after about 5,800 in 10 minutes); in memory that copy is never
+  read, so it is not made.
+
+S3: ``with s3_server() as client:`` runs moto's server the same way
+(``AWS_ENDPOINT_URL`` and test credentials).
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -36,17 +54,18 @@ def upload(bucket, local: str, prefix: str) -> str:
 
 
 @contextlib.contextmanager
-def gcs_emulator(log: str | None = None):
+def gcs_emulator(log: str | None = None, port: int = 0):
     """The server, running; yields a google-cloud-storage client of it. ``log``: a file
     the server appends a line to for each download it answers, ``OBJECT<TAB>BYTES``
-    (the benchmarks count egress by it)."""
+    (the benchmarks count egress by it); ``port``: 0 for a free one."""
     from schemas import storage, stores
 
-    port = _free_port()
+    port = port or _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "evenshard.emulator", str(port), *([log] if log else [])],
+        [sys.executable, "-m", "evenshard.emulator", "serve-gcs", str(port), *([log] * bool(log))],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        process_group=0,  # Ctrl-C at a terminal reaches the caller, which stops it
     )
     before = os.environ.get("STORAGE_EMULATOR_HOST")
     try:
@@ -65,16 +84,17 @@ def gcs_emulator(log: str | None = None):
 
 
 @contextlib.contextmanager
-def s3_server():
-    """moto's S3 server, running; yields a boto3 client of it."""
+def s3_server(port: int = 0):
+    """moto's S3 server, running; yields a boto3 client of it (``port``: 0 for a free one)."""
     from schemas import stores
 
-    port = _free_port()
+    port = port or _free_port()
     server = os.path.join(os.path.dirname(sys.executable), "moto_server")
     proc = subprocess.Popen(
         [server, "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        process_group=0,
     )
     names = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
     before = {n: os.environ.get(n) for n in names}
@@ -113,7 +133,7 @@ def _wait_for(port: int, proc, what: str) -> None:
             return
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{what} did not start") from None
+                raise RuntimeError(f"{what} did not start on port {port}") from None
             time.sleep(0.1)
 
 
@@ -127,6 +147,7 @@ def _serve(port: int, log: str | None = None) -> None:
     from gcp_storage_emulator import server
     from gcp_storage_emulator.exceptions import NotFound
     from gcp_storage_emulator.handlers import objects
+    from gcp_storage_emulator.storage import Storage
 
     logging.disable(logging.CRITICAL)
     writes = threading.Lock()  # a precondition's check and the write it guards: one step
@@ -174,6 +195,7 @@ def _serve(port: int, log: str | None = None) -> None:
     )
     objects.insert = guarded(objects.insert)  # the router's fallback for bare upload paths
     http.server.HTTPServer = http.server.ThreadingHTTPServer
+    Storage._write_config_to_file = lambda self: None  # in memory: read by nobody
     server.create_server("127.0.0.1", port, in_memory=True).run()
 
 
@@ -189,5 +211,80 @@ def _object_name(request) -> str:
     return ""
 
 
+# The variables that point a client at each store's server, as this process set them.
+_VARIABLES = {
+    "gs": ("STORAGE_EMULATOR_HOST",),
+    "s3": ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m evenshard.emulator gs|s3 [FOLDER]``: a server with a bucket (the folder
+    uploaded), until Ctrl-C."""
+    parser = argparse.ArgumentParser(
+        prog="python -m evenshard.emulator",
+        description="A GCS or S3 server on 127.0.0.1 with a bucket, until Ctrl-C (in memory).",
+    )
+    parser.add_argument("store", choices=sorted(_VARIABLES), help="which API to serve")
+    parser.add_argument("folder", nargs="?", help="a folder to upload to BUCKET/its name/")
+    parser.add_argument("--bucket", default="local", help="the bucket to make")
+    parser.add_argument("--port", type=int, default=0, help="the port (0: a free one)")
+    args = parser.parse_args(argv)
+    if args.folder and not os.path.isdir(args.folder):
+        parser.error(f"{args.folder} is not a folder")
+    import importlib.util
+
+    needed = "gcp_storage_emulator" if args.store == "gs" else "moto"
+    if importlib.util.find_spec(needed) is None:
+        parser.error(f"the {args.store} server needs the dev extra: pip install -e '.[dev]'")
+    serve = gcs_emulator if args.store == "gs" else s3_server
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stops it as Ctrl-C does
+    try:
+        with serve(port=args.port) as client:
+            url = f"{args.store}://{args.bucket}"
+            if args.store == "gs":
+                client.create_bucket(args.bucket)
+            else:
+                client.create_bucket(Bucket=args.bucket)
+            if args.folder:
+                url = _upload_folder(args.store, client, args.bucket, args.folder)
+            variables = " ".join(f"{n}={os.environ[n]}" for n in _VARIABLES[args.store])
+            print(f"serving {url} on 127.0.0.1 (in memory); in another shell:")
+            print(f"  export {variables}")
+            print(f"  .venv/bin/evenshard convert --input {url} --output_dir {url}-ds")
+            print("Ctrl-C stops it", flush=True)
+            while True:
+                time.sleep(3600)
+    except KeyboardInterrupt:
+        print("stopped", flush=True)
+    except RuntimeError as e:  # the server did not start (the port taken, say)
+        print(f"{parser.prog}: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _upload_folder(store: str, client, bucket: str, folder: str) -> str:
+    """Uploads every file under ``folder`` to BUCKET/its name/..., saying how far it got
+    every 1,000 files; returns the folder's URL."""
+    folder = os.path.abspath(folder)
+    prefix = os.path.basename(folder)
+    files = [os.path.join(d, f) for d, _, names in os.walk(folder) for f in sorted(names)]
+    start = time.monotonic()
+    gcs = client.bucket(bucket) if store == "gs" else None
+    for done, path in enumerate(files, start=1):
+        key = f"{prefix}/{os.path.relpath(path, folder)}"
+        if gcs is not None:
+            gcs.blob(key).upload_from_filename(path)
+        else:
+            client.upload_file(path, bucket, key)
+        if done % 1000 == 0 or done == len(files):
+            seconds = time.monotonic() - start
+            print(f"uploaded {done:,} of {len(files):,} files ({seconds:.0f} s)", file=sys.stderr)
+    return f"{store}://{bucket}/{prefix}"
+
+
 if __name__ == "__main__":
-    _serve(int(sys.argv[1]), *sys.argv[2:3])
+    if sys.argv[1:2] == ["serve-gcs"]:  # the GCS server's own process (gcs_emulator)
+        _serve(int(sys.argv[2]), *sys.argv[3:4])
+    else:
+        sys.exit(main())

@@ -735,3 +735,38 @@ def test_the_servers_own_log_shows_a_tight_cache_fetching_the_split_once_an_epoc
     assert fetched and all(f in files and n <= files[f] for f, n in fetched)
     assert any(n < files[f] for f, n in fetched)  # ranged: runs, not shards
     assert split < sum(n for _, n in fetched) <= 2 * split
+
+
+@pytest.mark.parametrize("store", ["gs", "s3"])
+def test_one_command_serves_a_folder_in_a_bucket_until_ctrl_c(store, tmp_path):
+    """The README's way to try buckets on one machine: the server starts with the folder
+    uploaded, says how to point another shell at it, the command it prints converts
+    there, and Ctrl-C stops it (exit 0, the port closed)."""
+    import signal
+    import threading
+
+    photos = tmp_path / "photos"
+    synthetic.make_image_folder(str(photos), num_labels=2, per_label=4, formats=("png",))
+    argv = [sys.executable, "-m", "evenshard.emulator", store, str(photos), "--bucket=mine"]
+    serving = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    watchdog = threading.Timer(120, serving.kill)  # a hang fails the test, never blocks it
+    watchdog.start()
+    said = []
+    for line in serving.stdout:
+        said.append(line)
+        if line.startswith("Ctrl-C"):
+            break
+    assert said[0] == f"serving {store}://mine/photos on 127.0.0.1 (in memory); in another shell:\n"
+    env = dict(os.environ, **dict(v.split("=", 1) for v in said[1].split()[1:]))
+    command = said[2].split()
+    assert command[0] == ".venv/bin/evenshard"  # the repository's, as the README runs it
+    command[0] = os.path.join(os.path.dirname(sys.executable), "evenshard")
+    convert = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert convert.returncode == 0, convert.stderr[-2000:]
+    assert "8 inputs -> 8 written" in convert.stdout
+    port = int(env["STORAGE_EMULATOR_HOST" if store == "gs" else "AWS_ENDPOINT_URL"].split(":")[-1])
+    os.killpg(serving.pid, signal.SIGINT)  # as a terminal sends Ctrl-C
+    assert serving.wait(timeout=30) == 0 and serving.stdout.read() == "stopped\n"
+    watchdog.cancel()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
