@@ -29,7 +29,7 @@ from schemas.images import MAGIC, Rejected, inspect_stream
 from schemas.progress import Progress
 
 
-def _open_error(e: Exception) -> Rejected:
+def open_error(e: Exception) -> Rejected:
     """Maps a failure to open or read a file to missing / unreadable."""
     cause = e
     # BeamIOError wraps the real OSError in exception_details.
@@ -43,8 +43,9 @@ def _open_error(e: Exception) -> Rejected:
     return Rejected("unreadable", f"{type(cause).__name__}: {cause}")
 
 
-class _InspectImage(beam.DoFn):
-    """Candidate -> Image, or a Reject (see dead_letters.py)."""
+class InspectImage(beam.DoFn):
+    """Candidate -> Image, or a Reject (see dead_letters.py); a source that holds the
+    bytes (``tfrecord_source``) calls ``inspect_bytes`` and ``image`` itself."""
 
     def __init__(
         self,
@@ -156,7 +157,7 @@ class _InspectImage(beam.DoFn):
         except Rejected:
             raise
         except (OSError, ValueError) as e:  # BeamIOError is an OSError
-            raise _open_error(e) from e
+            raise open_error(e) from e
 
     @staticmethod
     def _whole(data: bytes, size: int) -> io.BytesIO:
@@ -249,10 +250,10 @@ class InspectImages(beam.PTransform):
 
     @property
     def arguments(self) -> tuple:
-        """``_InspectImage``'s arguments (a source that inspects as it reads makes its own)."""
+        """``InspectImage``'s arguments (a source that inspects as it reads makes its own)."""
         return self._verify, self._max_pixels, self._root, self._max_bytes, self._hash, self._near
 
     def expand(self, candidates):
         # Candidate -> Image | Reject
-        inspected = candidates | "Inspect" >> beam.ParDo(_InspectImage(*self.arguments))
+        inspected = candidates | "Inspect" >> beam.ParDo(InspectImage(*self.arguments))
         return inspected | "SplitRejects" >> SplitRejects()

@@ -5,7 +5,7 @@ Listing is one ``FileSystems.match`` of the pattern, run in a worker: the driver
 plans nothing per file (it reads one record, to choose the features). The files
 are spread over workers in chunks, and each is read once, front to back, every
 CRC checked (``schemas.tfrecord.records_at``). A record's image is inspected
-as a file's is (``_InspectImage.inspect_bytes``, the same reject reasons) and
+as a file's is (``InspectImage.inspect_bytes``, the same reject reasons) and
 only its metadata goes on, with the record's (byte offset, length): the image
 bytes do not travel through the shuffle, the writer reads the record again
 (``image_again``). Damage (a file cut short, a wrong CRC, a file that is no
@@ -22,7 +22,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs import paths
 from beam_jobs.dead_letters import SplitRejects
-from beam_jobs.inspect_images import _InspectImage, _open_error
+from beam_jobs.inspect_images import InspectImage, open_error
 from beam_jobs.record_rules import RecordProblem, RecordRules, is_record_file
 from beam_jobs.records import Candidate, Image, make_reject
 from beam_jobs.sources import chunked
@@ -49,7 +49,7 @@ class _ReadRecordFile(beam.DoFn):
         self._image = rules.features.image
 
     def setup(self):
-        self._inspector = _InspectImage(*self._inspect_args)
+        self._inspector = InspectImage(*self._inspect_args)
         self._inspector.setup()
 
     def process(self, path: str):
@@ -67,7 +67,7 @@ class _ReadRecordFile(beam.DoFn):
             )
             yield make_reject(f"{rel}#{index}", path, reason, detail)
         except OSError as e:  # BeamIOError is one
-            r = _open_error(e)
+            r = open_error(e)
             yield make_reject(f"{rel}#{index}", path, r.reason, f"record {index}: {r.detail}")
 
     def _record(self, path: str, rel: str, index: int, offset: int, data: bytes):
@@ -107,7 +107,7 @@ class ReadRecordFiles(beam.PTransform):
 
     The records of the files ``pattern`` matches (``named_only``: a folder's
     ``*.tfrecord*`` files), read through ``rules``; keys and sources relative to
-    ``root``; ``inspect``: ``_InspectImage``'s arguments.
+    ``root``; ``inspect``: ``InspectImage``'s arguments.
     """
 
     def __init__(self, pattern: str, root: str, named_only: bool, rules: RecordRules, inspect):

@@ -188,7 +188,7 @@ def test_an_input_rewritten_while_convert_runs_is_a_changed_reject(tmp_path, mon
     the run writes no dataset, in one line; a rerun inspects the new bytes."""
     import functools
 
-    from beam_jobs.inspect_images import _InspectImage
+    from beam_jobs.inspect_images import InspectImage
     from schemas import tfrecord
 
     rng = np.random.default_rng(7)
@@ -197,7 +197,7 @@ def test_an_input_rewritten_while_convert_runs_is_a_changed_reject(tmp_path, mon
         (root / "ab"[i % 2]).mkdir(parents=True, exist_ok=True)
         (root / "ab"[i % 2] / f"{i}.png").write_bytes(synthetic.image_bytes("png", 8, 8, rng))
     victim = root / "a" / "2.png"
-    inspect = _InspectImage.process
+    inspect = InspectImage.process
 
     @functools.wraps(inspect)
     def inspect_then_rewrite(self, candidate):  # another program writes the file meanwhile
@@ -205,7 +205,7 @@ def test_an_input_rewritten_while_convert_runs_is_a_changed_reject(tmp_path, mon
         if candidate.key == "a/2.png":
             victim.write_bytes(victim.read_bytes()[::-1])
 
-    monkeypatch.setattr(_InspectImage, "process", inspect_then_rewrite)
+    monkeypatch.setattr(InspectImage, "process", inspect_then_rewrite)
     out = tmp_path / "out"
     argv = ["convert", f"--input={root}", f"--output_dir={out}", "--max_reject_fraction=1"]
     argv.append("--direct_running_mode=in_memory")  # the same process: the rewrite runs
