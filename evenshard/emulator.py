@@ -1,13 +1,13 @@
 """Object-store servers on loopback, GCS and S3: to try buckets on one machine, and the
 tests' and benchmarks' buckets. Tooling, in the package so that everything starts
-it the same way (docs/design.md, "The loopback buckets"); its servers come with the
+it the same way (docs/design.md, "Object stores"); its servers come with the
 ``dev`` extra.
 
 ``python -m evenshard.emulator gs photos/`` (or ``s3``) starts a server on
 127.0.0.1, makes the bucket ``local`` (``--bucket``), uploads the folder to
-``gs://local/photos/``, prints the variable that points another shell's clients
-(evenshard, the readers, gsutil-free scripts) at it, and serves until Ctrl-C, which
-stops it. The objects live in the server's memory and go with it.
+``gs://local/photos/``, prints the variables that point another shell's clients
+(evenshard, the readers, google-cloud-storage and boto3) at it, and serves until
+Ctrl-C, which stops it. The objects live in the server's memory and go with it.
 
 GCS (``gcp-storage-emulator``):
 ``with gcs_emulator() as client:`` starts the server on a free port of 127.0.0.1,
