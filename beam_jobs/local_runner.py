@@ -28,7 +28,8 @@ class _SubprocessWorkerHandler(worker_handlers.SubprocessSdkWorkerHandler):
     Beam's only logs the exit code: a bundle the worker held then waits for its
     answer forever, and the job hangs (a bundle reading the runner's data fails on
     the closed channel; one that reads none, such as a step's first, does not).
-    Beam's Docker handler fails them this way (``control_conn.abort``).
+    Beam's Docker handler fails them this way (``control_conn.abort``); a request
+    sent to the worker after that fails at once too (abort fails those sent before).
     """
 
     def start_worker(self):
@@ -44,7 +45,16 @@ class _SubprocessWorkerHandler(worker_handlers.SubprocessSdkWorkerHandler):
         except Exception as e:  # noqa: BLE001 - every early end fails the job, in words
             lost = forked_workers.WorkerLost.of(self.worker_id, str(e))
             _LOST.append(lost)
-            self.control_conn.abort(lost)
+            conn, push = self.control_conn, self.control_conn.push
+
+            def refused(request):  # a request sent to the dead worker later fails too
+                future = push(request)
+                if future is not None:
+                    future.abort(lost)
+                return future
+
+            conn.push = refused
+            conn.abort(lost)
 
 
 _LOST: list[forked_workers.WorkerLost] = []  # the workers of the run that ended early
