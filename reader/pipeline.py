@@ -161,10 +161,14 @@ def _preprocessed(data_dir, split, batch_size, o, state, python: dict, processes
             return tf.TensorSpec((None, *value.shape[1:]), value.dtype)
         if isinstance(value, list) and all(isinstance(v, (str, bytes)) for v in value):
             return tf.TensorSpec((None,), tf.string)
+        held = " and ".join(sorted({type(v).__name__ for v in value})) + " values"
+        shapes = sorted({v.shape for v in value if isinstance(v, np.ndarray)})
+        if held == "ndarray values" and len(shapes) > 1:
+            held = f"arrays of {len(shapes)} shapes ({', '.join(map(str, shapes[:3]))})"
         raise TypeError(
-            f"transform output {name!r} holds {type(value[0]).__name__} values: "
-            "make_dataset yields tensors (arrays, numbers or strings); "
-            "reader.NumpyReader yields any values"
+            f"transform output {name!r} holds {held}: make_dataset yields "
+            "tensors (arrays of one shape, numbers or strings); reader.NumpyReader "
+            "yields any values"
         )
 
     spec = {name: signature(name, value) for name, value in first.items()}
