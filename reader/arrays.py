@@ -135,13 +135,15 @@ class NumpyReader:
         """Where this reader stands: ``{"read_state": ReadState JSON}``, advanced by the
         batches this iteration yielded; with views spread, the read's state at the first
         image with a view still to go, ``view_skip``: the views from there on that went
-        out already, and ``view_order``: the views and view_spread, which the order of
-        the views depends on. Resumed by another worker count, the views still owed are
-        handed over (``reader/order/views.py``, ``handover``); a state saved while they
-        are, the saved state as it was and ``view_handover``: [workers, batches]."""
+        out already. ``view_order``: the views, view_spread and mirror_views, which the
+        views and their order depend on (a resume under others is refused). Resumed by
+        another worker count, the views still owed are handed over
+        (``reader/order/views.py``, ``handover``); a state saved while they are, the
+        saved state as it was and ``view_handover``: [workers, batches]."""
+        views = {"view_order": self._view_order()}
         if self.spread is None:
-            return {"read_state": self._state.advance(self._consumed).to_json()}
-        hand, views = self._handover, {"view_order": self._view_order()}
+            return {"read_state": self._state.advance(self._consumed).to_json(), **views}
+        hand = self._handover
         if hand is not None and hand.start + self._consumed < len(hand.plan):
             return {
                 "read_state": hand.saved.to_json(),
@@ -155,7 +157,8 @@ class NumpyReader:
         return {"read_state": self._state.advance(first).to_json(), "view_skip": skip, **views}
 
     def _view_order(self) -> str:
-        return f"view_spread={self.spread or 'together'} views={self.views}"
+        mirror = " mirror_views=True" if self.mirror else ""
+        return f"view_spread={self.spread or 'together'} views={self.views}{mirror}"
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Continues the read ``state_dict`` saved (any worker count)."""

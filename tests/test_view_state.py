@@ -141,3 +141,27 @@ def test_a_resize_between_the_views_pads_a_worker_at_most_one_batch(data, epochs
     assert set(sent) == set(whole)
     if epochs > 1:
         assert min(sent[(k, e, v + 1)] - sent[(k, e, v)] for k, e, v in sent if v < 2) >= 2
+
+
+def test_mirror_views_and_views_together_are_in_the_state(data):
+    """Issue 41 follow-up: a state saved with mirror_views, resumed without it (other
+    crops for the odd views), and one saved with views together, resumed with other
+    views or spread: one line naming the change (was: accepted without a word)."""
+    kw = dict(random_crop=True, epochs=1)
+    mirrored = saved_after(read(data, views=2, mirror_views=True, **kw), 2)
+    together = saved_after(read(data, views=2, **kw), 2)
+    for state, changed, named in (
+        (mirrored, dict(views=2), "mirror_views True -> unset"),
+        (together, dict(views=2, mirror_views=True), "mirror_views unset -> True"),
+        (together, dict(views=4), "views 2 -> 4"),
+        (together, dict(views=2, view_spread=1), "view_spread together -> 1"),
+        (together, dict(views=1, batch_size=4), "views 2 -> 1"),
+    ):
+        with pytest.raises(ValueError, match=named) as e:
+            read(data, state=state, **{**kw, **changed})
+        assert "views and view_spread of the saved run" in one_line(e)
+    spread = saved_after(read(data, views=2, view_spread=2, mirror_views=True, **kw), 3)
+    with pytest.raises(ValueError, match="mirror_views True -> unset"):
+        read(data, state=spread, views=2, view_spread=2, **kw)
+    whole = len(read(data, views=2, mirror_views=True, **kw))
+    assert len(list(read(data, state=mirrored, views=2, mirror_views=True, **kw))) == whole - 2
