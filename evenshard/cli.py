@@ -119,6 +119,43 @@ def _make_images_flags(p: argparse.ArgumentParser) -> None:
     a("--broken", action="store_true", help="add files that must be rejected")
 
 
+def _steps(text: str) -> range:
+    """``A:B`` (steps A to B - 1) or ``A`` (one step)."""
+    first, _, stop = text.partition(":")
+    try:
+        steps = range(int(first), int(stop) if stop else int(first) + 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"give FIRST:STOP or one step, got {text!r}") from None
+    if not steps or steps.start < 0:
+        raise argparse.ArgumentTypeError(f"FIRST:STOP with 0 <= FIRST < STOP, got {text!r}")
+    return steps
+
+
+def _explain_flags(p: argparse.ArgumentParser) -> None:
+    from reader.options import ReadOptions as d
+
+    a = p.add_argument
+    a("data_dir", help="a folder written by evenshard convert")
+    a("--split", default="train", help="split read")
+    a("--steps", type=_steps, required=True, help="FIRST:STOP (STOP excluded), or one step")
+    a("--batch_size", type=int, default=32, help="examples a batch")
+    a("--rank", type=int, default=0, help="the worker (rank) explained")
+    a("--workers", type=int, default=1, help="workers (ranks) of the read")
+    a("--state", default=None, help="a saved state (JSON file): steps continue its step")
+    a("--seed", type=int, default=None, help="the read's seed (or give --state)")
+    a("--epochs", type=int, default=None, help="passes over the split (default: endless)")
+    a("--shuffle_buffer", type=int, default=d.shuffle_buffer, help="the read's shuffle_buffer")
+    a("--cycle_length", type=int, default=d.cycle_length, help="the read's cycle_length")
+    a("--block_length", type=int, default=d.block_length, help="the read's block_length")
+    a("--no_shuffle", action="store_true", help="a read in file order")
+    a("--random_crop", action="store_true", help="crops drawn: give each row's box")
+    a("--random_flip", action="store_true", help="flips drawn: give each row's flip")
+    a("--views", type=int, default=1, help="NumpyReader's views")
+    a("--view_spread", default="together", help="NumpyReader's view_spread")
+    a("--mirror_views", action="store_true", help="NumpyReader's mirror_views")
+    a("--json", action="store_true", help="print the batches as JSON")
+
+
 # subcommand -> (flags, one-line help)
 COMMANDS = {
     "convert": (_convert_flags, "image folder or manifest -> shuffled, balanced shards"),
@@ -127,6 +164,7 @@ COMMANDS = {
     "leaks": (_leaks_flags, "near-duplicates across splits, or between two datasets"),
     "shuffle-report": (_shuffle_report_flags, "measure and plot how well reading mixes a split"),
     "make-images": (_make_images_flags, "write a folder of generated sample images"),
+    "explain": (_explain_flags, "the keys (views, crops, epochs) of each batch of some steps"),
 }
 
 
@@ -340,6 +378,43 @@ def _make_images(args: argparse.Namespace, _) -> int:
     return 0
 
 
+def _explain(args: argparse.Namespace, _) -> int:
+    from reader import explain
+    from schemas.info import DatasetError
+
+    spread = args.view_spread
+    try:
+        state = None
+        if args.state:
+            with open(args.state) as f:
+                state = json.load(f)
+        batches = explain.explain(
+            args.data_dir,
+            args.split,
+            args.batch_size,
+            args.steps,
+            state=state,
+            views=args.views,
+            view_spread=int(spread) if spread.isdigit() else spread,
+            mirror_views=args.mirror_views,
+            num_workers=args.workers,
+            worker_index=args.rank,
+            seed=args.seed,
+            epochs=args.epochs,
+            shuffle=False if args.no_shuffle else None,
+            shuffle_buffer=args.shuffle_buffer,
+            cycle_length=args.cycle_length,
+            block_length=args.block_length,
+            random_crop=args.random_crop,
+            random_flip=args.random_flip,
+        )
+    except (DatasetError, ValueError, TypeError, OSError) as e:
+        _error("explain", str(e).splitlines()[0])
+        return 1
+    print(explain.to_json(batches) if args.json else explain.render(batches))
+    return 0
+
+
 _RUN = {
     "convert": _convert,
     "validate": _validate,
@@ -347,6 +422,7 @@ _RUN = {
     "leaks": _leaks,
     "shuffle-report": _shuffle_report,
     "make-images": _make_images,
+    "explain": _explain,
 }
 
 

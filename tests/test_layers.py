@@ -158,6 +158,7 @@ READER_FLOORS = {
     "reader/pixels.py": 3,
     "reader/decode.py": 3,
     "reader/source.py": 3,
+    "reader/explain.py": 3,
     "reader/preprocess.py": 4,  # preprocessing: the Python route's process pool
     "reader/pipeline.py": 5,  # the faces
     "reader/dali.py": 5,

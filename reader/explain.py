@@ -1,0 +1,419 @@
+"""Which records each batch of a read holds, computed without reading them: ``explain``.
+
+The read order is a function of a few integers (``reader.order``), so the batches of
+any steps of any worker, from any state, are computable: the same ``Read`` every face
+resolves (``reader.read.resolve``: resume, elastic lead, mixing schedule), its stream of
+records laid out by position, cut into batches as the faces cut it, the views as
+``NumpyReader`` deals them (together, or spread by ``reader.order.views``), the crops
+and flips drawn by ``reader.order.augment``. Only the keys (and the image sizes the
+crops need) come from the shards: each record's features but its image, read once a
+shard by the DALI index (two small reads a record: the fields before the image, and
+those after it; docs/design.md, "Which records were in step s").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from reader.info import open_shard
+from reader.options import ReadOptions
+from reader.order.views import emitted
+from reader.read import Read, merge, resolve, start_state
+from reader.state import ReadState
+from schemas import features, storage
+from schemas.example import parse_example
+from schemas.info import DatasetError
+
+HEAD = 512  # bytes read from a record's start: every field before the image
+_WANTED = {features.KEY.encode(), features.HEIGHT.encode(), features.WIDTH.encode()}
+
+
+def explain(
+    data,
+    split: str = "train",
+    batch_size: int = 32,
+    steps=range(1),
+    options: ReadOptions | None = None,
+    *,
+    state=None,
+    views: int = 1,
+    view_spread: int | str = "together",
+    mirror_views: bool = False,
+    **overrides,
+) -> list[dict]:
+    """The batches of ``steps`` of a read, without reading it: each a dict of ``step``,
+    ``key`` (list), ``epoch``, ``view``, ``mask`` and, with ``random_crop`` or
+    ``random_flip`` (or ``mirror_views``), ``box`` (top, left, height, width) and
+    ``flip``, a row each, as the readers yield them (padding rows: key "", mask False).
+
+    Args:
+        data, split, batch_size, options, overrides: the read's, as given to
+            ``make_dataset``, ``NumpyReader`` or ``TorchReader`` (``num_workers`` and
+            ``worker_index``: the rank; a shuffled read needs its ``seed``).
+        steps: the steps (an iterable of ints, or (first, stop)). Without a state,
+            step s is batch s of the read from its start (``start_step`` on); with
+            one, the first batch the resumed read yields is the state's ``step``
+            (with views spread: ``step * views + view_skip``).
+        state: a ``ReadState``, its JSON, or a reader's ``state_dict()``.
+        views, view_spread, mirror_views: ``NumpyReader``'s.
+
+    Raises:
+        ValueError: a step before the state or past the read's end; a state
+            ``explain`` cannot follow (a views handover in progress); as the readers.
+        DatasetError: as the readers; a shard without a DALI index (gzip).
+    """
+    o = merge(options, overrides)
+    if not isinstance(views, int) or isinstance(views, bool) or views < 1:
+        raise ValueError(f"views must be a whole number >= 1, got {views!r}")
+    spread = None if view_spread == "together" or views == 1 else view_spread
+    if spread is None and batch_size % views:
+        raise ValueError(f"batch_size {batch_size} must be a multiple of views={views}")
+    records = batch_size if spread is not None else batch_size // views
+    if state is None:
+        if o.seed is None and (o.shuffles(split) or o.augmenting):
+            raise ValueError("explain needs the seed of the read: give seed= (or its state)")
+        (saved, o), skip = start_state(o, split, records), 0
+    else:
+        saved, skip = _state(state, o, views, spread)
+    read = resolve(data, split, records, o, saved)
+    base = saved.step * views + skip if spread else saved.step
+    plan = Explain(read, views, spread, skip, o.augment(mirror_views))
+    if isinstance(steps, tuple) and len(steps) == 2:
+        steps = range(*steps)
+    out = []
+    for s in steps:
+        if s < base:
+            raise ValueError(
+                f"step {s} is before the state's first step ({base}): explain it from an "
+                "earlier state, or from the read's start (no state)"
+            )
+        out.append({"step": int(s), **plan.batch(int(s) - base)})
+    return out
+
+
+def _state(state, o: ReadOptions, views: int, spread) -> tuple[ReadState, int]:
+    """A given state as a ReadState, and the views already out after it (``view_skip``)."""
+    skip, handed, order = 0, None, None
+    if isinstance(state, dict):
+        if "read_state" not in state:
+            raise ValueError("a state dict is a reader's state_dict(): it has read_state")
+        skip, handed = state.get("view_skip", 0), state.get("view_handover")
+        order, state = state.get("view_order"), state["read_state"]
+    if isinstance(state, str):
+        state = ReadState.from_json(state)
+    if not isinstance(state, ReadState):
+        raise TypeError(f"state must be a ReadState, its JSON or a state_dict(), got {state!r}")
+    mine = f"view_spread={spread or 'together'} views={views}"
+    if order is not None and order.replace(" mirror_views=True", "") != mine:
+        raise ValueError(f"the state was saved reading {order}, explain is asked for {mine}")
+    workers = o.workers()[0]
+    if skip and (handed is not None or state.num_workers not in (None, workers)):
+        raise ValueError(
+            "explain does not follow an elastic handover of views (a state saved between "
+            "the views of its images, resumed by another worker count): explain from a "
+            "state saved after it, or with the saved worker count"
+        )
+    return state, skip
+
+
+class Explain:
+    """The batches of one resolved read (see ``explain``): ``batch(k)`` is the k-th
+    batch it yields. ``keys``: per source, a function of (lead?, ids) -> (keys,
+    heights, widths); default: read from the source's shards (``ShardKeys``)."""
+
+    def __init__(self, read: Read, views: int = 1, spread=None, skip: int = 0, augment=None):
+        self.read, self.views, self.spread, self.skip = read, views, spread, skip
+        self.augment = augment
+        self.records = read.batch_size or 1
+        self.keys = [_SourceKeys(source.share) for source in read.sources]
+        self._orders: list[dict] = [{} for _ in read.sources]
+        o, index = read.options, read.options.workers()[1]
+        if read.schedule is not None:
+            size = read.schedule.size
+            self.left = None if size is None else size - read.start
+        else:
+            lefts = read.sources[0].share.lefts
+            self.left = None if lefts is None else lefts[index]
+        self.pad = o.pad_final_batch
+
+    def batch(self, k: int) -> dict:
+        """The k-th batch this read yields (counted from its start)."""
+        if self.spread is None:
+            rows = self._read_batch(k)
+            n = len(rows["key"])
+            return self._views(
+                rows, np.repeat(np.arange(n), self.views), np.tile(np.arange(self.views), n)
+            )
+        block, view = self._round(self.skip + k)
+        rows = self._read_batch(block)
+        return self._views(rows, np.arange(len(rows["key"])), np.full(len(rows["key"]), view))
+
+    def _round(self, n: int) -> tuple[int, int]:
+        """(block, view) of output ``n`` of the spread rounds (``views.rounds``)."""
+        blocks, views, spread = self.read.remaining, self.views, self.spread
+        if blocks is not None and n >= blocks * views:
+            raise ValueError(f"batch {n} is past the end of the read ({blocks * views} batches)")
+        low, high = 0, n + 1
+        while emitted(high, views, spread, blocks) <= n:
+            high *= 2
+        while low + 1 < high:  # the round of output n: emitted(low) <= n < emitted(high)
+            mid = (low + high) // 2
+            if emitted(mid, views, spread, blocks) <= n:
+                low = mid
+            else:
+                high = mid
+        at = n - emitted(low, views, spread, blocks)
+        for v in range(views):
+            j = low - v * spread
+            if 0 <= j and (blocks is None or j < blocks):
+                if at == 0:
+                    return j, v
+                at -= 1
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _views(self, rows: dict, pick: np.ndarray, view: np.ndarray) -> dict:
+        keys = [rows["key"][i] for i in pick]
+        out = {
+            "key": keys,
+            "epoch": rows["epoch"][pick],
+            "view": view.astype(np.int64),
+            "mask": rows["mask"][pick],
+        }
+        if self.augment is not None:
+            boxes = np.zeros((len(keys), 5), np.int64)
+            real = out["mask"]
+            if real.any():
+                boxes[real] = self.augment.boxes(
+                    self.read.seed,
+                    [k for k, m in zip(keys, real) if m],
+                    out["epoch"][real],
+                    view[real],
+                    rows["height"][pick][real],
+                    rows["width"][pick][real],
+                )
+            out["box"], out["flip"] = boxes[:, :4], boxes[:, 4].astype(bool)
+        return out
+
+    def _read_batch(self, k: int) -> dict:
+        """Rows of the read's batch ``k``: key, epoch, mask, height, width."""
+        total = self.read.remaining
+        if k < 0 or (total is not None and k >= total):
+            raise ValueError(f"batch {k} is past the end of the read ({total} batches)")
+        first = k * self.records
+        stop = first + self.records
+        if self.left is not None:
+            stop = min(stop, self.left)
+        n = max(stop - first, 0)
+        keys, heights, widths, epochs = self._stream(first, n)
+        size = self.records if self.pad else n
+        pad = size - n
+        return {
+            "key": keys + [""] * pad,
+            "epoch": np.concatenate([epochs, np.zeros(pad, np.int64)]),
+            "mask": np.arange(size) < n,
+            "height": np.concatenate([heights, np.zeros(pad, np.int64)]),
+            "width": np.concatenate([widths, np.zeros(pad, np.int64)]),
+        }
+
+    def _stream(self, first: int, n: int):
+        """Keys, heights, widths and epochs of records [first, first + n) of the stream."""
+        read = self.read
+        if read.schedule is None:
+            return self._source(0, first, n)
+        at = read.start + first
+        chosen = read.schedule.choices(at, at + n)
+        before = read.schedule.counts(at) - read.schedule.counts(read.start)
+        keys = [""] * len(chosen)
+        heights, widths, epochs = (np.zeros(len(chosen), np.int64) for _ in range(3))
+        for i in range(len(read.sources)):
+            rows = np.flatnonzero(chosen == i)
+            if len(rows):
+                k, h, w, e = self._source(i, int(before[i]), len(rows))
+                for r, key in zip(rows, k):
+                    keys[r] = key
+                heights[rows], widths[rows], epochs[rows] = h, w, e
+        return keys, heights, widths, epochs
+
+    def _source(self, i: int, first: int, n: int):
+        """Records [first, first + n) of source i's stream: its lead, then its order."""
+        share = self.read.sources[i].share
+        k = np.arange(first, first + n, dtype=np.int64)
+        led = len(share.lead[0]) if share.lead is not None else 0
+        in_lead = k < led
+        ids, epochs = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        if in_lead.any():
+            ids[in_lead] = share.lead[0][k[in_lead]]
+            epochs[in_lead] = share.lead[1][k[in_lead]]
+        own = share.start + k[~in_lead] - led
+        epoch, position = np.divmod(own, share.plan.size)
+        mine = np.empty(len(own), np.int64)
+        for e in np.unique(epoch):
+            at = epoch == e
+            mine[at] = self._order(i, int(e))[position[at]]
+        ids[~in_lead], epochs[~in_lead] = mine, epoch
+        keys, heights, widths = self.keys[i].of(ids, in_lead)
+        return keys, heights, widths, epochs
+
+    def _order(self, i: int, epoch: int) -> np.ndarray:
+        orders = self._orders[i]
+        if epoch not in orders:
+            if len(orders) > 2:
+                orders.pop(next(iter(orders)))
+            orders[epoch] = self.read.sources[i].share.plan.epoch_order(epoch)
+        return orders[epoch]
+
+
+class _SourceKeys:
+    """A source's keys: of its own shards (ids over them) and of the split (the lead)."""
+
+    def __init__(self, share):
+        self.own = ShardKeys(share.shards)
+        self.split = ShardKeys(share.split) if share.split else None
+
+    def of(self, ids: np.ndarray, in_lead: np.ndarray):
+        keys = [""] * len(ids)
+        heights, widths = np.zeros(len(ids), np.int64), np.zeros(len(ids), np.int64)
+        for table, rows in ((self.own, ~in_lead), (self.split, in_lead)):
+            rows = np.flatnonzero(rows)
+            if len(rows):
+                k, heights[rows], widths[rows] = table.of(ids[rows])
+                for r, key in zip(rows, k):
+                    keys[r] = key
+        return keys, heights, widths
+
+
+class ShardKeys:
+    """The keys and image sizes of some shards' records (ids counted over the shards in
+    order), each shard read once, when a record of it is first asked for."""
+
+    def __init__(self, shards: list[dict]):
+        self.shards = shards
+        counts = [s["num_examples"] for s in shards]
+        self.firsts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        self.tables: dict[int, tuple] = {}
+
+    def of(self, ids: np.ndarray):
+        """(keys, heights, widths) of records ``ids``."""
+        files = np.searchsorted(self.firsts, ids, side="right") - 1
+        keys = [""] * len(ids)
+        heights, widths = np.zeros(len(ids), np.int64), np.zeros(len(ids), np.int64)
+        for f in np.unique(files):
+            rows = np.flatnonzero(files == f)
+            k, h, w = self._shard(int(f))
+            r = ids[rows] - self.firsts[f]
+            heights[rows], widths[rows] = h[r], w[r]
+            for row, j in zip(rows, r):
+                keys[row] = k[j]
+        return keys, heights, widths
+
+    def _shard(self, f: int) -> tuple:
+        if f not in self.tables:
+            self.tables[f] = shard_keys(self.shards[f])
+        return self.tables[f]
+
+
+def shard_keys(shard: dict) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(keys, heights, widths) of a shard's records, read by its DALI index: the fields
+    of each record but its image (which is skipped, never read)."""
+    path, table = shard["path"], shard.get("table")
+    if table is None:
+        raise DatasetError(
+            f"{path} has no DALI index (gzip): explain reads the keys by it; convert "
+            "without --compression"
+        )
+    if storage.is_url(path):
+        raise ValueError(f"explain reads local shards: copy the dataset of {path} first")
+    keys, heights, widths = [], np.zeros(len(table), np.int64), np.zeros(len(table), np.int64)
+    fd = open_shard(path, shard["num_bytes"])
+    try:
+        for r, (offset, size) in enumerate(table):
+            try:  # the record's data: after its 12-byte header, before its 4-byte CRC
+                ex = parse_example(_fields(fd, int(offset) + 12, int(size) - 16))
+                keys.append(ex[features.KEY].decode())
+            except Exception as e:  # any damage: the record cannot be explained
+                raise DatasetError(
+                    f"{path}: record {r} (byte {offset}) has no readable key ({e}): the shard "
+                    "is corrupt"
+                ) from None
+            heights[r], widths[r] = ex.get(features.HEIGHT) or 0, ex.get(features.WIDTH) or 0
+    finally:
+        os.close(fd)
+    return keys, heights, widths
+
+
+def _fields(fd: int, start: int, length: int) -> bytes:
+    """A serialized tf.train.Example of the key and size features of the Example at
+    ``start`` (``length`` bytes) of ``fd``: the map entries are walked by their lengths,
+    and only the wanted ones read (the image's entry is jumped over)."""
+    buf, at = b"", 0
+
+    def need(pos: int, n: int) -> bytes:
+        nonlocal buf, at
+        if pos < at or pos + n > at + len(buf):
+            buf, at = os.pread(fd, max(n, min(HEAD, length - pos)), start + pos), pos
+        if pos + n > at + len(buf):
+            raise ValueError("the record ends inside a field")
+        return buf[pos - at : pos - at + n]
+
+    def varint(pos: int) -> tuple[int, int]:
+        value, shift = 0, 0
+        while True:
+            byte = need(pos, 1)[0]
+            value |= (byte & 0x7F) << shift
+            pos, shift = pos + 1, shift + 7
+            if byte < 0x80:
+                return value, pos
+            if shift > 63:
+                raise ValueError("a varint too long")
+
+    if need(0, 1) != b"\x0a":
+        raise ValueError("not a tf.train.Example")
+    body, pos = varint(1)
+    end, kept = pos + body, []
+    while pos < end:
+        if need(pos, 1) != b"\x0a":
+            raise ValueError("not a feature map entry")
+        size, entry = varint(pos + 1)
+        if need(entry, 1) != b"\x0a":
+            raise ValueError("a feature without a name")
+        named, name_at = varint(entry + 1)
+        if need(name_at, named) in _WANTED:
+            kept.append(need(pos, entry - pos + size))
+        pos = entry + size
+    fields = b"".join(kept)
+    return b"\x0a" + _varint(len(fields)) + fields
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def to_json(batches: list[dict]) -> str:
+    """The batches as JSON: a list of objects, arrays as lists."""
+    return json.dumps(
+        [{k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in b.items()} for b in batches]
+    )
+
+
+def render(batches: list[dict]) -> str:
+    """The batches as a table: a line a row (step, row, epoch, view, key; box and flip
+    when drawn)."""
+    boxed = bool(batches) and "box" in batches[0]
+    head = "step  row  epoch  view  " + ("top  left  height  width  flip  " if boxed else "")
+    lines = [head + "key"]
+    for b in batches:
+        for r, key in enumerate(b["key"]):
+            cells = [b["step"], r, b["epoch"][r], b["view"][r]]
+            if boxed:
+                cells += [*b["box"][r], int(b["flip"][r])]
+            shown = key if b["mask"][r] else "(padding)"
+            lines.append("  ".join(f"{c:>4}" for c in cells) + "  " + shown)
+    return "\n".join(lines)

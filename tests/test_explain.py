@@ -1,0 +1,195 @@
+"""Issue 45.1: ``reader.explain`` gives the keys (views, epochs, crops) of each batch of
+any steps of any rank, without reading the records' images, equal to what every face
+yields: from the start, after a resume, after 3 -> 2 workers, with a mix, with views
+spread; and ``evenshard explain`` prints it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import run_convert
+
+import reader
+from evenshard import synthetic
+from reader.explain import explain
+
+OPTS = dict(image_size=(8, 8), seed=4, shuffle_buffer=16, cycle_length=4)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """72 images: train (4 shards: 3 workers read unequal counts) and val."""
+    root = tmp_path_factory.mktemp("explain") / "images"
+    synthetic.make_image_folder(str(root), num_labels=3, per_label=24, formats=("png",))
+    out = str(tmp_path_factory.mktemp("explain_out") / "ds")
+    run_convert(str(root), out, "--splits=train=0.75,val=0.25", "--num_shards=4")
+    return out
+
+
+def same(example, rng):
+    return example
+
+
+def keys(batches) -> list[list[str]]:
+    return [[k.decode() if isinstance(k, bytes) else k for k in list(b["key"])] for b in batches]
+
+
+def told(batches) -> list[list[str]]:
+    return [b["key"] for b in batches]
+
+
+def numpy_reader(data, batch_size, state=None, **kw):
+    r = reader.NumpyReader(data, "train", batch_size, transform=same, num_processes=0, **kw)
+    if state is not None:
+        r.load_state_dict(state)
+    return r
+
+
+def test_explain_equals_every_batch_of_each_face(data):
+    """Every step of two epochs of rank 1 of 3, on tf.data, NumpyReader and TorchReader
+    (tf backend): the keys yielded are those explained; NumpyReader's epochs, views and
+    mask too, with views together and crops drawn."""
+    kw = dict(OPTS, epochs=2, num_workers=3, worker_index=1)
+    tf_batches = [
+        {k: v.numpy() for k, v in b.items()} for b in reader.make_dataset(data, "train", 6, **kw)
+    ]
+    said = explain(data, "train", 6, range(len(tf_batches)), **kw)
+    assert told(said) == keys(tf_batches) and len(said) == 5
+    torch = reader.TorchReader(data, "train", 6, backend="tf", **kw)
+    assert keys(list(torch)) == told(said)
+    crops = dict(kw, random_crop=True, random_flip=True)
+    py = list(numpy_reader(data, 6, views=2, mirror_views=True, **crops))
+    said = explain(data, "train", 6, range(len(py)), views=2, mirror_views=True, **crops)
+    assert told(said) == keys(py)
+    for b, s in zip(py, said):
+        assert (b["epoch"] == s["epoch"]).all() and (b["view"] == s["view"]).all()
+        assert (b["mask"] == s["mask"]).all() and s["box"].shape == (len(s["key"]), 4)
+        assert (s["flip"][0::2] != s["flip"][1::2]).all()  # mirrored pairs
+    with pytest.raises(ValueError, match="past the end of the read"):
+        explain(data, "train", 6, [len(py)], views=2, **crops)
+
+
+def test_explain_after_a_resume_and_after_3_to_2_workers(data):
+    """A state saved at step 3 by 3 workers: explain from it equals the resumed read, with
+    the same workers and with 2 (the elastic lead first); steps continue the state's."""
+    kw = dict(OPTS, epochs=2)
+    saved = []
+    for w in range(3):
+        r = numpy_reader(data, 4, num_workers=3, worker_index=w, **kw)
+        it = iter(r)
+        for _ in range(3):
+            next(it)
+        it.close()
+        saved.append(r.state_dict())
+    assert saved[0] == saved[1] == saved[2]
+    again = list(numpy_reader(data, 4, state=saved[1], num_workers=3, worker_index=1, **kw))
+    said = explain(
+        data,
+        "train",
+        4,
+        range(3, 3 + len(again)),
+        state=saved[1],
+        num_workers=3,
+        worker_index=1,
+        **kw,
+    )
+    assert told(said) == keys(again)
+    for j in range(2):
+        two = list(numpy_reader(data, 4, state=saved[0], num_workers=2, worker_index=j, **kw))
+        state = saved[0]["read_state"]  # a ReadState's JSON does as well
+        said = explain(
+            data, "train", 4, (3, 3 + len(two)), state=state, num_workers=2, worker_index=j, **kw
+        )
+        assert told(said) == keys(two)
+        assert [list(s["epoch"]) for s in said] == [list(b["epoch"]) for b in two]
+    with pytest.raises(ValueError, match="before the state's first step"):
+        explain(data, "train", 4, [2], state=saved[0], **kw)
+
+
+def test_explain_a_mix_and_views_spread(data):
+    """A mix of train and val at 3:1 (tf.data), and views spread 2 batches apart
+    (NumpyReader) from the start and from a state saved between an image's views."""
+    mix = reader.mix([((data, "train"), 3), ((data, "val"), 1)])
+    got = [{k: v.numpy() for k, v in b.items()} for b in reader.make_dataset(mix, None, 4, **OPTS)]
+    said = explain(mix, None, 4, range(len(got)), **OPTS)
+    assert told(said) == keys(got) and len(got) == 18
+    kw = dict(OPTS, epochs=2, views=3, view_spread=2)
+    whole = list(numpy_reader(data, 4, **kw))
+    said = explain(data, "train", 4, range(len(whole)), **kw)
+    assert told(said) == keys(whole)
+    assert [list(s["view"]) for s in said] == [list(b["view"]) for b in whole]
+    r = numpy_reader(data, 4, **kw)
+    it = iter(r)
+    for _ in range(7):
+        next(it)
+    it.close()
+    state = r.state_dict()
+    assert state["view_skip"] > 0
+    said = explain(data, "train", 4, range(7, len(whole)), state=state, **kw)
+    assert told(said) == keys(whole[7:])
+
+
+def test_explain_never_reads_the_images(data, tmp_path):
+    """Every image's bytes in the shards overwritten (the keys, sizes and index kept):
+    explain gives the same batches; a record whose key is cut is one line naming it."""
+    copy = str(tmp_path / "ds")
+    shutil.copytree(data, copy)
+    before = explain(data, "train", 8, range(5), **OPTS, random_crop=True)
+    info = reader.load_info(copy)
+    for shard in info["splits"]["train"]["shards"]:
+        path = os.path.join(copy, shard["file"])
+        blob = bytearray(open(path, "rb").read())
+        start = 0
+        while (at := blob.find(b"\x89PNG", start)) >= 0:
+            blob[at : at + 40] = b"\xff" * 40
+            start = at + 40
+        open(path, "wb").write(bytes(blob))
+    after = explain(copy, "train", 8, range(5), **OPTS, random_crop=True)
+    assert told(after) == told(before)
+    assert all((a["box"] == b["box"]).all() for a, b in zip(after, before))
+
+
+def test_the_explain_command_prints_json_and_a_table(data):
+    """``evenshard explain OUT --split train --steps 2:4 --rank 1 --workers 3``."""
+    kw = dict(OPTS, num_workers=3, worker_index=1, epochs=2)
+    want = explain(data, "train", 6, range(2, 4), **kw)
+    cmd = [
+        sys.executable,
+        "-m",
+        "evenshard",
+        "explain",
+        data,
+        "--split",
+        "train",
+        "--steps",
+        "2:4",
+        "--rank",
+        "1",
+        "--workers",
+        "3",
+        "--batch_size",
+        "6",
+        "--seed",
+        "4",
+        "--shuffle_buffer",
+        "16",
+        "--cycle_length",
+        "4",
+        "--epochs",
+        "2",
+    ]
+    done = subprocess.run([*cmd, "--json"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert [b["key"] for b in got] == told(want) and [b["step"] for b in got] == [2, 3]
+    table = subprocess.run(cmd, capture_output=True, text=True)
+    assert table.returncode == 0 and want[0]["key"][0] in table.stdout
+    bad = subprocess.run([*cmd[:-10], "--steps", "2:x"], capture_output=True, text=True)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert np.array_equal(want[0]["epoch"], got[0]["epoch"])
