@@ -48,6 +48,8 @@ setup(
             "nvidia-dali-cuda120>=2.4",
             "torch>=2.4",
             "jax>=0.4.30",
+            # record inputs (issue 42) written by their own libraries in the tests
+            "datasets>=3",  # Hugging Face Parquet
         ],
         "dask": ["apache-beam[dask]>=2.60,<3", "dask[distributed]"],
         # s3:// datasets and conversions: Beam's S3 filesystem and boto3

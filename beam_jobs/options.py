@@ -22,7 +22,7 @@ VERIFY_MODES = ("full", "header")
 DEDUPE_MODES = ("none", "content", "near")
 NEAR_KEEP = ("all", "one")
 MANIFEST_SUFFIXES = (".csv", ".jsonl", ".csv.gz", ".jsonl.gz")
-INPUT_FORMATS = ("images", "tfrecord")
+INPUT_FORMATS = ("images", "tfrecord", "parquet")
 
 
 class UserError(ValueError):
@@ -154,16 +154,16 @@ class ConvertOptions:
             raise UserError(f"--max_image_mb must be > 0, got {self.max_image_mb}")
         if self.max_image_pixels < 1:
             raise UserError(f"--max_image_pixels must be >= 1, got {self.max_image_pixels}")
-        if self.input_format == "tfrecord" and self.record_kind == "path":
+        if self.input_format != "images" and self.record_kind == "path":
             raise UserError(
                 "--record_kind=path stores image paths, and records hold no image files: "
-                "drop --record_kind with --input_format=tfrecord"
+                f"drop --record_kind with --input_format={self.input_format}"
             )
         features = (self.image_feature, self.label_feature, self.key_feature)
-        if self.input_format != "tfrecord" and any(features):
+        if self.input_format == "images" and any(features):
             raise UserError(
                 "--image_feature, --label_feature and --key_feature name features of "
-                "records: add --input_format=tfrecord"
+                "records: add --input_format=tfrecord (or parquet)"
             )
         if self.path_root is not None and self.record_kind != "path":
             raise UserError("--path_root only applies to --record_kind=path")
@@ -240,14 +240,19 @@ def build_parser() -> argparse.ArgumentParser:
 _FLAGS = {
     "input": (
         "image-folder root, or a .csv/.jsonl manifest (local, gs://, s3://); with "
-        "--input_format=tfrecord a folder of *.tfrecord* files, or a glob of them",
+        "--input_format=tfrecord a folder of *.tfrecord* files, or a glob of them "
+        "(parquet: *.parquet)",
         None,
     ),
     "output_dir": ("where shards and dataset_info.json go", None),
-    "input_format": ("images: image files; tfrecord: tf.train.Example records", INPUT_FORMATS),
-    "image_feature": ("tfrecord: the bytes feature holding the image (found if one fits)", None),
-    "label_feature": ("tfrecord: the int64 or bytes label feature (found if one fits)", None),
-    "key_feature": ("tfrecord: a bytes feature of unique keys (default FILE#INDEX)", None),
+    "input_format": (
+        "images: image files; tfrecord: tf.train.Example records; parquet: rows as "
+        "Hugging Face datasets writes them",
+        INPUT_FORMATS,
+    ),
+    "image_feature": ("records: the feature (column) holding the image (found if one fits)", None),
+    "label_feature": ("records: the int or text label feature (found if one fits)", None),
+    "key_feature": ("records: a text feature of unique keys (default FILE#INDEX)", None),
     "record_kind": ("image: bytes in the record; path: the path only", RECORD_KINDS),
     "splits": ("NAME=FRACTION,... summing to 1", None),
     "split_mode": ("hash: stable as data grows; exact: stratified counts", SPLIT_MODES),

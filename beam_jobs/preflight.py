@@ -41,14 +41,14 @@ def preflight(job: Job, offline: bool = False) -> Job:
     """
     options = job.options
     skipped = []
-    features = None
+    features = class_names = None
     if offline and paths.is_url(options.input):
         skipped.append("--input exists and its columns (or its records' features)")
         if job.records:
             o = options
             features = RecordFeatures(o.image_feature, o.label_feature, "int64", o.key_feature)
     elif job.records:
-        features = check_records(job)
+        features, class_names = check_records(job)
     else:
         check_input(options, job.input_root, job.manifest)
     vocabulary = None
@@ -56,6 +56,8 @@ def preflight(job: Job, offline: bool = False) -> Job:
         skipped.append("--labels (the job is translated without a fixed vocabulary)")
     elif options.labels_file:
         vocabulary = tuple(load_vocabulary(options.labels_file))
+    elif class_names and features.label_kind == "int64":
+        vocabulary = class_names  # an int label is a position in them, as in --labels
     if skipped:
         log.warning("evenshard: dry run, cloud checks skipped: %s", "; ".join(skipped))
     return dataclasses.replace(job, vocabulary=vocabulary, features=features)
@@ -145,46 +147,50 @@ def _check_scheme(url: str) -> None:
 _FIRST_FILES = 1000
 
 
-def check_records(job: Job) -> RecordFeatures:
-    """The TFRecord files of ``--input_format=tfrecord`` exist, and the features of
-    their first readable record are chosen (``record_rules.choose_features``). Reads
+def check_records(job: Job) -> tuple[RecordFeatures, tuple[str, ...] | None]:
+    """The record files of ``--input_format`` (tfrecord, parquet) exist, and the features
+    of their first readable record are chosen (``record_rules.choose_features``). Reads
     one listing page and one record, whatever the number of files.
+
+    Returns:
+        The features, and the label's class names the file declares (Parquet's
+        ClassLabel names), or None.
 
     Raises:
         UserError: no files, no readable record, or features that do not fit.
     """
-    from beam_jobs.tfrecord_source import record_files
-    from schemas import tfrecord
-    from schemas.example import parse_features
+    from beam_jobs.record_source import record_files, record_format
 
     options = job.options
+    fmt = record_format(options.input_format)
     _check_scheme(options.input)
+    named_only = not is_glob(options.input)
     try:
-        files = record_files(job.records, job.input_root, not is_glob(options.input), _FIRST_FILES)
+        files = record_files(fmt, job.records, job.input_root, named_only, _FIRST_FILES)
     except OSError:  # BeamIOError: nothing there
         files = []
     if not files and is_glob(options.input):
         raise UserError(f"--input: no files match {options.input!r}")
     if not files:
         raise UserError(
-            f"--input: no TFRecord files (named *.tfrecord*) under {options.input!r}; for "
+            f"--input: no {fmt.what} files (named {fmt.files}) under {options.input!r}; for "
             "files named otherwise give a glob of them"
         )
     problem = ""
     for path in files:
         try:
-            with paths.open_binary(path) as raw:
-                data = next(tfrecord.iter_records(path, raw), None)
-            found = None if data is None else parse_features(data)
+            found = fmt.first(path)
         except (OSError, ValueError) as e:  # CorruptRecord is a ValueError
             problem = problem or (f" ({e})" if path in str(e) else f" ({path}: {e})")
             continue
         if found is not None:
             o = options
-            return choose_features(found, o.image_feature, o.label_feature, o.key_feature)
+            features = choose_features(found, o.image_feature, o.label_feature, o.key_feature)
+            return features, fmt.class_names(path, features.label)
+    readable = "tf.train.Example" if fmt.what == "TFRecord" else "row"
     raise UserError(
-        f"--input: none of the first {len(files)} TFRecord files of {options.input!r} holds a "
-        f"readable tf.train.Example{problem}"
+        f"--input: none of the first {len(files)} {fmt.what} files of {options.input!r} holds "
+        f"a readable {readable}{problem}"
     )
 
 

@@ -7,6 +7,7 @@ reject (``RecordRules.read``). Plain Python: no Beam.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from beam_jobs import paths
 from beam_jobs.candidates import bad_label
@@ -34,6 +35,39 @@ def is_record_file(rel: str) -> bool:
     (``x.tfrecord``, ``x.tfrecord.gz``, TFDS's ``x.tfrecord-00000-of-00010``)."""
     parts = rel.split("/")
     return ".tfrecord" in parts[-1] and not any(p.startswith(".") for p in parts)
+
+
+def is_parquet_file(rel: str) -> bool:
+    """A folder's Parquet file: visible, named ``*.parquet``."""
+    parts = rel.split("/")
+    return parts[-1].endswith(".parquet") and not any(p.startswith(".") for p in parts)
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordFormat:
+    """What convert needs of one format of record files (its source module's ``FORMAT``).
+
+    Attributes:
+        what: its name in messages (``TFRecord``).
+        files: a folder's files of it, in words (``*.tfrecord*``).
+        named: whether a folder's file (its path relative to the folder) is one.
+        reader: the DoFn class reading a file (``record_source.ReadRecordFile``).
+        first: a file's first record's features (``parse_features``' shape), None when
+            it holds none; raises OSError or ValueError for a damaged file.
+        class_names: (file, label feature) -> the label's class names the file
+            declares, or None.
+        image_again: (file, Image, image feature) -> (bytes, what changed or None).
+        place: an ``Image.record`` in words (``byte 120``, ``row 3``).
+    """
+
+    what: str
+    files: str
+    named: Callable[[str], bool]
+    reader: type
+    first: Callable[[str], dict | None]
+    class_names: Callable[[str, str], tuple[str, ...] | None]
+    image_again: Callable
+    place: Callable[[tuple[int, int]], str]
 
 
 @dataclasses.dataclass(frozen=True)

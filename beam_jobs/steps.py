@@ -21,10 +21,10 @@ from beam_jobs.near import NearDuplicates
 from beam_jobs.order import OrderAndShard
 from beam_jobs.plan import PlanShards
 from beam_jobs.record_rules import RecordRules, is_glob
+from beam_jobs.record_source import ReadRecordFiles, record_format
 from beam_jobs.rejects import RejectGate, WriteRejects
 from beam_jobs.sources import ReadInputs
 from beam_jobs.split import AssignSplits
-from beam_jobs.tfrecord_source import ReadRecordFiles
 from beam_jobs.vocabulary import Vocabulary
 from beam_jobs.write import WriteShards
 
@@ -44,6 +44,7 @@ def build(pipeline, job: Job):
     if job.records:
         # -> Image | Reject, a record each (its image inspected as it is read)
         inputs = pipeline | "ReadRecords" >> ReadRecordFiles(
+            record_format(o.input_format),
             job.records,
             job.input_root,
             not is_glob(o.input),
@@ -105,7 +106,11 @@ def build(pipeline, job: Job):
         o.compression,
         job.input_root,
         fingerprints=o.dedupe == "near",
-        image_feature=job.features.image if job.features else None,
+        record_image=(
+            (record_format(o.input_format).image_again, job.features.image)
+            if job.features
+            else None
+        ),
         plan=plan,
         vocab=vocab,
         gate=gate,

@@ -25,7 +25,6 @@ from beam_jobs import paths
 from beam_jobs.dead_letters import SplitRejects
 from beam_jobs.paths import read_bytes
 from beam_jobs.records import Image, Reject, make_reject
-from beam_jobs.tfrecord_source import image_again
 from schemas import layout, near, tfrecord
 from schemas.example import encode_record
 from schemas.progress import Progress
@@ -82,11 +81,11 @@ class _WriteShard(beam.DoFn):
         compression: str,
         root: str | None,
         fingerprints: bool,
-        image_feature: str | None,
+        record_image: tuple | None,
     ):
         self._out, self._incomplete, self._root = out, incomplete, root
         self._fingerprints = fingerprints
-        self._image_feature = image_feature
+        self._record_image = record_image
         self._kind, self._compression = kind, compression
         self._records = Metrics.counter("evenshard", "records_written")
         self._bytes = Metrics.counter("evenshard", "bytes_written")
@@ -118,7 +117,8 @@ class _WriteShard(beam.DoFn):
                     if im.record is None:
                         data, problem = _read_again(source, im)
                     else:
-                        data, problem = image_again(source, im, self._image_feature)
+                        again, feature = self._record_image
+                        data, problem = again(source, im, feature)
                     if problem:
                         changed.append(make_reject(im.key, source, "changed", problem))
                         continue
@@ -188,8 +188,9 @@ class WriteShards(beam.PTransform):
     Shards of ``record_kind`` and ``compression`` into ``output_dir``, each written
     in ``incomplete_dir`` first; relative ``Image.source`` values are under
     ``source_root``; ``fingerprints``: each shard's near-duplicate fingerprints go
-    beside it (``NAME.near``, ``schemas.near``); ``image_feature``: the feature of the
-    image in a TFRecord input's records (read again: ``tfrecord_source.image_again``).
+    beside it (``NAME.near``, ``schemas.near``); ``record_image``: a record input's
+    (``image_again`` of its format, the image's feature): how a record's image is read
+    again.
     ``plan``, ``vocab`` and ``gate`` are side inputs (nothing is written unless the
     gate is ok).
     """
@@ -203,7 +204,7 @@ class WriteShards(beam.PTransform):
         source_root: str | None,
         *,
         fingerprints: bool = False,
-        image_feature: str | None = None,
+        record_image: tuple | None = None,
         plan,
         vocab,
         gate,
@@ -216,7 +217,7 @@ class WriteShards(beam.PTransform):
             compression,
             source_root,
             fingerprints,
-            image_feature,
+            record_image,
         )
         self._plan, self._vocab, self._gate = plan, vocab, gate
 

@@ -1,0 +1,187 @@
+"""Parquet files as inputs (issue 42), as Hugging Face ``datasets`` writes image
+datasets: an image column of ``{bytes, path}`` structs, a label column (its
+ClassLabel names in the file's ``huggingface`` metadata), any other columns.
+
+Each file is read a row group at a time (pyarrow), the columns the rules use
+only; a row's columns become features as a TFRecord's are (``_features``: an
+image struct its bytes, text its UTF-8 bytes, an integer an int64), so the same
+rules choose and read them (``record_rules``). A row's place is (row group,
+row in it), by which the writer reads its image again (``image_again``: the
+row group's image column, the last few kept). Damage: a file pyarrow cannot
+open (cut short: no footer) is one reject at row 0; a row group that does not
+read is one reject naming its first row, the row groups around it kept.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import zlib
+
+from beam_jobs import paths
+from beam_jobs.record_rules import RecordFormat, RecordProblem, RecordRules, is_parquet_file
+from beam_jobs.record_source import ReadRecordFile
+from beam_jobs.records import Image, make_reject
+
+
+def _parquet():
+    """pyarrow.parquet, imported though a local convert refuses pyarrow
+    (``runners.lean_imports``: no other input needs it)."""
+    for name in [n for n, m in sys.modules.items() if m is None and n.startswith("pyarrow")]:
+        del sys.modules[name]
+    import pyarrow.parquet as pq
+
+    return pq
+
+
+def _open(path: str):
+    """The ParquetFile of ``path`` (close it: ``with``); a URL through Beam's file systems."""
+    return _parquet().ParquetFile(paths.open_binary(path) if paths.is_url(path) else path)
+
+
+def _value(value) -> tuple[str, list]:
+    """A column's value as a feature: (kind, values)."""
+    if value is None:
+        return "", []
+    if isinstance(value, dict) and "bytes" in value:  # an Image struct
+        return ("bytes", [value["bytes"]]) if value["bytes"] is not None else ("bytes", [])
+    if isinstance(value, bool):
+        return "other", [value]
+    if isinstance(value, int):
+        return "int64", [value]
+    if isinstance(value, str):
+        return "bytes", [value.encode("utf-8")]
+    if isinstance(value, bytes):
+        return "bytes", [value]
+    return "other", [value]
+
+
+def _features(row: dict) -> dict[str, tuple[str, list]]:
+    return {name: _value(v) for name, v in row.items()}
+
+
+def _columns(rules: RecordRules) -> list[str]:
+    f = rules.features
+    return sorted({f.image, f.label, *([f.key] if f.key else [])})
+
+
+class _ReadParquetFile(ReadRecordFile):
+    """Parquet file path -> Image | Reject, one a row, and one Reject for each damage."""
+
+    def process(self, path: str):
+        rel = paths.relative_to(self._root, path) or path
+        try:
+            pf = _open(path)
+        except OSError as e:  # BeamIOError, or pyarrow's ArrowIOError
+            if not type(e).__module__.startswith("pyarrow"):
+                yield self.unreadable(f"{rel}#0", path, "row 0", e)
+                return
+            yield _damage(rel, path, 0, f"not a Parquet file, or cut short ({e})")
+            return
+        except Exception as e:  # noqa: BLE001 - ArrowInvalid: no Parquet footer
+            yield _damage(rel, path, 0, f"not a Parquet file, or cut short ({e})")
+            return
+        with pf:
+            yield from self._rows(pf, path, rel)
+
+    def _rows(self, pf, path: str, rel: str):
+        columns, first = _columns(self._rules), 0
+        for group in range(pf.metadata.num_row_groups):
+            try:
+                rows = pf.read_row_group(group, columns=columns).to_pylist()
+            except Exception as e:  # noqa: BLE001 - pyarrow's errors of a damaged page
+                n = pf.metadata.row_group(group).num_rows
+                yield _damage(rel, path, first, f"row group {group} ({n} rows) does not read ({e})")
+                first += n
+                continue
+            for i, row in enumerate(rows):
+                where = f"row {first + i}"
+                yield self.record(path, f"{rel}#{first + i}", where, _features(row), (group, i))
+            first += len(rows)
+
+
+def _damage(rel: str, path: str, row: int, problem: str):
+    detail = f"row {row}: {problem}; the rows of the other row groups are kept"
+    return make_reject(f"{rel}#{row}", path, "corrupt", detail)
+
+
+def _first(path: str) -> dict | None:
+    try:
+        with _open(path) as pf:
+            for group in range(pf.metadata.num_row_groups):
+                rows = pf.read_row_group(group).slice(0, 1).to_pylist()
+                if rows:
+                    return _features(rows[0])
+    except FileNotFoundError:
+        raise
+    except Exception as e:  # noqa: BLE001 - pyarrow's errors: a damaged file
+        raise ValueError(f"{path}: not a readable Parquet file ({e})") from None
+    return None
+
+
+def class_names(path: str, label: str) -> tuple[str, ...] | None:
+    """The ClassLabel names of column ``label`` in the file's ``huggingface`` metadata."""
+    with _open(path) as pf:
+        metadata = pf.schema_arrow.metadata or {}
+    try:
+        info = json.loads(metadata.get(b"huggingface", b"{}"))
+        feature = info.get("info", {}).get("features", {}).get(label, {})
+        names = feature.get("names") if feature.get("_type") == "ClassLabel" else None
+    except (ValueError, AttributeError):  # metadata not as datasets writes it
+        return None
+    return tuple(names) if names else None
+
+
+@functools.lru_cache(maxsize=4)
+def _image_column(path: str, group: int, feature: str, stamp: tuple) -> list:
+    with _open(path) as pf:
+        return pf.read_row_group(group, columns=[feature]).column(feature).to_pylist()
+
+
+def image_again(path: str, im: Image, feature: str) -> tuple[bytes, str | None]:
+    """The image of row ``im.record`` (row group, row in it) of ``path`` read again, and
+    what changed since inspection (None: nothing). A row group is read whole (its
+    image column), and the last four read are kept: a shard's rows of one group
+    read it once when they are near each other."""
+    group, i = im.record
+    where = f"row group {group} row {i}"
+    try:
+        stamp = _stamp(path)
+        value = _image_column(path, group, feature, stamp)[i]
+        image = RecordRules.image_of({feature: _value(value)}, feature)
+    except FileNotFoundError:
+        return b"", "the file was removed after it was inspected"
+    except (RecordProblem, IndexError) as e:
+        return b"", f"{where}: the row is not the one inspected ({e})"
+    except Exception as e:  # noqa: BLE001 - pyarrow's errors: the file rewritten
+        return b"", f"{where}: the row is not the one inspected ({e})"
+    if len(image) != im.num_bytes or zlib.crc32(image) != im.crc32:
+        return image, f"{where}: the row's image is not the one inspected"
+    return image, None
+
+
+def _stamp(path: str) -> tuple:
+    """A file's size and modification time: a rewritten file is not served from the
+    cache (``FileNotFoundError`` once removed)."""
+    from apache_beam.io.filesystems import FileSystems
+
+    try:
+        meta = FileSystems.match([path])[0].metadata_list
+    except OSError:
+        meta = []
+    if not meta:
+        raise FileNotFoundError(path)
+    return meta[0].size_in_bytes, meta[0].last_updated_in_seconds
+
+
+FORMAT = RecordFormat(
+    what="Parquet",
+    files="*.parquet",
+    named=is_parquet_file,
+    reader=_ReadParquetFile,
+    first=_first,
+    class_names=class_names,
+    image_again=image_again,
+    place=lambda record: f"row group {record[0]} row {record[1]}",
+)

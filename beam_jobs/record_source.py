@@ -1,0 +1,140 @@
+"""ReadRecordFiles: the records of record files (TFRecord, Parquet) as inputs (issue 42),
+each one's image inspected as it is read. A format's module reads its files
+(``tfrecord_source``, ``parquet_source``); what they share is here.
+
+Listing is one ``FileSystems.match`` of the pattern, run in a worker: the driver
+plans nothing per file (it reads one record, to choose the features). The files
+are spread over workers in chunks, and each is read once, front to back. A
+record's image is inspected as a file's is (``InspectImage.inspect_bytes``, the
+same reject reasons) and only its metadata goes on, with where the record is in
+its file (``Image.record``): the image bytes do not travel through the shuffle,
+the writer reads the record again (the format's ``image_again``). Damage is one
+reject naming the file, the record and where; the records before it are inputs
+as any others.
+"""
+
+from __future__ import annotations
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+
+from beam_jobs import paths
+from beam_jobs.dead_letters import SplitRejects
+from beam_jobs.inspect_images import InspectImage, open_error
+from beam_jobs.record_rules import RecordFormat, RecordProblem, RecordRules
+from beam_jobs.records import Candidate, make_reject
+from beam_jobs.sources import chunked
+from schemas.images import Rejected
+
+
+def record_files(fmt: RecordFormat, pattern: str, root: str, named_only: bool, limit=None):
+    """The files of ``pattern`` in order; ``named_only`` (a folder): those ``fmt`` names
+    its own (``RecordFormat.named``)."""
+    found = FileSystems.match([pattern], limits=[limit] if limit else None)[0].metadata_list
+    files = sorted(m.path for m in found)
+    if named_only:
+        files = [f for f in files if fmt.named(paths.relative_to(root, f) or f)]
+    return files
+
+
+class ReadRecordFile(beam.DoFn):
+    """file path -> Image | Reject, one a record, and one Reject for damage. A format's
+    subclass reads the file (``process``) and hands each record's features to
+    ``record``."""
+
+    def __init__(self, root: str, rules: RecordRules, inspect: tuple):
+        self._root, self._rules, self._inspect_args = root, rules, inspect
+        self._image = rules.features.image
+
+    def setup(self):
+        self._inspector = InspectImage(*self._inspect_args)
+        self._inspector.setup()
+
+    def record(self, path: str, key: str, where: str, features, place: tuple[int, int]):
+        """A record's Image, or a Reject (``key``: ``FILE#INDEX``, ``where``: the record's
+        place in words, ``features``: its features as ``parse_features`` gives them, or a
+        callable giving them, ``place``: ``Image.record``)."""
+        try:
+            features = features() if callable(features) else features
+            key = self._rules.key(features, key)
+            label = self._rules.label(features)
+            found = self._inspector.inspect_bytes(self._rules.image_of(features, self._image))
+        except (RecordProblem, Rejected) as p:
+            return make_reject(key, path, p.reason, f"{where}: {p.detail}")
+        except ValueError as e:  # not a record of the format
+            return make_reject(key, path, "corrupt", f"{where}: {e}")
+        candidate = Candidate(key, paths.compact_source(self._root, path, key), "", label)
+        return self._inspector.image(candidate, found)._replace(record=place)
+
+    @staticmethod
+    def unreadable(key: str, path: str, where: str, e: OSError):
+        """The Reject of a file that cannot be opened or read (BeamIOError is an OSError)."""
+        r = open_error(e)
+        return make_reject(key, path, r.reason, f"{where}: {r.detail}")
+
+
+class _KeepFirst(beam.DoFn):
+    """(key, [Image]) -> the first in (file, place) order; the others ``duplicate_key``."""
+
+    def __init__(self, root: str, place):
+        self._root, self._place = root, place
+
+    def process(self, element):
+        _, images = element
+        first, *others = sorted(images, key=lambda im: (im.source, im.record))
+        yield first
+        place = self._place
+        for im in others:
+            source = paths.full_source(self._root, im.source, im.key)
+            where = paths.full_source(self._root, first.source, first.key)
+            detail = f"{place(im.record)}: key also at {where} {place(first.record)}"
+            yield make_reject(im.key, source, "duplicate_key", detail)
+
+
+class ReadRecordFiles(beam.PTransform):
+    """PBegin -> {main: Image, rejects: Reject, inputs: count of all inputs}.
+
+    The records of the files of ``fmt`` that ``pattern`` matches (``named_only``: a
+    folder's files the format names its own), read through ``rules``; keys and
+    sources relative to ``root``; ``inspect``: ``InspectImage``'s arguments.
+    """
+
+    def __init__(
+        self, fmt: RecordFormat, pattern: str, root: str, named_only: bool, rules, inspect
+    ):
+        super().__init__()
+        self._fmt, self._pattern, self._root, self._named_only = fmt, pattern, root, named_only
+        self._rules, self._inspect = rules, tuple(inspect)
+
+    def expand(self, pbegin):
+        fmt, root, named_only = self._fmt, self._root, self._named_only
+        read = (
+            pbegin
+            | "Start" >> beam.Create([self._pattern])
+            | "List" >> beam.FlatMap(lambda p: chunked(record_files(fmt, p, root, named_only)))
+            | "SpreadFiles" >> beam.Reshuffle()
+            | "Unchunk" >> beam.FlatMap(lambda chunk: chunk)
+            | "Read" >> beam.ParDo(fmt.reader(root, self._rules, self._inspect))
+        )
+        inputs = read | "CountInputs" >> beam.combiners.Count.Globally()
+        split = read | "SplitRejects" >> SplitRejects()
+        if self._rules.features.key is None:  # FILE#INDEX keys are unique
+            return {"main": split["main"], "rejects": split["rejects"], "inputs": inputs}
+        unique = (
+            split["main"]
+            | "KeyByKey" >> beam.Map(lambda im: (im.key, im))
+            | "GroupByKey" >> beam.GroupByKey()
+            | "KeepFirstOfKey" >> beam.ParDo(_KeepFirst(root, fmt.place))
+            | "SplitDuplicates" >> SplitRejects()
+        )
+        rejects = (split["rejects"], unique["rejects"]) | "AllRejects" >> beam.Flatten()
+        return {"main": unique["main"], "rejects": rejects, "inputs": inputs}
+
+
+def record_format(name: str) -> RecordFormat:
+    """The ``RecordFormat`` of ``--input_format=name``: its source module's ``FORMAT``."""
+    if name == "parquet":
+        from beam_jobs.parquet_source import FORMAT
+    else:
+        from beam_jobs.tfrecord_source import FORMAT
+    return FORMAT

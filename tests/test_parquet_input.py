@@ -1,0 +1,143 @@
+"""Parquet files as Hugging Face ``datasets`` writes image datasets, as convert's input
+(issue 42): written by ``datasets`` itself, converted, and read back with
+``reader.make_dataset``."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from conftest import read_rejects, run_convert
+from test_tfrecord_input import pngs, read_back
+
+from beam_jobs import convert
+from beam_jobs.options import UserError
+
+FLAGS = ["--input_format=parquet", "--num_shards=2", "--max_reject_fraction=0.5"]
+NAMES = ["cat", "dog", "owl"]
+
+
+def write_parquet(path: str, images: list[bytes], labels: list[int], **columns) -> None:
+    """A Parquet file as ``datasets`` writes one: an Image column, a ClassLabel column."""
+    from datasets import ClassLabel, Dataset, Image
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    rows = [{"bytes": b, "path": f"img{i}.png"} for i, b in enumerate(images)]
+    ds = Dataset.from_dict({"image": rows, "label": labels, **columns})
+    ds = ds.cast_column("image", Image()).cast_column("label", ClassLabel(names=NAMES))
+    ds.to_parquet(path)
+
+
+def test_files_written_by_datasets_convert_and_read_back_once(tmp_path):
+    root = str(tmp_path / "in")
+    images = pngs(20)
+    # label-sorted, as a dataset's shards often are
+    write_parquet(f"{root}/data/train-0.parquet", images[:10], [0] * 10)
+    write_parquet(f"{root}/data/train-1.parquet", images[10:], [1] * 5 + [2] * 5)
+    out = str(tmp_path / "out")
+    info = run_convert(root, out, *FLAGS)
+    assert info["inputs"] == 20 and info["rejects"]["total"] == 0
+    assert info["labels"] == NAMES  # the ClassLabel names of the file's metadata
+    expected = {(f"data/train-0.parquet#{i}", 0): 1 for i in range(10)}
+    expected |= {(f"data/train-1.parquet#{i}", 1 + i // 5): 1 for i in range(10)}
+    assert read_back(out) == expected
+
+
+def test_damaged_files_give_named_rejects_and_counts_reconcile(tmp_path):
+    root = str(tmp_path / "in")
+    images = pngs(9)
+    write_parquet(f"{root}/good.parquet", images[:4], [0] * 4)
+    write_parquet(f"{root}/cut.parquet", images[4:8], [1] * 4)
+    with open(f"{root}/cut.parquet", "r+b") as f:  # its footer cut off
+        f.truncate(os.path.getsize(f"{root}/cut.parquet") // 2)
+    with open(f"{root}/text.parquet", "w") as f:
+        f.write("not parquet at all, but long enough to hold a header\n")
+    write_parquet(f"{root}/notimage.parquet", [b"GIF89a but not"], [2])
+    out = str(tmp_path / "out")
+    info = run_convert(root, out, *FLAGS)
+    rejects = {(r["key"], r["reason"]) for r in read_rejects(out)}
+    assert rejects == {
+        ("cut.parquet#0", "corrupt"),
+        ("text.parquet#0", "corrupt"),
+        ("notimage.parquet#0", "corrupt"),
+    }
+    details = {r["key"]: r["detail"] for r in read_rejects(out)}
+    assert "row 0" in details["cut.parquet#0"]
+    written = sum(s["num_examples"] for s in info["splits"].values())
+    assert written == 4
+    assert info["inputs"] == written + info["rejects"]["total"] == 7
+    assert set(read_back(out)) == {(f"good.parquet#{i}", 0) for i in range(4)}
+
+
+def test_in_memory_and_multi_process_give_the_same_bytes(tmp_path):
+    root = str(tmp_path / "in")
+    images = pngs(24)
+    for f in range(3):
+        write_parquet(f"{root}/p{f}.parquet", images[f * 8 : f * 8 + 8], [f % 2] * 8)
+    a = run_convert(root, str(tmp_path / "a"), *FLAGS, "--balance=label")
+    b = run_convert(
+        root,
+        str(tmp_path / "b"),
+        *FLAGS,
+        "--balance=label",
+        "--direct_running_mode=multi_processing",
+        "--direct_num_workers=2",
+    )
+    shas = [
+        s["sha256"] for i in (a, b) for sp in sorted(i["splits"]) for s in i["splits"][sp]["shards"]
+    ]
+    assert shas[: len(shas) // 2] == shas[len(shas) // 2 :]
+
+
+def test_columns_by_flag_and_ambiguity_is_one_line(tmp_path):
+    root = str(tmp_path / "in")
+    images = pngs(4)
+    ids = [f"img-{i}" for i in range(4)]
+    write_parquet(f"{root}/a.parquet", images, [0, 0, 1, 1], id=ids, tag=["x"] * 4)
+    out = str(tmp_path / "out")
+    flags = [*FLAGS, "--label_feature=label", "--key_feature=id"]
+    info = run_convert(f"{root}/*.parquet", out, *flags)
+    assert info["inputs"] == 4
+    assert set(read_back(out)) == {("img-0", 0), ("img-1", 0), ("img-2", 1), ("img-3", 1)}
+    # no column named *label*: label, id and tag could each be it
+    write_parquet(f"{tmp_path}/b/b.parquet", images, [0] * 4, id=ids, tag=["x"] * 4)
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(f"{tmp_path}/b/b.parquet").rename_columns(["image", "y", "id", "tag"])
+    pq.write_table(table.replace_schema_metadata(None), f"{tmp_path}/b/b.parquet")
+    argv = [f"--input={tmp_path}/b", f"--output_dir={tmp_path / 'o2'}", "--input_format=parquet"]
+    with pytest.raises(UserError) as e:
+        convert.run(argv)
+    assert "\n" not in str(e.value)
+    assert "--label_feature" in str(e.value) and "id, tag, y" in str(e.value)
+
+
+@pytest.mark.fast
+def test_a_folder_without_parquet_files_is_one_line(tmp_path):
+    (tmp_path / "a.png").write_bytes(pngs(1)[0])
+    argv = [f"--input={tmp_path}", f"--output_dir={tmp_path / 'out'}", "--input_format=parquet"]
+    with pytest.raises(UserError, match=r"no Parquet files \(named \*\.parquet\)"):
+        convert.run(argv)
+
+
+@pytest.mark.fast
+def test_the_writer_reads_a_row_again_and_names_one_that_changed(tmp_path):
+    from beam_jobs.parquet_source import image_again
+    from beam_jobs.records import Image
+
+    path = str(tmp_path / "a.parquet")
+    images = pngs(3)
+    write_parquet(path, images, [0, 1, 2])
+    import zlib
+
+    def im(i, data):
+        return Image("k", "", "", "cat", None, None, "png", 8, 8, 3, len(data),
+                     crc32=zlib.crc32(data), record=(0, i))  # fmt: skip
+
+    assert image_again(path, im(2, images[2]), "image") == (images[2], None)
+    data, problem = image_again(path, im(1, images[2]), "image")
+    assert problem and "row 1" in problem
+    os.remove(path)
+    assert image_again(path, im(1, images[1]), "image")[1] == (
+        "the file was removed after it was inspected"
+    )
