@@ -15,7 +15,13 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-WORK = os.path.join(HERE, "_work")
+# ``--smoke``: tiny sizes in a folder of their own (tests/test_benchmarks_smoke.py): the
+# benchmark runs end to end and its checks hold; its timings mean nothing, and it
+# writes no results (the JSON is printed, no *_results.json, RESULTS.md or figure)
+SMOKE = "--smoke" in sys.argv[1:]
+WORK = os.environ.get("EVENSHARD_BENCH_WORK") or os.path.join(
+    HERE, "_work", *(["smoke"] if SMOKE else [])
+)
 BIN = os.path.dirname(sys.executable)
 
 
@@ -68,7 +74,7 @@ def convert_once(src: str, out: str, *flags: str) -> str:
         shards = [sh for s in info["splits"].values() for sh in s["shards"]]
         done = info["compression"] != "none" or all("dali_index" in sh for sh in shards)
     if not done:
-        subprocess.run(
+        run = subprocess.run(
             [
                 os.path.join(BIN, "evenshard"),
                 "convert",
@@ -77,9 +83,11 @@ def convert_once(src: str, out: str, *flags: str) -> str:
                 "--overwrite",
                 *flags,
             ],
-            check=True,
             capture_output=True,
+            text=True,
         )
+        if run.returncode:
+            raise RuntimeError(f"evenshard convert {src} failed:\n{run.stderr[-3000:]}")
     return out
 
 
@@ -177,11 +185,30 @@ def measured(cmd: list[str], phases: bool = False) -> dict:
     }
 
 
+def tiny(full, smoke):
+    """``smoke`` under ``--smoke``, else ``full``: a size a benchmark fixes itself."""
+    return smoke if SMOKE else full
+
+
+def missing(module: str) -> str | None:
+    """Why a contender that needs ``module`` is left out under ``--smoke``: not
+    installed here (for the result's ``smoke_skipped``); None when it runs. A full run
+    leaves nothing out: a missing module fails it."""
+    import importlib.util
+
+    if SMOKE and importlib.util.find_spec(module) is None:
+        return f"{module} is not installed"
+    return None
+
+
 def bench_main(measure, flags: dict, doc: str) -> dict:
-    """The main every benchmark shares: its flags (name -> (type, default, help)),
-    ``measure(args)``, and the result printed as JSON with the machine it ran on."""
+    """The main every benchmark shares: its flags (name -> (type, default, help[,
+    default under --smoke])), ``measure(args)``, and the result printed as JSON with
+    the machine it ran on."""
     p = argparse.ArgumentParser(description=doc.split("\n")[0])
-    for name, (kind, default, text) in flags.items():
+    p.add_argument("--smoke", action="store_true", help="tiny sizes: check it runs, no results")
+    for name, (kind, default, text, *small) in flags.items():
+        default = small[0] if SMOKE and small else default
         p.add_argument(f"--{name}", type=kind, default=default, help=text)
     result = {"machine": machine(), **measure(p.parse_args())}
     print(json.dumps(result, indent=2, default=str))

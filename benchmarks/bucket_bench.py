@@ -28,12 +28,16 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import WORK, bench_main, convert_once, make_jpegs, verdict  # noqa: E402
+from _common import WORK, bench_main, convert_once, make_jpegs, tiny, verdict  # noqa: E402
 
-BATCH = 256
+BATCH = tiny(256, 8)
 SIZE = (64, 64)
-EPOCHS = 6  # read each time; rates are epochs 1 and 2's
-REPEAT_EPOCHS = 40  # of the orders alone, for neighbour repeats
+EPOCHS = tiny(6, 2)  # read each time; rates are epochs 1 and 2's
+REPEAT_EPOCHS = tiny(40, 3)  # of the orders alone, for neighbour repeats
+IMAGES, FEW, MANY = tiny(20_000, 64), tiny(96, 4), tiny(384, 16)  # images, shards
+CONVERTED = tiny(5_000, 16)  # images of the bucket-to-bucket convert
+# the cache limits' fractions of the split: a tiny split's few shards need it whole
+TIGHT, QUARTER = tiny(20, 1), tiny(4, 1)
 
 
 def _disk(folder: str) -> int:
@@ -70,16 +74,22 @@ def measure(a) -> dict:
     from beam_jobs import convert
     from evenshard.emulator import gcs_emulator, upload
 
-    src = make_jpegs(os.path.join(WORK, "jpegs_20000"), 20_000)
+    src = make_jpegs(os.path.join(WORK, f"jpegs_{IMAGES}"), IMAGES)
     local = convert_once(
-        src, os.path.join(WORK, "bucket96_20000"), "--splits=train=1.0", "--num_shards=96"
+        src,
+        os.path.join(WORK, f"bucket{FEW}_{IMAGES}"),
+        "--splits=train=1.0",
+        f"--num_shards={FEW}",
     )
     info = reader.load_info(local)
     n = info["splits"]["train"]["num_examples"]
     total = info["splits"]["train"]["num_bytes"]
     # the same images in 384 shards: a 5 % limit holds 16 of them, the default cycle
     local384 = convert_once(
-        src, os.path.join(WORK, "bucket384_20000"), "--splits=train=1.0", "--num_shards=384"
+        src,
+        os.path.join(WORK, f"bucket{MANY}_{IMAGES}"),
+        "--splits=train=1.0",
+        f"--num_shards={MANY}",
     )
     total384 = reader.load_info(local384)["splits"]["train"]["num_bytes"]
     per_epoch = n // BATCH
@@ -157,12 +167,12 @@ def measure(a) -> dict:
             "local_cycle4": (local, dict(cycle_length=4), None),
             "local_384": (local384, {}, None),
             "bucket_whole": (url, dict(cache_limit=total + 1), "local"),
-            "bucket_quarter": (url, dict(cache_limit=total // 4), "local"),
-            "bucket_5pct": (url, dict(cache_limit=total // 20, cycle_length=4), "local_cycle4"),
-            "bucket_5pct_384": (url384, dict(cache_limit=total384 // 20), "local_384"),
+            "bucket_quarter": (url, dict(cache_limit=total // QUARTER), "local"),
+            "bucket_5pct": (url, dict(cache_limit=total // TIGHT, cycle_length=4), "local_cycle4"),
+            "bucket_5pct_384": (url384, dict(cache_limit=total384 // TIGHT), "local_384"),
         }
         runs, orders = {}, {}
-        for _ in range(2):
+        for _ in range(tiny(2, 1)):
             for name, (data, kwargs, _) in configs.items():
                 if data.startswith("gs://"):
                     kwargs["cache_dir"] = os.path.join(WORK, f"cache_{name}")
@@ -178,7 +188,7 @@ def measure(a) -> dict:
                     best[key] = got[key]
                 split = total384 if data in (local384, url384) else total
                 best["split_per_epoch"] = round(got["bytes"] / EPOCHS / split, 3)
-                best["shards"] = 384 if data in (local384, url384) else 96
+                best["shards"] = MANY if data in (local384, url384) else FEW
                 orders.setdefault(name, got["keys"])
         # the bucket reads' order is the folder's, record for record
         for name, (_, _, like) in configs.items():
@@ -198,7 +208,7 @@ def measure(a) -> dict:
             "384 shards, cycle_length 16": repeats_over(local384, REPEAT_EPOCHS),
         }
         # convert: bucket to bucket against local to local, 5,000 images
-        five = make_jpegs(os.path.join(WORK, "jpegs_5000"), 5_000)
+        five = make_jpegs(os.path.join(WORK, f"jpegs_{CONVERTED}"), CONVERTED)
         images = upload(client.bucket("bench"), five, "images")
         flags = ["--splits=train=1.0", "--num_shards=4", "--overwrite"]
         times = {}

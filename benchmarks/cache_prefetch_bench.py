@@ -20,15 +20,15 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import WORK, bench_main, convert_once, make_jpegs  # noqa: E402
+from _common import WORK, bench_main, convert_once, make_jpegs, tiny  # noqa: E402
 
 SIZE = (64, 64)
-BATCH = 128
+BATCH = tiny(128, 8)
 
 FLAGS = {
-    "images": (int, 8_000, "JPEGs to generate and read"),
-    "step_ms": (float, 40.0, "the simulated training step, in milliseconds"),
-    "rounds": (int, 3, "passes of each contender, round-robin, best kept"),
+    "images": (int, 8_000, "JPEGs to generate and read", 32),
+    "step_ms": (float, 40.0, "the simulated training step, in milliseconds", 1.0),
+    "rounds": (int, 3, "passes of each contender, round-robin, best kept", 1),
 }
 
 

@@ -25,7 +25,16 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import BIN, WORK, bench_main, list_images, make_jpegs, run_measured, verdict  # noqa: E402
+from _common import (  # noqa: E402
+    BIN,
+    WORK,
+    bench_main,
+    list_images,
+    make_jpegs,
+    run_measured,
+    tiny,
+    verdict,
+)
 
 
 def naive_loop(files: list[tuple[str, str]], out: str) -> None:
@@ -84,8 +93,8 @@ def timed(fn, *args) -> float:
 
 
 FLAGS = {
-    "images": (int, 20_000, "JPEGs to generate and convert"),
-    "small": (int, 5_000, "size of the RSS comparison run"),
+    "images": (int, 20_000, "JPEGs to generate and convert", 24),
+    "small": (int, 5_000, "size of the RSS comparison run", 12),
 }
 
 
@@ -105,7 +114,7 @@ def measure(a) -> dict:
     # should not land on one contender only.
     runs: dict[str, list[float]] = {k: [] for k in ("a", "b", "c", "d", "c_small")}
     rss_c = 0
-    for _ in range(2):
+    for _ in range(tiny(2, 1)):
         runs["a"].append(timed(naive_loop, files, os.path.join(WORK, "naive.tfrecord")))
         runs["b"].append(timed(decode_pass, files))
         seconds, rss = run_measured(convert_cmd(src, os.path.join(WORK, "conv_full"), "full"))

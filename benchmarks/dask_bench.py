@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import BIN, WORK, bench_main, make_jpegs, run_measured, verdict  # noqa: E402
 
 FLAGS = {
-    "images": (int, 35_000, "JPEGs to generate and convert"),
+    "images": (int, 35_000, "JPEGs to generate and convert", 24),
 }
 
 

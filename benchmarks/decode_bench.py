@@ -18,7 +18,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import WORK, bench_main, make_jpegs  # noqa: E402
+from _common import WORK, bench_main, make_jpegs, tiny  # noqa: E402
+
+IMAGES, ROUNDS, RUNS = tiny(5_000, 16), tiny(3, 1), tiny(20, 2)
 
 
 def _tf_rates(files: list[str]) -> dict[str, float]:
@@ -27,7 +29,7 @@ def _tf_rates(files: list[str]) -> dict[str, float]:
     tf = storage.tensorflow()
     data = tf.data.Dataset.from_tensor_slices([open(f, "rb").read() for f in files])
     best: dict[str, float] = {}
-    for _ in range(3):
+    for _ in range(ROUNDS):
         for method in ("INTEGER_FAST", "INTEGER_ACCURATE"):
 
             def one(d, method=method):
@@ -55,7 +57,9 @@ def _dali_rates(files: list[str]) -> dict[str, float]:
     }
 
     def make(args, wide):
-        @pipeline_def(batch_size=256, num_threads=2, device_id=None, prefetch_queue_depth=2)
+        @pipeline_def(
+            batch_size=len(encoded), num_threads=2, device_id=None, prefetch_queue_depth=2
+        )
         def pipe():
             data = fn.external_source(source=lambda: encoded, batch=True, dtype=types.UINT8)
             image = fn.decoders.image(data, device="cpu", output_type=types.RGB, **args)
@@ -69,18 +73,19 @@ def _dali_rates(files: list[str]) -> dict[str, float]:
         return p
 
     best: dict[str, float] = {}
-    for _ in range(3):
+    for _ in range(ROUNDS):
         for name, (args, wide) in configs.items():
             p = make(args, wide)
             start = time.perf_counter()
-            for _ in range(20):
+            for _ in range(RUNS):
                 p.run()
-            best[name] = max(best.get(name, 0.0), 20 * 256 / (time.perf_counter() - start))
+            rate = RUNS * len(encoded) / (time.perf_counter() - start)
+            best[name] = max(best.get(name, 0.0), rate)
     return best
 
 
 def measure(a) -> dict:
-    src = make_jpegs(os.path.join(WORK, "jpegs_5000"), 5_000)
+    src = make_jpegs(os.path.join(WORK, f"jpegs_{IMAGES}"), IMAGES)
     files = sorted(glob.glob(os.path.join(src, "*", "*.jpg")))
     tf_rates, dali_rates = _tf_rates(files), _dali_rates(files)
     result = {

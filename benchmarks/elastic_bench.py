@@ -24,10 +24,11 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import WORK, bench_main, convert_once, make_jpegs, verdict  # noqa: E402
+from _common import WORK, bench_main, convert_once, make_jpegs, tiny, verdict  # noqa: E402
 
-BATCH = 256
+BATCH = tiny(256, 4)
 SIZE = (64, 64)
+IMAGES = tiny(20_000, 64)
 OLD, NEW = 4, 3
 
 
@@ -40,13 +41,10 @@ def measure(a) -> dict:
     import reader
     from audit import mixing
 
-    src = make_jpegs(os.path.join(WORK, "jpegs_20000"), 20_000)
-    data = convert_once(
-        src, os.path.join(WORK, "read_20000"), "--splits=train=1.0", "--num_shards=16"
-    )
-    other = convert_once(
-        src, os.path.join(WORK, "mix_20000"), "--splits=train=1.0", "--num_shards=16", "--seed=1"
-    )
+    src = make_jpegs(os.path.join(WORK, f"jpegs_{IMAGES}"), IMAGES)
+    flags = ("--splits=train=1.0", "--num_shards=16")
+    data = convert_once(src, os.path.join(WORK, f"read_{IMAGES}"), *flags)
+    other = convert_once(src, os.path.join(WORK, f"mix_{IMAGES}"), *flags, "--seed=1")
     n = reader.load_info(data)["splits"]["train"]["num_examples"]
     step = n // OLD // BATCH // 2  # halfway through the 4 workers' epoch
     saved = reader.ReadState(seed=0, batch_size=BATCH, step=step, num_workers=OLD)
@@ -59,7 +57,7 @@ def measure(a) -> dict:
         return time.perf_counter() - start
 
     times = {"same_count": [], "another_count": []}
-    for _ in range(5):
+    for _ in range(tiny(5, 1)):
         times["same_count"].append(first_batch(OLD))
         times["another_count"].append(first_batch(NEW))
     best = {k: min(v) for k, v in times.items()}
@@ -110,7 +108,7 @@ def measure(a) -> dict:
         return count / (time.perf_counter() - start)
 
     rates = {"one_dataset": [], "mix_of_two": []}
-    for _ in range(3):
+    for _ in range(tiny(3, 1)):
         rates["one_dataset"].append(rate(data))
         rates["mix_of_two"].append(rate(both))
     best_rate = {k: max(v) for k, v in rates.items()}

@@ -19,10 +19,11 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import WORK, bench_main, convert_once, make_jpegs  # noqa: E402
+from _common import WORK, bench_main, convert_once, make_jpegs, tiny  # noqa: E402
 
 SIZE = (64, 64)
-BATCH = 256
+BATCH = tiny(256, 8)
+IMAGES = tiny(20_000, 40)
 
 
 def one_pass(make, n_expected: int) -> float:
@@ -44,9 +45,9 @@ def measure(a) -> dict:
     from reader.source import RecordSource
     from reader.torch import TorchReader
 
-    src = make_jpegs(os.path.join(WORK, "jpegs_20000"), 20_000)
+    src = make_jpegs(os.path.join(WORK, f"jpegs_{IMAGES}"), IMAGES)
     data_dir = convert_once(
-        src, os.path.join(WORK, "read_20000"), "--splits=train=1.0", "--num_shards=16"
+        src, os.path.join(WORK, f"read_{IMAGES}"), "--splits=train=1.0", "--num_shards=16"
     )
     n = reader.load_info(data_dir)["splits"]["train"]["num_examples"]
     common = dict(image_size=SIZE, seed=0)
@@ -61,7 +62,7 @@ def measure(a) -> dict:
     }
     pipelines["f_dali_in_memory"] = lambda: _dali_in_memory(src, n)
     best = dict.fromkeys(pipelines, 0.0)
-    for _ in range(3):
+    for _ in range(tiny(3, 1)):
         for name, make in pipelines.items():
             best[name] = max(best[name], one_pass(make, n))
     result = {

@@ -25,8 +25,8 @@ MODES = {
 
 
 FLAGS = {
-    "sizes": (str, "2000,5000,35000", "comma list of folder sizes"),
-    "repeats": (int, 2, "runs of each mode, best kept"),
+    "sizes": (str, "2000,5000,35000", "comma list of folder sizes", "24"),
+    "repeats": (int, 2, "runs of each mode, best kept", 1),
 }
 
 

@@ -60,12 +60,23 @@ from collections import Counter
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import BIN, HERE, WORK, bench_main, measured, replace_section, table_rows, verdict  # noqa: E402
+from _common import (  # noqa: E402
+    BIN,
+    HERE,
+    SMOKE,
+    WORK,
+    bench_main,
+    measured,
+    replace_section,
+    table_rows,
+    tiny,
+    verdict,
+)
 
 PACKAGE = "plasma-workspace-wallpapers"
 EXTRACTED = "/tmp/photos/x/usr/share/wallpapers"  # an extracted copy, used when present
 WALLPAPERS = os.path.join(WORK, "wallpapers")
-WIDTH = 1280  # each wallpaper downscaled to this width: 1/2 to 1/4
+WIDTH = tiny(1280, 640)  # each wallpaper downscaled to this width: 1/2 to 1/4
 CROP = (320, 240)
 OFFSET = (0.6, 0.5)  # offset crops: this fraction of a crop right and down from a grid crop
 FLAT_STD = 8.0  # grayscale standard deviation under which a crop is flat and skipped
@@ -81,7 +92,7 @@ PHASES = ((0, 0), (0.5, 0.5), (0.5, 0), (0, 0.5))  # cut on grids shifted by the
 
 FLAGS = {
     "sample": (float, 0.5, "fraction of the sources given the seven variants"),
-    "sizes": (str, "20000,100000", "comma list of scale-folder sizes (empty: no scale runs)"),
+    "sizes": (str, "20000,100000", "comma list of scale-folder sizes (empty: no scale runs)", "30"),
     "repeats": (int, 1, "convert runs of each kind at each size, round-robin, best kept"),
 }
 
@@ -104,6 +115,8 @@ def wallpapers() -> list[str]:
     """The biggest image (in pixels) of each wallpaper, copied into _work/wallpapers."""
     from PIL import Image
 
+    if SMOKE:  # nothing downloaded: a real photo (matplotlib's sample) and its mirror
+        return _smoke_wallpapers()
     done = os.path.join(WALLPAPERS, ".done")
     if not os.path.exists(done):
         src = EXTRACTED if os.path.isdir(EXTRACTED) else _download()
@@ -121,6 +134,18 @@ def wallpapers() -> list[str]:
             shutil.copy(best, os.path.join(WALLPAPERS, name + os.path.splitext(best)[1]))
         open(done, "w").close()
     return sorted(p for p in glob.glob(os.path.join(WALLPAPERS, "*")) if not p.endswith(".done"))
+
+
+def _smoke_wallpapers() -> list[str]:
+    from matplotlib import cbook
+    from PIL import Image, ImageOps
+
+    os.makedirs(WALLPAPERS, exist_ok=True)
+    paths = [os.path.join(WALLPAPERS, "hopper.jpg"), os.path.join(WALLPAPERS, "mirrored.png")]
+    with Image.open(cbook.get_sample_data("grace_hopper.jpg")) as im:
+        im.convert("RGB").save(paths[0], quality=95)
+        ImageOps.mirror(im.convert("RGB")).save(paths[1])
+    return paths
 
 
 def _open(path: str):
@@ -656,7 +681,7 @@ def measure(a) -> dict:
     hexes = fingerprints(images, keys)
     rows, extra = curve(keys, hexes, truth)
     chosen = recommend(rows)
-    png = os.path.join(HERE, "near_pr.png")
+    png = os.path.join(WORK if SMOKE else HERE, "near_pr.png")
     plot(rows, extra, chosen, png)
     at = {
         dist: false_clusters(images, keys, truth, extra["labels_at"][dist], extra["t"], extra["d"])
@@ -724,7 +749,7 @@ def measure(a) -> dict:
                     "--overwrite",
                     *flags,
                 ]
-                busy = _quiet()
+                busy = 0.0 if SMOKE else _quiet()
                 m = measured(cmd)
                 m["busy_before"] = busy
                 info = schemas.load_info(out)
@@ -1025,6 +1050,8 @@ def _write_section() -> None:
 if __name__ == "__main__":
     if sys.argv[1:] == ["--render"]:  # the section again, from the saved results
         _write_section()
+    elif SMOKE:
+        bench_main(measure, FLAGS, __doc__)
     else:
         began = time.perf_counter()
         _save(bench_main(measure, FLAGS, __doc__), time.perf_counter() - began, sys.argv[1:])

@@ -56,12 +56,12 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import BIN, HERE, WORK, bench_main, measured, replace_section  # noqa: E402
+from _common import BIN, HERE, SMOKE, WORK, bench_main, measured, replace_section, tiny  # noqa: E402
 
-LABELS = 100
+LABELS = tiny(100, 10)  # every label has images: convert numbers the folders it finds
 QUALITY = (85, 90)  # JPEG quality, drawn in this range (inclusive)
-LONG = 500  # long side of a saved image
-CROP = (420, 760)  # long side of the box cut from the wallpaper
+LONG = tiny(500, 160)  # long side of a saved image
+CROP = tiny((420, 760), (120, 240))  # long side of the box cut from the wallpaper
 ASPECT = (1.2, 1.5)
 PORTRAIT = 0.2
 WORKER = os.path.join(HERE, "_peers_worker.py")
@@ -192,9 +192,15 @@ TOOLS = {
 }
 
 FLAGS = {
-    "images": (int, 20_000, "JPEGs in the corpus"),
-    "passes": (int, 3, "read passes of each tool, round-robin, best kept"),
-    "tools": (str, "all", "comma list of tools to run (" + ",".join(TOOLS) + ")"),
+    "images": (int, 20_000, "JPEGs in the corpus", 40),
+    "passes": (int, 3, "read passes of each tool, round-robin, best kept", 1),
+    "tools": (
+        str,
+        "all",
+        "comma list of tools to run (" + ",".join(TOOLS) + ")",
+        # --smoke: TorchReader's backends are frameworks_bench.py's; the peers, left out
+        ",".join(t for t in TOOLS if not t.startswith("evenshard_torch")),
+    ),
 }
 
 
@@ -278,7 +284,15 @@ def corpus_facts(src: str) -> dict:
 
 def peers_venv() -> dict:
     """Makes benchmarks/_work/peers-venv and installs the pinned peers (each package
-    apart: one that fails is recorded and the others go on); returns what is there."""
+    apart: one that fails is recorded and the others go on); returns what is there.
+    Under --smoke, none is made: every peer is left out."""
+    if SMOKE:
+        why = "--smoke makes no peers' environment"
+        return {
+            "wanted": {},
+            "failed": dict.fromkeys(["torch", *PEER_PACKAGES], why),
+            "versions": {},
+        }
     python = os.path.join(PEERS_VENV, "bin", "python")
     marker = os.path.join(PEERS_VENV, "installed.json")
     torch_pins = TORCH.get(platform.machine(), ("torch", "torchvision"))
@@ -441,7 +455,7 @@ def measure(a) -> dict:
     # the first writer of a run used to read it from disk for the others (a
     # profile of convert spent 17 s of its samples in that first read). Two
     # passes, round-robin, the faster of each writer's kept.
-    for _ in range(2):
+    for _ in range(tiny(2, 1)):
         for tool in [t for t in TOOLS if t in needed]:  # the tools that write what is read
             if tool in failed:
                 continue
@@ -479,6 +493,9 @@ def measure(a) -> dict:
                 best[tool] = r
             print(f"pass {p + 1} {tool}: {r['images_per_s']:.0f} img/s", file=sys.stderr)
 
+    skipped = {t: why for t, why in failed.items() if why.startswith("not installed")}
+    if SMOKE and len(skipped) < len(failed):  # a run records a failure; a smoke run fails
+        raise RuntimeError(f"failed: { {t: w for t, w in failed.items() if t not in skipped} }")
     rows = {}
     for tool in chosen:
         if tool in failed:
@@ -505,6 +522,7 @@ def measure(a) -> dict:
         "project_versions": project_versions(),
         "tools": rows,
         "seconds": round(time.perf_counter() - began, 1),
+        **({"smoke_skipped": skipped} if SMOKE else {}),
     }
 
 
@@ -605,6 +623,8 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["--render"]:  # the section again from peers_results.json
         with open(os.path.join(HERE, "peers_results.json")) as f:
             write_section(json.load(f))
+    elif SMOKE:
+        bench_main(measure, FLAGS, __doc__)
     else:
         began = time.perf_counter()
         _save(bench_main(measure, FLAGS, __doc__), time.perf_counter() - began, sys.argv[1:])

@@ -48,7 +48,15 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import WORK, bench_main, convert_once, list_images, make_jpegs, verdict  # noqa: E402
+from _common import (  # noqa: E402
+    WORK,
+    bench_main,
+    convert_once,
+    list_images,
+    make_jpegs,
+    tiny,
+    verdict,
+)
 
 from evenshard.synthetic import photo_bytes  # noqa: E402
 
@@ -59,8 +67,8 @@ LARGE_LABELS = 100
 CROP_SIZE = (224, 224)
 
 FLAGS = {
-    "images": (int, 2_000, "64x64 JPEGs for the transform rows (a)"),
-    "large": (int, 1_000, "500x375 JPEGs for the views (b) and crop (c) rows"),
+    "images": (int, 2_000, "64x64 JPEGs for the transform rows (a)", 24),
+    "large": (int, 1_000, "500x375 JPEGs for the views (b) and crop (c) rows", 8),
 }
 
 
@@ -99,12 +107,12 @@ class FolderDataset:
     def __getitem__(self, i: int):
         from PIL import Image
 
-        from reader.preprocess import _resize  # the resize NumpyReader applies
+        from reader.pixels import resize  # the resize NumpyReader applies
 
         path, label = self.items[i]
         with Image.open(path) as im:
             image = np.asarray(im.convert("RGB"))
-        return _resize(busy(image), self.size), self.index[label]
+        return resize(busy(image), self.size), self.index[label]
 
 
 def make_photos(root: str, count: int, num_labels: int, size: tuple[int, int]) -> str:
@@ -210,7 +218,7 @@ def measure(a) -> dict:
         "dataloader": dataloader,
     }
     best: dict[str, float] = {}
-    for _ in range(2):  # round-robin, best of 2
+    for _ in range(tiny(2, 1)):  # round-robin, best of 2
         for name, run in runs.items():
             best[name] = max(best.get(name, 0.0), run())
 
@@ -260,14 +268,14 @@ def measure(a) -> dict:
         "views_1_5_epochs": lambda: views("views_1_5_epochs", 1, VIEWS),
     }
     view_best: dict[str, float] = {}
-    for _ in range(2):  # round-robin, best of 2
+    for _ in range(tiny(2, 1)):  # round-robin, best of 2
         for name, run in view_runs.items():
             view_best[name] = max(view_best.get(name, 0.0), run())
     mix = {name: label_mix(seen, counts) for name, seen in images_seen.items()}
 
     tf_runs = {"crop_flip": lambda: tf_read(True), "plain": lambda: tf_read(False)}
     tf_best: dict[str, float] = {}
-    for _ in range(3):  # round-robin, best of 3
+    for _ in range(tiny(3, 1)):  # round-robin, best of 3
         for name, run in tf_runs.items():
             tf_best[name] = max(tf_best.get(name, 0.0), run())
 

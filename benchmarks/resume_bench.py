@@ -26,11 +26,12 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import WORK, bench_main, convert_once, make_jpegs, verdict  # noqa: E402
+from _common import WORK, bench_main, convert_once, make_jpegs, tiny, verdict  # noqa: E402
 
-BATCH = 256
+BATCH = tiny(256, 4)
 SIZE = (64, 64)
-EPOCHS = 6  # mixing: 5 pairs of consecutive epochs
+EPOCHS = tiny(6, 2)  # mixing: 5 pairs of consecutive epochs
+IMAGES = tiny(20_000, 64)
 
 
 def measure(a) -> dict:
@@ -40,11 +41,11 @@ def measure(a) -> dict:
     import reader
     from schemas import layout
 
-    src = make_jpegs(os.path.join(WORK, "jpegs_20000"), 20_000)
+    src = make_jpegs(os.path.join(WORK, f"jpegs_{IMAGES}"), IMAGES)
     sixteen = convert_once(
-        src, os.path.join(WORK, "read_20000"), "--splits=train=1.0", "--num_shards=16"
+        src, os.path.join(WORK, f"read_{IMAGES}"), "--splits=train=1.0", "--num_shards=16"
     )
-    one = convert_once(src, os.path.join(WORK, "shuffle_default_20000"))
+    one = convert_once(src, os.path.join(WORK, f"shuffle_default_{IMAGES}"))
     info = reader.load_info(sixteen)
     n = info["splits"]["train"]["num_examples"]
     files = [layout.join(sixteen, s["file"]) for s in info["splits"]["train"]["shards"]]
@@ -75,7 +76,7 @@ def measure(a) -> dict:
 
     first_batch(0)  # warm up: imports, graph tracing, file cache
     best: dict[str, float] = {}
-    for _ in range(5):
+    for _ in range(tiny(5, 1)):
         for name, fn in [("fresh_k0", lambda: first_batch(0)), ("one_shard_raw", one_shard_raw)]:
             best[name] = min(best.get(name, 1e9), fn())
         for label, k in steps.items():

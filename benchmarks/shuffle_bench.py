@@ -18,10 +18,10 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import HERE, WORK, bench_main, convert_once, make_jpegs, verdict  # noqa: E402
+from _common import HERE, SMOKE, WORK, bench_main, convert_once, make_jpegs, tiny, verdict  # noqa: E402
 
 FLAGS = {
-    "images": (int, 20_000, "JPEGs in the label-sorted folder"),
+    "images": (int, 20_000, "JPEGs in the label-sorted folder", 40),
 }
 
 
@@ -34,13 +34,16 @@ def measure(a) -> dict:
     balanced = os.path.join(WORK, f"shuffle_balanced_{a.images}")
     convert_once(src, default)
     convert_once(src, balanced, "--balance=label")
-    png = os.path.join(HERE, "shuffle_report.png")
+    png = os.path.join(WORK if SMOKE else HERE, "shuffle_report.png")
+    batch = dict(batch_size=tiny(256, 8))
     runs = {
-        "default": report(default, out=png, baseline=True, baseline_buffer=10_000),
+        "default": report(default, out=png, baseline=True, baseline_buffer=10_000, **batch),
         "balanced_no_buffer": report(
-            balanced, out=os.path.join(WORK, "balanced0.png"), shuffle_buffer=0
+            balanced, out=os.path.join(WORK, "balanced0.png"), shuffle_buffer=0, **batch
         ),
-        "balanced_default_buffer": report(balanced, out=os.path.join(WORK, "balanced.png")),
+        "balanced_default_buffer": report(
+            balanced, out=os.path.join(WORK, "balanced.png"), **batch
+        ),
     }
     result = {
         "images": a.images,

@@ -19,7 +19,9 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import WORK, bench_main, convert_once, make_jpegs  # noqa: E402
+from _common import WORK, bench_main, convert_once, make_jpegs, tiny  # noqa: E402
+
+IMAGES = tiny(5_000, 32)
 
 ONE_RUN = r"""
 import json, sys, time
@@ -64,19 +66,19 @@ def run(backend: str, threads: int, data_dir: str) -> dict:
 
 
 def measure(a) -> dict:
-    src = make_jpegs(os.path.join(WORK, "jpegs_5000"), 5_000)
+    src = make_jpegs(os.path.join(WORK, f"jpegs_{IMAGES}"), IMAGES)
     data_dir = convert_once(
-        src, os.path.join(WORK, "train_5000"), "--splits=train=1.0", "--num_shards=8"
+        src, os.path.join(WORK, f"train_{IMAGES}"), "--splits=train=1.0", "--num_shards=8"
     )
     best: dict[str, dict] = {}
-    for _ in range(2):
-        for backend in ("tf", "dali"):
-            for threads in (1, 0):
+    for _ in range(tiny(2, 1)):
+        for backend in tiny(("tf", "dali"), ("tf",)):  # --smoke: DALI's is frameworks_bench's
+            for threads in tiny((1, 0), (1,)):
                 name = f"{backend}, torch threads {'1' if threads else 'default'}"
                 r = run(backend, threads, data_dir)
                 if name not in best or r["images_per_s"] > best[name]["images_per_s"]:
                     best[name] = r
-    result = {"images": 5_000, "epochs": 2, "runs": best}
+    result = {"images": IMAGES, "epochs": 2, "runs": best}
     return result
 
 
