@@ -43,6 +43,7 @@ BENCHES = (
     "preprocess",
     "peers",
     "near",
+    "explain",
 )
 
 
