@@ -6,15 +6,14 @@ Each file is read a row group at a time (pyarrow), the columns the rules use
 only; a row's columns become features as a TFRecord's are (``_features``: an
 image struct its bytes, text its UTF-8 bytes, an integer an int64), so the same
 rules choose and read them (``record_rules``). A row's place is (row group,
-row in it), by which the writer reads its image again (``image_again``: the
-row group's image column, the last few kept). Damage: a file pyarrow cannot
+row in it), by which the writer reads its image again (``images_again``: each
+row group a shard needs read once, its image column). Damage: a file pyarrow cannot
 open (cut short: no footer) is one reject at row 0; a row group that does not
 read is one reject naming its first row, the row groups around it kept.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 import zlib
@@ -102,6 +101,7 @@ class _ReadParquetFile(ReadRecordFile):
 
 
 def _damage(rel: str, path: str, row: int, problem: str):
+    problem = " ".join(problem.split())  # pyarrow's messages run over lines
     detail = f"row {row}: {problem}; the rows of the other row groups are kept"
     return make_reject(f"{rel}#{row}", path, "corrupt", detail)
 
@@ -133,46 +133,42 @@ def class_names(path: str, label: str) -> tuple[str, ...] | None:
     return tuple(names) if names else None
 
 
-@functools.lru_cache(maxsize=4)
-def _image_column(path: str, group: int, feature: str, stamp: tuple) -> list:
-    with _open(path) as pf:
-        return pf.read_row_group(group, columns=[feature]).column(feature).to_pylist()
+def images_again(items: list[tuple[str, Image]], feature: str):
+    """The images of a shard's rows (``items``: (file, Image), the row ``im.record``:
+    (row group, row in it)) read again, in order: (bytes, what changed since
+    inspection or None) each. Each row group is read once (its image column), the
+    shard's rows of it kept: memory is the shard's images and one row group."""
+    rows: dict[tuple[str, int], set[int]] = {}
+    for path, im in items:
+        rows.setdefault((path, im.record[0]), set()).add(im.record[1])
+    found: dict[tuple[str, int, int], object] = {}
+    for (path, group), wanted in sorted(rows.items()):
+        try:
+            with _open(path) as pf:
+                column = pf.read_row_group(group, columns=[feature]).column(feature)
+            for i in wanted:
+                found[path, group, i] = column[i].as_py() if i < len(column) else IndexError(i)
+        except FileNotFoundError:
+            found.update(dict.fromkeys(((path, group, i) for i in wanted), None))
+        except Exception as e:  # noqa: BLE001 - pyarrow's errors: the file rewritten
+            found.update(dict.fromkeys(((path, group, i) for i in wanted), e))
+    for path, im in items:
+        yield _checked(found.pop((path, *im.record)), im)
 
 
-def image_again(path: str, im: Image, feature: str) -> tuple[bytes, str | None]:
-    """The image of row ``im.record`` (row group, row in it) of ``path`` read again, and
-    what changed since inspection (None: nothing). A row group is read whole (its
-    image column), and the last four read are kept: a shard's rows of one group
-    read it once when they are near each other."""
-    group, i = im.record
-    where = f"row group {group} row {i}"
-    try:
-        stamp = _stamp(path)
-        value = _image_column(path, group, feature, stamp)[i]
-        image = RecordRules.image_of({feature: _value(value)}, feature)
-    except FileNotFoundError:
+def _checked(value, im: Image) -> tuple[bytes, str | None]:
+    where = f"row group {im.record[0]} row {im.record[1]}"
+    if value is None:
         return b"", "the file was removed after it was inspected"
-    except (RecordProblem, IndexError) as e:
-        return b"", f"{where}: the row is not the one inspected ({e})"
-    except Exception as e:  # noqa: BLE001 - pyarrow's errors: the file rewritten
+    if isinstance(value, Exception):
+        return b"", f"{where}: the row is not the one inspected ({value!r})"
+    try:
+        image = RecordRules.image_of({"image": _value(value)}, "image")
+    except RecordProblem as e:
         return b"", f"{where}: the row is not the one inspected ({e})"
     if len(image) != im.num_bytes or zlib.crc32(image) != im.crc32:
         return image, f"{where}: the row's image is not the one inspected"
     return image, None
-
-
-def _stamp(path: str) -> tuple:
-    """A file's size and modification time: a rewritten file is not served from the
-    cache (``FileNotFoundError`` once removed)."""
-    from apache_beam.io.filesystems import FileSystems
-
-    try:
-        meta = FileSystems.match([path])[0].metadata_list
-    except OSError:
-        meta = []
-    if not meta:
-        raise FileNotFoundError(path)
-    return meta[0].size_in_bytes, meta[0].last_updated_in_seconds
 
 
 FORMAT = RecordFormat(
@@ -182,6 +178,6 @@ FORMAT = RecordFormat(
     reader=_ReadParquetFile,
     first=_first,
     class_names=class_names,
-    image_again=image_again,
+    images_again=images_again,
     place=lambda record: f"row group {record[0]} row {record[1]}",
 )

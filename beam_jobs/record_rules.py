@@ -56,7 +56,8 @@ class RecordFormat:
             it holds none; raises OSError or ValueError for a damaged file.
         class_names: (file, label feature) -> the label's class names the file
             declares, or None.
-        image_again: (file, Image, image feature) -> (bytes, what changed or None).
+        images_again: ([(file, Image)] of a shard, image feature) -> (bytes, what
+            changed or None) of each, in order: the writer's second read.
         place: an ``Image.record`` in words (``byte 120``, ``row 3``).
     """
 
@@ -66,7 +67,7 @@ class RecordFormat:
     reader: type
     first: Callable[[str], dict | None]
     class_names: Callable[[str, str], tuple[str, ...] | None]
-    image_again: Callable
+    images_again: Callable
     place: Callable[[tuple[int, int]], str]
 
 

@@ -8,7 +8,7 @@ are spread over workers in chunks, and each is read once, front to back. A
 record's image is inspected as a file's is (``InspectImage.inspect_bytes``, the
 same reject reasons) and only its metadata goes on, with where the record is in
 its file (``Image.record``): the image bytes do not travel through the shuffle,
-the writer reads the record again (the format's ``image_again``). Damage is one
+the writer reads the record again (the format's ``images_again``). Damage is one
 reject naming the file, the record and where; the records before it are inputs
 as any others.
 """

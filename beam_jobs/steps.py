@@ -107,7 +107,7 @@ def build(pipeline, job: Job):
         job.input_root,
         fingerprints=o.dedupe == "near",
         record_image=(
-            (record_format(o.input_format).image_again, job.features.image)
+            (record_format(o.input_format).images_again, job.features.image)
             if job.features
             else None
         ),

@@ -75,6 +75,12 @@ def image_again(path: str, im: Image, feature: str) -> tuple[bytes, str | None]:
     return image, None
 
 
+def images_again(items: list[tuple[str, Image]], feature: str):
+    """``image_again`` of each (file, Image) of ``items``, in order."""
+    for path, im in items:
+        yield image_again(path, im, feature)
+
+
 FORMAT = RecordFormat(
     what="TFRecord",
     files="*.tfrecord*",
@@ -82,6 +88,6 @@ FORMAT = RecordFormat(
     reader=_ReadRecordFile,
     first=_first,
     class_names=lambda path, label: None,
-    image_again=image_again,
+    images_again=images_again,
     place=lambda record: f"byte {record[0]}",
 )

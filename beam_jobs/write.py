@@ -108,17 +108,21 @@ class _WriteShard(beam.DoFn):
         near_lines: list[bytes] = []  # the fingerprints, with --dedupe near
         changed: list[Reject] = []
         count = 0
+        again = None
+        if self._record_image:  # a record input's images, read again a shard at a time
+            images_again, feature = self._record_image
+            items = [(paths.full_source(self._root, im.source, im.key), im) for im in images]
+            again = images_again(items, feature)
         with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
             sink = _Sink(f, gzip=self._compression == "gzip")
             for im in images:
                 data = None
                 if self._kind == "image":
                     source = paths.full_source(self._root, im.source, im.key)
-                    if im.record is None:
+                    if again is None:
                         data, problem = _read_again(source, im)
                     else:
-                        again, feature = self._record_image
-                        data, problem = again(source, im, feature)
+                        data, problem = next(again)
                     if problem:
                         changed.append(make_reject(im.key, source, "changed", problem))
                         continue
@@ -189,8 +193,8 @@ class WriteShards(beam.PTransform):
     in ``incomplete_dir`` first; relative ``Image.source`` values are under
     ``source_root``; ``fingerprints``: each shard's near-duplicate fingerprints go
     beside it (``NAME.near``, ``schemas.near``); ``record_image``: a record input's
-    (``image_again`` of its format, the image's feature): how a record's image is read
-    again.
+    (``images_again`` of its format, the image's feature): how a shard's records'
+    images are read again.
     ``plan``, ``vocab`` and ``gate`` are side inputs (nothing is written unless the
     gate is ok).
     """

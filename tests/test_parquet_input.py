@@ -17,15 +17,18 @@ FLAGS = ["--input_format=parquet", "--num_shards=2", "--max_reject_fraction=0.5"
 NAMES = ["cat", "dog", "owl"]
 
 
-def write_parquet(path: str, images: list[bytes], labels: list[int], **columns) -> None:
-    """A Parquet file as ``datasets`` writes one: an Image column, a ClassLabel column."""
+def write_parquet(
+    path: str, images: list[bytes], labels: list[int], batch_size=None, **columns
+) -> None:
+    """A Parquet file as ``datasets`` writes one: an Image column, a ClassLabel column
+    (``batch_size``: rows a row group)."""
     from datasets import ClassLabel, Dataset, Image
 
     os.makedirs(os.path.dirname(path), exist_ok=True)
     rows = [{"bytes": b, "path": f"img{i}.png"} for i, b in enumerate(images)]
     ds = Dataset.from_dict({"image": rows, "label": labels, **columns})
     ds = ds.cast_column("image", Image()).cast_column("label", ClassLabel(names=NAMES))
-    ds.to_parquet(path)
+    ds.to_parquet(path, batch_size=batch_size)
 
 
 def test_files_written_by_datasets_convert_and_read_back_once(tmp_path):
@@ -53,6 +56,13 @@ def test_damaged_files_give_named_rejects_and_counts_reconcile(tmp_path):
     with open(f"{root}/text.parquet", "w") as f:
         f.write("not parquet at all, but long enough to hold a header\n")
     write_parquet(f"{root}/notimage.parquet", [b"GIF89a but not"], [2])
+    write_parquet(f"{root}/partly.parquet", images[:6], [2] * 6, batch_size=2)
+    import pyarrow.parquet as pq
+
+    column = pq.ParquetFile(f"{root}/partly.parquet").metadata.row_group(1).column(0)
+    with open(f"{root}/partly.parquet", "r+b") as f:  # row group 1's page header
+        f.seek(column.data_page_offset)
+        f.write(b"\xff" * 8)
     out = str(tmp_path / "out")
     info = run_convert(root, out, *FLAGS)
     rejects = {(r["key"], r["reason"]) for r in read_rejects(out)}
@@ -60,13 +70,19 @@ def test_damaged_files_give_named_rejects_and_counts_reconcile(tmp_path):
         ("cut.parquet#0", "corrupt"),
         ("text.parquet#0", "corrupt"),
         ("notimage.parquet#0", "corrupt"),
+        ("partly.parquet#2", "corrupt"),
     }
     details = {r["key"]: r["detail"] for r in read_rejects(out)}
     assert "row 0" in details["cut.parquet#0"]
+    assert "row group 1 (2 rows)" in details["partly.parquet#2"]
+    assert all("\n" not in d for d in details.values())
     written = sum(s["num_examples"] for s in info["splits"].values())
-    assert written == 4
-    assert info["inputs"] == written + info["rejects"]["total"] == 7
-    assert set(read_back(out)) == {(f"good.parquet#{i}", 0) for i in range(4)}
+    assert written == 4 + 4  # the row groups around the damaged one are kept
+    assert info["inputs"] == written + info["rejects"]["total"] == 12
+    assert set(read_back(out)) == {
+        *((f"good.parquet#{i}", 0) for i in range(4)),
+        *((f"partly.parquet#{i}", 2) for i in (0, 1, 4, 5)),
+    }
 
 
 def test_in_memory_and_multi_process_give_the_same_bytes(tmp_path):
@@ -122,21 +138,27 @@ def test_a_folder_without_parquet_files_is_one_line(tmp_path):
 
 @pytest.mark.fast
 def test_the_writer_reads_a_row_again_and_names_one_that_changed(tmp_path):
-    from beam_jobs.parquet_source import image_again
+    from beam_jobs.parquet_source import images_again
     from beam_jobs.records import Image
+
+    def image_again(path, im, feature):
+        [got] = images_again([(path, im)], feature)
+        return got
 
     path = str(tmp_path / "a.parquet")
     images = pngs(3)
-    write_parquet(path, images, [0, 1, 2])
+    write_parquet(path, images, [0, 1, 2], batch_size=2)  # row groups of 2 and 1 rows
     import zlib
 
     def im(i, data):
         return Image("k", "", "", "cat", None, None, "png", 8, 8, 3, len(data),
-                     crc32=zlib.crc32(data), record=(0, i))  # fmt: skip
+                     crc32=zlib.crc32(data), record=divmod(i, 2))  # fmt: skip
 
-    assert image_again(path, im(2, images[2]), "image") == (images[2], None)
+    # a shard's rows, in its order, over both row groups
+    shard = [(path, im(i, images[i])) for i in (2, 0, 1)]
+    assert list(images_again(shard, "image")) == [(images[i], None) for i in (2, 0, 1)]
     data, problem = image_again(path, im(1, images[2]), "image")
-    assert problem and "row 1" in problem
+    assert problem and "row group 0 row 1" in problem
     os.remove(path)
     assert image_again(path, im(1, images[1]), "image")[1] == (
         "the file was removed after it was inspected"
