@@ -9,13 +9,19 @@ bands:
 
 1. Image -> ((band, band value), (key, fingerprint, given split)), ``distance +
    1`` a image: two fingerprints within ``distance`` bits share a band value.
-2. Per band value: the pairs within ``distance`` bits, joined into the bucket's
-   clusters, each given as edges from its smallest key. Memory: one band
-   value's fingerprints.
-3. All edges -> one union-find (a CombineFn): each key in a cluster -> (the
-   cluster's smallest key, the split given to its smallest key that has one).
-   Memory: the keys that have a near-duplicate (with ``--group_by``, also
-   those in a group), never the dataset.
+2. Per band value: the pairs that match (``schemas.near.matches``: hashes within
+   ``distance`` bits, then the thumbnails alike: a second, independent measure;
+   an image below the quality gate matches only its identical thumbnail),
+   thinned to the bucket's minimum spanning forest, each edge weighted (bits
+   apart, then thumbnail levels apart). Memory: one band value's fingerprints.
+3. All edges -> one table of the lightest weight of each pair (a CombineFn),
+   then clusters joined lightest edge first, never past ``largest_allowed``
+   images (1 % of the inputs, at least 16): an edge that would pass it is
+   refused and its keys named in the summary (the bridges: weak links chain
+   unrelated pictures; a cluster grows by its strongest ones first). Each key
+   in a cluster -> (the cluster's smallest key, the split given to its
+   smallest key that has one). Memory: the keys that have a near-duplicate
+   (with ``--group_by``, also those in a group), never the dataset.
 4. Each image, with that table as a side input: in a cluster, its ``group``
    becomes the cluster's smallest key (the split's hash then keeps the cluster
    together, where its smallest key alone would land), and an image without a
@@ -26,8 +32,8 @@ bands:
 A manifest ``split`` value still wins; a cluster whose members are given two
 splits keeps them as given (counted in the summary as ``given_two_splits``).
 With ``--group_by``, a cluster that joins two groups joins them whole.
-Deterministic on every runner: the table depends on the edges only, not on
-their order.
+Deterministic on every runner: the table depends on the set of edges and the
+input count only, not on their order (ties in weight are broken by the keys).
 """
 
 from __future__ import annotations
@@ -41,108 +47,143 @@ from beam_jobs.records import Image, make_reject
 from schemas import near
 
 _GROUP = "\x00group\x00"  # a --group_by group's node in the union-find (never a key)
+LARGEST_FRACTION = 0.01  # no cluster holds more than 1 % of the inputs ...
+LARGEST_FLOOR = 16  # ... or 16 images, whichever is more
+BRIDGES_NAMED = 10  # the refused joins named in the summary (all are counted)
 
 
 def _in_bands(im: Image, distance: int):
-    value = near.to_int(im.near)
-    for band in near.bands(value, distance):
+    for band in near.bands(near.parse(im.near), distance):
         yield band, (im.key, im.near, im.split)
 
 
 def _bucket_edges(element, distance: int):
-    """((band, value), [(key, fingerprint, split)]) -> (key, split, key, split) edges:
-    each cluster of the bucket as a star from its smallest key."""
+    """((band, value), [(key, fingerprint, split)]) -> (weight, key, split, key, split)
+    edges: the pairs that match (``near.matches``: hashes within ``distance`` and the
+    thumbnails alike), thinned to the bucket's minimum spanning forest (the lightest
+    edges that join what its pairs join: the clusters see every strong link)."""
     _, members = element
     if len(members) < 2:
         return
     members = sorted(members)
-    values = near.as_array(m[1] for m in members)
-    unique, first, inverse = np.unique(values, return_index=True, return_inverse=True)
+    unique = sorted({m[1] for m in members})
+    at = {fp: i for i, fp in enumerate(unique)}
+    first: dict[int, int] = {}
+    edges = []
+    for i, (_, fp, _) in enumerate(members):  # identical fingerprints: weight 0
+        j = first.setdefault(at[fp], i)
+        if j != i:
+            edges.append((0, j, i))
+    parsed = [near.parse(fp) for fp in unique]
+    weak = np.array([near.weak_bits(p.weak, distance) for p in parsed], dtype=np.uint64)
+    for a, b, _ in near.close_pairs(near.as_array(unique), distance, weak):
+        weight = near.matches(parsed[a], parsed[b], distance)
+        if weight is not None:
+            i, j = sorted((first[a], first[b]))
+            edges.append((weight, i, j))
     parent = list(range(len(members)))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    def join(i: int, j: int) -> None:
-        a, b = root(i), root(j)
-        if a != b:  # the smaller index (smaller key: members are sorted) is the root
+    for weight, i, j in sorted(edges):  # members are sorted: indices order as keys
+        a, b = _find(parent, i), _find(parent, j)
+        if a != b:
             parent[max(a, b)] = min(a, b)
-
-    for i, u in enumerate(inverse):  # identical fingerprints
-        join(i, int(first[u]))
-    for a, b, _ in near.close_pairs(unique, distance):
-        join(int(first[a]), int(first[b]))
-    for i, (key, _, split) in enumerate(members):
-        r = root(i)
-        if r != i:
-            yield members[r][0], members[r][2], key, split
+            yield weight, members[i][0], members[i][2], members[j][0], members[j][2]
 
 
-class _Clusters(beam.CombineFn):
-    """Edges (key, split, key, split) -> (table, counts): the table maps every key in a
-    cluster to (the cluster's smallest key, its given split, the key to keep);
-    counts are the clusters of near-duplicates (not the groups they join), the
-    inputs in them, and the joined clusters given two splits."""
+class _Edges(beam.CombineFn):
+    """Edges -> (near edges {(key, key): weight}, given splits, --group_by edges): the
+    lightest weight of each pair, whatever the order the edges come in."""
 
     def create_accumulator(self):
-        # node -> parent (every edge); key -> parent (near edges only); key -> given split
-        return {}, {}, {}
+        return {}, {}, set()
 
     def add_input(self, acc, edge):
-        parent, close, given = acc
-        a, split_a, b, split_b = edge
-        for node, split in ((a, split_a), (b, split_b)):
-            parent.setdefault(node, node)
-            if not node.startswith(_GROUP):
-                given[node] = split
-        _union(parent, a, b)
-        if not b.startswith(_GROUP):
-            close.setdefault(a, a)
-            close.setdefault(b, b)
-            _union(close, a, b)
+        edges, given, groups = acc
+        weight, a, split_a, b, split_b = edge
+        given[a] = split_a
+        if b.startswith(_GROUP):
+            groups.add((a, b))
+        else:
+            given[b] = split_b
+            edges[a, b] = min(weight, edges.get((a, b), weight))
         return acc
 
     def merge_accumulators(self, accs):
         merged = self.create_accumulator()
-        for other in accs:
-            for mine, theirs in zip(merged[:2], other[:2]):
-                for node, up in theirs.items():
-                    mine.setdefault(node, node)
-                    mine.setdefault(up, up)
-                    _union(mine, node, up)
-            merged[2].update(other[2])
+        for edges, given, groups in accs:
+            for pair, weight in edges.items():
+                merged[0][pair] = min(weight, merged[0].get(pair, weight))
+            merged[1].update(given)
+            merged[2].update(groups)
         return merged
 
     def extract_output(self, acc):
-        parent, close, given = acc
-        members: dict[str, list[str]] = {}
-        for node in parent:
-            if not node.startswith(_GROUP):
-                members.setdefault(_find(parent, node), []).append(node)
-        table, two, largest = {}, 0, 0
-        for keys in members.values():
-            if not any(k in close for k in keys):  # a --group_by group with no near edge
-                continue
-            keys.sort()
-            splits = [given[k] for k in keys if given[k] is not None]
-            keeper = next((k for k in keys if given[k] is not None), keys[0])
-            two += len(set(splits)) > 1
-            largest = max(largest, len(keys))
-            for k in keys:
-                table[k] = (keys[0], splits[0] if splits else None, keeper)
-        counts = {
-            "clusters": len({_find(close, k) for k in close}),
-            "inputs_in_clusters": len(close),
-            "given_two_splits": two,
-            "largest_cluster": largest,  # with the --group_by groups it joins
-        }
-        return table, counts
+        return acc
 
 
-def _find(parent: dict, node: str) -> str:
+def largest_allowed(inputs: int) -> int:
+    """The most images one cluster of near-duplicates may hold: ``LARGEST_FRACTION`` of
+    the inputs, at least ``LARGEST_FLOOR``."""
+    return max(LARGEST_FLOOR, int(inputs * LARGEST_FRACTION))
+
+
+def clusters_of(acc, inputs: int):
+    """(edges, given, groups), the input count -> (table, counts). The near edges join
+    clusters lightest first (a tie: by keys); an edge that would make a cluster larger
+    than ``largest_allowed`` is refused, and its two keys are named (a *bridge*: the
+    weakest links, which chain unrelated pictures, are the ones left out). The table
+    maps every key in a cluster to (the cluster's smallest key, its given split, the key
+    to keep); a --group_by group joins the clusters it touches whole."""
+    edges, given, groups = acc
+    bound = largest_allowed(inputs)
+    close: dict[str, str] = {}
+    size: dict[str, int] = {}
+    bridges = []
+    for weight, a, b in sorted((w, a, b) for (a, b), w in edges.items()):
+        for k in (a, b):
+            if k not in close:
+                close[k], size[k] = k, 1
+        ra, rb = _find(close, a), _find(close, b)
+        if ra == rb:
+            continue
+        if size[ra] + size[rb] > bound:
+            bridges.append((a, b, weight))
+            continue
+        _union(close, ra, rb)
+        size[min(ra, rb)] = size[ra] + size[rb]
+    joined = {k for k in close if size[_find(close, k)] > 1}
+    parent = {k: _find(close, k) for k in joined}
+    for a, g in sorted(groups):
+        parent.setdefault(a, a)
+        parent.setdefault(g, g)
+        _union(parent, a, g)
+    members: dict[str, list[str]] = {}
+    for node in parent:
+        if not node.startswith(_GROUP):
+            members.setdefault(_find(parent, node), []).append(node)
+    table, two, largest = {}, 0, 0
+    for keys in members.values():
+        if not any(k in joined for k in keys):  # a --group_by group with no near edge
+            continue
+        keys.sort()
+        splits = [given[k] for k in keys if given[k] is not None]
+        keeper = next((k for k in keys if given[k] is not None), keys[0])
+        two += len(set(splits)) > 1
+        largest = max(largest, len(keys))
+        for k in keys:
+            table[k] = (keys[0], splits[0] if splits else None, keeper)
+    counts = {
+        "clusters": len({_find(close, k) for k in joined}),
+        "inputs_in_clusters": len(joined),
+        "given_two_splits": two,
+        "largest_cluster": largest,  # with the --group_by groups it joins
+        "largest_allowed": bound,
+        "bridges_refused": len(bridges),
+        "bridges": [[a, b] for a, b, _ in bridges[:BRIDGES_NAMED]],
+    }
+    return table, counts
+
+
+def _find(parent: dict, node):
     while parent[node] != node:
         parent[node] = parent[parent[node]]
         node = parent[node]
@@ -157,7 +198,7 @@ def _union(parent: dict, a: str, b: str) -> None:
 
 def _group_edges(im: Image):
     if im.group is not None:
-        yield im.key, im.split, _GROUP + im.group, None
+        yield 0, im.key, im.split, _GROUP + im.group, None
 
 
 class _Assign(beam.DoFn):
@@ -215,7 +256,12 @@ class NearDuplicates(beam.PTransform):
         if self._groups and keep == "all":
             groups = images | "GroupEdges" >> beam.FlatMap(_group_edges)
             edges = (edges, groups) | "AllEdges" >> beam.Flatten()
-        clusters = edges | "Clusters" >> beam.CombineGlobally(_Clusters())
+        inputs = images | "Count" >> beam.combiners.Count.Globally()
+        clusters = (
+            edges
+            | "Edges" >> beam.CombineGlobally(_Edges())
+            | "Clusters" >> beam.Map(clusters_of, beam.pvalue.AsSingleton(inputs))
+        )
         assigned = images | "Assign" >> beam.ParDo(
             _Assign(keep == "one", self._root), beam.pvalue.AsSingleton(clusters)
         )

@@ -1,4 +1,5 @@
-"""Near-duplicate fingerprints: a 64-bit perceptual hash of each image, and its bands.
+"""Near-duplicate fingerprints: a 64-bit perceptual hash of each image, its bands, and
+the second measure that confirms a pair.
 
 The fingerprint is the DCT hash (pHash, as ``imagehash.phash`` computes it):
 the image in grayscale, resized to 32x32, its 8x8 lowest 2-D DCT frequencies,
@@ -8,6 +9,16 @@ and two unrelated photos differ in about half the bits. Two images are near
 duplicates when their fingerprints differ in at most ``distance`` bits
 (``DEFAULT_DISTANCE``: chosen from the precision/recall curve in
 benchmarks/RESULTS.md).
+
+Before hashing, transparency is laid on mid gray (an icon's hidden pixels hold
+any colour). The hash is only half the rule (issue 46): its median bits are
+noise where many coefficients sit near the median (flat, symmetric drawings:
+icons, gradients), so a candidate pair within ``distance`` bits is checked by a
+second, independent measure before it counts (:func:`matches`): the 8x8 gray
+thumbnails (each one's mean taken off) and the 2x2 colours must agree; and an
+image too flat to trust (its *quality*, the mean step between neighbouring
+pixels, below ``QUALITY_GATE``) matches only an identical thumbnail. The
+fingerprint carries all three: ``FINGERPRINT_CHARS`` hex digits.
 
 Integer arithmetic throughout (Pillow's 8-bit resize, an integer DCT basis),
 so a fingerprint is the same bits on every machine and runner.
@@ -28,6 +39,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 
@@ -38,6 +50,15 @@ SIZE = 32  # the grayscale image the DCT is taken of
 LOW = 8  # the LOW x LOW lowest frequencies make the 64 bits
 DEFAULT_DISTANCE = 10
 MAX_DISTANCE = 20
+
+THUMB = 8  # the gray thumbnail the second measure compares, THUMB x THUMB
+WEAK = 8  # the hash's bits nearest the median, left out of a distance
+WEAK_A_BAND = 2  # at most this many of them in a band (each one doubles its probes)
+FINGERPRINT_CHARS = 16 + 16 + 2 + 2 * (THUMB * THUMB + 12)
+BACKGROUND = (128, 128, 128, 255)  # transparency is laid on mid gray
+QUALITY_GATE = 4  # a mean step below 1 gray level: too flat for its bits to mean much
+GRAY_APART = 12  # thumbnails further apart (gray levels, mean) are two pictures
+COLOUR_APART = 16  # 2x2 colours further apart (levels, mean) are two pictures
 
 _WIDE_MODES = ("I", "I;16", "I;16B", "I;16L", "I;16N", "F")
 
@@ -55,33 +76,115 @@ def _dct_basis() -> np.ndarray:
 _BASIS = _dct_basis()
 
 
-def fingerprint(image) -> str:
-    """The 64-bit DCT hash of a Pillow image (any mode; loaded), as 16 hex digits."""
+def _composited(image):
+    """A Pillow image (any mode) -> RGB, its transparency laid on ``BACKGROUND`` (an
+    icon's transparent pixels hold any colour; what shows is the drawing)."""
     from PIL import Image
 
     if image.mode in _WIDE_MODES:  # 16-bit and float: scaled to 8 bits first
         values = np.asarray(image.convert("F"), dtype=np.float64)
         top = float(values.max()) or 1.0
         image = Image.fromarray(np.clip(values * (255.0 / top), 0, 255).astype(np.uint8), "L")
-    with warnings.catch_warnings():  # a palette's transparency, which gray drops anyway
+    with warnings.catch_warnings():  # a palette's transparency as bytes: converted anyway
         warnings.simplefilter("ignore", UserWarning)
-        image = image.convert("L")  # every mode (palette, 1-bit, CMYK, alpha) to gray first
+        if image.mode in ("RGBA", "LA", "PA", "La", "RGBa") or "transparency" in image.info:
+            image = image.convert("RGBA")
+            return Image.alpha_composite(Image.new("RGBA", image.size, BACKGROUND), image)
+        return image.convert("RGB")
+
+
+def fingerprint(image) -> str:
+    """The fingerprint of a Pillow image (any mode; loaded): the 64-bit DCT hash (16
+    hex digits), the quality (2), the 8x8 gray thumbnail and the 2x2 colours (152):
+    ``FINGERPRINT_CHARS`` hex digits, see :func:`parse`."""
+    from PIL import Image
+
+    image = _composited(image)
     if max(image.size) > 4 * SIZE:  # a cheap box reduction first: less work
         image = image.reduce(max(1, min(image.size) // (2 * SIZE)))
-    gray = np.asarray(image.resize((SIZE, SIZE), Image.LANCZOS), dtype=np.int64)
+    small = image.convert("RGB").resize((SIZE, SIZE), Image.LANCZOS)
+    gray = np.asarray(small.convert("L"), dtype=np.int64)
     low = (_BASIS @ gray @ _BASIS.T).ravel()
     ranked = np.sort(low)
     bits = 2 * low > ranked[BITS // 2 - 1] + ranked[BITS // 2]  # above the median
-    return f"{int(np.packbits(bits).view('>u8')[0]):016x}"
+    margin = np.abs(2 * low - ranked[BITS // 2 - 1] - ranked[BITS // 2])
+    margin[0] = margin.max() + 1  # the DC's bit is in no band: never weak
+    weak = np.zeros(BITS, dtype=bool)
+    weak[np.argsort(margin, kind="stable")[:WEAK]] = True  # the bits closest to flipping
+    steps = np.abs(np.diff(gray, axis=0)).sum() + np.abs(np.diff(gray, axis=1)).sum()
+    quality = min(255, int(4 * steps) // (2 * SIZE * (SIZE - 1)))  # mean step, in 1/4 levels
+    cell = SIZE // THUMB
+    thumb = gray.reshape(THUMB, cell, THUMB, cell).sum(axis=(1, 3)) // (cell * cell)
+    colour = np.asarray(small, dtype=np.int64).reshape(2, SIZE // 2, 2, SIZE // 2, 3)
+    colour = colour.sum(axis=(1, 3)) // (SIZE * SIZE // 4)
+    tail = bytes([quality]) + thumb.astype(np.uint8).tobytes() + colour.astype(np.uint8).tobytes()
+    return f"{_packed(bits):016x}{_packed(weak):016x}" + tail.hex()
 
 
-def to_int(hex_fingerprint: str) -> int:
-    return int(hex_fingerprint, 16)
+def _packed(bits: np.ndarray) -> int:
+    return int(np.packbits(bits).view(">u8")[0])
 
 
-def as_array(hex_fingerprints) -> np.ndarray:
-    """Hex fingerprints -> uint64 array."""
-    return np.array([int(h, 16) for h in hex_fingerprints], dtype=np.uint64)
+class Parsed(NamedTuple):
+    value: int  # the 64-bit DCT hash
+    weak: int  # its WEAK bits nearest the median: set either way by a small change
+    quality: int  # the mean step between neighbouring pixels, in 1/4 gray levels
+    thumb: np.ndarray  # 64 gray levels and 12 colour values (int16)
+
+
+def parse(fp: str) -> Parsed:
+    tail = bytes.fromhex(fp[32:])
+    thumb = np.frombuffer(tail[1:], np.uint8).astype(np.int16)
+    return Parsed(int(fp[:16], 16), int(fp[16:32], 16), tail[0], thumb)
+
+
+def apart(a: Parsed, b: Parsed, distance: int) -> int:
+    """The bits two hashes differ in, bits weak in either left out."""
+    weak = weak_bits(a.weak, distance) | weak_bits(b.weak, distance)
+    return ((a.value ^ b.value) & ~weak).bit_count()
+
+
+def looks_alike(a: Parsed, b: Parsed, slack: float = 1.0) -> int | None:
+    """The second measure: how far apart two thumbnails are (the mean gray difference,
+    each thumbnail's own mean taken off first, so a brightened copy is close), in gray
+    levels; None when they are too far apart (the gray, or the colours of two coloured
+    images, ``slack`` times the thresholds) or either image is below the quality gate (it
+    then matches only an identical thumbnail)."""
+    ga, gb = a.thumb[:64], b.thumb[:64]
+    gray = int(np.abs((ga - gb) - (int(ga.sum()) - int(gb.sum())) // 64).sum()) // 64
+    ca, cb = a.thumb[64:], b.thumb[64:]
+    colour = int(np.abs((ca - cb) - (int(ca.sum()) - int(cb.sum())) // 12).sum()) // 12
+    if min(a.quality, b.quality) < QUALITY_GATE:
+        return 0 if (a.value == b.value and np.array_equal(a.thumb, b.thumb)) else None
+    if gray > GRAY_APART * slack or (colour > COLOUR_APART * slack and _coloured(ca, cb)):
+        return None
+    return gray
+
+
+def _coloured(*colours: np.ndarray) -> bool:
+    """Whether both images have colour (a gray copy of a colour picture is the picture)."""
+    return all(int(np.ptp(c.reshape(4, 3), axis=1).max()) > 2 for c in colours)
+
+
+def matches(a: Parsed, b: Parsed, distance: int, slack: float = 1.0) -> int | None:
+    """The match rule: None, or the edge's weight (bits apart * 256 + thumbnail levels
+    apart) when the hashes are within ``distance`` bits (:func:`apart`) and the
+    thumbnails agree."""
+    bits = apart(a, b, distance)
+    if bits > distance:
+        return None
+    seen = looks_alike(a, b, slack)
+    return None if seen is None else bits * 256 + seen
+
+
+def to_int(fp: str) -> int:
+    """The 64-bit hash of a fingerprint."""
+    return int(fp[:16], 16)
+
+
+def as_array(fingerprints) -> np.ndarray:
+    """Fingerprints -> their 64-bit hashes, a uint64 array."""
+    return np.array([int(h[:16], 16) for h in fingerprints], dtype=np.uint64)
 
 
 def band_bits(distance: int) -> list[list[int]]:
@@ -91,13 +194,48 @@ def band_bits(distance: int) -> list[list[int]]:
     return [list(range(i, BITS - 1, count)) for i in range(count)]
 
 
-def bands(value: int, distance: int) -> list[tuple[int, int]]:
-    """(band, band value) of a fingerprint: two fingerprints within ``distance`` bits
-    share at least one."""
+def weak_bits(weak: int, distance: int) -> int:
+    """The weak bits that count at ``distance``: at most ``WEAK_A_BAND`` a band (its
+    lowest), so an image is in at most 2**WEAK_A_BAND values of a band."""
+    out = 0
+    for bits in band_bits(distance):
+        for b in [b for b in bits if weak >> b & 1][:WEAK_A_BAND]:
+            out |= 1 << b
+    return out
+
+
+def bands(fp: Parsed, distance: int) -> list[tuple[int, int]]:
+    """(band, band value) of a fingerprint, every setting of its weak bits: two whose
+    hashes are within ``distance`` bits, weak bits left out (:func:`apart`), share at
+    least one."""
+    weak = weak_bits(fp.weak, distance)
     out = []
     for i, bits in enumerate(band_bits(distance)):
-        out.append((i, sum(((value >> b) & 1) << k for k, b in enumerate(bits))))
+        base = sum(((fp.value >> b) & 1) << k for k, b in enumerate(bits))
+        loose = [k for k, b in enumerate(bits) if weak >> b & 1]
+        for setting in range(1 << len(loose)):
+            value = base
+            for n, k in enumerate(loose):
+                value = value & ~(1 << k) | ((setting >> n) & 1) << k
+            out.append((i, value))
     return out
+
+
+def candidate_pairs(fps: list[Parsed], distance: int):
+    """(i, j) for every i < j within ``distance`` bits (:func:`apart`), in memory: the
+    fingerprints sharing a band value compared, not all of them."""
+    buckets: dict[tuple[int, int], list[int]] = {}
+    for i, fp in enumerate(fps):
+        for band in bands(fp, distance):
+            buckets.setdefault(band, []).append(i)
+    found = set()
+    for members in buckets.values():
+        if len(members) > 1:
+            values = np.array([fps[m].value for m in members], dtype=np.uint64)
+            weak = np.array([weak_bits(fps[m].weak, distance) for m in members], np.uint64)
+            for a, b, _ in close_pairs(values, distance, weak):
+                found.add((members[a], members[b]))
+    return sorted(found)
 
 
 def band_values(values: np.ndarray, distance: int) -> list[np.ndarray]:
@@ -111,22 +249,26 @@ def band_values(values: np.ndarray, distance: int) -> list[np.ndarray]:
     return out
 
 
-def distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def distances(a: np.ndarray, b: np.ndarray, wa=None, wb=None) -> np.ndarray:
     """Bits that differ between every fingerprint of ``a`` and every one of ``b`` (uint64
-    arrays): a len(a) x len(b) array."""
-    return np.bitwise_count(a[:, None] ^ b[None, :]).astype(np.int8)
+    arrays; ``wa``, ``wb``: their weak bits, left out): a len(a) x len(b) array."""
+    differ = a[:, None] ^ b[None, :]
+    if wa is not None:
+        differ &= ~(wa[:, None] | wb[None, :])
+    return np.bitwise_count(differ).astype(np.int8)
 
 
 PAIRS_A_BLOCK = 1 << 22  # pairs compared at once: about 40 MB of temporaries
 
 
-def close_pairs(values: np.ndarray, distance: int):
-    """(i, j, bits) for every i < j with fingerprints within ``distance`` bits, compared
-    a block of rows at a time (``PAIRS_A_BLOCK`` pairs: memory bounded whatever the
-    count)."""
+def close_pairs(values: np.ndarray, distance: int, weak: np.ndarray | None = None):
+    """(i, j, bits) for every i < j with fingerprints within ``distance`` bits (``weak``:
+    each one's weak bits, left out), compared a block of rows at a time
+    (``PAIRS_A_BLOCK`` pairs: memory bounded whatever the count)."""
     block = max(1, PAIRS_A_BLOCK // max(1, len(values)))
     for start in range(0, len(values), block):
-        d = distances(values[start : start + block], values)
+        rows_weak = None if weak is None else weak[start : start + block]
+        d = distances(values[start : start + block], values, rows_weak, weak)
         rows, cols = np.nonzero(d <= distance)
         keep = cols > rows + start
         for i, j in zip(rows[keep], cols[keep]):
@@ -140,6 +282,14 @@ def describe(found: dict) -> str:
     across = f", {given} given two splits by the manifest" if given else ""
     largest = found.get("largest_cluster")
     biggest = f", the largest {largest}" if largest else ""
+    refused = found.get("bridges_refused", 0)
+    if refused:
+        named = "; ".join(f"{a} ~ {b}" for a, b in found.get("bridges", []))
+        more = ", ..." if refused > len(found.get("bridges", [])) else ""
+        biggest += (
+            f"; {refused} joins refused (a cluster would pass {found['largest_allowed']} "
+            f"images; these near-duplicates may sit in two splits): {named}{more}"
+        )
     return (
         f"near-duplicates (within {found['distance']} bits): {found['clusters']} clusters "
         f"holding {found['inputs_in_clusters']} inputs{biggest}{kept}{across}"
@@ -152,7 +302,7 @@ def sidecar_name(shard_name: str) -> str:
 
 
 def sidecar_line(key: str, hex_fingerprint: str) -> bytes:
-    """One record's line of a shard's ``.near`` file: ``["<16 hex>", "<key>"]``."""
+    """One record's line of a shard's ``.near`` file: ``["<fingerprint>", "<key>"]``."""
     return (json.dumps([hex_fingerprint, key], ensure_ascii=True) + "\n").encode("ascii")
 
 
@@ -166,9 +316,9 @@ def parse_sidecar(data: bytes) -> list[tuple[str, str]]:
             isinstance(found, list)
             and len(found) == 2
             and all(isinstance(x, str) for x in found)
-            and len(found[0]) == 16
+            and len(found[0]) == FINGERPRINT_CHARS
         ):
-            raise ValueError(f'line {number} is not ["<16 hex digits>", "<key>"]')
-        int(found[0], 16)
+            raise ValueError(f'line {number} is not ["<{FINGERPRINT_CHARS} hex digits>", "<key>"]')
+        bytes.fromhex(found[0])
         out.append((found[1], found[0]))
     return out

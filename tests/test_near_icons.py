@@ -1,0 +1,181 @@
+"""--dedupe near on drawn pictures (issue 46): the same icon drawn at every size is one
+cluster, different simple pictures are not, and no cluster chains a share of the
+dataset together.
+
+The icons are drawn here with Pillow at each size (the shapes placed in fractions of
+the side, lines rounded to whole pixels: redrawn, not resized), on a transparent
+background whose hidden pixels hold noise, as real icon themes' often do. The real
+themes' figures are benchmarks/near_icons_bench.py's.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import numpy as np
+import pytest
+from conftest import run_convert
+from PIL import Image, ImageDraw
+
+from evenshard import convert_command
+from schemas import near
+
+SIZES = (32, 48, 64, 128, 256)
+COLOURS = ((200, 40, 40), (40, 90, 200), (240, 190, 30), (60, 160, 70))
+
+
+def _canvas(size: int, seed: int) -> Image.Image:
+    """A transparent square whose hidden colours are noise."""
+    noise = np.random.default_rng(seed).integers(0, 256, (size, size, 4), dtype=np.uint8)
+    noise[..., 3] = 0
+    return Image.fromarray(noise, "RGBA")
+
+
+def icon(kind: int, size: int) -> Image.Image:
+    """Icon ``kind`` drawn at ``size`` px: a coloured body, an outline, a mark inside."""
+    im = _canvas(size, kind * 1000 + size)
+    draw = ImageDraw.Draw(im)
+    s = size / 32
+    line = max(1, round(s))
+    colour = COLOURS[kind % 4]
+    shape = kind // 4 % 3
+    box = [3 * s, 3 * s, 29 * s, 29 * s]
+    if shape == 0:
+        draw.rounded_rectangle(box, radius=4 * s, fill=colour, outline=(30, 30, 30), width=line)
+    elif shape == 1:
+        draw.ellipse(box, fill=colour, outline=(30, 30, 30), width=line)
+    else:
+        draw.polygon([(16 * s, 2 * s), (30 * s, 29 * s), (2 * s, 29 * s)], fill=colour)
+    mark = kind // 12 % 3
+    if mark == 0:
+        draw.line([(9 * s, 16 * s), (23 * s, 16 * s)], fill="white", width=3 * line)
+    elif mark == 1:
+        draw.line([(10 * s, 10 * s), (22 * s, 22 * s)], fill="white", width=3 * line)
+    else:
+        draw.ellipse([12 * s, 12 * s, 20 * s, 20 * s], fill="white")
+    return im
+
+
+def parsed(im: Image.Image) -> near.Parsed:
+    return near.parse(near.fingerprint(im))
+
+
+@pytest.mark.fast
+def test_what_transparency_hides_is_not_fingerprinted():
+    drawn = icon(5, 48)
+    hidden = np.asarray(drawn).copy()
+    hidden[..., :3][hidden[..., 3] == 0] = 0  # other colours under alpha 0
+    assert near.fingerprint(Image.fromarray(hidden, "RGBA")) == near.fingerprint(drawn)
+
+
+@pytest.mark.fast
+def test_an_icon_drawn_at_every_size_matches_itself_and_no_icon_of_another_colour():
+    kinds = range(24)
+    found = {(k, s): parsed(icon(k, s)) for k in kinds for s in SIZES}
+    same = [
+        near.matches(found[k, a], found[k, b], near.DEFAULT_DISTANCE) is not None
+        for k in kinds
+        for a, b in itertools.combinations(SIZES, 2)
+    ]
+    assert np.mean(same) >= 0.95  # 228 of 240; the hash alone: 198
+    for a, b in itertools.combinations(found, 2):
+        if a[0] % 4 != b[0] % 4:  # another colour: never
+            assert near.matches(found[a], found[b], near.DEFAULT_DISTANCE) is None, (a, b)
+    # one colour, one feature apart (a rounded square and a disc, one mark; one shape,
+    # another mark): 221 of 1,500 pairs match, the hard case (8x8 thumbnails): the
+    # clusters' bound keeps them from chaining; the real themes' figures are the bench's
+
+
+def gradient(angle: int, low: tuple, high: tuple, size: int = 64) -> Image.Image:
+    y, x = np.mgrid[0:size, 0:size] / (size - 1)
+    t = np.cos(np.radians(angle)) * x + np.sin(np.radians(angle)) * y
+    t = (t - t.min()) / (t.max() - t.min())
+    rgb = np.array(low) + t[..., None] * (np.array(high) - np.array(low))
+    return Image.fromarray(rgb.round().astype(np.uint8), "RGB")
+
+
+def two_tone(cut: float, left: tuple, right: tuple, size: int = 64) -> Image.Image:
+    im = Image.new("RGB", (size, size), left)
+    ImageDraw.Draw(im).rectangle([round(cut * size), 0, size, size], fill=right)
+    return im
+
+
+def flat_icon(shape: str, colour: tuple, size: int = 48) -> Image.Image:
+    im = Image.new("RGBA", (size, size), (0, 0, 0, 0))
+    draw = ImageDraw.Draw(im)
+    box = [6, 6, size - 6, size - 6]
+    {"square": draw.rectangle, "disc": draw.ellipse}[shape](box, fill=colour)
+    return im
+
+
+@pytest.mark.fast
+def test_simple_pictures_that_differ_do_not_match():
+    pictures = {
+        "flat gray 120": Image.new("L", (64, 64), 120),
+        "flat gray 136": Image.new("L", (64, 64), 136),
+        "flat blue": Image.new("RGB", (64, 64), (40, 60, 200)),
+        "flat red": Image.new("RGB", (64, 64), (200, 50, 40)),
+        "gradient across": gradient(0, (0, 0, 0), (255, 255, 255)),
+        "gradient down": gradient(90, (0, 0, 0), (255, 255, 255)),
+        "gradient blue to red": gradient(0, (40, 60, 200), (200, 50, 40)),
+        "gradient green to gray": gradient(0, (40, 200, 60), (128, 128, 128)),
+        "two-tone at 1/2": two_tone(0.5, (250, 250, 250), (20, 20, 20)),
+        "two-tone at 1/2, red/blue": two_tone(0.5, (220, 40, 40), (40, 40, 220)),
+        "two-tone at 1/2, green/yellow": two_tone(0.5, (40, 180, 40), (240, 220, 30)),
+        "red square": flat_icon("square", (220, 40, 40)),
+        "blue square": flat_icon("square", (40, 40, 220)),
+        "red disc": flat_icon("disc", (220, 40, 40)),
+    }
+    found = {name: parsed(im) for name, im in pictures.items()}
+    for a, b in itertools.combinations(found, 2):
+        assert near.matches(found[a], found[b], near.DEFAULT_DISTANCE) is None, (a, b)
+    # and each still matches its own copy at half size (but the flat icons: a plain
+    # square on transparency at 24 px is 12 bits from itself at 48, the hash's weak case)
+    for name, im in pictures.items():
+        if im.mode == "RGBA":
+            continue
+        again = parsed(im.resize((im.width // 2, im.height // 2), Image.LANCZOS))
+        assert near.matches(found[name], again, near.DEFAULT_DISTANCE) is not None, name
+
+
+@pytest.mark.fast
+def test_a_flat_picture_matches_only_its_identical_thumbnail():
+    flat = parsed(Image.new("RGB", (40, 40), (90, 90, 90)))
+    assert flat.quality < near.QUALITY_GATE
+    assert near.matches(flat, parsed(Image.new("RGB", (80, 80), (90, 90, 90))), 10) is not None
+    assert near.matches(flat, parsed(Image.new("RGB", (40, 40), (96, 96, 96))), 10) is None
+
+
+def morph(step: int, steps: int, size: int = 64) -> Image.Image:
+    """Step ``step`` of a fade from one drawn picture into an unrelated one: each step a
+    near-duplicate of the next, the two ends nothing alike."""
+    a = np.asarray(icon(0, size).convert("RGB"), dtype=np.float64)
+    b = np.asarray(gradient(45, (250, 230, 20), (20, 40, 120), size), dtype=np.float64)
+    t = 0.8 * step / (steps - 1)  # the last fifth: a gradient, its hash unsteady
+    return Image.fromarray(((1 - t) * a + t * b).round().astype(np.uint8), "RGB")
+
+
+def test_a_chain_of_near_duplicates_is_cut_and_its_bridges_named(tmp_path):
+    steps = 48
+    folder = tmp_path / "images" / "x"
+    folder.mkdir(parents=True)
+    for i in range(steps):
+        morph(i, steps).save(folder / f"step{i:02d}.png")
+    for i in range(12):  # unrelated pictures, to split
+        icon(i + 30, 64).save(folder / f"other{i:02d}.png")
+    values = [parsed(morph(i, steps)) for i in range(steps)]
+    links = [near.matches(a, b, near.DEFAULT_DISTANCE) for a, b in zip(values, values[1:])]
+    assert all(link is not None for link in links)  # one chain, end to end
+    assert near.matches(values[0], values[-1], near.DEFAULT_DISTANCE) is None
+    out = str(tmp_path / "out")
+    info = run_convert(str(tmp_path / "images"), out, "--dedupe=near", "--splits=a=0.5,b=0.5")
+    found = info["near_duplicates"]
+    assert found["largest_allowed"] == 16  # 1 % of 60 inputs is less than the floor
+    assert found["largest_cluster"] <= 16
+    assert found["bridges_refused"] >= 2
+    a, b = found["bridges"][0]
+    assert a.startswith("x/step") and b.startswith("x/step")
+    said = convert_command.summary(info, out, 1.0)
+    assert "joins refused (a cluster would pass 16 images" in said and f"{a} ~ {b}" in said
+    assert os.path.exists(out)
