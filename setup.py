@@ -50,6 +50,7 @@ setup(
             "jax>=0.4.30",
             # record inputs (issue 42) written by their own libraries in the tests
             "datasets>=3",  # Hugging Face Parquet
+            "webdataset>=0.2",  # WebDataset tars
         ],
         "dask": ["apache-beam[dask]>=2.60,<3", "dask[distributed]"],
         # s3:// datasets and conversions: Beam's S3 filesystem and boto3

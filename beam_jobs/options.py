@@ -22,7 +22,7 @@ VERIFY_MODES = ("full", "header")
 DEDUPE_MODES = ("none", "content", "near")
 NEAR_KEEP = ("all", "one")
 MANIFEST_SUFFIXES = (".csv", ".jsonl", ".csv.gz", ".jsonl.gz")
-INPUT_FORMATS = ("images", "tfrecord", "parquet")
+INPUT_FORMATS = ("images", "tfrecord", "parquet", "webdataset")
 
 
 class UserError(ValueError):
@@ -163,7 +163,7 @@ class ConvertOptions:
         if self.input_format == "images" and any(features):
             raise UserError(
                 "--image_feature, --label_feature and --key_feature name features of "
-                "records: add --input_format=tfrecord (or parquet)"
+                "records: add --input_format=tfrecord (or parquet, webdataset)"
             )
         if self.path_root is not None and self.record_kind != "path":
             raise UserError("--path_root only applies to --record_kind=path")
@@ -241,13 +241,13 @@ _FLAGS = {
     "input": (
         "image-folder root, or a .csv/.jsonl manifest (local, gs://, s3://); with "
         "--input_format=tfrecord a folder of *.tfrecord* files, or a glob of them "
-        "(parquet: *.parquet)",
+        "(parquet: *.parquet; webdataset: *.tar, *.tar.gz, *.tgz)",
         None,
     ),
     "output_dir": ("where shards and dataset_info.json go", None),
     "input_format": (
         "images: image files; tfrecord: tf.train.Example records; parquet: rows as "
-        "Hugging Face datasets writes them",
+        "Hugging Face datasets writes them; webdataset: samples of tars",
         INPUT_FORMATS,
     ),
     "image_feature": ("records: the feature (column) holding the image (found if one fits)", None),

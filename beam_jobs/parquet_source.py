@@ -19,9 +19,15 @@ import sys
 import zlib
 
 from beam_jobs import paths
-from beam_jobs.record_rules import RecordFormat, RecordProblem, RecordRules, is_parquet_file
+from beam_jobs.record_rules import RecordFormat, RecordProblem, RecordRules
 from beam_jobs.record_source import ReadRecordFile
 from beam_jobs.records import Image, make_reject
+
+
+def is_parquet_file(rel: str) -> bool:
+    """A folder's Parquet file: visible, named ``*.parquet``."""
+    parts = rel.split("/")
+    return parts[-1].endswith(".parquet") and not any(p.startswith(".") for p in parts)
 
 
 def _parquet():

@@ -185,7 +185,9 @@ def check_records(job: Job) -> tuple[RecordFeatures, tuple[str, ...] | None]:
             continue
         if found is not None:
             o = options
-            features = choose_features(found, o.image_feature, o.label_feature, o.key_feature)
+            features = choose_features(
+                found, o.image_feature, o.label_feature, o.key_feature, fmt.label_names
+            )
             return features, fmt.class_names(path, features.label)
     readable = "tf.train.Example" if fmt.what == "TFRecord" else "row"
     raise UserError(

@@ -37,12 +37,6 @@ def is_record_file(rel: str) -> bool:
     return ".tfrecord" in parts[-1] and not any(p.startswith(".") for p in parts)
 
 
-def is_parquet_file(rel: str) -> bool:
-    """A folder's Parquet file: visible, named ``*.parquet``."""
-    parts = rel.split("/")
-    return parts[-1].endswith(".parquet") and not any(p.startswith(".") for p in parts)
-
-
 @dataclasses.dataclass(frozen=True)
 class RecordFormat:
     """What convert needs of one format of record files (its source module's ``FORMAT``).
@@ -59,6 +53,8 @@ class RecordFormat:
         images_again: ([(file, Image)] of a shard, image feature) -> (bytes, what
             changed or None) of each, in order: the writer's second read.
         place: an ``Image.record`` in words (``byte 120``, ``row 3``).
+        label_names: the names of its label features (WebDataset's ``cls``), chosen
+            as ``*label*`` ones are.
     """
 
     what: str
@@ -69,6 +65,7 @@ class RecordFormat:
     class_names: Callable[[str, str], tuple[str, ...] | None]
     images_again: Callable
     place: Callable[[tuple[int, int]], str]
+    label_names: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,13 +92,18 @@ def _is_text(value: bytes) -> bool:
 
 
 def choose_features(
-    found: dict[str, tuple[str, list]], image: str | None, label: str | None, key: str | None
+    found: dict[str, tuple[str, list]],
+    image: str | None,
+    label: str | None,
+    key: str | None,
+    label_names: tuple[str, ...] = (),
 ) -> RecordFeatures:
     """The features named by the flags, else the one that fits: the image is the
     bytes feature whose value starts as an image does; the label the int64 or text
-    feature named ``*label*``, else the only int64 or text feature left; no key
-    unless one is named ``key`` or ``*/key``. ``found``: a record's
-    ``schemas.example.parse_features``.
+    feature named ``*label*`` or one of ``label_names`` (the format's: WebDataset's
+    ``cls``), else the only int64 or text feature left (none named ``__*``, a
+    WebDataset sample's ``__key__``); no key unless one is named ``key`` or ``*/key``.
+    ``found``: a record's ``schemas.example.parse_features``.
 
     Raises:
         UserError: a named feature the record lacks, or none or several that fit,
@@ -143,7 +145,8 @@ def choose_features(
     else:
         texts = [n for n in _single(found, "bytes") if _is_text(found[n][1][0])]
         fits = sorted({*_single(found, "int64"), *texts} - {image, key})
-        labelled = [n for n in fits if "label" in n.lower()]
+        fits = [n for n in fits if not n.startswith("__")]
+        labelled = [n for n in fits if "label" in n.lower() or n in label_names]
         label = one("label_feature", "the label", labelled or fits)
     return RecordFeatures(image, label, found[label][0], key)
 

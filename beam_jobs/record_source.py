@@ -1,6 +1,7 @@
-"""ReadRecordFiles: the records of record files (TFRecord, Parquet) as inputs (issue 42),
-each one's image inspected as it is read. A format's module reads its files
-(``tfrecord_source``, ``parquet_source``); what they share is here.
+"""ReadRecordFiles: the records of record files (TFRecord, Parquet, WebDataset) as inputs
+(issue 42), each one's image inspected as it is read. A format's module reads its
+files (``tfrecord_source``, ``parquet_source``, ``webdataset_source``); what they
+share is here.
 
 Listing is one ``FileSystems.match`` of the pattern, run in a worker: the driver
 plans nothing per file (it reads one record, to choose the features). The files
@@ -135,6 +136,8 @@ def record_format(name: str) -> RecordFormat:
     """The ``RecordFormat`` of ``--input_format=name``: its source module's ``FORMAT``."""
     if name == "parquet":
         from beam_jobs.parquet_source import FORMAT
+    elif name == "webdataset":
+        from beam_jobs.webdataset_source import FORMAT
     else:
         from beam_jobs.tfrecord_source import FORMAT
     return FORMAT

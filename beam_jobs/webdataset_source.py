@@ -1,0 +1,185 @@
+"""WebDataset tars as inputs (issue 42): a sample is the members of a tar that share a
+key (WebDataset's rule: ``dir/name.EXT`` is sample ``dir/name``, member ``EXT``,
+the basename cut at its first dot), in a row.
+
+Each tar (``.tar``, or gzip: ``.tar.gz``, ``.tgz``) is read once, as a stream. A
+sample's members become features as a TFRecord's are (``_features``): each member
+its bytes, ``cls`` an int64 (text when it is no integer), ``json`` its top-level
+ints and texts as ``json.NAME``, ``__key__`` the sample's key; so the same rules
+choose and read them (``record_rules``). A record's place is its image member's
+(byte offset in the tar, length): the writer reads it again with one ranged read
+(gzip: the tar decompressed up to it, once a file a shard). Damage (a tar cut
+short, a file that is no tar) is one reject naming the sample and its byte; the
+samples before it are kept.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import tarfile
+import zlib
+
+from beam_jobs import paths
+from beam_jobs.record_rules import RecordFormat
+from beam_jobs.record_source import ReadRecordFile
+from beam_jobs.records import Image, make_reject
+
+SUFFIXES = (".tar", ".tar.gz", ".tgz")
+
+
+def is_tar_file(rel: str) -> bool:
+    """A folder's WebDataset tar: visible, named ``*.tar``, ``*.tar.gz`` or ``*.tgz``."""
+    parts = rel.split("/")
+    return parts[-1].lower().endswith(SUFFIXES) and not any(p.startswith(".") for p in parts)
+
+
+def _split(name: str) -> tuple[str, str]:
+    """A member's (sample key, extension): ``a/b.c.d`` -> (``a/b``, ``c.d``)."""
+    folder, _, base = name.rpartition("/")
+    stem, _, ext = base.partition(".")
+    return (f"{folder}/{stem}" if folder else stem), ext.lower()
+
+
+def _samples(raw):
+    """A tar stream's samples, in order: (key, {ext: (data offset, bytes)}). Raises
+    tarfile.ReadError or EOFError where the tar is damaged."""
+    key, members = None, {}
+    with tarfile.open(fileobj=raw, mode="r|*") as tar:
+        for m in tar:
+            if not m.isfile():
+                continue
+            k, ext = _split(m.name)
+            if k != key and members:
+                yield key, members
+                members = {}
+            key = k
+            members[ext] = (m.offset_data, tar.extractfile(m).read())
+    if members:
+        yield key, members
+
+
+def _features(key: str, members: dict) -> dict[str, tuple[str, list]]:
+    found: dict[str, tuple[str, list]] = {"__key__": ("bytes", [key.encode("utf-8")])}
+    for ext, (_, data) in members.items():
+        found[ext] = ("bytes", [data])
+        if ext == "cls":
+            text = data.decode("utf-8", "replace").strip()
+            found[ext] = (
+                ("int64", [int(text)]) if text.lstrip("-").isdigit() else ("bytes", [text.encode()])
+            )
+        elif ext == "json":
+            try:
+                fields = json.loads(data)
+            except ValueError:
+                continue
+            for name, v in fields.items() if isinstance(fields, dict) else ():
+                if isinstance(v, int) and not isinstance(v, bool):
+                    found[f"json.{name}"] = ("int64", [v])
+                elif isinstance(v, str):
+                    found[f"json.{name}"] = ("bytes", [v.encode("utf-8")])
+    return found
+
+
+class _ReadTar(ReadRecordFile):
+    """tar path -> Image | Reject, one a sample, and one Reject for damage."""
+
+    def process(self, path: str):
+        rel = paths.relative_to(self._root, path) or path
+        index, byte = 0, 0  # the next sample, and where its first member starts
+        try:
+            with paths.open_binary(path) as raw:
+                for key, members in _samples(raw):
+                    place = members.get(self._image, (min(o for o, _ in members.values()), b""))
+                    where = f"sample {index} ({key!r}, byte {place[0]})"
+                    features = _features(key, members)
+                    yield self.record(
+                        path, f"{rel}#{index}", where, features, (place[0], len(place[1]))
+                    )
+                    index += 1
+                    byte = max(o + len(d) for o, d in members.values())
+        except (tarfile.ReadError, EOFError, zlib.error, gzip.BadGzipFile) as e:
+            reason = "truncated" if "unexpected end" in str(e) else "corrupt"
+            problem = "the tar ends inside it" if reason == "truncated" else f"no tar ({e})"
+            detail = (
+                f"sample {index} (after byte {byte}): {problem}; the samples before it are kept"
+            )
+            yield make_reject(f"{rel}#{index}", path, reason, detail)
+        except OSError as e:  # BeamIOError is one
+            yield self.unreadable(f"{rel}#{index}", path, f"sample {index}", e)
+
+
+def _first(path: str) -> dict | None:
+    try:
+        with paths.open_binary(path) as raw:
+            for key, members in _samples(raw):
+                return _features(key, members)
+    except (tarfile.ReadError, EOFError, zlib.error, gzip.BadGzipFile) as e:
+        raise ValueError(f"{path}: sample 0: not a readable tar ({e})") from None
+    return None
+
+
+def images_again(items: list[tuple[str, Image]], feature: str):
+    """The images of a shard's samples (``items``: (tar, Image), ``im.record``: the image
+    member's (byte offset, length)) read again, in order: (bytes, what changed since
+    inspection or None) each. A plain tar: one ranged read an image; gzip: each tar
+    decompressed once, up to the last image the shard needs of it."""
+    wanted: dict[str, set[tuple[int, int]]] = {}
+    for path, im in items:
+        if _gzipped(path):
+            wanted.setdefault(path, set()).add(im.record)
+    found = {path: _gzip_ranges(path, ranges) for path, ranges in wanted.items()}
+    for path, im in items:
+        offset, length = im.record
+        try:
+            data = found[path][offset, length] if path in found else None
+            if isinstance(data, Exception):
+                raise data
+            if data is None:
+                data = paths.read_range(path, length, offset)
+        except FileNotFoundError:
+            yield b"", "the file was removed after it was inspected"
+            continue
+        except (OSError, EOFError, zlib.error) as e:
+            yield b"", f"byte {offset}: the member is not the one inspected ({e})"
+            continue
+        if len(data) != im.num_bytes or zlib.crc32(data) != im.crc32:
+            yield data, f"byte {offset}: the member's image is not the one inspected"
+        else:
+            yield data, None
+
+
+def _gzipped(path: str) -> bool:
+    return path.lower().endswith(SUFFIXES[1:])
+
+
+def _gzip_ranges(path: str, ranges: set[tuple[int, int]]) -> dict:
+    """The (offset, length) ranges of a gzip tar's decompressed stream, or the error."""
+    got: dict = {}
+    try:
+        with paths.open_binary(path) as raw, gzip.GzipFile(fileobj=raw) as stream:
+            at = 0
+            for offset, length in sorted(ranges):
+                while at < offset:  # skipped a megabyte at a time
+                    skipped = len(stream.read(min(offset - at, 1 << 20)))
+                    if not skipped:
+                        raise EOFError(f"the file ends before byte {offset}")
+                    at += skipped
+                got[offset, length] = stream.read(length)
+                at = offset + len(got[offset, length])
+    except (OSError, EOFError, zlib.error) as e:
+        got = dict.fromkeys(ranges, e)
+    return got
+
+
+FORMAT = RecordFormat(
+    what="WebDataset",
+    files="*.tar, *.tar.gz, *.tgz",
+    named=is_tar_file,
+    reader=_ReadTar,
+    first=_first,
+    class_names=lambda path, label: None,
+    images_again=images_again,
+    place=lambda record: f"byte {record[0]}",
+    label_names=("cls",),
+)
