@@ -51,6 +51,7 @@ setup(
             # record inputs (issue 42) written by their own libraries in the tests
             "datasets>=3",  # Hugging Face Parquet
             "webdataset>=0.2",  # WebDataset tars
+            "tensorflow-datasets>=4.9",  # a TFDS-prepared dataset
         ],
         "dask": ["apache-beam[dask]>=2.60,<3", "dask[distributed]"],
         # s3:// datasets and conversions: Beam's S3 filesystem and boto3

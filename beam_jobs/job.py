@@ -37,8 +37,9 @@ class Job:
         path_root: path kind: the root stored paths are relative to; else None.
         labels_folder: the folder of the ``--labels`` file, or None.
         vocabulary: the ``--labels`` vocabulary in order, or None.
-        records: a record input (``--input_format`` tfrecord, parquet): the glob of its
-            files (a folder's: ``ROOT/**``, the files its format names); else None.
+        records: a record input (``--input_format`` tfrecord, parquet, webdataset,
+            tfds): the glob of its files (a folder's: ``ROOT/**``, the files its format
+            names; tfds: the version folder's shards of ``--input_split``); else None.
         features: the records' image, label and key features (``preflight``).
     """
 
@@ -62,6 +63,9 @@ class Job:
         if options.is_manifest:
             manifest = paths.normalize_root(options.input)
             root = paths.normalize_root(paths.posix_dirname(options.input))
+        elif options.input_format == "tfds":  # the version folder's shards (of a split)
+            manifest, root = None, paths.normalize_root(options.input)
+            records = f"{root}/*-{options.input_split or '*'}.tfrecord-*-of-*"
         elif options.input_format != "images":
             manifest, root = None, paths.normalize_root(glob_root(options.input))
             glob = is_glob(options.input)

@@ -22,7 +22,7 @@ VERIFY_MODES = ("full", "header")
 DEDUPE_MODES = ("none", "content", "near")
 NEAR_KEEP = ("all", "one")
 MANIFEST_SUFFIXES = (".csv", ".jsonl", ".csv.gz", ".jsonl.gz")
-INPUT_FORMATS = ("images", "tfrecord", "parquet", "webdataset")
+INPUT_FORMATS = ("images", "tfrecord", "parquet", "webdataset", "tfds")
 
 
 class UserError(ValueError):
@@ -96,6 +96,7 @@ class ConvertOptions:
     image_feature: str | None = None
     label_feature: str | None = None
     key_feature: str | None = None
+    input_split: str | None = None
     record_kind: str = "image"
     splits: tuple[tuple[str, float], ...] = (("train", 0.8), ("val", 0.1), ("test", 0.1))
     split_mode: str = "hash"
@@ -159,11 +160,15 @@ class ConvertOptions:
                 "--record_kind=path stores image paths, and records hold no image files: "
                 f"drop --record_kind with --input_format={self.input_format}"
             )
+        if self.input_split is not None and self.input_format != "tfds":
+            raise UserError(
+                "--input_split names a split of a TFDS dataset: add --input_format=tfds"
+            )
         features = (self.image_feature, self.label_feature, self.key_feature)
         if self.input_format == "images" and any(features):
             raise UserError(
                 "--image_feature, --label_feature and --key_feature name features of "
-                "records: add --input_format=tfrecord (or parquet, webdataset)"
+                "records: add --input_format=tfrecord (or parquet, webdataset, tfds)"
             )
         if self.path_root is not None and self.record_kind != "path":
             raise UserError("--path_root only applies to --record_kind=path")
@@ -241,18 +246,21 @@ _FLAGS = {
     "input": (
         "image-folder root, or a .csv/.jsonl manifest (local, gs://, s3://); with "
         "--input_format=tfrecord a folder of *.tfrecord* files, or a glob of them "
-        "(parquet: *.parquet; webdataset: *.tar, *.tar.gz, *.tgz)",
+        "(parquet: *.parquet; webdataset: *.tar, *.tar.gz, *.tgz; tfds: a prepared "
+        "dataset's version folder, NAME/VERSION)",
         None,
     ),
     "output_dir": ("where shards and dataset_info.json go", None),
     "input_format": (
         "images: image files; tfrecord: tf.train.Example records; parquet: rows as "
-        "Hugging Face datasets writes them; webdataset: samples of tars",
+        "Hugging Face datasets writes them; webdataset: samples of tars; tfds: a "
+        "TFDS-prepared dataset",
         INPUT_FORMATS,
     ),
     "image_feature": ("records: the feature (column) holding the image (found if one fits)", None),
     "label_feature": ("records: the int or text label feature (found if one fits)", None),
     "key_feature": ("records: a text feature of unique keys (default FILE#INDEX)", None),
+    "input_split": ("tfds: the one split of the dataset read (default: all)", None),
     "record_kind": ("image: bytes in the record; path: the path only", RECORD_KINDS),
     "splits": ("NAME=FRACTION,... summing to 1", None),
     "split_mode": ("hash: stable as data grows; exact: stratified counts", SPLIT_MODES),

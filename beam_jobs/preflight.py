@@ -148,13 +148,14 @@ _FIRST_FILES = 1000
 
 
 def check_records(job: Job) -> tuple[RecordFeatures, tuple[str, ...] | None]:
-    """The record files of ``--input_format`` (tfrecord, parquet) exist, and the features
-    of their first readable record are chosen (``record_rules.choose_features``). Reads
-    one listing page and one record, whatever the number of files.
+    """The record files of ``--input_format`` (tfrecord, parquet, webdataset, tfds) exist,
+    and the features of their first readable record are chosen
+    (``record_rules.choose_features``). Reads one listing page and one record, whatever
+    the number of files.
 
     Returns:
-        The features, and the label's class names the file declares (Parquet's
-        ClassLabel names), or None.
+        The features, and the label's class names the file declares (ClassLabel
+        names: Parquet's metadata, TFDS's ``LABEL.labels.txt``), or None.
 
     Raises:
         UserError: no files, no readable record, or features that do not fit.
@@ -164,6 +165,12 @@ def check_records(job: Job) -> tuple[RecordFeatures, tuple[str, ...] | None]:
     options = job.options
     fmt = record_format(options.input_format)
     _check_scheme(options.input)
+    image, label = options.image_feature, options.label_feature
+    if options.input_format == "tfds":  # features.json gives the defaults
+        from beam_jobs import tfds_source
+
+        image_default, label_default = tfds_source.check(job.input_root, options.input_split)
+        image, label = image or image_default, label or label_default
     named_only = not is_glob(options.input)
     try:
         files = record_files(fmt, job.records, job.input_root, named_only, _FIRST_FILES)
@@ -184,10 +191,7 @@ def check_records(job: Job) -> tuple[RecordFeatures, tuple[str, ...] | None]:
             problem = problem or (f" ({e})" if path in str(e) else f" ({path}: {e})")
             continue
         if found is not None:
-            o = options
-            features = choose_features(
-                found, o.image_feature, o.label_feature, o.key_feature, fmt.label_names
-            )
+            features = choose_features(found, image, label, options.key_feature, fmt.label_names)
             return features, fmt.class_names(path, features.label)
     readable = "tf.train.Example" if fmt.what == "TFRecord" else "row"
     raise UserError(

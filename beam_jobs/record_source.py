@@ -138,6 +138,8 @@ def record_format(name: str) -> RecordFormat:
         from beam_jobs.parquet_source import FORMAT
     elif name == "webdataset":
         from beam_jobs.webdataset_source import FORMAT
+    elif name == "tfds":
+        from beam_jobs.tfds_source import FORMAT
     else:
         from beam_jobs.tfrecord_source import FORMAT
     return FORMAT

@@ -1,0 +1,119 @@
+"""A TFDS-prepared dataset as convert's input (issue 42): prepared by
+``tensorflow-datasets`` itself, converted (one split or all), and read back with
+``reader.make_dataset``."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from conftest import read_rejects, run_convert
+from test_tfrecord_input import pngs, read_back
+
+from beam_jobs import convert
+from beam_jobs.options import UserError
+
+FLAGS = ["--input_format=tfds", "--num_shards=2", "--max_reject_fraction=0.5"]
+NAMES = ["cat", "dog", "owl"]
+SPLITS = {"train": range(0, 12), "test": range(12, 18)}
+
+
+def label_of(i: int) -> int:
+    return i * 3 // 18  # in order of generation: label-sorted
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    """A TFDS dataset of 18 PNGs (train 12, test 6), prepared by TFDS: its version folder."""
+    import tensorflow_datasets as tfds
+
+    src = tmp_path_factory.mktemp("src")
+    for i, image in enumerate(pngs(18)):
+        (src / f"{i}.png").write_bytes(image)
+
+    class Small(tfds.core.GeneratorBasedBuilder):
+        VERSION = tfds.core.Version("1.0.0")
+
+        def _info(self):
+            features = {
+                "image": tfds.features.Image(encoding_format="png"),
+                "label": tfds.features.ClassLabel(names=NAMES),
+                "id": tfds.features.Text(),
+            }
+            return tfds.core.DatasetInfo(
+                builder=self, features=tfds.features.FeaturesDict(features)
+            )
+
+        def _split_generators(self, dl_manager):
+            return {name: self._generate_examples(ids) for name, ids in SPLITS.items()}
+
+        def _generate_examples(self, ids):
+            for i in ids:
+                yield i, {"image": str(src / f"{i}.png"), "label": label_of(i), "id": f"img-{i}"}
+
+    data_dir = tmp_path_factory.mktemp("tfds")
+    Small(data_dir=str(data_dir)).download_and_prepare()
+    return str(data_dir / "small" / "1.0.0")
+
+
+def test_all_splits_convert_and_read_back_once(prepared, tmp_path):
+    out = str(tmp_path / "out")
+    info = run_convert(prepared, out, *FLAGS)
+    assert info["inputs"] == 18 and info["rejects"]["total"] == 0
+    assert info["labels"] == NAMES  # the ClassLabel names TFDS wrote
+    got = read_back(out)
+    assert sum(got.values()) == 18 and set(got.values()) == {1}
+    files = {"small-train.tfrecord-00000-of-00001": 12, "small-test.tfrecord-00000-of-00001": 6}
+    assert {k.split("#")[0] for k, _ in got} == set(files)
+    # every label once per id: the labels TFDS stored, by the names
+    assert sorted(y for _, y in got) == sorted(label_of(i) for i in range(18))
+
+
+def test_one_split_and_keys_by_flag(prepared, tmp_path):
+    out = str(tmp_path / "out")
+    info = run_convert(prepared, out, *FLAGS, "--input_split=test", "--key_feature=id")
+    assert info["inputs"] == 6
+    assert read_back(out) == {(f"img-{i}", label_of(i)): 1 for i in SPLITS["test"]}
+
+
+def test_a_damaged_shard_gives_named_rejects_and_counts_reconcile(prepared, tmp_path):
+    import shutil
+
+    copy = str(tmp_path / "copy")
+    shutil.copytree(prepared, copy)
+    shard = f"{copy}/small-train.tfrecord-00000-of-00001"
+    with open(shard, "r+b") as f:  # cut inside its last records
+        f.truncate(os.path.getsize(shard) - 40)
+    out = str(tmp_path / "out")
+    info = run_convert(copy, out, *FLAGS, "--input_split=train")
+    [reject] = read_rejects(out)
+    assert reject["key"] == "small-train.tfrecord-00000-of-00001#11"
+    assert reject["reason"] == "truncated"
+    written = sum(s["num_examples"] for s in info["splits"].values())
+    assert info["inputs"] == written + 1 == 12
+
+
+def test_in_memory_and_multi_process_give_the_same_bytes(prepared, tmp_path):
+    a = run_convert(prepared, str(tmp_path / "a"), *FLAGS, "--balance=label")
+    b = run_convert(
+        prepared,
+        str(tmp_path / "b"),
+        *FLAGS,
+        "--balance=label",
+        "--direct_running_mode=multi_processing",
+        "--direct_num_workers=2",
+    )
+    shas = [
+        s["sha256"] for i in (a, b) for sp in sorted(i["splits"]) for s in i["splits"][sp]["shards"]
+    ]
+    assert shas[: len(shas) // 2] == shas[len(shas) // 2 :]
+
+
+def test_mistakes_are_one_line(prepared, tmp_path):
+    argv = [f"--output_dir={tmp_path / 'out'}", "--input_format=tfds"]
+    with pytest.raises(UserError, match="no split 'validation'.*: test, train"):
+        convert.run([f"--input={prepared}", *argv, "--input_split=validation"])
+    with pytest.raises(UserError, match="no dataset_info.json"):
+        convert.run([f"--input={tmp_path}", *argv])
+    with pytest.raises(UserError, match="--input_split"):
+        convert.run([f"--input={tmp_path}", f"--output_dir={tmp_path / 'o'}", "--input_split=x"])
