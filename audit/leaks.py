@@ -7,9 +7,15 @@ user's own against a training set). Fingerprints come from the ``.near``
 files ``convert --dedupe near`` writes beside each shard, so nothing is
 decoded; a dataset without them has its images decoded once here.
 
-Pairs are found as convert finds them: fingerprints that share one of the
-``distance + 1`` band values are compared, so the work is the band values'
-sizes squared, not the dataset's. Identical fingerprints are compared once.
+Pairs are found as convert finds them (fingerprints that share a band value
+are compared, so the work is the band values' sizes squared, not the
+dataset's; identical fingerprints are compared once), but by a wider rule:
+``near.AUDIT_DISTANCE`` bits and the thumbnails' thresholds
+``near.AUDIT_SLACK`` times as wide. The audit asking convert's own question
+would see nothing convert missed; each pair says whether convert's rule
+matches it (then the grouping let it through: a refused bridge, a split given
+by the manifest, or no ``--dedupe near``), and the report counts the images
+whose near-duplicates across lie beyond that rule.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ class Side:
         self.info = load_info(data_dir)
         self.path_root = path_root or self.info.get("path_root", "")
         self.keys: list[str] = []
-        self.values: list[int] = []
+        self.values: list[str] = []  # the fingerprints (schemas.near)
         self.splits: list[str] = []
         self.where: list[tuple[str, int]] = []  # (shard file, record index)
         self.stored = True
@@ -45,7 +51,7 @@ class Side:
                     found = self._computed(shard)
                 for index, (key, value) in enumerate(found):
                     self.keys.append(key)
-                    self.values.append(near.to_int(value))
+                    self.values.append(value)
                     self.splits.append(name + split)
                     self.where.append((shard["file"], index))
 
@@ -96,27 +102,31 @@ class Side:
         raise LookupError(f"{shard} has no record {at}")
 
 
-def _close_unique(values: np.ndarray, distance: int) -> list[tuple[int, int, int]]:
-    """(u, v, bits) for distinct values u < v within ``distance`` bits: compared only
-    where they share a band value."""
-    found: dict[tuple[int, int], int] = {}
-    for band in near.band_values(values, distance):
-        order = np.argsort(band, kind="stable")
-        starts = np.flatnonzero(np.r_[True, band[order][1:] != band[order][:-1]])
-        for start, end in zip(starts, np.r_[starts[1:], len(order)]):
-            if end - start < 2:
-                continue
-            members = order[start:end]
-            for a, b, bits in near.close_pairs(values[members], distance):
-                u, v = sorted((int(members[a]), int(members[b])))
-                found[u, v] = bits
-    return [(u, v, bits) for (u, v), bits in found.items()]
+def _close_unique(unique: list[str], distance: int, slack: float, rule: int):
+    """(u, v, bits, grouped) for distinct fingerprints u < v that match within
+    ``distance`` bits and ``slack`` times the thumbnails' thresholds; grouped: whether
+    convert's rule (``rule`` bits, the thresholds as they are) matches them too."""
+    parsed = [near.parse(fp) for fp in unique]
+    out = []
+    for u, v in near.candidate_pairs(parsed, distance):
+        if near.matches(parsed[u], parsed[v], distance, slack) is not None:
+            grouped = near.matches(parsed[u], parsed[v], rule) is not None
+            out.append((u, v, near.apart(parsed[u], parsed[v], distance), grouped))
+    return out
 
 
-def find(sides: list[Side], distance: int = near.DEFAULT_DISTANCE, top: int = 20) -> dict:
+def find(
+    sides: list[Side], distance: int = near.AUDIT_DISTANCE, top: int = 20, slack: float = 0
+) -> dict:
     """The report: for each split, its images with a near-duplicate in each other split
     (between two datasets: OTHER's splits against DATASET's), and the ``top`` closest
-    pairs."""
+    pairs. The audit's rule is wider than convert's (``distance`` bits, the thumbnails'
+    thresholds ``slack`` times as wide: ``near.AUDIT_SLACK`` unless given), so it also
+    sees what the split grouping did not group; each pair says whether convert's rule
+    (the distance the dataset was converted with, else the default) matches it."""
+    slack = slack or near.AUDIT_SLACK
+    found = sides[0].info.get("near_duplicates") or {}
+    rule = min(distance, found.get("distance", near.DEFAULT_DISTANCE))
     keys = [k for s in sides for k in s.keys]
     split_of = [sp for s in sides for sp in s.splits]
     side_of = np.array([i for i, s in enumerate(sides) for _ in s.keys], dtype=np.int64)
@@ -124,19 +134,22 @@ def find(sides: list[Side], distance: int = near.DEFAULT_DISTANCE, top: int = 20
     if len(names) > 63:
         raise ValueError(f"{len(names)} splits: at most 63 can be audited together")
     group = np.array([names.index(sp) for sp in split_of], dtype=np.int64)
-    values = np.array([v for s in sides for v in s.values], dtype=np.uint64)
-    unique, inverse = np.unique(values, return_inverse=True)
+    unique, inverse = np.unique(np.array([v for s in sides for v in s.values]), return_inverse=True)
+    inverse = inverse.ravel()
     masks = np.zeros(len(unique), dtype=np.uint64)
     np.bitwise_or.at(masks, inverse, np.left_shift(np.uint64(1), group.astype(np.uint64)))
-    close = _close_unique(unique, distance)
-    reach = masks.copy()  # the splits holding the value or a value within distance
-    for u, v, _ in close:
-        reach[u] |= masks[v]
-        reach[v] |= masks[u]
+    close = _close_unique(list(unique), distance, slack, rule)
+    reach = masks.copy()  # the splits holding the value or a value that matches
+    inner = masks.copy()  # the same, by convert's rule
+    for u, v, _, grouped in close:
+        for seen in (reach, inner) if grouped else (reach,):
+            seen[u] |= masks[v]
+            seen[v] |= masks[u]
     counted = [i for i, s in enumerate(names) if len(sides) == 1 or s.startswith(sides[1].name)]
     against = [i for i, s in enumerate(names) if len(sides) == 1 or i not in counted]
     leaked: dict[str, dict[str, int]] = {}
     leaked_images = np.zeros(len(keys), dtype=bool)
+    by_rule = np.zeros(len(keys), dtype=bool)  # leaked by convert's rule too
     for g in counted:
         mine = group == g
         row = {}
@@ -146,29 +159,33 @@ def find(sides: list[Side], distance: int = near.DEFAULT_DISTANCE, top: int = 20
             hit = mine & ((reach[inverse] >> np.uint64(h)) & np.uint64(1)).astype(bool)
             row[names[h]] = int(hit.sum())
             leaked_images |= hit
+            by_rule |= mine & ((inner[inverse] >> np.uint64(h)) & np.uint64(1)).astype(bool)
         leaked[names[g]] = row
     pairs = _closest(close, masks, inverse, group, side_of, len(sides), top, keys)
     return {
         "distance": distance,
+        "convert_distance": rule,
         "fingerprints": "stored" if all(s.stored for s in sides) else "computed",
         "images": {n: int((group == i).sum()) for i, n in enumerate(names)},
         "leaked": leaked,
         "leaked_images": int(leaked_images.sum()),
+        "beyond_convert_rule": int((leaked_images & ~by_rule).sum()),
         "closest": [
             {
                 "bits": bits,
+                "grouped_by_convert_rule": grouped,
                 "a": {"split": split_of[a], "key": keys[a]},
                 "b": {"split": split_of[b], "key": keys[b]},
                 "index": (a, b),
             }
-            for bits, a, b in pairs
+            for bits, grouped, a, b in pairs
         ],
     }
 
 
 def _closest(close, masks, inverse, group, side_of, num_sides: int, top: int, keys):
-    """The ``top`` closest pairs of images in two splits (two datasets): (bits, a, b),
-    fewest bits first."""
+    """The ``top`` closest pairs of images in two splits (two datasets): (bits, grouped
+    by convert's rule, a, b), fewest bits first."""
     members: dict[int, list[int]] = {}
     for i in np.argsort(inverse, kind="stable"):
         members.setdefault(int(inverse[i]), []).append(int(i))
@@ -184,14 +201,14 @@ def _closest(close, masks, inverse, group, side_of, num_sides: int, top: int, ke
 
     if top <= 0:
         return []
-    candidates = [(0, u, u) for u, m in members.items() if len(m) > 1 and spans(u, u)]
-    candidates += [(bits, u, v) for u, v, bits in close if spans(u, v)]
+    candidates = [(0, True, u, u) for u, m in members.items() if len(m) > 1 and spans(u, u)]
+    candidates += [(bits, grouped, u, v) for u, v, bits, grouped in close if spans(u, v)]
     out = []
-    for bits, u, v in sorted(candidates):
+    for bits, grouped, u, v in sorted(candidates):
         for pair in ((a, b) for a in members[u] for b in members[v] if a < b or u != v):
             if apart(*pair):
                 a, b = sorted(pair, key=lambda i: (side_of[i], group[i], keys[i]))
-                out.append((bits, a, b))
+                out.append((bits, grouped, a, b))
                 if len(out) == top:
                     return out
     return out
@@ -230,7 +247,7 @@ def contact_sheet(sides: list[Side], report: dict, path: str, rows: int = 12) ->
             sheet.paste(image, (10 + col * (thumb + 5), y), image)
         a, b = pair["a"], pair["b"]
         lines = [
-            f"{pair['bits']} bits apart",
+            f"{pair['bits']} bits apart" + ("" if pair["grouped_by_convert_rule"] else " (*)"),
             f"{a['split']}: {_shown(a['key'])}",
             f"{b['split']}: {_shown(b['key'])}",
         ]
@@ -265,20 +282,28 @@ def _shown(key: str) -> str:
 def render(report: dict) -> str:
     """The report as text: counts per split pair, then the closest pairs."""
     lines = [
-        f"near-duplicates within {report['distance']} bits (fingerprints {report['fingerprints']}):"
+        f"near-duplicates within {report['distance']} bits, thumbnails alike (fingerprints "
+        f"{report['fingerprints']}):"
     ]
     for split, row in report["leaked"].items():
         for other, n in row.items():
             lines.append(f"  {split:<16} {n:>7} of {report['images'][split]} have one in {other}")
     lines.append(f"  images with a near-duplicate across: {report['leaked_images']}")
+    lines.append(
+        f"  of them, beyond convert's rule ({report['convert_distance']} bits, the thumbnails' "
+        f"thresholds; the audit's is wider): {report['beyond_convert_rule']}"
+    )
     if report["closest"]:
         lines.append("  closest pairs:")
         for p in report["closest"]:
             a, b = p["a"], p["b"]
+            mark = " " if p["grouped_by_convert_rule"] else "*"
             lines.append(
-                f"    {p['bits']:>2} bits  {a['split']}:{_shown(a['key'])}  "
+                f"   {mark}{p['bits']:>2} bits  {a['split']}:{_shown(a['key'])}  "
                 f"{b['split']}:{_shown(b['key'])}"
             )
+        if any(not p["grouped_by_convert_rule"] for p in report["closest"]):
+            lines.append("    (*: convert's rule does not match the pair: only the audit's)")
     return "\n".join(lines)
 
 

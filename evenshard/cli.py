@@ -41,12 +41,17 @@ def _inspect_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _leaks_flags(p: argparse.ArgumentParser) -> None:
-    from schemas.near import DEFAULT_DISTANCE
+    from schemas.near import AUDIT_DISTANCE
 
     a = p.add_argument
     a("data_dir", help="a folder written by evenshard convert")
     a("other", nargs="?", default=None, help="a second dataset: its images against DATA_DIR's")
-    a("--distance", type=int, default=DEFAULT_DISTANCE, help="bits within which images match")
+    a(
+        "--distance",
+        type=int,
+        default=AUDIT_DISTANCE,
+        help="bits within which images match (wider than convert's, to see what it missed)",
+    )
     a("--top", type=int, default=20, help="closest pairs to list (0: none)")
     a("--sheet", default=None, help="a .png to draw the closest pairs in, side by side")
     a(

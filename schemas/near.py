@@ -50,6 +50,8 @@ SIZE = 32  # the grayscale image the DCT is taken of
 LOW = 8  # the LOW x LOW lowest frequencies make the 64 bits
 DEFAULT_DISTANCE = 10
 MAX_DISTANCE = 20
+AUDIT_DISTANCE = 14  # evenshard leaks: wider than convert's rule, to see what it missed
+AUDIT_SLACK = 1.5  # ... and the thumbnails' thresholds half as wide again
 
 THUMB = 8  # the gray thumbnail the second measure compares, THUMB x THUMB
 WEAK = 8  # the hash's bits nearest the median, left out of a distance

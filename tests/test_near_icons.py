@@ -11,14 +11,16 @@ themes' figures are benchmarks/near_icons_bench.py's.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 
 import numpy as np
 import pytest
-from conftest import run_convert
+from conftest import run_convert, write_manifest
 from PIL import Image, ImageDraw
 
-from evenshard import convert_command
+from evenshard import cli, convert_command
+from evenshard.synthetic import photo_bytes
 from schemas import near
 
 SIZES = (32, 48, 64, 128, 256)
@@ -179,3 +181,41 @@ def test_a_chain_of_near_duplicates_is_cut_and_its_bridges_named(tmp_path):
     said = convert_command.summary(info, out, 1.0)
     assert "joins refused (a cluster would pass 16 images" in said and f"{a} ~ {b}" in said
     assert os.path.exists(out)
+
+
+def test_the_audit_sees_the_pairs_convert_did_not_group(tmp_path, capsys):
+    """Splits given by a manifest keep two pairs apart: icon 0 at 64 and 128 px (convert's
+    rule matches them) and icon 5 at 32 and 48 px (11 bits apart: only the audit's wider
+    rule does). The audit reports both, and which one convert's rule missed."""
+    folder = tmp_path / "images"
+    folder.mkdir()
+    rows = []
+    for kind, size, split in ((0, 64, "a"), (0, 128, "b"), (5, 32, "a"), (5, 48, "b")):
+        path = folder / f"icon{kind}_{size}.png"
+        icon(kind, size).save(path)
+        rows.append({"path": path.name, "label": "x", "split": split})
+    rng = np.random.default_rng(1)
+    for i in range(10):
+        path = folder / f"photo{i}.jpg"
+        path.write_bytes(photo_bytes(rng, 48, 64))
+        rows.append({"path": path.name, "label": "y", "split": ""})
+    manifest = write_manifest(str(folder / "m.csv"), rows, ["path", "label", "split"])
+    out = str(tmp_path / "out")
+    run_convert(manifest, out, "--dedupe=near", "--splits=a=0.5,b=0.5")
+    assert cli.main(["leaks", out, "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["leaked_images"] == 4 and report["beyond_convert_rule"] == 2
+    pairs = {
+        (p["a"]["key"], p["b"]["key"]): p["grouped_by_convert_rule"] for p in report["closest"]
+    }
+    assert pairs == {
+        ("icon0_64.png", "icon0_128.png"): True,
+        ("icon5_32.png", "icon5_48.png"): False,
+    }
+    assert cli.main(["leaks", out]) == 1
+    said = capsys.readouterr().out
+    assert (
+        "beyond convert's rule (10 bits, the thumbnails' thresholds; the audit's is wider): 2"
+        in said
+    )
+    assert "*11 bits  a:icon5_32.png  b:icon5_48.png" in said
