@@ -163,3 +163,39 @@ def test_the_writer_reads_a_row_again_and_names_one_that_changed(tmp_path):
     assert image_again(path, im(1, images[1]), "image")[1] == (
         "the file was removed after it was inspected"
     )
+
+
+@pytest.mark.slow
+def test_dask_gives_the_direct_runner_bytes_and_rejects(tmp_path):
+    root = str(tmp_path / "in")
+    images = pngs(30)
+    for f in range(3):
+        write_parquet(f"{root}/p{f}.parquet", images[f * 10 : f * 10 + 10], [f] * 10)
+    with open(f"{root}/text.parquet", "w") as f:
+        f.write("not parquet")
+    direct = run_convert(root, str(tmp_path / "direct"), *FLAGS)
+    dask = run_convert(root, str(tmp_path / "dask"), *FLAGS, "--runner=dask")
+    assert direct["inputs"] == dask["inputs"] == 31
+    assert dask["rejects"] == direct["rejects"] and direct["rejects"]["total"] == 1
+    shas = [
+        [s["sha256"] for sp in sorted(i["splits"]) for s in i["splits"][sp]["shards"]]
+        for i in (direct, dask)
+    ]
+    assert shas[0] == shas[1]
+
+
+@pytest.mark.slow
+def test_parquet_in_a_bucket(bucket, tmp_path):
+    """Parquet files in gs:// or s3://, read through Beam's file systems; the shard
+    writer reads their row groups again there."""
+    local = str(tmp_path / "in")
+    images = pngs(9)
+    write_parquet(f"{local}/a.parquet", images[:4], [0] * 4)
+    write_parquet(f"{local}/b.parquet", images[4:], [1] * 5, batch_size=2)
+    url = bucket.upload(local, "parquet")
+    out = str(tmp_path / "out")
+    info = run_convert(url, out, *FLAGS)
+    assert info["inputs"] == 9 and info["rejects"]["total"] == 0
+    expected = {(f"a.parquet#{i}", 0) for i in range(4)}
+    expected |= {(f"b.parquet#{i}", 1) for i in range(5)}
+    assert set(read_back(out)) == expected

@@ -149,3 +149,19 @@ def test_the_writer_reads_images_again_and_names_one_that_changed(tmp_path):
     os.remove(gz)
     [(_, problem)] = images_again([(gz, items[4][1])], "png")
     assert problem == "the file was removed after it was inspected"
+
+
+@pytest.mark.slow
+def test_tars_in_a_bucket(bucket, tmp_path):
+    """Tars in gs:// or s3:// (one gzip), read through Beam's file systems; the shard
+    writer reads each image member again by its range."""
+    local = str(tmp_path / "in")
+    write_tars(f"{local}/a-%03d.tar", samples(4, cls=lambda i: 0), 4)
+    write_tars(f"{local}/z/b-%03d.tar.gz", samples(5, seed=1, cls=lambda i: 1), 5)
+    url = bucket.upload(local, "tars")
+    out = str(tmp_path / "out")
+    info = run_convert(url, out, *FLAGS)
+    assert info["inputs"] == 9 and info["rejects"]["total"] == 0
+    expected = {(f"a-000.tar#{i}", 0) for i in range(4)}
+    expected |= {(f"z/b-000.tar.gz#{i}", 1) for i in range(5)}
+    assert set(read_back(out)) == expected
