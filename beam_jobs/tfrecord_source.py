@@ -1,9 +1,10 @@
 """The TFRecord files of tf.train.Example as inputs (issue 42): each file read once,
 front to back, every CRC checked (``schemas.tfrecord.records_at``), a record's
 place its (byte offset, length), by which the writer reads it again
-(``image_again``). Damage (a file cut short, a wrong CRC, a file that is no
-TFRecord) is one reject naming the file, the record and its byte; the records
-before it are kept. What record formats share: ``record_source``.
+(``images_again``: a ranged read a record, a gzip file once a shard). Damage (a
+file cut short, a wrong CRC, a file that is no TFRecord) is one reject naming the
+file, the record and its byte; the records before it are kept. What record formats
+share: ``record_source``.
 """
 
 from __future__ import annotations
@@ -48,23 +49,57 @@ def _first(path: str) -> dict | None:
     return None if data is None else parse_features(data)
 
 
+def images_again(items: list[tuple[str, Image]], feature: str):
+    """The images of a shard's records (``items``: (file, Image), ``im.record``: the
+    record's (byte offset, length)) read again, in order: (bytes, what changed since
+    inspection or None) each. Uncompressed: one ranged read a record; gzip: each file
+    decompressed once, up to the last record the shard needs of it (those records
+    held until written: at most a shard's)."""
+    wanted: dict[str, set[int]] = {}
+    for path, im in items:
+        if path.endswith(".gz"):
+            wanted.setdefault(path, set()).add(im.record[0])
+    found = {path: _gzip_records(path, offsets) for path, offsets in wanted.items()}
+    for path, im in items:
+        yield _checked(path, im, feature, found.get(path))
+
+
 def image_again(path: str, im: Image, feature: str) -> tuple[bytes, str | None]:
-    """The image of record ``im.record`` of ``path`` read again, and what changed since
-    inspection (None: nothing). Uncompressed: one ranged read of the record;
-    gzip: the file is decompressed up to it."""
+    """``images_again`` of one record."""
+    [got] = images_again([(path, im)], feature)
+    return got
+
+
+def _gzip_records(path: str, offsets: set[int]) -> dict:
+    """The records of a gzip file that start at ``offsets``, read in one pass that ends at
+    the last of them; the error that ended the pass, if any, under None."""
+    got: dict = {}
+    try:
+        with paths.open_binary(path) as raw:
+            for offset, data in tfrecord.records_at(path, raw):
+                if offset in offsets:
+                    got[offset] = data
+                    if len(got) == len(offsets):
+                        break
+    except (OSError, ValueError) as e:  # CorruptRecord is a ValueError
+        got[None] = e
+    return got
+
+
+def _checked(path: str, im: Image, feature: str, found: dict | None):
+    """(image, what changed or None) of record ``im.record`` of ``path``: from ``found``
+    (a gzip file's, ``_gzip_records``), else one ranged read."""
     offset, length = im.record
     try:
-        if path.endswith(".gz"):
-            with paths.open_binary(path) as raw:
-                data = next((d for o, d in tfrecord.records_at(path, raw) if o == offset), None)
-            if data is None:
-                return (
-                    b"",
-                    f"byte {offset}: the record is not the one inspected (none starts there)",
-                )
-        else:
+        if found is None:
             framed = paths.read_range(path, length + tfrecord.FRAME_OVERHEAD, offset)
             data = tfrecord.unframe(framed, path, -1, offset)
+        elif offset in found:
+            data = found.pop(offset)  # a record is read again once
+        elif None in found:
+            raise found[None]
+        else:
+            return b"", f"byte {offset}: the record is not the one inspected (none starts there)"
         image = RecordRules.image_of(parse_features(data), feature)
     except FileNotFoundError:
         return b"", "the file was removed after it was inspected"
@@ -73,12 +108,6 @@ def image_again(path: str, im: Image, feature: str) -> tuple[bytes, str | None]:
     if len(image) != im.num_bytes or zlib.crc32(image) != im.crc32:
         return image, f"byte {offset}: the record's image is not the one inspected"
     return image, None
-
-
-def images_again(items: list[tuple[str, Image]], feature: str):
-    """``image_again`` of each (file, Image) of ``items``, in order."""
-    for path, im in items:
-        yield image_again(path, im, feature)
 
 
 FORMAT = RecordFormat(
