@@ -169,6 +169,11 @@ class NumpyReader:
                 "state_dict() gives it"
             )
         saved = ReadState.from_json(state_dict["read_state"])
+        if saved.skips and self.spread is not None:
+            raise ValueError(
+                "the state skips steps: with views spread a step is one view of a batch of "
+                "images, which is not skipped alone; skip with views together"
+            )
         order, mine = state_dict.get("view_order"), self._view_order()
         if order is not None and order != mine:
             if not isinstance(order, str) or not all("=" in p for p in order.split()):

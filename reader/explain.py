@@ -20,6 +20,7 @@ import numpy as np
 
 from reader.info import open_shard
 from reader.options import ReadOptions
+from reader.order.batches import after
 from reader.order.views import emitted
 from reader.read import Read, merge, resolve, start_state
 from reader.state import ReadState
@@ -127,6 +128,8 @@ class Explain:
     def __init__(self, read: Read, views: int = 1, spread=None, skip: int = 0, augment=None):
         self.read, self.views, self.spread, self.skip = read, views, spread, skip
         self.augment = augment
+        if spread is not None and read.skips:
+            raise ValueError("the state skips steps: skip with views together, not spread")
         self.records = read.batch_size or 1
         self.keys = [_SourceKeys(source.share) for source in read.sources]
         self._orders: list[dict] = [{} for _ in read.sources]
@@ -142,7 +145,7 @@ class Explain:
     def batch(self, k: int) -> dict:
         """The k-th batch this read yields (counted from its start)."""
         if self.spread is None:
-            rows = self._read_batch(k)
+            rows = self._read_batch(after(k, self.read.skips))
             n = len(rows["key"])
             return self._views(
                 rows, np.repeat(np.arange(n), self.views), np.tile(np.arange(self.views), n)
@@ -292,27 +295,23 @@ class ShardKeys:
     def __init__(self, shards: list[dict]):
         self.shards = shards
         counts = [s["num_examples"] for s in shards]
-        self.firsts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-        self.tables: dict[int, tuple] = {}
+        self.firsts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.keys = np.full(int(self.firsts[-1]), "", object)
+        self.sizes = np.zeros((int(self.firsts[-1]), 2), np.int64)  # height, width
+        self.read = np.zeros(len(shards), bool)
 
     def of(self, ids: np.ndarray):
         """(keys, heights, widths) of records ``ids``."""
         files = np.searchsorted(self.firsts, ids, side="right") - 1
-        keys = [""] * len(ids)
-        heights, widths = np.zeros(len(ids), np.int64), np.zeros(len(ids), np.int64)
-        for f in np.unique(files):
-            rows = np.flatnonzero(files == f)
-            k, h, w = self._shard(int(f))
-            r = ids[rows] - self.firsts[f]
-            heights[rows], widths[rows] = h[r], w[r]
-            for row, j in zip(rows, r):
-                keys[row] = k[j]
-        return keys, heights, widths
+        for f in np.unique(files[~self.read[files]]):
+            self.fill(int(f), *shard_keys(self.shards[f]))
+        return list(self.keys[ids]), self.sizes[ids, 0], self.sizes[ids, 1]
 
-    def _shard(self, f: int) -> tuple:
-        if f not in self.tables:
-            self.tables[f] = shard_keys(self.shards[f])
-        return self.tables[f]
+    def fill(self, f: int, keys, heights, widths) -> None:
+        """Shard ``f``'s keys and sizes, read (or given)."""
+        at = slice(int(self.firsts[f]), int(self.firsts[f + 1]))
+        self.keys[at], self.sizes[at, 0], self.sizes[at, 1] = keys, heights, widths
+        self.read[f] = True
 
 
 def shard_keys(shard: dict) -> tuple[list[str], np.ndarray, np.ndarray]:

@@ -93,15 +93,16 @@ def make_dataset(
         deterministic = o.seed is not None or state is not None or not read.shuffled
     decoder = _decoder(read.sources[0], o, read.seed)
     parallel = {"num_parallel_calls": o.num_parallel_calls, "deterministic": deterministic}
-    remaining = read.remaining
+    remaining = read.yields
     if deal != (1, 0) and batch_size is None:
         raise ValueError("deal= shares batches: give batch_size")
     if batch_size is None:
-        ds = records.map(tfcall.graph(decoder.one), **parallel)
+        ds = _skipping(records, read.skips).map(tfcall.graph(decoder.one), **parallel)
     else:
         # Parse whole batches at once (parse_example is vectorized: ~5x faster
         # than a parse per record), then decode the images of each batch.
         ds = records.batch(batch_size, drop_remainder=o.drop_remainder)
+        ds = _skipping(ds, read.skips)
         every, first = deal
         if every > 1 and not o.pad_final_batch:  # dealt before decoding
             ds = ds.shard(every, first)
@@ -111,7 +112,7 @@ def make_dataset(
             if every > 1:  # padding counts the batches of the whole read
                 ds = ds.shard(every, first)
         if read.remaining is not None:
-            remaining = len(range(first, read.remaining, every))
+            remaining = len(range(first, read.yields, every))
     ds = ds.apply(
         tf.data.experimental.assert_cardinality(
             tf.data.INFINITE_CARDINALITY if remaining is None else remaining
@@ -191,6 +192,19 @@ def _preprocessed(data_dir, split, batch_size, o, state, python: dict, processes
     ds = ds.with_options(_tf_options(None))
     ds = ds.prefetch(o.prefetch) if o.prefetch is not None else ds
     return ds if state is None else (ds, start)
+
+
+def _skipping(ds, skips: tuple):
+    """``ds`` without its elements at the ``skips`` positions (a state's skipped steps:
+    their records read raw, never parsed or decoded)."""
+    if not skips:
+        return ds
+    firsts = tf.constant([a for a, _ in skips], tf.int64)
+    stops = tf.constant([b for _, b in skips], tf.int64)
+    kept = ds.enumerate().filter(
+        tfcall.graph(lambda i, e: tf.logical_not(tf.reduce_any((firsts <= i) & (i < stops))))
+    )
+    return kept.map(tfcall.graph(lambda i, e: e))
 
 
 def _tf_options(deterministic: bool | None):

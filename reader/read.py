@@ -17,7 +17,7 @@ import secrets
 from reader.info import split_fingerprint, split_shards
 from reader.mixture import Mixture
 from reader.options import ReadOptions
-from reader.order.batches import remaining
+from reader.order.batches import remaining, yielded
 from reader.order.mix import Schedule
 from reader.share import Share
 from reader.state import ReadState
@@ -51,6 +51,8 @@ class Read:
         seed: the read's seed (None: an unseeded read that draws nothing).
         options: the merged options (a saved start moved into ``state``).
         batch_size: as asked.
+        skips: positions (batches from the start, [first, stop)) not yielded: the
+            state's skips; ``remaining`` counts them, ``yields`` does not.
     """
 
     sources: tuple[Source, ...]
@@ -62,10 +64,16 @@ class Read:
     seed: int | None
     options: ReadOptions
     batch_size: int | None
+    skips: tuple = ()
 
     @property
     def shuffled(self) -> bool:
         return any(s.share.shuffle for s in self.sources)
+
+    @property
+    def yields(self) -> int | None:
+        """Elements yielded (None: endless): ``remaining`` less the skipped."""
+        return yielded(self.remaining, self.skips)
 
 
 def merge(options: ReadOptions | None, overrides: dict) -> ReadOptions:
@@ -143,7 +151,19 @@ def resolve(
         seed,
         options,
         batch_size,
+        _skips(resumed, options),
     )
+
+
+def _skips(state: ReadState | None, o: ReadOptions) -> tuple:
+    """The state's skips as positions of this read; refused where steps do not fit."""
+    skips = () if state is None else state.relative_skips()
+    if skips and o.pad_final_batch:
+        raise ValueError(
+            "the state skips steps, and pad_final_batch is for evaluation, which reads "
+            "every example: exclude keys instead, or drop the skips"
+        )
+    return skips
 
 
 def _advanced(saved: ReadState, share: Share, seed, batch_size, options, info, split):
@@ -155,12 +175,11 @@ def _advanced(saved: ReadState, share: Share, seed, batch_size, options, info, s
             f"{saved.batch_size}), not a whole number of batches of {unit}: resume with "
             "a batch size that divides it, or with another worker count"
         )
-    return dataclasses.replace(
-        saved,
+    return saved.moved(
+        segment.consumed // unit,
         seed=seed,
         batch_size=unit,
         epoch=segment.first_epoch,
-        step=segment.consumed // unit,
         num_workers=options.workers()[0],
         dataset=split_fingerprint(info, split),
         order=options.order(split),
@@ -179,6 +198,7 @@ def _mixed(mixture: Mixture, batch_size, o: ReadOptions, state) -> Read:
     unit = batch_size or 1
     n_workers, _ = o.workers()
     order = "weights=" + ",".join(f"{w:g}" for w in mixture.weights)
+    asked = state  # its skips, as far ahead of where the mix resumes as they were
     if state is not None and state.parts is None and state.num_workers is None:
         # a new state (``ReadState(seed, batch_size, step=k)``): a new read from step k
         if state.epoch:
@@ -236,12 +256,14 @@ def _mixed(mixture: Mixture, batch_size, o: ReadOptions, state) -> Read:
         num_workers=n_workers,
         order=order,
         parts=tuple(r.state.to_json() for r in reads),
+        skips=None if asked is None else asked.moved(consumed // unit).skips,
     )
     sources = tuple(
         Source(info, d, split, share.skip(int(k)))
         for info, (d, split), share, k in zip(infos, mixture.sources, shares, given)
     )
-    return Read(sources, schedule, consumed, elements, real, resumed, seed, o, batch_size)
+    skips = _skips(resumed, o)
+    return Read(sources, schedule, consumed, elements, real, resumed, seed, o, batch_size, skips)
 
 
 def _check_sources(mixture: Mixture, infos: list[dict]) -> None:

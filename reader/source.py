@@ -21,6 +21,7 @@ import numpy as np
 from reader.cache import check_limit, open_cache
 from reader.info import default_path_root
 from reader.options import ReadOptions
+from reader.order.batches import skipped
 from reader.pydecode import parse
 from reader.read import resolve
 from reader.records import Records
@@ -168,32 +169,34 @@ class RecordSource:
 
     def __len__(self) -> int:
         """The batches iteration yields (this worker's of ``deal``)."""
-        if self.read.remaining is None:
+        if self.read.yields is None:
             raise TypeError("an endless read (epochs=None) has no length")
-        return len(range(self.first, self.read.remaining, self.every))
+        return len(range(self.first, self.read.yields, self.every))
 
     def __iter__(self):
         """Batches from the read's start on, as ``make_dataset`` yields them (those
-        ``deal`` gives this worker)."""
+        ``deal`` gives this worker; the state's skipped steps left out, unread)."""
         o, size = self.options, self.batch_size
         left = self.read.remaining
         if left == 0:
             return
         index, rows = 0, 0  # the batch being filled, and its rows so far
+        dealt = 0  # batches of the read yielded before it (by this worker or another)
         pending: list[tuple] = []  # its examples, when it is kept
+        keep = self._kept(index, dealt)
         for fetch in self._stream():
-            keep = index % self.every == self.first
             if keep:
                 pending.append(fetch())  # called now, before the stream moves on
             rows += 1
             if rows == size:
                 if keep:
                     yield self._batch(pending, size)
+                dealt += not skipped(index, self.read.skips)
                 pending, rows, index = [], 0, index + 1
                 left = None if left is None else left - 1
                 if left == 0:
                     return
-        keep = index % self.every == self.first
+                keep = self._kept(index, dealt)
         if rows and not o.drop_remainder:
             if keep:
                 yield self._batch(pending, size if o.pad_final_batch else rows)
@@ -202,6 +205,11 @@ class RecordSource:
             if index % self.every == self.first:
                 yield self.padding()
             index, left = index + 1, left - 1
+
+    def _kept(self, index: int, dealt: int) -> bool:
+        """Whether batch ``index`` of the read is made here: not skipped, and this
+        worker's of ``deal``."""
+        return not skipped(index, self.read.skips) and dealt % self.every == self.first
 
     def padding(self) -> Batch:
         """A batch of padding rows only (the first record of the worker's first shard,

@@ -12,6 +12,7 @@ import dataclasses
 import json
 
 from reader.options import MAX_POSITION
+from reader.order.batches import after
 
 
 def changes(saved: str, now: str) -> str:
@@ -46,6 +47,8 @@ class ReadState:
             workers read first (docs/design.md, "Elastic resume"); else None.
         parts: a mixed read (``reader.mix``): each source's own state (JSON) at
             the start of this read; ``step`` then counts mixed batches.
+        skips: steps whose batches are not yielded, as [first, stop) ranges after
+            ``step`` (``skip``); a read goes on with the batches that follow them.
     """
 
     seed: int
@@ -57,6 +60,7 @@ class ReadState:
     order: str | None = None
     elastic: tuple[int, ...] | None = None
     parts: tuple[str, ...] | None = None
+    skips: tuple[tuple[int, int], ...] | None = None
 
     def __post_init__(self) -> None:
         for name in ("seed", "batch_size", "epoch", "step"):
@@ -108,10 +112,57 @@ class ReadState:
             if not parts or not all(isinstance(p, str) for p in parts):
                 raise TypeError("ReadState.parts must be the sources' states as JSON text")
             object.__setattr__(self, "parts", parts)
+        if self.skips is not None:
+            self._normalize_skips()
+
+    def _normalize_skips(self) -> None:
+        """Skips as sorted, merged (first, stop) pairs after ``step``; a step inside one
+        moves to its stop (the next batch yielded); none left: None."""
+        pairs = self.skips
+        if not isinstance(pairs, (list, tuple)) or not all(
+            isinstance(p, (list, tuple))
+            and len(p) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in p)
+            and 0 <= p[0] < p[1] < MAX_POSITION
+            for p in pairs
+        ):
+            raise ValueError(
+                f"ReadState.skips must be [first, stop] step pairs, 0 <= first < stop, got "
+                f"{pairs!r}"
+            )
+        merged: list[list[int]] = []
+        for first, stop in sorted(tuple(p) for p in pairs):
+            if merged and first <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], stop)
+            else:
+                merged.append([first, stop])
+        step = self.step
+        for first, stop in merged:
+            if first <= step < stop:
+                step = stop
+        kept = tuple((a, b) for a, b in merged if b > step)
+        object.__setattr__(self, "step", step)
+        object.__setattr__(self, "skips", kept or None)
+
+    def skip(self, first: int, stop: int) -> ReadState:
+        """This state with the batches of steps ``first`` to ``stop - 1`` left out: a read
+        resumed from it yields the batches before them, then those from ``stop`` on
+        (steps as this state counts them: its ``step`` is the next batch's)."""
+        return dataclasses.replace(self, skips=(*(self.skips or ()), (first, stop)))
+
+    def relative_skips(self) -> tuple[tuple[int, int], ...]:
+        """The skips as positions from ``step`` (0: the next batch)."""
+        return tuple((a - self.step, b - self.step) for a, b in self.skips or ())
+
+    def moved(self, step: int, **changes) -> ReadState:
+        """This state renumbered to ``step`` (a resume that counts anew), its skips as far
+        ahead of it as they were."""
+        skips = tuple((step + a, step + b) for a, b in self.relative_skips()) or None
+        return dataclasses.replace(self, step=step, skips=skips, **changes)
 
     def advance(self, steps: int) -> ReadState:
-        """The state after ``steps`` more batches."""
-        return dataclasses.replace(self, step=self.step + steps)
+        """The state after ``steps`` more batches yielded (the skips passed over)."""
+        return dataclasses.replace(self, step=self.step + after(steps, self.relative_skips()))
 
     def check_same_read(self, dataset: str, order: str, split: str) -> None:
         """Raises ValueError unless this state was saved reading ``split`` with this
@@ -137,7 +188,10 @@ class ReadState:
         )
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+        fields = dataclasses.asdict(self)
+        if fields["skips"] is None:  # as states without skips were saved before them
+            del fields["skips"]
+        return json.dumps(fields, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> ReadState:

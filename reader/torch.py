@@ -224,7 +224,7 @@ class TorchReader(torch.utils.data.IterableDataset):
         # the options and files checked, and the batch count, as the pipeline will
         read = resolve(*self._args, saved)
         self._sources = read.sources
-        self._len, self._state, self._consumed = read.remaining, read.state, 0
+        self._len, self._state, self._consumed = read.yields, read.state, 0
         self._drop_pipeline()
         if self._token is not None:
             handover.forget(self._token)

@@ -25,3 +25,27 @@ def remaining(
     if elements < 0:  # a start within the last partial batch is the end: 0
         raise ValueError("the start is past the end of this read")
     return elements, max(math.ceil(left / unit), 0) if batch_size else 0
+
+
+def after(k: int, skips) -> int:
+    """The position of the read after ``k`` batches yielded from position 0, passing
+    over the ``skips`` ([first, stop) positions, sorted, apart): a position in a skip
+    is its stop."""
+    p = 0
+    for first, stop in skips:
+        if p + k < first:
+            return p + k
+        k -= max(first - p, 0)
+        p = max(p, stop)
+    return p + k
+
+
+def yielded(total: int | None, skips) -> int | None:
+    """Batches yielded of ``total`` positions (None: endless), the ``skips`` left out."""
+    if total is None:
+        return None
+    return total - sum(max(0, min(stop, total) - max(first, 0)) for first, stop in skips)
+
+
+def skipped(position: int, skips) -> bool:
+    return any(first <= position < stop for first, stop in skips)

@@ -1,0 +1,123 @@
+"""Issue 45.2: a state that skips steps (``ReadState.skip``): the batches of the steps
+named are not yielded, on every face, and nothing else moves: the batches before and
+after them are the uninterrupted read's, the state counts on past them, an elastic
+resume and a mix keep them, ``explain`` says the same."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import run_convert
+
+import reader
+from evenshard import synthetic
+from reader.explain import explain
+from reader.state import ReadState
+
+OPTS = dict(image_size=(8, 8), seed=4, shuffle_buffer=16, cycle_length=4, epochs=2)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """72 images: train (4 shards) and val."""
+    root = tmp_path_factory.mktemp("skip") / "images"
+    synthetic.make_image_folder(str(root), num_labels=3, per_label=24, formats=("png",))
+    out = str(tmp_path_factory.mktemp("skip_out") / "ds")
+    run_convert(str(root), out, "--splits=train=0.75,val=0.25", "--num_shards=4")
+    return out
+
+
+def same(example, rng):
+    return example
+
+
+def keys(batches) -> list[list[str]]:
+    return [[k.decode() if isinstance(k, bytes) else k for k in list(b["key"])] for b in batches]
+
+
+def tf_keys(data, split, batch_size, state, **kw):
+    ds, _ = reader.make_dataset(data, split, batch_size, state=state, **kw)
+    return keys({k: v.numpy() for k, v in b.items()} for b in ds)
+
+
+def numpy(data, state, **kw):
+    r = reader.NumpyReader(data, "train", 4, transform=same, num_processes=0, **kw)
+    r.load_state_dict({"read_state": state.to_json()})
+    return r
+
+
+@pytest.mark.fast
+def test_a_state_s_skips_are_small_ranges_passed_over_as_it_advances():
+    s = ReadState(0, 8, step=10).skip(20, 25).skip(24, 30).skip(40, 41)
+    assert s.skips == ((20, 30), (40, 41))
+    assert s.advance(9).step == 19 and s.advance(10).step == 30 and s.advance(11).step == 31
+    assert s.advance(20).step == 41 and s.advance(20).skips is None
+    assert s.skip(5, 12).step == 12  # a skip over the next batch moves to its stop
+    assert ReadState.from_json(s.to_json()) == s and len(s.to_json()) < 200
+    assert "skips" not in ReadState(0, 8).to_json()  # as saved before skips
+    for bad in ([[5, 5]], [[3]], [[True, 4]], "1:2"):
+        with pytest.raises(ValueError, match="skips must be") as e:
+            ReadState(0, 8, skips=bad)
+        assert "\n" not in str(e.value)
+
+
+def test_skipped_steps_are_exactly_the_ones_named_on_every_face(data):
+    """Saved at step 2, steps 4 and 5 skipped: tf.data, TorchReader (tf) and NumpyReader
+    yield the uninterrupted read's batches 2, 3, 6, 7, ...; the state after 3 batches is
+    step 7 (resumed from it: batches 7 on); explain says the same."""
+    kw = dict(OPTS, num_workers=3, worker_index=1)
+    start = ReadState(4, 4)
+    whole = tf_keys(data, "train", 4, start, **kw)
+    saved = start.advance(2)
+    skipping = saved.skip(4, 6)
+    want = whole[2:4] + whole[6:]
+    assert tf_keys(data, "train", 4, skipping, **kw) == want
+    torch = reader.TorchReader(data, "train", 4, backend="tf", state=skipping, **kw)
+    assert keys(list(torch)) == want and len(torch) == len(want)
+    r = numpy(data, skipping, **kw)
+    assert keys(list(r)) == want and len(r) == len(want)
+    said = explain(data, "train", 4, range(2, 2 + len(want)), state=skipping, **kw)
+    assert [s["key"] for s in said] == want
+    it = iter(r)
+    for _ in range(3):
+        next(it)
+    it.close()
+    later = ReadState.from_json(r.state_dict()["read_state"])
+    assert later.step == 7 and later.skips is None
+    assert keys(list(numpy(data, later, **kw))) == whole[7:]
+    with pytest.raises(ValueError, match="views spread") as e:
+        numpy(data, skipping, views=2, view_spread=1, **kw)
+    assert "\n" not in str(e.value)
+
+
+def test_skips_survive_an_elastic_resume_and_a_mix(data):
+    """Saved by 3 workers at step 2 with steps 4 and 5 skipped, resumed by 2: each worker
+    yields its resumed read but its 3rd and 4th batches. A mix skips its own steps."""
+    kw = dict(OPTS)
+    saved = ReadState(4, 4, step=2, num_workers=3)
+    for j in range(2):
+        two = dict(kw, num_workers=2, worker_index=j)
+        plain = tf_keys(data, "train", 4, saved, **two)
+        assert tf_keys(data, "train", 4, saved.skip(4, 6), **two) == plain[:2] + plain[4:]
+        r = numpy(data, saved.skip(4, 6), **two)
+        assert keys(list(r)) == plain[:2] + plain[4:]
+        moved = ReadState.from_json(r.state_dict()["read_state"])
+        assert moved.skips is None  # passed
+    mix = reader.mix([((data, "train"), 3), ((data, "val"), 1)])
+    state = ReadState(4, 4, step=1)
+    plain = tf_keys(mix, None, 4, state, **kw)
+    assert tf_keys(mix, None, 4, state.skip(2, 4), **kw) == plain[:1] + plain[3:]
+    said = explain(mix, None, 4, range(1, 4), state=state.skip(2, 4).to_json(), **kw)
+    assert [s["key"] for s in said] == plain[:1] + plain[3:5]
+    with pytest.raises(ValueError, match="pad_final_batch is for evaluation"):
+        reader.make_dataset(
+            data,
+            "val",
+            4,
+            state=ReadState(4, 4).skip(1, 2),
+            image_size=(8, 8),
+            shuffle=False,
+            pad_final_batch=True,
+        )
+    assert json.loads(saved.skip(4, 6).to_json())["skips"] == [[4, 6]]
