@@ -91,7 +91,8 @@ class Job:
 
 
 def has_at_least(job: Job, n: int) -> bool:
-    """Whether the job's input lists at least ``n`` entries; stops counting at ``n``.
+    """Whether the job's input lists at least ``n`` entries (a record input: about ``n``
+    records); stops counting at ``n``.
 
     Cheap by construction: a walk, a bucket listing or a read that ends early on
     large inputs (a bucket lists a thousand objects a request). Errors count as
@@ -100,6 +101,8 @@ def has_at_least(job: Job, n: int) -> bool:
     manifest = job.manifest
     count = 0
     try:
+        if job.records:
+            return _records_at_least(job, n)
         if manifest is not None:
             lines = n + 1 if is_csv(manifest) else n  # a CSV's header is no input
             with paths.open_text(manifest) as f:
@@ -120,3 +123,33 @@ def has_at_least(job: Job, n: int) -> bool:
     except (OSError, ValueError, EOFError):  # not there, unreadable, refused: small
         return False
     return False
+
+
+def _records_at_least(job: Job, n: int) -> bool:
+    """Whether a record input's files hold about ``n`` records: each file counts its size
+    over the first record's (at least one), so a few large files count what they hold.
+    Lists up to ``2n`` files (a folder's other files are no inputs) and reads one record."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from beam_jobs.record_source import record_format
+
+    fmt = record_format(job.options.input_format)
+    listed = FileSystems.match([job.records], limits=[2 * n])[0].metadata_list
+    if not is_glob(job.options.input):  # a folder: the files its format names
+        listed = [m for m in listed if fmt.named(paths.relative_to(job.input_root, m.path))]
+    files = sorted(listed, key=lambda m: m.path)
+    first = next((f for f in (fmt.first(m.path) for m in files[:1]) if f), None)
+    size = _stored_bytes(first) if first else 1
+    count = 0
+    for m in files:
+        count += max(1, m.size_in_bytes // size)
+        if count >= n:
+            return True
+    return False
+
+
+def _stored_bytes(features: dict) -> int:
+    """About the bytes a record of ``features`` (``parse_features``' shape) takes in its
+    file: each feature's name and values, a few bytes of framing each."""
+    values = (len(v) if isinstance(v, bytes) else 8 for _, vs in features.values() for v in vs)
+    return 16 + sum(len(name) + 8 for name in features) + sum(values)
