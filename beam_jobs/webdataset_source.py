@@ -4,8 +4,9 @@ the basename cut at its first dot), in a row.
 
 Each tar (``.tar``, or gzip: ``.tar.gz``, ``.tgz``) is read once, as a stream. A
 sample's members become features as a TFRecord's are (``_features``): each member
-its bytes, ``cls`` an int64 (text when it is no integer), ``json`` its top-level
-ints and texts as ``json.NAME``, ``__key__`` the sample's key; so the same rules
+its bytes under its extension (a sample's only image member, whatever its
+extension: ``image``), ``cls`` an int64 (text when it is no integer), ``json`` its
+top-level ints and texts as ``json.NAME``, ``__key__`` the sample's key; so the same rules
 choose and read them (``record_rules``). A record's place is its image member's
 (byte offset in the tar, length): the writer reads it again with one ranged read
 (gzip: the tar decompressed up to it, once a file a shard). Damage (a tar cut
@@ -24,6 +25,7 @@ from beam_jobs import paths
 from beam_jobs.record_rules import RecordFormat
 from beam_jobs.record_source import ReadRecordFile
 from beam_jobs.records import Image, make_reject
+from schemas.images import IMAGE_EXTENSIONS
 
 SUFFIXES = (".tar", ".tar.gz", ".tgz")
 
@@ -59,10 +61,26 @@ def _samples(raw):
         yield key, members
 
 
+def _images(members: dict) -> list[str]:
+    """The extensions of a sample's image members (``jpg``, ``left.png``)."""
+    return [e for e in members if "." + e.rpartition(".")[2] in IMAGE_EXTENSIONS]
+
+
+def _member(members: dict, feature: str) -> tuple[int, bytes] | None:
+    """The (data offset, bytes) of feature ``feature``'s member: ``image``, a sample's
+    only image member; else the member of that extension."""
+    images = _images(members)
+    if feature == "image" and len(images) == 1 and "image" not in members:
+        return members[images[0]]
+    return members.get(feature)
+
+
 def _features(key: str, members: dict) -> dict[str, tuple[str, list]]:
     found: dict[str, tuple[str, list]] = {"__key__": ("bytes", [key.encode("utf-8")])}
+    images = _images(members)
     for ext, (_, data) in members.items():
-        found[ext] = ("bytes", [data])
+        name = "image" if len(images) == 1 and ext == images[0] else ext
+        found[name] = ("bytes", [data])
         if ext == "cls":
             text = data.decode("utf-8", "replace").strip()
             found[ext] = (
@@ -90,7 +108,8 @@ class _ReadTar(ReadRecordFile):
         try:
             with paths.open_binary(path) as raw:
                 for key, members in _samples(raw):
-                    place = members.get(self._image, (min(o for o, _ in members.values()), b""))
+                    first = min(o for o, _ in members.values())
+                    place = _member(members, self._image) or (first, b"")
                     where = f"sample {index} ({key!r}, byte {place[0]})"
                     features = _features(key, members)
                     yield self.record(

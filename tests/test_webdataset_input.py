@@ -37,10 +37,12 @@ def samples(n: int, seed: int = 0, **fields) -> list[dict]:
 
 def test_tars_written_by_webdataset_convert_and_read_back_once(tmp_path):
     root = str(tmp_path / "in")
-    # label-sorted: the first tar holds label 0 only; cls and a json of metadata
-    write_tars(
-        f"{root}/train-%03d.tar", samples(12, cls=lambda i: i // 6, json=lambda i: {"w": 8}), 6
-    )
+    # label-sorted: the first tar holds label 0 only; cls and a json of metadata; the
+    # image a png or a jpg member (a sample's one image is the feature "image")
+    mixed = samples(12, cls=lambda i: i // 6, json=lambda i: {"w": 8})
+    for s in mixed[::3]:
+        s["jpg"] = s.pop("png")
+    write_tars(f"{root}/train-%03d.tar", mixed, 6)
     out = str(tmp_path / "out")
     info = run_convert(root, out, *FLAGS)
     assert info["inputs"] == 12 and info["rejects"]["total"] == 0
@@ -114,7 +116,9 @@ def test_json_labels_keys_by_flag_and_ambiguity_is_one_line(tmp_path):
     assert set(read_back(out)) == {(f"s{i:04d}", i // 2) for i in range(4)}
     argv = [f"--input={root}", f"--output_dir={tmp_path / 'o2'}", "--input_format=webdataset"]
     with pytest.raises(UserError) as e:  # width and txt could each be the label
-        convert.run([*argv, "--image_feature=png", "--key_feature=__key__", "--label_feature=nope"])
+        convert.run(
+            [*argv, "--image_feature=image", "--key_feature=__key__", "--label_feature=nope"]
+        )
     assert "\n" not in str(e.value) and "nope" in str(e.value) and "json.width" in str(e.value)
     other = str(tmp_path / "other")
     write_tars(f"{other}/t-%03d.tar", samples(2, json=lambda i: {"width": 8}, txt=lambda i: "x"), 2)
