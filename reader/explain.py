@@ -48,7 +48,8 @@ def explain(
     """The batches of ``steps`` of a read, without reading it: each a dict of ``step``,
     ``key`` (list), ``epoch``, ``view``, ``mask`` and, with ``random_crop`` or
     ``random_flip`` (or ``mirror_views``), ``box`` (top, left, height, width) and
-    ``flip``, a row each, as the readers yield them (padding rows: key "", mask False).
+    ``flip``, a row each, as the readers yield them (padding rows, and those of keys
+    the state excludes: key "", mask False).
 
     Args:
         data, split, batch_size, options, overrides: the read's, as given to
@@ -213,10 +214,11 @@ class Explain:
         keys, heights, widths, epochs = self._stream(first, n)
         size = self.records if self.pad else n
         pad = size - n
+        kept = np.array([k not in self.read.excluded for k in keys], bool)  # else padding
         return {
-            "key": keys + [""] * pad,
-            "epoch": np.concatenate([epochs, np.zeros(pad, np.int64)]),
-            "mask": np.arange(size) < n,
+            "key": [k if m else "" for k, m in zip(keys, kept)] + [""] * pad,
+            "epoch": np.concatenate([np.where(kept, epochs, 0), np.zeros(pad, np.int64)]),
+            "mask": np.concatenate([kept, np.zeros(pad, bool)]),
             "height": np.concatenate([heights, np.zeros(pad, np.int64)]),
             "width": np.concatenate([widths, np.zeros(pad, np.int64)]),
         }

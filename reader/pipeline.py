@@ -97,6 +97,8 @@ def make_dataset(
     if deal != (1, 0) and batch_size is None:
         raise ValueError("deal= shares batches: give batch_size")
     if batch_size is None:
+        if read.excluded:
+            raise ValueError("the state excludes keys, whose rows are masked: give batch_size")
         ds = _skipping(records, read.skips).map(tfcall.graph(decoder.one), **parallel)
     else:
         # Parse whole batches at once (parse_example is vectorized: ~5x faster
@@ -111,6 +113,7 @@ def make_dataset(
             ds = _pad_batches(ds, batch_size, read.real_batches, read.remaining)
             if every > 1:  # padding counts the batches of the whole read
                 ds = ds.shard(every, first)
+        ds = _excluding(ds, read.excluded)
         if read.remaining is not None:
             remaining = len(range(first, read.yields, every))
     ds = ds.apply(
@@ -118,7 +121,7 @@ def make_dataset(
             tf.data.INFINITE_CARDINALITY if remaining is None else remaining
         )
     )
-    if o.as_supervised and o.pad_final_batch:
+    if o.as_supervised and (o.pad_final_batch or read.excluded):
         # Keras takes a third element as sample weights: padding rows weigh 0.
         ds = ds.map(
             tfcall.graph(lambda ex: (ex["image"], ex["label"], tf.cast(ex["mask"], tf.float32)))
@@ -205,6 +208,25 @@ def _skipping(ds, skips: tuple):
         tfcall.graph(lambda i, e: tf.logical_not(tf.reduce_any((firsts <= i) & (i < stops))))
     )
     return kept.map(tfcall.graph(lambda i, e: e))
+
+
+def _excluding(ds, excluded: frozenset):
+    """Batches whose rows of ``excluded`` keys are padding rows: ``mask`` False (added
+    when missing), key "", every other value zero."""
+    if not excluded:
+        return ds
+    keys = tf.constant(sorted(excluded))
+
+    def mark(batch):
+        kept = tf.logical_not(tf.reduce_any(tf.equal(batch["key"][:, None], keys[None, :]), 1))
+        out = {}
+        for name, v in batch.items():
+            where = tf.reshape(kept, [-1] + [1] * (len(v.shape) - 1))
+            out[name] = tf.where(where, v, tf.zeros_like(v))  # "" for strings
+        out["mask"] = kept & batch["mask"] if "mask" in batch else kept
+        return out
+
+    return ds.map(tfcall.graph(mark))
 
 
 def _tf_options(deterministic: bool | None):

@@ -71,6 +71,11 @@ class Read:
         return any(s.share.shuffle for s in self.sources)
 
     @property
+    def excluded(self) -> frozenset:
+        """Keys whose rows come as padding rows (the state's ``excluded``)."""
+        return frozenset(self.state.excluded or ()) if self.state is not None else frozenset()
+
+    @property
     def yields(self) -> int | None:
         """Elements yielded (None: endless): ``remaining`` less the skipped."""
         return yielded(self.remaining, self.skips)
@@ -257,6 +262,7 @@ def _mixed(mixture: Mixture, batch_size, o: ReadOptions, state) -> Read:
         order=order,
         parts=tuple(r.state.to_json() for r in reads),
         skips=None if asked is None else asked.moved(consumed // unit).skips,
+        excluded=None if asked is None else asked.excluded,
     )
     sources = tuple(
         Source(info, d, split, share.skip(int(k)))

@@ -214,7 +214,7 @@ class RecordSource:
     def padding(self) -> Batch:
         """A batch of padding rows only (the first record of the worker's first shard,
         masked): what a read pads with."""
-        return self._batch([], self.batch_size, like=self._parts[0].filler())
+        return self._batch([], self.batch_size)
 
     def _stream(self):
         """The worker's examples in read order, as calls (``_Part.examples``); a
@@ -232,15 +232,19 @@ class RecordSource:
                 yield next(streams[i])
             at += len(chunk)
 
-    @staticmethod
-    def _batch(rows: list[tuple], size: int, like: tuple | None = None) -> Batch:
-        real = len(rows)
-        filler = rows[0] if rows else like
-        rows = rows + [(filler[0], 0, "", 0)] * (size - real)
+    def _batch(self, rows: list[tuple], size: int) -> Batch:
+        """``rows`` padded to ``size``; rows of the state's excluded keys are padding
+        rows too (their image never given: the filler is a kept row's, else the first
+        record of the worker's first shard)."""
+        kept = [r[2] not in self.read.excluded for r in rows]
+        filler = next((r for r, k in zip(rows, kept) if k), None)
+        filler = filler or self._parts[0].filler()
+        pad = (filler[0], 0, "", 0)
+        rows = [r if k else pad for r, k in zip(rows, kept)] + [pad] * (size - len(rows))
         return Batch(
             encoded=[r[0] for r in rows],
             label=np.array([r[1] for r in rows], np.int64),
             key=[r[2] for r in rows],
-            mask=np.arange(size) < real,
+            mask=np.array(kept + [False] * (size - len(kept)), bool),
             epoch=np.array([r[3] for r in rows], np.int64),
         )

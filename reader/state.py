@@ -49,6 +49,8 @@ class ReadState:
             the start of this read; ``step`` then counts mixed batches.
         skips: steps whose batches are not yielded, as [first, stop) ranges after
             ``step`` (``skip``); a read goes on with the batches that follow them.
+        excluded: keys left out from here on (``exclude``): their rows come as
+            padding rows (``mask`` False, key "", label 0, image zeros).
     """
 
     seed: int
@@ -61,6 +63,7 @@ class ReadState:
     elastic: tuple[int, ...] | None = None
     parts: tuple[str, ...] | None = None
     skips: tuple[tuple[int, int], ...] | None = None
+    excluded: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         for name in ("seed", "batch_size", "epoch", "step"):
@@ -114,6 +117,11 @@ class ReadState:
             object.__setattr__(self, "parts", parts)
         if self.skips is not None:
             self._normalize_skips()
+        if self.excluded is not None:
+            keys = self.excluded
+            if isinstance(keys, str) or not all(isinstance(k, str) and k for k in keys):
+                raise ValueError(f"ReadState.excluded must be a list of keys, got {keys!r:.80}")
+            object.__setattr__(self, "excluded", tuple(sorted(set(keys))) or None)
 
     def _normalize_skips(self) -> None:
         """Skips as sorted, merged (first, stop) pairs after ``step``; a step inside one
@@ -149,6 +157,12 @@ class ReadState:
         resumed from it yields the batches before them, then those from ``stop`` on
         (steps as this state counts them: its ``step`` is the next batch's)."""
         return dataclasses.replace(self, skips=(*(self.skips or ()), (first, stop)))
+
+    def exclude(self, keys) -> ReadState:
+        """This state with ``keys`` left out of every batch read from it on (every face,
+        epoch and worker count): their rows come as padding rows, masked."""
+        keys = [keys] if isinstance(keys, str) else list(keys)
+        return dataclasses.replace(self, excluded=(*(self.excluded or ()), *keys))
 
     def relative_skips(self) -> tuple[tuple[int, int], ...]:
         """The skips as positions from ``step`` (0: the next batch)."""
@@ -189,8 +203,9 @@ class ReadState:
 
     def to_json(self) -> str:
         fields = dataclasses.asdict(self)
-        if fields["skips"] is None:  # as states without skips were saved before them
-            del fields["skips"]
+        for name in ("skips", "excluded"):  # as states were saved before them
+            if fields[name] is None:
+                del fields[name]
         return json.dumps(fields, sort_keys=True)
 
     @classmethod

@@ -121,3 +121,55 @@ def test_skips_survive_an_elastic_resume_and_a_mix(data):
             pad_final_batch=True,
         )
     assert json.loads(saved.skip(4, 6).to_json())["skips"] == [[4, 6]]
+
+
+def test_excluded_keys_never_appear_again_and_the_rest_is_read_once(data):
+    """Keys excluded from a state at step 2: on tf.data, TorchReader (tf), NumpyReader and
+    explain, their rows come as padding rows (mask False, key "", image zeros), in every
+    epoch, after 3 -> 2 workers too; everything else is the read without them. An
+    evaluation with pad_final_batch reads every other key exactly once."""
+    kw = dict(OPTS, num_workers=3, worker_index=1)
+    start = ReadState(4, 4)
+    whole = tf_keys(data, "train", 4, start, **kw)
+    out = {whole[3][1], whole[5][0], whole[0][2]}  # one of them read before the state
+    state = start.advance(2).exclude(sorted(out))
+    want = [[k if k not in out else "" for k in b] for b in whole[2:]]
+    ds, _ = reader.make_dataset(data, "train", 4, state=state, **kw)
+    got = [{k: v.numpy() for k, v in b.items()} for b in ds]
+    assert keys(got) == want
+    for b, w in zip(got, want):
+        assert list(b["mask"]) == [k != "" for k in w]
+        assert not b["image"][~b["mask"]].any() and not b["label"][~b["mask"]].any()
+    torch = reader.TorchReader(data, "train", 4, backend="tf", state=state, **kw)
+    assert keys(list(torch)) == want
+    py = list(numpy(data, state, **kw))
+    assert keys(py) == want and [list(b["mask"]) for b in py] == [list(b["mask"]) for b in got]
+    said = explain(data, "train", 4, range(2, 2 + len(want)), state=state, **kw)
+    assert [s["key"] for s in said] == want
+    assert ReadState.from_json(state.to_json()).excluded == tuple(sorted(out))
+    for j in range(2):  # elastic: the exclusion goes with the state
+        two = dict(OPTS, num_workers=2, worker_index=j)
+        moved = ReadState(4, 4, step=2, num_workers=3)
+        plain = tf_keys(data, "train", 4, moved, **two)
+        assert tf_keys(data, "train", 4, moved.exclude(sorted(out)), **two) == [
+            [k if k not in out else "" for k in b] for b in plain
+        ]
+    val = reader.load_info(data)["splits"]["val"]["num_examples"]
+    every = tf_keys(
+        data, "val", 5, ReadState(0, 5), image_size=(8, 8), shuffle=False, pad_final_batch=True
+    )
+    gone = {every[0][1], every[-1][0]}
+    read = tf_keys(
+        data,
+        "val",
+        5,
+        ReadState(0, 5).exclude(sorted(gone)),
+        image_size=(8, 8),
+        shuffle=False,
+        pad_final_batch=True,
+    )
+    seen = [k for b in read for k in b if k]
+    assert len(seen) == len(set(seen)) == val - 2 and not set(seen) & gone
+    with pytest.raises(ValueError, match="list of keys") as e:
+        ReadState(0, 4, excluded="a/b.png")
+    assert "\n" not in str(e.value)
