@@ -107,13 +107,13 @@ def sweep(folder: str) -> None:
     """What readers that died (killed before closing) left in the cache folder, their
     links and downloads (``.part``), and the shard files no reader uses: a copy no reader
     links, a lock beside no copy. A reader's file goes only when the reader is provably
-    dead (``_dead``); a copy or a lock only when found unused under the shard's lock (no
+    dead (``dead``); a copy or a lock only when found unused under the shard's lock (no
     reader is fetching or linking it meanwhile), never waiting for it. Only names the
     cache makes are looked at: the folder may hold other files. So a folder does not
     grow from run to run."""
     names = [(name, _kind(name)) for name in os.listdir(folder)]
     for name, (copy, owner, kind) in names:
-        if kind in ("reading", "part") and _dead(owner):
+        if kind in ("reading", "part") and dead(owner):
             if kind == "reading":
                 unlink(os.path.join(folder, name), os.path.join(folder, copy))
             else:  # its reader held the lock, and died: nothing else writes it
@@ -147,7 +147,7 @@ def this_owner() -> str:
     return f"{ns or 'unknown'}-{os.getpid()}-{_started(os.getpid()) if ns else 0}"
 
 
-def _dead(owner: str) -> bool:
+def dead(owner: str) -> bool:
     """Whether the process that wrote ``owner`` (``this_owner``) is provably gone: it ran in
     this boot of this machine and in this PID namespace, and its PID is gone or started
     at another time. A PID this process cannot see is not a dead one: a reader in another

@@ -179,13 +179,24 @@ def _preprocessed(data_dir, split, batch_size, o, state, python: dict, processes
 
     def generate():
         nonlocal first, batches
-        if first is not None:  # the pass begun for the signature
-            head, rest = first, batches
-            first = batches = None
-            yield head
-            yield from rest
-        else:
-            yield from numpy_reader
+        try:
+            if first is not None:  # the pass begun for the signature
+                head, rest = first, batches
+                first = batches = None
+                yield head
+                yield from rest
+            else:
+                yield from numpy_reader
+        except KeyboardInterrupt:  # Ctrl-C reached the read's processes; the read ended
+            # The caller may wait inside TensorFlow, its own Ctrl-C pending there: an
+            # error from here would race it (TensorFlow then raises a RuntimeError), an
+            # empty batch lets it out to raise it. Had it no Ctrl-C, it sees the batch,
+            # then this error.
+            yield {
+                name: np.zeros((0, *s.shape[1:]), s.dtype.as_numpy_dtype)
+                for name, s in spec.items()
+            }
+            raise RuntimeError("the read was interrupted (Ctrl-C)") from None
 
     ds = tf.data.Dataset.from_generator(generate, output_signature=spec)
     try:

@@ -13,21 +13,36 @@ Processes start with forkserver (spawn where there is none): a TensorFlow runtim
 cannot be forked. A batch's arrays of one shape are stacked by the process into one
 shared memory block a field, which the reader copies out and unlinks; other values
 (strings, dicts, arrays of other shapes) come pickled, as lists.
+
+The processes end with the read, however it ends, whatever their transform is doing:
+each watches a pipe only the reader holds (``_watch``), whose end (the read left early,
+the reader's process killed) ends it, its blocks unlinked; Ctrl-C ends it too
+(``_interrupt``), the reader raising it where it waits. The fork server and the
+resource tracker end once no process of theirs is left. The blocks are named after the
+reader's process (``cache_folder.this_owner``), so a reader starting removes those of
+readers that died all at once (``_sweep``).
 """
 
 from __future__ import annotations
 
+import atexit
 import collections
 import concurrent.futures
+import contextlib
+import itertools
 import multiprocessing
 import os
 import pickle
+import re
+import signal
+import threading
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import shared_memory
 
 import numpy as np
 
 from reader import pixels
+from reader.cache_folder import dead, this_owner
 from reader.order.draws import AUGMENT, draws, key_digest
 
 
@@ -86,9 +101,11 @@ class Preprocess:
     def map(self, batches):
         """Outputs of ``batches`` (``reader.source.Batch``), in order: dicts of stacked
         arrays or lists, with ``key``, ``view``, ``epoch``, ``mask``."""
+        _sweep()
         blocks = _Blocks()
         if self.processes == 0:  # this read's own state: another read may run beside it
             worker = {"transform": self.transform, "config": self.config, "blocks": {}}
+            worker["prefix"] = blocks.prefix
             try:
                 for batch in batches:
                     yield self._collect(_run(_task(batch), blocks.lend(), worker), blocks)
@@ -97,37 +114,41 @@ class Preprocess:
                 for memory in worker["blocks"].values():  # this read's maps
                     memory.close()
             return
+        context = _context()
+        held, lifeline = context.Pipe()  # ``held``: this process's alone (``_watch``)
+        payload = check_transform(self.transform)
         pool = concurrent.futures.ProcessPoolExecutor(
             self.processes,
-            _context(),
+            context,
             initializer=_init,
-            initargs=(check_transform(self.transform), self.config),
+            initargs=(payload, _name(self.transform), self.config, blocks.prefix, lifeline),
         )
         pending: collections.deque = collections.deque()
+        finished = False
+        atexit.register(blocks.unlink)  # a read never finished (tf.data's, at Ctrl-C)
         try:
             for number, batch in enumerate(batches):
                 try:
-                    future = pool.submit(_run, _task(batch), blocks.lend())
+                    future = pool.submit(_work, _task(batch), blocks.lend())
                     pending.append((number, future))
                 except BrokenProcessPool:  # a process died before its batch was asked for
-                    _died(pending[0][0] if pending else number)
+                    _broken(pending[0][0] if pending else number, held)
                 if len(pending) >= 2 * self.processes:  # bounded: 2 batches a process
-                    yield self._collect(self._result(*pending.popleft()), blocks)
+                    yield self._collect(_result(*pending.popleft(), held), blocks)
             while pending:
-                yield self._collect(self._result(*pending.popleft()), blocks)
-        finally:  # a read left early: no batch still running, no block left behind
+                yield self._collect(_result(*pending.popleft(), held), blocks)
+            finished = True
+        finally:  # left early (Ctrl-C, an error, a break): the processes end now, unwaited
+            if not finished:
+                held.close()
             pool.shutdown(wait=True, cancel_futures=True)
+            held.close()
+            lifeline.close()
             for _, future in pending:  # blocks handed over but never read
                 if future.done() and not future.cancelled() and future.exception() is None:
                     blocks.known.add(future.result()["block"])
             blocks.unlink()
-
-    @staticmethod
-    def _result(number: int, future):
-        try:
-            return future.result()
-        except BrokenProcessPool:
-            _died(number)
+            atexit.unregister(blocks.unlink)
 
     def _collect(self, done: dict, blocks: _Blocks) -> dict:
         self.decoded += done.pop("decoded")
@@ -147,9 +168,11 @@ class _Blocks:
     """The shared memory blocks of a read, reused: a batch's arrays come in one block,
     which the reader copies out and lends, with a later task, to whichever process takes
     it (a new block costs its pages' first touch: 17 times the copy into a used one).
-    The reader unlinks them all when the read ends."""
+    The reader unlinks them all when the read ends (``prefix``: the start of their
+    names, None where shared memory is not a folder; ``_sweep``)."""
 
     def __init__(self):
+        self.prefix = f"evenshard-{this_owner()}-{next(_READS)}-" if _NAMED else None
         self.free: list[str] = []  # copied out, ready for another batch
         self.known: set[str] = set()  # every block this read has seen: unlinked at its end
         self.mapped: dict[str, shared_memory.SharedMemory] = {}
@@ -169,21 +192,50 @@ class _Blocks:
         return self.mapped[name]
 
     def unlink(self) -> None:
-        for name in self.known:  # the free ones among them
-            memory = self.mapped.pop(name, None)
-            try:
-                memory = memory or shared_memory.SharedMemory(name)
-            except FileNotFoundError:
-                continue
-            memory.close()
-            try:
-                memory.unlink()
-            except FileNotFoundError:
-                pass
+        """Every block of the read: those it knows, and those a process made and never
+        handed over (ended meanwhile)."""
+        made = _listed(self.prefix) if self.prefix else []
+        for name in self.known.union(made):
+            _unlink(name, self.mapped.pop(name, None))
         for memory in self.mapped.values():
             memory.close()
         self.known.clear()
         self.free.clear()
+
+
+_SHM = "/dev/shm"  # where Linux keeps the blocks, by name
+_NAMED = os.path.isdir(_SHM)
+_READS = itertools.count()  # the reads of this process (their blocks' names)
+_OWNER = re.compile(r"evenshard-([0-9a-f]{12}-[0-9]+-[0-9]+)-")  # ``this_owner`` of a name
+
+
+def _listed(start: str) -> list[str]:
+    """The blocks whose names begin with ``start``."""
+    try:
+        return [name for name in os.listdir(_SHM) if name.startswith(start)]
+    except OSError:
+        return []
+
+
+def _unlink(name: str, memory: shared_memory.SharedMemory | None = None) -> None:
+    """Unlinks block ``name`` (``memory``: this process's map of it) when still there."""
+    try:
+        memory = memory or shared_memory.SharedMemory(name)
+    except FileNotFoundError:
+        return
+    memory.close()
+    with contextlib.suppress(FileNotFoundError):
+        memory.unlink()
+
+
+def _sweep() -> None:
+    """Removes the blocks of readers whose processes died all at once (kill -9 of a
+    process group, a container's end): none was left to unlink them. A block is
+    removed only when its reader is provably dead (``cache_folder.dead``)."""
+    for name in _listed("evenshard-"):
+        owner = _OWNER.match(name)
+        if owner and dead(owner[1]):
+            _unlink(name)
 
 
 # imported once by the fork server, not by every process of every read (0.4 s -> 0.1 s a
@@ -204,10 +256,25 @@ def _context():
     return context
 
 
+def _result(number: int, future, held):
+    try:
+        return future.result()
+    except BrokenProcessPool:
+        _broken(number, held)
+
+
+def _broken(number: int, held):
+    """A process of the pool ended: Ctrl-C (the processes said so on ``held``: raised
+    here, where tf.data waits, as the caller's Ctrl-C is not), or it died."""
+    if held.poll():
+        raise KeyboardInterrupt from None
+    _died(number)
+
+
 def _died(number: int):
     raise RuntimeError(
         f"a preprocessing process died while batch {number} of this read was "
-        "transformed (killed? out of memory? or a script that iterates without "
+        "transformed (killed? out of memory? interrupted? or a script that iterates without "
         "'if __name__ == \"__main__\":', which worker processes need, as "
         "PyTorch's DataLoader workers do): the read stops here"
     ) from None
@@ -226,9 +293,51 @@ def _task(batch) -> tuple:
 _WORKER: dict = {"blocks": {}}  # a worker process's transform, config and mapped blocks
 
 
-def _init(payload: bytes, config: tuple) -> None:
-    _WORKER["transform"] = pickle.loads(payload)
-    _WORKER["config"] = config
+def _init(payload: bytes, name: str, config: tuple, prefix: str | None, lifeline) -> None:
+    """A worker process's start: it ends when ``lifeline`` does (``_watch``) or Ctrl-C
+    comes (``_interrupt``); a transform that cannot be rebuilt here is said by its
+    first batch."""
+    signal.signal(signal.SIGINT, _interrupt)
+    threading.Thread(target=_watch, args=(lifeline,), daemon=True).start()
+    _WORKER.update(name=name, config=config, prefix=prefix, lifeline=lifeline, process=True)
+    try:
+        _WORKER["transform"] = pickle.loads(payload)
+    except BaseException as e:  # noqa: BLE001 - unpickling runs the user's code
+        _WORKER["broken"] = f"{type(e).__name__}: {e}".replace("\n", " ")
+
+
+def _watch(lifeline) -> None:
+    """Ends this process, its blocks unlinked, once the reader's end of ``lifeline``
+    closes: the read ended or was left, or the reader's process died (kill -9: a
+    process waiting for work would wait forever, holding the fork server and the
+    resource tracker)."""
+    with contextlib.suppress(EOFError, OSError):
+        lifeline.recv_bytes()
+    for memory in list(_WORKER["blocks"].values()):
+        with contextlib.suppress(OSError):
+            memory.unlink()
+    os._exit(0)
+
+
+def _interrupt(signum, frame) -> None:
+    """Ctrl-C (SIGINT to the terminal's process group) in a worker: it says so to the
+    reader (``_broken``) and ends at once, whatever its transform is doing (the read is
+    over: nothing left to wait for)."""
+    with contextlib.suppress(OSError):
+        _WORKER["lifeline"].send_bytes(b"Ctrl-C")
+    os._exit(0)  # the reader unlinks the blocks (this process unlinking them meanwhile,
+    # the reader could map one of them unlinked: its resource tracker would warn)
+
+
+def _work(task: tuple, spare: str | None) -> dict:
+    """``_run`` in a worker process."""
+    if "broken" in _WORKER:
+        raise TransformError(
+            f"transform {_WORKER['name']} cannot be rebuilt in a worker process "
+            f"({_WORKER['broken']}): define it at the top level of a module the script "
+            "imports, or pass num_processes=0"
+        )
+    return _run(task, spare)
 
 
 def _run(task: tuple, spare: str | None = None, worker: dict | None = None) -> dict:
@@ -272,7 +381,7 @@ def _run(task: tuple, spare: str | None = None, worker: dict | None = None) -> d
                 if rows and example.keys() != rows[0].keys():
                     raise _fields_differ(transform, rows[0], example["key"], example)
                 rows.append(example)
-    return {**_stack(rows, spare, worker["blocks"]), "decoded": len(task[0])}
+    return {**_stack(rows, spare, worker), "decoded": len(task[0])}
 
 
 _CHUNK = 16  # images decoded at a time: their boxes drawn in one call, memory bounded
@@ -283,10 +392,11 @@ def _transformed(transform, example: dict, seed: int) -> dict:
     key, epoch, view = example["key"], example["epoch"], example["view"]
     try:
         out = dict(transform(example, example_rng(seed, key, epoch, view)))
-    except Exception as e:  # noqa: BLE001 - the user's code: said in one line
-        name = getattr(transform, "__qualname__", repr(transform))
+    except BaseException as e:  # noqa: BLE001 - the user's code (sys.exit too): one line
+        if isinstance(e, KeyboardInterrupt) and not _WORKER.get("process"):
+            raise  # Ctrl-C, in the reader's process (num_processes=0)
         raise TransformError(
-            f"transform {name} failed on key {key!r} (epoch {epoch}, view {view}): "
+            f"transform {_name(transform)} failed on key {key!r} (epoch {epoch}, view {view}): "
             f"{type(e).__name__}: {e}".replace("\n", " ")
         ) from None
     out.setdefault("key", key)
@@ -307,7 +417,7 @@ def _fields_differ(transform, first: dict, key, fields) -> TransformError:
     )
 
 
-def _stack(rows: list[dict], spare: str | None, mapped: dict) -> dict:
+def _stack(rows: list[dict], spare: str | None, worker: dict) -> dict:
     """Fields whose values are arrays of one shape and dtype (or numbers) go stacked into
     one shared memory block (``spare`` when it is large enough); the others as lists,
     which must pickle (checked here: a block handed back unread would be left behind)."""
@@ -332,7 +442,7 @@ def _stack(rows: list[dict], spare: str | None, mapped: dict) -> dict:
         shape, dtype = (len(values), *values[0].shape), values[0].dtype
         arrays[name] = (size, shape, dtype.str)
         size += -(-int(np.prod(shape)) * dtype.itemsize // 64) * 64  # 64-byte aligned
-    block, dropped = _block(spare, size, mapped)
+    block, dropped = _block(spare, size, worker)
     for name, values in stacked.items():
         offset, shape, dtype = arrays[name]
         out = np.ndarray(shape, dtype, block.buf, offset)
@@ -343,11 +453,12 @@ def _stack(rows: list[dict], spare: str | None, mapped: dict) -> dict:
 
 
 def _block(
-    spare: str | None, size: int, mapped: dict
+    spare: str | None, size: int, worker: dict
 ) -> tuple[shared_memory.SharedMemory, str | None]:
     """(a block of at least ``size`` bytes, the name of ``spare`` when it was too small
-    and is unlinked here). Blocks stay ``mapped`` for the next batch."""
-    dropped = None
+    and is unlinked here). Blocks stay mapped (``worker["blocks"]``) for the next batch;
+    a new one is named after the read (``worker["prefix"]``) and this process."""
+    mapped, dropped = worker["blocks"], None
     if spare is not None:
         memory = mapped.get(spare) or shared_memory.SharedMemory(spare)
         if memory.size >= size:
@@ -357,9 +468,19 @@ def _block(
         memory.close()
         memory.unlink()
         dropped = spare
-    memory = shared_memory.SharedMemory(create=True, size=max(size, 1))
+    prefix = worker["prefix"]
+    name = None if prefix is None else f"{prefix}{os.getpid()}-{next(_BLOCKS)}"
+    memory = shared_memory.SharedMemory(name, create=True, size=max(size, 1))
     mapped[memory.name] = memory
     return memory, dropped
+
+
+_BLOCKS = itertools.count()  # the blocks this process made (their names)
+
+
+def _name(transform) -> str:
+    """A transform's name in a message: a function's, or a callable object's class."""
+    return getattr(transform, "__qualname__", None) or type(transform).__qualname__
 
 
 def default_processes() -> int:

@@ -1,0 +1,229 @@
+"""The Python route's processes (issue 41): a reader's worker processes, fork server and
+resource tracker end with it however it ends (kill -9, Ctrl-C), its shared memory
+blocks with them or at the next reader's start at the latest, and whatever a transform
+does (exits, raises KeyboardInterrupt, cannot be rebuilt in a process) is one line
+naming the function (and the key)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+
+import pytest
+from conftest import run_convert
+
+import reader
+from evenshard import synthetic
+from reader.preprocess import TransformError
+
+B = 4
+OPTS = dict(image_size=(12, 12), seed=4, epochs=1)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """16 images in 2 train shards."""
+    root = tmp_path_factory.mktemp("life") / "images"
+    synthetic.make_image_folder(str(root), num_labels=2, per_label=8, formats=("png",))
+    out = str(tmp_path_factory.mktemp("life_out") / "ds")
+    run_convert(str(root), out, "--splits=train=1.0", "--num_shards=2")
+    return out
+
+
+# A training script: reads endlessly; from epoch 1 on, each transform says so on stderr
+# and sleeps (a transform still running when the signal comes).
+SCRIPT = textwrap.dedent(
+    """
+    import sys, time
+    import reader
+
+    def slow_later(example, rng):
+        if example["epoch"] >= 1:
+            print("transforming", file=sys.stderr, flush=True)
+            time.sleep(30)
+        return example
+
+    if __name__ == "__main__":
+        data, route = sys.argv[1], sys.argv[2]
+        kw = dict(image_size=(12, 12), seed=0, epochs=None, transform=slow_later,
+                  num_processes=2)
+        if route == "numpy":
+            batches = reader.NumpyReader(data, "train", 4, **kw)
+        else:
+            batches = reader.make_dataset(data, "train", 4, **kw)
+        try:
+            for batch in batches:
+                print("batch", flush=True)
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr, flush=True)
+            sys.exit(130)
+    """
+)
+
+
+def _start(data, tmp_path, route: str) -> tuple[subprocess.Popen, str]:
+    """The script running in a session of its own, every process it starts marked by
+    an environment variable (``_marked``)."""
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    mark = uuid.uuid4().hex
+    env = dict(os.environ, EVENSHARD_TEST_MARK=mark, PYTHONPATH=os.getcwd())
+    run = subprocess.Popen(
+        [sys.executable, str(script), data, route],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    return run, mark
+
+
+def _marked(mark: str) -> list[int]:
+    """The processes (Linux) whose environment holds the mark."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if f"EVENSHARD_TEST_MARK={mark}".encode() in f.read().split(b"\0"):
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def _gone(mark: str, within: float = 5) -> bool:
+    deadline = time.monotonic() + within
+    while _marked(mark) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not _marked(mark)
+
+
+def _blocks_of(pid: int) -> list[str]:
+    """The shared memory blocks named after the reader of process ``pid``."""
+    return [n for n in os.listdir("/dev/shm") if n.startswith("evenshard-") and f"-{pid}-" in n]
+
+
+def _wait_for(stream, line: str) -> list[str]:
+    said = []
+    for got in stream:
+        said.append(got)
+        if got == line + "\n":
+            return said
+    raise AssertionError(f"no {line!r} line: {''.join(said)}")
+
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc, /dev/shm")
+
+
+def test_kill_9_of_the_training_process_leaves_no_process_and_no_block(data, tmp_path):
+    """kill -9 of the training process alone (the OOM killer's way): its workers, fork
+    server and resource tracker end within seconds, and its blocks with them."""
+    run, mark = _start(data, tmp_path, "numpy")
+    try:
+        for _ in range(3):
+            _wait_for(run.stdout, "batch")
+        assert len(_marked(mark)) >= 4  # the script, the fork server, 2 workers (a tracker)
+        assert _blocks_of(run.pid)  # blocks named after the reader's process
+        os.kill(run.pid, signal.SIGKILL)
+        run.wait(timeout=10)
+        assert _gone(mark), "a process of the killed reader is still running"
+        assert _blocks_of(run.pid) == []
+    finally:
+        run.kill()
+        run.wait()
+
+
+def test_kill_9_of_every_process_leaves_blocks_the_next_reader_removes(data, tmp_path):
+    """kill -9 of the whole process group (a container's end): nothing is left to clean
+    up; the next reader's start removes the blocks of the dead one, by their name."""
+    run, mark = _start(data, tmp_path, "numpy")
+    try:
+        for _ in range(3):
+            _wait_for(run.stdout, "batch")
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait(timeout=10)
+        assert _gone(mark)
+        assert _blocks_of(run.pid)  # left by processes that died at once
+        r = reader.NumpyReader(data, "train", B, num_processes=0, **OPTS)
+        next(iter(r))
+        assert _blocks_of(run.pid) == []
+    finally:
+        with __import__("contextlib").suppress(ProcessLookupError):
+            os.killpg(run.pid, signal.SIGKILL)
+        run.wait()
+
+
+@pytest.mark.parametrize("route", ["numpy", "make_dataset"])
+def test_one_ctrl_c_ends_a_read_whatever_the_transform_does(data, tmp_path, route):
+    """Ctrl-C (SIGINT to the process group, as a terminal sends it) while a transform
+    sleeps 30 s: the script's own KeyboardInterrupt at once, no line of the read's
+    processes, no process or block left (it waited for the transform, then took three
+    Ctrl-C and left both)."""
+    run, mark = _start(data, tmp_path, route)
+    try:
+        said = _wait_for(run.stderr, "transforming")
+        os.killpg(run.pid, signal.SIGINT)
+        assert run.wait(timeout=10) == 130, "".join(said) + run.stderr.read()
+        rest = [line for line in run.stderr.read().splitlines() if line != "transforming"]
+        assert rest == ["interrupted"], "\n".join(rest)
+        assert _gone(mark), "a process of the interrupted reader is still running"
+        assert _blocks_of(run.pid) == []
+    finally:
+        with __import__("contextlib").suppress(ProcessLookupError):
+            os.killpg(run.pid, signal.SIGKILL)
+        run.wait()
+
+
+def exits(example, rng):
+    if example["key"].endswith("img_00003.png"):
+        sys.exit(3)
+    return example
+
+
+def interrupts(example, rng):
+    if example["key"].endswith("img_00003.png"):
+        raise KeyboardInterrupt
+    return example
+
+
+class Unbuildable:
+    """A transform that pickles here and cannot be unpickled in another process."""
+
+    def __init__(self):
+        self.pid = os.getpid()
+
+    def __call__(self, example, rng):
+        return example
+
+    def __setstate__(self, state):
+        if state["pid"] != os.getpid():
+            raise ValueError("made for process only")
+        self.__dict__.update(state)
+
+
+@pytest.mark.parametrize(
+    "transform, said",
+    [
+        (exits, "exits failed on key .*img_00003.png.*SystemExit: 3"),
+        (interrupts, "interrupts failed on key .*img_00003.png.*KeyboardInterrupt"),
+    ],
+)
+def test_what_a_transform_does_is_one_line_naming_the_key_and_the_function(data, transform, said):
+    r = reader.NumpyReader(data, "train", B, transform=transform, num_processes=2, **OPTS)
+    with pytest.raises(TransformError, match=said) as raised:
+        list(r)
+    assert "\n" not in str(raised.value)
+
+
+def test_a_transform_that_cannot_be_rebuilt_in_a_process_is_one_line(data):
+    r = reader.NumpyReader(data, "train", B, transform=Unbuildable(), num_processes=2, **OPTS)
+    with pytest.raises(TransformError, match="Unbuildable cannot be rebuilt in a worker") as e:
+        list(r)
+    assert "ValueError: made for process only" in str(e.value)
+    assert "\n" not in str(e.value)
