@@ -26,8 +26,8 @@ Aims: recall >= 0.95 where both sides are >= 32 px; precision >= 0.99; held-out
 icons with a near-duplicate in train <= 5 % of the default convert's; largest
 cluster <= 1 % of the inputs.
 
-    .venv/bin/python benchmarks/near_icons_bench.py [--theme gnome]
-    .venv/bin/python benchmarks/near_icons_bench.py --render   # RESULTS.md from the JSON
+    .venv/bin/python benchmarks/run_all.py near_icons   # saved, and its RESULTS.md section
+    .venv/bin/python benchmarks/near_icons_bench.py [--themes elementary-xfce,gnome]
 """
 
 from __future__ import annotations
@@ -48,18 +48,21 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import (  # noqa: E402
     BIN,
-    HERE,
     SMOKE,
     WORK,
     bench_main,
-    replace_section,
     table_rows,
     verdict,
 )
 
 THEMES = "/usr/share/icons"
-FLAGS = {"theme": (str, "gnome", "the icon theme under /usr/share/icons to measure")}
-RESULTS = os.path.join(HERE, "near_icons_results.json")
+FLAGS = {
+    "themes": (
+        str,
+        "elementary-xfce,gnome",
+        "icon themes under /usr/share/icons, comma-separated (the first: the one tuned on)",
+    )
+}
 TITLE = "## Near-duplicates on icon themes (near_icons_bench.py)"
 
 
@@ -241,16 +244,21 @@ def held_out(out: str, info: dict, picture: dict) -> dict:
 
 
 def measure(a) -> dict:
+    themes = [t for t in a.themes.split(",") if t]
+    return {"themes": {theme: measure_theme(theme) for theme in themes}, "tuned_on": themes[0]}
+
+
+def measure_theme(theme: str) -> dict:
     began = time.perf_counter()
-    root, truth = corpus(a.theme)
+    root, truth = corpus(theme)
     keys = sorted(truth)
     picture = groups(truth)
     fps = fingerprints(root, keys)
-    result = {"theme": a.theme, "icons": len(keys), "pictures": len(set(picture.values()))}
+    result = {"theme": theme, "icons": len(keys), "pictures": len(set(picture.values()))}
     result["pairs"] = pairs(keys, fps, truth, picture)
     runs = {}
     for kind, flags in (("default", ()), ("near", ("--dedupe=near",))):
-        out = os.path.join(WORK, f"icons_{a.theme}_{kind}")
+        out = os.path.join(WORK, f"icons_{theme}_{kind}")
         info = convert(root, out, *flags)
         runs[kind] = held_out(out, info, picture)
         if kind == "near":
@@ -274,17 +282,32 @@ def measure(a) -> dict:
     return result
 
 
-def render(r: dict) -> str:
+def render(result: dict) -> str:
+    parts = [TITLE, "", f"Aims: {AIMS}. The rule was tuned on {result['tuned_on']}."]
+    for r in result["themes"].values():
+        parts += ["", render_theme(r, result["tuned_on"])]
+    return "\n".join(parts) + "\n"
+
+
+AIMS = (
+    "recall >= 0.95 where both sides are >= 32 px; pairwise precision >= 0.99; held-out "
+    "icons with a near-duplicate in train <= 5 % of the default convert's; largest "
+    "cluster <= 1 % of the inputs"
+)
+
+
+def render_theme(r: dict, tuned_on: str) -> str:
     p, c = r["pairs"], r["converts"]
     default, near = c["default"], c["near"]
     kept = near["with_near_duplicate_in_train"] / max(1, default["with_near_duplicate_in_train"])
     largest = near["clusters"]["largest_cluster"] / r["icons"]
     recall = p["rule"]["recall_both_32_up"] or 0.0
+    tuned = "the rule was tuned on it" if r["theme"] == tuned_on else "as it came"
     lines = [
-        TITLE,
+        f"### {r['theme']}",
         "",
-        f"Theme `{r['theme']}`: {r['icons']} PNG icons, {r['pictures']} pictures (a name at "
-        f"every size, identical pixels joined). Tuned on elementary-xfce; this theme as it came.",
+        f"{r['icons']} PNG icons, {r['pictures']} pictures (a name at every size, identical "
+        f"pixels joined); {tuned}; {r['seconds']} s.",
         "",
         "| aim | measured | verdict |",
         "|---|---|---|",
@@ -330,38 +353,8 @@ def render(r: dict) -> str:
         f"{near['audit']['leaked_images']} images with a near-duplicate across, "
         f"{near['audit']['beyond_convert_rule']} of them beyond convert's rule.",
     ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines)
 
 
-def _save(result: dict, argv: list[str]) -> None:
-    import datetime
-
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE
-    ).stdout.strip()
-    result["measured"] = {"date": datetime.date.today().isoformat(), "commit": commit}
-    result["command"] = " ".join([".venv/bin/python benchmarks/near_icons_bench.py", *argv])
-    with open(RESULTS, "w") as f:
-        json.dump(result, f, indent=2, default=str)
-    _write_section()
-
-
-def _write_section() -> None:
-    with open(RESULTS) as f:
-        result = json.load(f)
-    title, _, rest = render(result).partition("\n")
-    when = result["measured"]
-    origin = (
-        f"Measured {when['date']} at commit {when['commit']} on {result['machine']}, in "
-        f"{result['seconds']} s. Command: `{result['command']}`."
-    )
-    replace_section(title, f"{title}\n\n{origin}\n{rest}")
-
-
-if __name__ == "__main__":
-    if sys.argv[1:] == ["--render"]:
-        _write_section()
-    elif SMOKE:
-        print(render(bench_main(measure, FLAGS, __doc__)))
-    else:
-        _save(bench_main(measure, FLAGS, __doc__), sys.argv[1:])
+if __name__ == "__main__":  # the JSON printed; run_all.py saves it and renders RESULTS.md
+    render(bench_main(measure, FLAGS, __doc__))

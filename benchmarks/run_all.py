@@ -43,6 +43,7 @@ BENCHES = (
     "preprocess",
     "peers",
     "near",
+    "near_icons",
     "explain",
 )
 
