@@ -49,7 +49,8 @@ def explain(
     ``key`` (list), ``epoch``, ``view``, ``mask`` and, with ``random_crop`` or
     ``random_flip`` (or ``mirror_views``), ``box`` (top, left, height, width) and
     ``flip``, a row each, as the readers yield them (padding rows, and those of keys
-    the state excludes: key "", mask False).
+    the state excludes: key "", mask False; ``excluded`` True on the latter, so an
+    evaluation can count them apart).
 
     Args:
         data, split, batch_size, options, overrides: the read's, as given to
@@ -185,6 +186,7 @@ class Explain:
             "epoch": rows["epoch"][pick],
             "view": view.astype(np.int64),
             "mask": rows["mask"][pick],
+            "excluded": rows["excluded"][pick],
         }
         if self.augment is not None:
             boxes = np.zeros((len(keys), 5), np.int64)
@@ -219,6 +221,7 @@ class Explain:
             "key": [k if m else "" for k, m in zip(keys, kept)] + [""] * pad,
             "epoch": np.concatenate([np.where(kept, epochs, 0), np.zeros(pad, np.int64)]),
             "mask": np.concatenate([kept, np.zeros(pad, bool)]),
+            "excluded": np.concatenate([~kept, np.zeros(pad, bool)]),
             "height": np.concatenate([heights, np.zeros(pad, np.int64)]),
             "width": np.concatenate([widths, np.zeros(pad, np.int64)]),
         }
@@ -415,6 +418,6 @@ def render(batches: list[dict]) -> str:
             cells = [b["step"], r, b["epoch"][r], b["view"][r]]
             if boxed:
                 cells += [*b["box"][r], int(b["flip"][r])]
-            shown = key if b["mask"][r] else "(padding)"
+            shown = key if b["mask"][r] else "(excluded)" if b["excluded"][r] else "(padding)"
             lines.append("  ".join(f"{c:>4}" for c in cells) + "  " + shown)
     return "\n".join(lines)

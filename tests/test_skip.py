@@ -146,6 +146,8 @@ def test_excluded_keys_never_appear_again_and_the_rest_is_read_once(data):
     assert keys(py) == want and [list(b["mask"]) for b in py] == [list(b["mask"]) for b in got]
     said = explain(data, "train", 4, range(2, 2 + len(want)), state=state, **kw)
     assert [s["key"] for s in said] == want
+    met = sum(k in out for b in whole[2:] for k in b)  # each epoch's
+    assert sum(int(s["excluded"].sum()) for s in said) == met >= 2
     assert ReadState.from_json(state.to_json()).excluded == tuple(sorted(out))
     for j in range(2):  # elastic: the exclusion goes with the state
         two = dict(OPTS, num_workers=2, worker_index=j)
