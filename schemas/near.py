@@ -37,6 +37,7 @@ Pillow and numpy only: no Beam, no TensorFlow.
 
 from __future__ import annotations
 
+import functools
 import json
 import warnings
 from typing import NamedTuple
@@ -97,8 +98,8 @@ def _composited(image):
 
 def fingerprint(image) -> str:
     """The fingerprint of a Pillow image (any mode; loaded): the 64-bit DCT hash (16
-    hex digits), the quality (2), the 8x8 gray thumbnail and the 2x2 colours (152):
-    ``FINGERPRINT_CHARS`` hex digits, see :func:`parse`."""
+    hex digits), its weak bits (16), the quality (2), the 8x8 gray thumbnail and the
+    2x2 colours (152): ``FINGERPRINT_CHARS`` hex digits, see :func:`parse`."""
     from PIL import Image
 
     image = _composited(image)
@@ -196,6 +197,7 @@ def band_bits(distance: int) -> list[list[int]]:
     return [list(range(i, BITS - 1, count)) for i in range(count)]
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def weak_bits(weak: int, distance: int) -> int:
     """The weak bits that count at ``distance``: at most ``WEAK_A_BAND`` a band (its
     lowest), so an image is in at most 2**WEAK_A_BAND values of a band."""
