@@ -193,3 +193,21 @@ def test_the_explain_command_prints_json_and_a_table(data):
     bad = subprocess.run([*cmd[:-10], "--steps", "2:x"], capture_output=True, text=True)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
     assert np.array_equal(want[0]["epoch"], got[0]["epoch"])
+
+
+def test_explain_equals_the_dali_pipeline_on_the_cpu(data):
+    """DALI (CPU) through TorchReader, rank 1 of 3, crops drawn, from a state that skips
+    a step and excludes a key: the keys and masks explained are those it yields."""
+    kw = dict(OPTS, epochs=2, num_workers=3, worker_index=1, random_crop=True)
+    first = explain(data, "train", 6, range(3), **kw)
+    state = reader.ReadState(4, 6, step=1).skip(2, 3).exclude([first[1]["key"][0]])
+    dali = [
+        as_lists(b) for b in reader.TorchReader(data, "train", 6, backend="dali", state=state, **kw)
+    ]
+    said = explain(data, "train", 6, range(1, 1 + len(dali)), state=state, **kw)
+    assert told(said) == [b["key"] for b in dali]
+    assert [list(s["mask"]) for s in said] == [b["mask"] for b in dali]
+
+
+def as_lists(batch) -> dict:
+    return {k: v if isinstance(v, list) else np.asarray(v).tolist() for k, v in batch.items()}
