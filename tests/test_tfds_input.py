@@ -117,3 +117,14 @@ def test_mistakes_are_one_line(prepared, tmp_path):
         convert.run([f"--input={tmp_path}", *argv])
     with pytest.raises(UserError, match="--input_split"):
         convert.run([f"--input={tmp_path}", f"--output_dir={tmp_path / 'o'}", "--input_split=x"])
+
+
+@pytest.mark.slow
+def test_a_dataset_in_a_bucket(prepared, bucket, tmp_path):
+    """A TFDS version folder in gs:// or s3://: its JSON files and class names read
+    there, the test split's shard read through Beam's file systems."""
+    url = bucket.upload(prepared, "small/1.0.0")
+    out = str(tmp_path / "out")
+    info = run_convert(url, out, *FLAGS, "--input_split=test", "--key_feature=id")
+    assert info["inputs"] == 6 and info["labels"] == NAMES
+    assert read_back(out) == {(f"img-{i}", label_of(i)): 1 for i in SPLITS["test"]}
