@@ -63,7 +63,7 @@ FLAGS = {
         "icon themes under /usr/share/icons, comma-separated (the first: the one tuned on)",
     )
 }
-TITLE = "## Near-duplicates on icon themes (near_icons_bench.py)"
+TITLE = "## near-duplicates on icon themes — `benchmarks/near_icons_bench.py`"
 
 
 def _size(parts: list[str]) -> int | None:
@@ -283,12 +283,18 @@ def measure_theme(theme: str) -> dict:
 
 
 def render(result: dict) -> str:
-    parts = [TITLE, "", f"Aims: {AIMS}. The rule was tuned on {result['tuned_on']}."]
+    parts = [TITLE, "", f"Aims: {AIMS}. The rule was tuned on {result['tuned_on']}. {READING}"]
     for r in result["themes"].values():
         parts += ["", render_theme(r, result["tuned_on"])]
     return "\n".join(parts) + "\n"
 
 
+READING = (
+    "A false pair is any pair of two names: most of 25 drawn at random while tuning "
+    "were one drawing with another emblem or state (folder-music / folder-videos, "
+    "user-home / user-home-open), which the 8x8 thumbnails cannot tell apart; the size "
+    "bound keeps them from chaining, and refuses the joins past it (the bridges)."
+)
 AIMS = (
     "recall >= 0.95 where both sides are >= 32 px; pairwise precision >= 0.99; held-out "
     "icons with a near-duplicate in train <= 5 % of the default convert's; largest "
