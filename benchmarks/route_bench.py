@@ -133,16 +133,19 @@ def make_photos(count: int) -> str:
     return root
 
 
-def _pass(ds, n: int) -> tuple[float, dict]:
-    """Images/s of one pass over ``ds``, and its images by key (the first batch's)."""
-    start, seen, first = time.perf_counter(), 0, {}
+def _pass(ds, n: int) -> tuple[float, float, dict]:
+    """Images/s of one pass over ``ds``, the CPU µs it took an image (every thread of
+    the process: what others' work on the machine moves least), and its images by key
+    (the first batch's)."""
+    start, cpu, seen, first = time.perf_counter(), time.process_time(), 0, {}
     for batch in ds:
         seen += int(batch["image"].shape[0])
         if not first:
             first = {k.decode(): im for k, im in zip(batch["key"].numpy(), batch["image"].numpy())}
     if seen != n:
         raise RuntimeError(f"read {seen} images, expected {n}")
-    return n / (time.perf_counter() - start), first
+    cpu_us = (time.process_time() - cpu) / n * 1e6
+    return n / (time.perf_counter() - start), cpu_us, first
 
 
 def _corpus(tf, src: str, name: str, rounds: int) -> dict:
@@ -167,11 +170,13 @@ def _corpus(tf, src: str, name: str, rounds: int) -> dict:
         .prefetch(tf.data.AUTOTUNE),
     }
     rates: dict[str, list[float]] = {name: [] for name in routes}
+    cpu: dict[str, list[float]] = {name: [] for name in routes}
     images: dict[str, dict] = {}
     for _ in range(rounds):
         for route, ds in routes.items():
-            rate, first = _pass(ds, len(files))
+            rate, cpu_us, first = _pass(ds, len(files))
             rates[route].append(rate)
+            cpu[route].append(cpu_us)
             images.setdefault(route, first)
     # (a)'s first batch against (b)'s decode of the same images
     wanted = dict(zip(keys, zip(encoded, fmts)))
@@ -191,6 +196,8 @@ def _corpus(tf, src: str, name: str, rounds: int) -> dict:
         "images_per_s": {k: [round(v) for v in r] for k, r in rates.items()},
         "best": {k: round(max(r)) for k, r in rates.items()},
         "a_over_b": [round(r, 2) for r in ratios],
+        "cpu_us_per_image": {k: [round(v) for v in c] for k, c in cpu.items()},
+        "cpu_a_over_b": round(min(cpu["a_make_dataset"]) / min(cpu["b_tf_ops_in_memory"]), 2),
         "pixels_max_diff": worst,
         "pixels_mean_diff": round(mean, 3),
     }
@@ -216,31 +223,35 @@ def render(r: dict) -> str:
 
     def row(label, c):
         lo, hi = min(c["a_over_b"]), max(c["a_over_b"])
-        best = c["best"]
+        best, cpu = c["best"], c["cpu_us_per_image"]
         return (
             f"| {label} | {c['images']:,} | {best['a_make_dataset']:,} | "
             f"{best['b_tf_ops_in_memory']:,} | **{lo:.2f}–{hi:.2f}** | "
-            f"{c['pixels_max_diff']} ({c['pixels_mean_diff']:.2f}) |"
+            f"{min(cpu['a_make_dataset'])} | {min(cpu['b_tf_ops_in_memory'])} | "
+            f"**{c['cpu_a_over_b']:.2f}** | {c['pixels_max_diff']} ({c['pixels_mean_diff']:.2f}) |"
         )
 
+    generated = r["icons"]["images"] - r["system_icons"]
     return f"""## the tf.data route on small PNGs and on photos — `benchmarks/route_bench.py`
 
 (a) `make_dataset(..., image_size=(64, 64), seed=0)` against (b) TensorFlow's own
 decode + `tf.image.resize` mapped over the same bytes in memory, {r["rounds"]} rounds
-round-robin in one process; best images/s, and the range of the rounds' a / b.
-Icons: the distinct PNG icons of /usr/share/icons 48–256 px, topped up with generated
-PNGs (RGBA, palette, RGB, gray); photos: JPEG crops of a real photo, 200–500 px.
+round-robin in one process: best images/s, the range of the rounds' a / b, and the
+CPU time an image (every thread of the process, the lowest of the rounds: what
+others' work on this shared machine moves least). Icons: the distinct PNG icons of
+/usr/share/icons 48–256 px ({r["system_icons"]:,}), topped up with {generated:,}
+generated PNGs (RGBA, palette, RGB, gray); photos: JPEG crops of a real photo,
+200–500 px.
 
-{r["icons"]["images"] - r["system_icons"]:,} of the {r["icons"]["images"]:,} icons are generated.
-
-| corpus | images | (a) img/s | (b) img/s | a / b | pixels a vs b: max (mean) |
-|---|---:|---:|---:|---:|---:|
+| corpus | images | (a) img/s | (b) img/s | a / b | (a) CPU µs/img | (b) CPU µs/img | CPU a / b | pixels a vs b: max (mean) |
+|---|---:|---:|---:|---:|---:|---:|---:|---:|
 {row("small PNG icons", r["icons"])}
 {row("photo crops (JPEG)", r["photos"])}
 
 The route decodes a PNG through libpng (OpenCV) and a colour JPEG through
-libjpeg-turbo (simplejpeg), both with the GIL released; Pillow's per-image Python
-had put small PNGs at 0.48 of (b) (HISTORY.md).
+libjpeg-turbo (simplejpeg), both with the GIL released; through Pillow a small
+PNG had taken 1.4–1.7 times the CPU, most of it Python holding the GIL
+(HISTORY.md).
 """
 
 
