@@ -306,6 +306,9 @@ def _init(payload: bytes, name: str, config: tuple, prefix: str | None, lifeline
         _WORKER["broken"] = f"{type(e).__name__}: {e}".replace("\n", " ")
 
 
+_LEAVING = threading.Lock()  # held by the process ending (``_watch``, ``_interrupt``)
+
+
 def _watch(lifeline) -> None:
     """Ends this process, its blocks unlinked, once the reader's end of ``lifeline``
     closes: the read ended or was left, or the reader's process died (kill -9: a
@@ -313,10 +316,11 @@ def _watch(lifeline) -> None:
     resource tracker)."""
     with contextlib.suppress(EOFError, OSError):
         lifeline.recv_bytes()
-    for memory in list(_WORKER["blocks"].values()):
-        with contextlib.suppress(OSError):
-            memory.unlink()
-    os._exit(0)
+    with _LEAVING:
+        for memory in list(_WORKER["blocks"].values()):
+            with contextlib.suppress(OSError):
+                memory.unlink()
+        os._exit(0)
 
 
 def _interrupt(signum, frame) -> None:
@@ -325,8 +329,8 @@ def _interrupt(signum, frame) -> None:
     over: nothing left to wait for)."""
     with contextlib.suppress(OSError):
         _WORKER["lifeline"].send_bytes(b"Ctrl-C")
-    os._exit(0)  # the reader unlinks the blocks (this process unlinking them meanwhile,
-    # the reader could map one of them unlinked: its resource tracker would warn)
+    with _LEAVING:  # not between a block's unlink and its word to the resource tracker
+        os._exit(0)  # the reader unlinks the blocks
 
 
 def _work(task: tuple, spare: str | None) -> dict:
