@@ -37,6 +37,7 @@ BENCHES = (
     "decode",
     "route",
     "tfds",
+    "records",
     "scale",
     "dask",
     "bucket",
