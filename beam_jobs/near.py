@@ -75,12 +75,19 @@ def _bucket_edges(element, distance: int):
         if j != i:
             edges.append((0, j, i))
     parsed = [near.parse(fp) for fp in unique]
+    values = near.as_array(unique)
     weak = np.array([near.weak_bits(p.weak, distance) for p in parsed], dtype=np.uint64)
-    for a, b, _ in near.close_pairs(near.as_array(unique), distance, weak):
-        weight = near.matches(parsed[a], parsed[b], distance)
-        if weight is not None:
-            i, j = sorted((first[a], first[b]))
-            edges.append((weight, i, j))
+    close = np.array(list(near.close_pairs(values, distance, weak)), dtype=np.int64)
+    if len(close):  # the second measure, for all of the bucket's candidates at once
+        a, b, bits = close.T
+        thumbs = np.stack([p.thumb for p in parsed])
+        quality = np.array([p.quality for p in parsed])
+        apart = near.thumbs_apart(
+            thumbs[a], thumbs[b], quality[a], quality[b], values[a] == values[b]
+        )
+        for n in np.flatnonzero(apart >= 0):
+            i, j = sorted((first[int(a[n])], first[int(b[n])]))
+            edges.append((int(bits[n]) * 256 + int(apart[n]), i, j))
     parent = list(range(len(members)))
     for weight, i, j in sorted(edges):  # members are sorted: indices order as keys
         a, b = _find(parent, i), _find(parent, j)

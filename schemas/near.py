@@ -148,25 +148,41 @@ def apart(a: Parsed, b: Parsed, distance: int) -> int:
 
 
 def looks_alike(a: Parsed, b: Parsed, slack: float = 1.0) -> int | None:
-    """The second measure: how far apart two thumbnails are (the mean gray difference,
-    each thumbnail's own mean taken off first, so a brightened copy is close), in gray
-    levels; None when they are too far apart (the gray, or the colours of two coloured
-    images, ``slack`` times the thresholds) or either image is below the quality gate (it
-    then matches only an identical thumbnail)."""
-    ga, gb = a.thumb[:64], b.thumb[:64]
-    gray = int(np.abs((ga - gb) - (int(ga.sum()) - int(gb.sum())) // 64).sum()) // 64
-    ca, cb = a.thumb[64:], b.thumb[64:]
-    colour = int(np.abs((ca - cb) - (int(ca.sum()) - int(cb.sum())) // 12).sum()) // 12
-    if min(a.quality, b.quality) < QUALITY_GATE:
-        return 0 if (a.value == b.value and np.array_equal(a.thumb, b.thumb)) else None
-    if gray > GRAY_APART * slack or (colour > COLOUR_APART * slack and _coloured(ca, cb)):
-        return None
-    return gray
+    """The second measure for one pair (:func:`thumbs_apart`); None: not alike."""
+    found = thumbs_apart(
+        a.thumb[None],
+        b.thumb[None],
+        np.array([a.quality]),
+        np.array([b.quality]),
+        np.array([a.value == b.value]),
+        slack,
+    )[0]
+    return None if found < 0 else int(found)
 
 
-def _coloured(*colours: np.ndarray) -> bool:
-    """Whether both images have colour (a gray copy of a colour picture is the picture)."""
-    return all(int(np.ptp(c.reshape(4, 3), axis=1).max()) > 2 for c in colours)
+def thumbs_apart(ta, tb, qa, qb, same_hash, slack: float = 1.0) -> np.ndarray:
+    """The second measure, for many pairs (row i of each array: pair i): how far apart
+    two thumbnails are (the mean gray difference, each thumbnail's own mean taken off
+    first, so a brightened copy is close), in gray levels; -1 where they are too far
+    apart (the gray, or the colours of two coloured images: a gray copy of a colour
+    picture is the picture; ``slack`` times the thresholds) or either image is below
+    the quality gate (it then matches only an identical hash and thumbnail)."""
+    ta, tb = np.asarray(ta, dtype=np.int64), np.asarray(tb, dtype=np.int64)
+    d = ta[:, :64] - tb[:, :64]
+    gray = np.abs(d - (d.sum(axis=1) // 64)[:, None]).sum(axis=1) // 64
+    c = ta[:, 64:] - tb[:, 64:]
+    colour = np.abs(c - (c.sum(axis=1) // 12)[:, None]).sum(axis=1) // 12
+    coloured = _coloured(ta) & _coloured(tb)
+    alike = (gray <= GRAY_APART * slack) & ~((colour > COLOUR_APART * slack) & coloured)
+    flat = np.minimum(qa, qb) < QUALITY_GATE
+    identical = np.asarray(same_hash) & (ta == tb).all(axis=1)
+    return np.where(flat, np.where(identical, 0, -1), np.where(alike, gray, -1))
+
+
+def _coloured(thumbs: np.ndarray) -> np.ndarray:
+    """Whether each thumbnail's 2x2 colours are coloured (a channel apart by over 2)."""
+    cells = thumbs[:, 64:].reshape(len(thumbs), 4, 3)
+    return (cells.max(axis=2) - cells.min(axis=2)).max(axis=1) > 2
 
 
 def matches(a: Parsed, b: Parsed, distance: int, slack: float = 1.0) -> int | None:
