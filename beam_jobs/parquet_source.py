@@ -5,21 +5,28 @@ ClassLabel names in the file's ``huggingface`` metadata), any other columns.
 Each file is read a row group at a time (pyarrow), the columns the rules use
 only; a row's columns become features as a TFRecord's are (``_features``: an
 image struct its bytes, text its UTF-8 bytes, an integer an int64), so the same
-rules choose and read them (``record_rules``). A row's place is (row group,
-row in it), by which the writer reads its image again (``images_again``: each
-row group a shard needs read once, its image column). Damage: a file pyarrow cannot
+rules choose and read them (``record_rules``). A row cannot be read alone (a
+row group is the least Parquet reads), so each row's image is copied as it is
+read, into one file a Parquet file in the run's ``.incomplete/`` (``_Copies``):
+a row's place is (row, byte offset, length in the copy), by which the writer
+reads it again with one ranged read (``images_again``). Damage: a file pyarrow cannot
 open (cut short: no footer) is one reject at row 0; a row group that does not
 read is one reject naming its first row, the row groups around it kept.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
+import uuid
 import zlib
 
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
 from beam_jobs import paths
-from beam_jobs.record_rules import RecordFormat, RecordProblem, RecordRules
+from beam_jobs.record_rules import RecordFormat, RecordRules
 from beam_jobs.record_source import ReadRecordFile
 from beam_jobs.records import Image, make_reject
 
@@ -87,10 +94,12 @@ class _ReadParquetFile(ReadRecordFile):
         except Exception as e:  # noqa: BLE001 - ArrowInvalid: no Parquet footer
             yield _damage(rel, path, 0, f"not a Parquet file, or cut short ({e})")
             return
+        copies = _Copies(self._scratch, path)
         with pf:
-            yield from self._rows(pf, path, rel)
+            yield from self._rows(pf, path, rel, copies)
+        copies.close()
 
-    def _rows(self, pf, path: str, rel: str):
+    def _rows(self, pf, path: str, rel: str, copies: _Copies):
         columns, first = _columns(self._rules), 0
         for group in range(pf.metadata.num_row_groups):
             try:
@@ -101,9 +110,44 @@ class _ReadParquetFile(ReadRecordFile):
                 first += n
                 continue
             for i, row in enumerate(rows):
-                where = f"row {first + i}"
-                yield self.record(path, f"{rel}#{first + i}", where, _features(row), (group, i))
+                features = _features(row)
+                kind, values = features.get(self._image, ("", []))
+                n = first + i
+                at, size = copies.put(values[0]) if kind == "bytes" and len(values) == 1 else (0, 0)
+                yield self.record(path, f"{rel}#{n}", f"row {n}", features, (n, at, size))
             first += len(rows)
+
+
+class _Copies:
+    """The images of one Parquet file's rows, copied as they are read, in order, into one
+    file of the run's ``.incomplete/`` (``copy_name``): written under a temp name and
+    renamed whole (a read run twice writes the same bytes)."""
+
+    def __init__(self, scratch: str, path: str):
+        self._name = copy_name(scratch, path)
+        self._tmp = f"{self._name}.{uuid.uuid4().hex}"
+        self._file, self._at = None, 0
+
+    def put(self, data: bytes) -> tuple[int, int]:
+        """Appends ``data``; returns its (byte offset, length) in the copy."""
+        if self._file is None:
+            self._file = FileSystems.create(
+                self._tmp, compression_type=CompressionTypes.UNCOMPRESSED
+            )
+        self._file.write(data)
+        self._at += len(data)
+        return self._at - len(data), len(data)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            FileSystems.rename([self._tmp], [self._name])
+
+
+def copy_name(scratch: str, path: str) -> str:
+    """The copy of the Parquet file ``path``'s images in ``scratch`` (the run's
+    ``.incomplete/``, which the run removes as it ends)."""
+    return f"{scratch}/{hashlib.blake2b(path.encode(), digest_size=8).hexdigest()}.rows"
 
 
 def _damage(rel: str, path: str, row: int, problem: str):
@@ -139,42 +183,22 @@ def class_names(path: str, label: str) -> tuple[str, ...] | None:
     return tuple(names) if names else None
 
 
-def images_again(items: list[tuple[str, Image]], feature: str):
-    """The images of a shard's rows (``items``: (file, Image), the row ``im.record``:
-    (row group, row in it)) read again, in order: (bytes, what changed since
-    inspection or None) each. Each row group is read once (its image column), the
-    shard's rows of it kept: memory is the shard's images and one row group."""
-    rows: dict[tuple[str, int], set[int]] = {}
+def images_again(items: list[tuple[str, Image]], feature: str, scratch: str):
+    """The images of a shard's rows (``items``: (file, Image), ``im.record``: (row, byte
+    offset, length) in the file's copy in ``scratch``) read again from their copies,
+    in order: (bytes, what changed since inspection or None) each; one ranged read a
+    row."""
     for path, im in items:
-        rows.setdefault((path, im.record[0]), set()).add(im.record[1])
-    found: dict[tuple[str, int, int], object] = {}
-    for (path, group), wanted in sorted(rows.items()):
+        row, offset, length = im.record
         try:
-            with _open(path) as pf:
-                column = pf.read_row_group(group, columns=[feature]).column(feature)
-            for i in wanted:
-                found[path, group, i] = column[i].as_py() if i < len(column) else IndexError(i)
+            image = paths.read_range(copy_name(scratch, path), length, offset)
         except FileNotFoundError:
-            found.update(dict.fromkeys(((path, group, i) for i in wanted), None))
-        except Exception as e:  # noqa: BLE001 - pyarrow's errors: the file rewritten
-            found.update(dict.fromkeys(((path, group, i) for i in wanted), e))
-    for path, im in items:
-        yield _checked(found.pop((path, *im.record)), im)
-
-
-def _checked(value, im: Image) -> tuple[bytes, str | None]:
-    where = f"row group {im.record[0]} row {im.record[1]}"
-    if value is None:
-        return b"", "the file was removed after it was inspected"
-    if isinstance(value, Exception):
-        return b"", f"{where}: the row is not the one inspected ({value!r})"
-    try:
-        image = RecordRules.image_of({"image": _value(value)}, "image")
-    except RecordProblem as e:
-        return b"", f"{where}: the row is not the one inspected ({e})"
-    if len(image) != im.num_bytes or zlib.crc32(image) != im.crc32:
-        return image, f"{where}: the row's image is not the one inspected"
-    return image, None
+            yield b"", f"row {row}: its copy in {scratch} was removed after it was read"
+            continue
+        if len(image) != im.num_bytes or zlib.crc32(image) != im.crc32:
+            yield image, f"row {row}: the copy's image is not the one inspected"
+        else:
+            yield image, None
 
 
 FORMAT = RecordFormat(
@@ -185,5 +209,5 @@ FORMAT = RecordFormat(
     first=_first,
     class_names=class_names,
     images_again=images_again,
-    place=lambda record: f"row group {record[0]} row {record[1]}",
+    place=lambda record: f"row {record[0]}",
 )

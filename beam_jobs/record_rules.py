@@ -50,8 +50,9 @@ class RecordFormat:
             it holds none; raises OSError or ValueError for a damaged file.
         class_names: (file, label feature) -> the label's class names the file
             declares, or None.
-        images_again: ([(file, Image)] of a shard, image feature) -> (bytes, what
-            changed or None) of each, in order: the writer's second read.
+        images_again: ([(file, Image)] of a shard, image feature, the run's
+            ``.incomplete/``) -> (bytes, what changed or None) of each, in order: the
+            writer's second read.
         place: an ``Image.record`` in words (``byte 120``, ``row 3``).
         label_names: the names of its label features (WebDataset's ``cls``), chosen
             as ``*label*`` ones are.

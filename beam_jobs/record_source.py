@@ -43,8 +43,9 @@ class ReadRecordFile(beam.DoFn):
     subclass reads the file (``process``) and hands each record's features to
     ``record``."""
 
-    def __init__(self, root: str, rules: RecordRules, inspect: tuple):
+    def __init__(self, root: str, rules: RecordRules, inspect: tuple, scratch: str | None = None):
         self._root, self._rules, self._inspect_args = root, rules, inspect
+        self._scratch = scratch  # the run's .incomplete/: a format may copy images there
         self._image = rules.features.image
 
     def setup(self):
@@ -97,15 +98,16 @@ class ReadRecordFiles(beam.PTransform):
 
     The records of the files of ``fmt`` that ``pattern`` matches (``named_only``: a
     folder's files the format names its own), read through ``rules``; keys and
-    sources relative to ``root``; ``inspect``: ``InspectImage``'s arguments.
+    sources relative to ``root``; ``inspect``: ``InspectImage``'s arguments;
+    ``scratch``: the run's ``.incomplete/`` folder (Parquet copies its images there).
     """
 
     def __init__(
-        self, fmt: RecordFormat, pattern: str, root: str, named_only: bool, rules, inspect
+        self, fmt: RecordFormat, pattern: str, root: str, named_only: bool, rules, inspect, scratch
     ):
         super().__init__()
         self._fmt, self._pattern, self._root, self._named_only = fmt, pattern, root, named_only
-        self._rules, self._inspect = rules, tuple(inspect)
+        self._rules, self._inspect, self._scratch = rules, tuple(inspect), scratch
 
     def expand(self, pbegin):
         fmt, root, named_only = self._fmt, self._root, self._named_only
@@ -115,7 +117,7 @@ class ReadRecordFiles(beam.PTransform):
             | "List" >> beam.FlatMap(lambda p: chunked(record_files(fmt, p, root, named_only)))
             | "SpreadFiles" >> beam.Reshuffle()
             | "Unchunk" >> beam.FlatMap(lambda chunk: chunk)
-            | "Read" >> beam.ParDo(fmt.reader(root, self._rules, self._inspect))
+            | "Read" >> beam.ParDo(fmt.reader(root, self._rules, self._inspect, self._scratch))
         )
         inputs = read | "CountInputs" >> beam.combiners.Count.Globally()
         split = read | "SplitRejects" >> SplitRejects()

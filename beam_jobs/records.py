@@ -97,9 +97,10 @@ class Image(NamedTuple):
     # reads; None when inspection did not read them all (--verify header, over 1 MB)
     crc32: int | None = None
     near: str = ""  # the near-duplicate fingerprint (16 hex digits) with --dedupe near
-    # a record of a TFRecord input (``source``): its (byte offset, length), by which the
-    # shard writer reads it again; None for an image file
-    record: tuple[int, int] | None = None
+    # a record of a record input (``source``): its place, by which the shard writer reads
+    # it again (TFRecord, WebDataset: byte offset, length; Parquet: row, then byte offset
+    # and length in the run's copy); None for an image file
+    record: tuple[int, ...] | None = None
 
 
 class Reject(NamedTuple):

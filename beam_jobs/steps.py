@@ -50,6 +50,7 @@ def build(pipeline, job: Job):
             not is_glob(o.input),
             RecordRules(job.features, job.vocabulary),
             inspect.arguments,
+            job.incomplete_dir,
         )
         images, rejected = inputs["main"], [inputs["rejects"]]
     else:

@@ -49,7 +49,7 @@ def _first(path: str) -> dict | None:
     return None if data is None else parse_features(data)
 
 
-def images_again(items: list[tuple[str, Image]], feature: str):
+def images_again(items: list[tuple[str, Image]], feature: str, scratch: str | None = None):
     """The images of a shard's records (``items``: (file, Image), ``im.record``: the
     record's (byte offset, length)) read again, in order: (bytes, what changed since
     inspection or None) each. Uncompressed: one ranged read a record; gzip: each file

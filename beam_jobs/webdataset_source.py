@@ -138,7 +138,7 @@ def _first(path: str) -> dict | None:
     return None
 
 
-def images_again(items: list[tuple[str, Image]], feature: str):
+def images_again(items: list[tuple[str, Image]], feature: str, scratch: str | None = None):
     """The images of a shard's samples (``items``: (tar, Image), ``im.record``: the image
     member's (byte offset, length)) read again, in order: (bytes, what changed since
     inspection or None) each. A plain tar: one ranged read an image; gzip: each tar

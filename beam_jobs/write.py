@@ -112,7 +112,7 @@ class _WriteShard(beam.DoFn):
         if self._record_image:  # a record input's images, read again a shard at a time
             images_again, feature = self._record_image
             items = [(paths.full_source(self._root, im.source, im.key), im) for im in images]
-            again = images_again(items, feature)
+            again = images_again(items, feature, self._incomplete)
         with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
             sink = _Sink(f, gzip=self._compression == "gzip")
             for im in images:

@@ -137,32 +137,35 @@ def test_a_folder_without_parquet_files_is_one_line(tmp_path):
 
 
 @pytest.mark.fast
-def test_the_writer_reads_a_row_again_and_names_one_that_changed(tmp_path):
-    from beam_jobs.parquet_source import images_again
-    from beam_jobs.records import Image
+def test_the_writer_reads_the_rows_copied_as_they_were_read(tmp_path):
+    """Each row's image is copied once as it is read (a file in .incomplete/, a range a
+    row): the writer reads a shard's images from there, a ranged read each, never the
+    Parquet file again (a row group cannot be read a row at a time)."""
+    from beam_jobs.inspect_images import InspectImages
+    from beam_jobs.parquet_source import FORMAT, images_again
+    from beam_jobs.record_rules import RecordFeatures, RecordRules
 
-    def image_again(path, im, feature):
-        [got] = images_again([(path, im)], feature)
-        return got
-
-    path = str(tmp_path / "a.parquet")
+    root, scratch = str(tmp_path / "in"), str(tmp_path / "out" / ".incomplete")
     images = pngs(3)
-    write_parquet(path, images, [0, 1, 2], batch_size=2)  # row groups of 2 and 1 rows
-    import zlib
-
-    def im(i, data):
-        return Image("k", "", "", "cat", None, None, "png", 8, 8, 3, len(data),
-                     crc32=zlib.crc32(data), record=divmod(i, 2))  # fmt: skip
-
-    # a shard's rows, in its order, over both row groups
-    shard = [(path, im(i, images[i])) for i in (2, 0, 1)]
-    assert list(images_again(shard, "image")) == [(images[i], None) for i in (2, 0, 1)]
-    data, problem = image_again(path, im(1, images[2]), "image")
-    assert problem and "row group 0 row 1" in problem
-    os.remove(path)
-    assert image_again(path, im(1, images[1]), "image")[1] == (
-        "the file was removed after it was inspected"
-    )
+    write_parquet(f"{root}/a.parquet", images, [0, 1, 2], batch_size=2)  # groups of 2 and 1
+    rules = RecordRules(RecordFeatures("image", "label", "int64"), tuple(NAMES))
+    inspect = InspectImages("full", 10**8, 256.0, root).arguments
+    reader = FORMAT.reader(root, rules, inspect, scratch)
+    reader.setup()
+    read = list(reader.process(f"{root}/a.parquet"))
+    assert [im.key for im in read] == [f"a.parquet#{i}" for i in range(3)]
+    os.remove(f"{root}/a.parquet")  # the writer needs it no more
+    shard = [(f"{root}/a.parquet", read[i]) for i in (2, 0, 1)]  # a shard's order
+    assert list(images_again(shard, "image", scratch)) == [(images[i], None) for i in (2, 0, 1)]
+    [copy] = os.listdir(scratch)
+    with open(os.path.join(scratch, copy), "r+b") as f:  # the copy damaged
+        f.seek(read[1].record[1] + 20)  # record: (row, byte offset, length)
+        f.write(b"\xff\xff")
+    [(_, problem)] = images_again([shard[2]], "image", scratch)
+    assert problem and "not the one inspected" in problem
+    os.remove(os.path.join(scratch, copy))
+    [(_, problem)] = images_again([shard[0]], "image", scratch)
+    assert problem and "removed" in problem
 
 
 @pytest.mark.slow
