@@ -9,6 +9,7 @@ adds the vocabulary. The steps take the values they use from it, as they are.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 
 from beam_jobs import paths
@@ -128,21 +129,32 @@ def has_at_least(job: Job, n: int) -> bool:
 def _records_at_least(job: Job, n: int) -> bool:
     """Whether a record input's files hold about ``n`` records: each file counts its size
     over the first record's (at least one), so a few large files count what they hold.
-    Lists up to ``2n`` files (a folder's other files are no inputs) and reads one record."""
-    from apache_beam.io.filesystems import FileSystems
+    Lists up to ``2n`` files (a folder's other files are no inputs) and reads one
+    record; a local folder of ``2n`` files or more is many, unread (nor Beam imported:
+    the fork server imports it meanwhile)."""
+    folder = not is_glob(job.options.input)
+    if job.records == job.input_root + "/**" and not paths.is_url(job.input_root):
+        found = list(itertools.islice(paths.local_files(job.input_root), 2 * n))
+        if len(found) >= 2 * n:
+            return True
+        listed = [(path, os.path.getsize(path)) for path in found]
+    else:
+        from apache_beam.io.filesystems import FileSystems
 
+        matched = FileSystems.match([job.records], limits=[2 * n])[0].metadata_list
+        listed = [(m.path, m.size_in_bytes) for m in matched]
     from beam_jobs.record_source import record_format
 
     fmt = record_format(job.options.input_format)
-    listed = FileSystems.match([job.records], limits=[2 * n])[0].metadata_list
-    if not is_glob(job.options.input):  # a folder: the files its format names
-        listed = [m for m in listed if fmt.named(paths.relative_to(job.input_root, m.path))]
-    files = sorted(listed, key=lambda m: m.path)
-    first = next((f for f in (fmt.first(m.path) for m in files[:1]) if f), None)
-    size = _stored_bytes(first) if first else 1
+    if folder:  # the files its format names
+        root = job.input_root
+        listed = [(p, size) for p, size in listed if fmt.named(paths.relative_to(root, p))]
+    listed.sort()
+    first = fmt.first(listed[0][0]) if listed else None
+    record = _stored_bytes(first) if first else 1
     count = 0
-    for m in files:
-        count += max(1, m.size_in_bytes // size)
+    for _, size in listed:
+        count += max(1, size // record)
         if count >= n:
             return True
     return False

@@ -67,6 +67,17 @@ def test_one_record_files_count_one_each(tmp_path):
     assert has_at_least(job, 3) and not has_at_least(job, 4)
 
 
+@pytest.mark.fast
+def test_a_folder_of_many_files_counts_without_reading_one(tmp_path):
+    from beam_jobs.job import has_at_least
+
+    for i in range(8):  # no readable record: a read would count them small
+        (tmp_path / "in").mkdir(exist_ok=True)
+        (tmp_path / "in" / f"{i}.tfrecord").write_bytes(b"no record")
+    job = _job(str(tmp_path / "in"), tmp_path)
+    assert has_at_least(job, 4) and not has_at_least(job, 5)
+
+
 def _image(images: list[bytes], i: int, offset: int, length: int) -> Image:
     im = Image(f"k{i}", "", "", "0", None, None, "png", 16, 16, 3, len(images[i]), "", 0)
     return im._replace(crc32=zlib.crc32(images[i]), record=(offset, length))
