@@ -16,6 +16,8 @@ as any others.
 
 from __future__ import annotations
 
+import itertools
+
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
@@ -30,9 +32,13 @@ from schemas.images import Rejected
 
 def record_files(fmt: RecordFormat, pattern: str, root: str, named_only: bool, limit=None):
     """The files of ``pattern`` in order; ``named_only`` (a folder): those ``fmt`` names
-    its own (``RecordFormat.named``)."""
-    found = FileSystems.match([pattern], limits=[limit] if limit else None)[0].metadata_list
-    files = sorted(m.path for m in found)
+    its own (``RecordFormat.named``). A local folder's (``ROOT/**``) are walked
+    (``paths.local_files``: no stat a file)."""
+    if pattern == root + "/**" and not paths.is_url(root):
+        files = sorted(itertools.islice(paths.local_files(root), limit))
+    else:
+        found = FileSystems.match([pattern], limits=[limit] if limit else None)[0].metadata_list
+        files = sorted(m.path for m in found)
     if named_only:
         files = [f for f in files if fmt.named(paths.relative_to(root, f) or f)]
     return files
