@@ -123,6 +123,7 @@ def _wait_for(stream, line: str) -> list[str]:
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc, /dev/shm")
 
 
+@pytest.mark.slow
 def test_kill_9_of_the_training_process_leaves_no_process_and_no_block(data, tmp_path):
     """kill -9 of the training process alone (the OOM killer's way): its workers, fork
     server and resource tracker end (they waited forever), and its blocks with them."""
@@ -141,6 +142,7 @@ def test_kill_9_of_the_training_process_leaves_no_process_and_no_block(data, tmp
         run.wait()
 
 
+@pytest.mark.slow
 def test_kill_9_of_every_process_leaves_blocks_the_next_reader_removes(data, tmp_path):
     """kill -9 of the whole process group (a container's end): nothing is left to clean
     up; the next reader's start removes the blocks of the dead one, by their name."""
@@ -161,6 +163,7 @@ def test_kill_9_of_every_process_leaves_blocks_the_next_reader_removes(data, tmp
         run.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("route", ["numpy", "make_dataset"])
 def test_one_ctrl_c_ends_a_read_whatever_the_transform_does(data, tmp_path, route):
     """Ctrl-C (SIGINT to the process group, as a terminal sends it) while a transform
