@@ -189,8 +189,8 @@ def test_dask_gives_the_direct_runner_bytes_and_rejects(tmp_path):
 
 @pytest.mark.slow
 def test_parquet_in_a_bucket(bucket, tmp_path):
-    """Parquet files in gs:// or s3://, read through Beam's file systems; the shard
-    writer reads their row groups again there."""
+    """Parquet files in gs:// or s3://, read through Beam's file systems, converted to a
+    local folder and to one in the bucket (the images copied there as they are read)."""
     local = str(tmp_path / "in")
     images = pngs(9)
     write_parquet(f"{local}/a.parquet", images[:4], [0] * 4)
@@ -202,3 +202,8 @@ def test_parquet_in_a_bucket(bucket, tmp_path):
     expected = {(f"a.parquet#{i}", 0) for i in range(4)}
     expected |= {(f"b.parquet#{i}", 1) for i in range(5)}
     assert set(read_back(out)) == expected
+    # into the bucket too: the images copied there (its .incomplete/), the same bytes
+    there = run_convert(url, f"{bucket.url}/out", *FLAGS)
+    assert [
+        s["sha256"] for sp in sorted(there["splits"]) for s in there["splits"][sp]["shards"]
+    ] == [s["sha256"] for sp in sorted(info["splits"]) for s in info["splits"][sp]["shards"]]
