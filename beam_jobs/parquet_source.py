@@ -157,17 +157,33 @@ def _damage(rel: str, path: str, row: int, problem: str):
 
 
 def _first(path: str) -> dict | None:
+    """The features of the file's first row. Raises ValueError for a damaged file, or one
+    whose image structs hold paths only (``Dataset.to_parquet`` of a dataset made from
+    files): no image to read."""
     try:
         with _open(path) as pf:
-            for group in range(pf.metadata.num_row_groups):
-                rows = pf.read_row_group(group).slice(0, 1).to_pylist()
-                if rows:
-                    return _features(rows[0])
+            row = next(
+                (r for g in range(pf.metadata.num_row_groups)
+                 for r in pf.read_row_group(g).slice(0, 1).to_pylist()),
+                None,
+            )  # fmt: skip
     except FileNotFoundError:
         raise
     except Exception as e:  # noqa: BLE001 - pyarrow's errors: a damaged file
         raise ValueError(f"{path}: not a readable Parquet file ({e})") from None
-    return None
+    if row is None:
+        return None
+    features = _features(row)
+    named = {n: v["path"] for n, v in row.items() if isinstance(v, dict) and v.get("path")}
+    held = {n for n, (kind, values) in features.items() if kind == "bytes" and values}
+    if named and not held & set(named):
+        name, where = sorted(named.items())[0]
+        raise ValueError(
+            f"column {name!r} holds paths ({where}), not the images: write the Parquet "
+            "with the image bytes in it (datasets' push_to_hub embeds them; to_parquet "
+            "writes the paths of a dataset made from files)"
+        )
+    return features
 
 
 def class_names(path: str, label: str) -> tuple[str, ...] | None:

@@ -207,3 +207,19 @@ def test_parquet_in_a_bucket(bucket, tmp_path):
     assert [
         s["sha256"] for sp in sorted(there["splits"]) for s in there["splits"][sp]["shards"]
     ] == [s["sha256"] for sp in sorted(info["splits"]) for s in info["splits"][sp]["shards"]]
+
+
+@pytest.mark.fast
+def test_images_stored_as_paths_are_one_line(tmp_path):
+    """``Dataset.to_parquet`` of a dataset made from file paths writes the paths, not the
+    images: one line saying so, not a missing image feature."""
+    from datasets import Dataset, Image
+
+    (tmp_path / "a.png").write_bytes(pngs(1)[0])
+    ds = Dataset.from_dict({"image": [str(tmp_path / "a.png")], "label": [0]})
+    ds.cast_column("image", Image()).to_parquet(str(tmp_path / "in" / "p.parquet"))
+    argv = [f"--input={tmp_path / 'in'}", f"--output_dir={tmp_path / 'out'}"]
+    with pytest.raises(UserError) as e:
+        convert.run([*argv, "--input_format=parquet"])
+    assert "\n" not in str(e.value)
+    assert "'image' holds paths" in str(e.value) and "a.png" in str(e.value)
