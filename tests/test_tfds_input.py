@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 
 import pytest
@@ -22,14 +23,10 @@ def label_of(i: int) -> int:
     return i * 3 // 18  # in order of generation: label-sorted
 
 
-@pytest.fixture(scope="module")
-def prepared(tmp_path_factory):
-    """A TFDS dataset of 18 PNGs (train 12, test 6), prepared by TFDS: its version folder."""
+@functools.cache  # TFDS registers a builder class by its name, once
+def small_builder(src):
+    """A TFDS builder of the 18 PNGs in ``src`` (train 12, test 6)."""
     import tensorflow_datasets as tfds
-
-    src = tmp_path_factory.mktemp("src")
-    for i, image in enumerate(pngs(18)):
-        (src / f"{i}.png").write_bytes(image)
 
     class Small(tfds.core.GeneratorBasedBuilder):
         VERSION = tfds.core.Version("1.0.0")
@@ -51,8 +48,22 @@ def prepared(tmp_path_factory):
             for i in ids:
                 yield i, {"image": str(src / f"{i}.png"), "label": label_of(i), "id": f"img-{i}"}
 
+    return Small
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory):
+    src = tmp_path_factory.mktemp("src")
+    for i, image in enumerate(pngs(18)):
+        (src / f"{i}.png").write_bytes(image)
+    return src
+
+
+@pytest.fixture(scope="module")
+def prepared(src, tmp_path_factory):
+    """The dataset prepared by TFDS: its version folder."""
     data_dir = tmp_path_factory.mktemp("tfds")
-    Small(data_dir=str(data_dir)).download_and_prepare()
+    small_builder(src)(data_dir=str(data_dir)).download_and_prepare()
     return str(data_dir / "small" / "1.0.0")
 
 
@@ -109,7 +120,7 @@ def test_in_memory_and_multi_process_give_the_same_bytes(prepared, tmp_path):
     assert shas[: len(shas) // 2] == shas[len(shas) // 2 :]
 
 
-def test_mistakes_are_one_line(prepared, tmp_path):
+def test_mistakes_are_one_line(prepared, src, tmp_path):
     argv = [f"--output_dir={tmp_path / 'out'}", "--input_format=tfds"]
     with pytest.raises(UserError, match="no split 'validation'.*: test, train"):
         convert.run([f"--input={prepared}", *argv, "--input_split=validation"])
@@ -117,6 +128,11 @@ def test_mistakes_are_one_line(prepared, tmp_path):
         convert.run([f"--input={tmp_path}", *argv])
     with pytest.raises(UserError, match="--input_split"):
         convert.run([f"--input={tmp_path}", f"--output_dir={tmp_path / 'o'}", "--input_split=x"])
+    small_builder(src)(
+        data_dir=str(tmp_path / "ar"), file_format="array_record"
+    ).download_and_prepare()
+    with pytest.raises(UserError, match="in array_record files; only tfrecord"):
+        convert.run([f"--input={tmp_path}/ar/small/1.0.0", *argv])
 
 
 @pytest.mark.slow
