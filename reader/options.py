@@ -28,6 +28,7 @@ _WHOLE = (
     "prefetch",
     "num_parallel_calls",
     "cache_limit",
+    "max_errors",
 )
 
 
@@ -93,6 +94,14 @@ class ReadOptions:
         prefetch_to_device: a device name such as "/gpu:0", True for the first
             GPU, False for none; default: the first GPU when one is visible.
         num_parallel_calls: parallelism of interleave and decode.
+        on_error: a record that cannot be read (damaged, or a path record's file
+            gone): "raise" (default) stops the read; "skip" (the Python faces:
+            ``NumpyReader``, ``TorchReader`` python or dali, ``make_dali_pipeline``)
+            gives its row as a padding row (``mask`` False) and writes it once to
+            ``error_ledger`` (a JSON line: key, shard, offset, reason, epoch, step).
+        max_errors: with "skip", the read stops (one line naming the ledger) at the
+            record after this many.
+        error_ledger: the file the skipped records are appended to.
     """
 
     shuffle: bool | None = None
@@ -124,6 +133,9 @@ class ReadOptions:
     prefetch: int | None = AUTOTUNE
     prefetch_to_device: str | bool | None = None
     num_parallel_calls: int = AUTOTUNE
+    on_error: str = "raise"
+    max_errors: int = 100
+    error_ledger: str | None = None
 
     def __post_init__(self) -> None:
         for name in _WHOLE:
@@ -146,6 +158,12 @@ class ReadOptions:
             )
         if self.cycle_length is not None and self.cycle_length < 1:
             raise ValueError(f"cycle_length must be >= 1 or None, got {self.cycle_length}")
+        if self.on_error not in ("raise", "skip"):
+            raise ValueError(f'on_error must be "raise" or "skip", got {self.on_error!r}')
+        if self.on_error == "skip" and not isinstance(self.error_ledger, str):
+            raise ValueError('on_error="skip" writes each record skipped: give error_ledger=PATH')
+        if self.max_errors < 0:
+            raise ValueError(f"max_errors must be >= 0, got {self.max_errors}")
         if self.cache_limit < 1:
             raise ValueError(f"cache_limit must be >= 1 (bytes), got {self.cache_limit}")
         if self.block_length < 1:

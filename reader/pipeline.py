@@ -80,6 +80,12 @@ def make_dataset(
     if transform is not None or views != 1 or mirror_views:
         python = dict(transform=transform, views=views, mirror_views=mirror_views)
         return _preprocessed(data_dir, split, batch_size, options, state, python, num_processes)
+    options.refuse(
+        ("on_error",),
+        "make_dataset (tf.data)",
+        "a record fails there inside TensorFlow; read with reader.NumpyReader, "
+        'TorchReader(backend="python" or "dali") or make_dali_pipeline',
+    )
     read = resolve(data_dir, split, batch_size, options, state)
     check_sized(options, batch_size)
     o = read.options

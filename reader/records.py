@@ -41,6 +41,12 @@ class Records:
     def get(self, i: int) -> bytes:
         return self._get(i, self._fds)
 
+    def where(self, i: int) -> tuple[str, int, int]:
+        """(shard path, byte offset, framed size) of record ``i``."""
+        f = int(np.searchsorted(self._firsts, i, side="right")) - 1
+        offset, size = self._tables[f][i - int(self._firsts[f])]
+        return self._paths[f], int(offset), int(size)
+
     def use(self, copies) -> None:
         """Reads records from these local copies, (shard index, first record, end, path)
         each (a run's records, or a whole shard's), and closes the descriptors of every

@@ -15,17 +15,20 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import json
 
 import numpy as np
 
 from reader.cache import check_limit, open_cache
+from reader.errors import one_line
 from reader.info import default_path_root
 from reader.options import ReadOptions
 from reader.order.batches import skipped
 from reader.pydecode import parse
 from reader.read import resolve
 from reader.records import Records
-from schemas import storage
+from schemas import features, storage
+from schemas.example import parse_example
 from schemas.info import DatasetError
 
 
@@ -135,6 +138,13 @@ class _Part:
             return self.example(first.get(0))
 
 
+def _unchecked(path: str, offset: int, size: int) -> bytes:
+    """A local record's data, its CRCs unchecked (to name the key of a damaged one)."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(size)[12:-4]
+
+
 class RecordSource:
     """Batches of one worker's share of a split, or of a mixture (see the module docstring).
 
@@ -157,6 +167,7 @@ class RecordSource:
         self._parts = [_Part(source, self.options) for source in self.read.sources]
         self.infos = [source.info for source in self.read.sources]
         self.every, self.first = 1, 0  # the batches yielded (``deal``)
+        self.errors = 0  # records skipped (``on_error="skip"``)
 
     def deal(self, every: int, first: int) -> None:
         """Yield only batches ``first``, ``first + every``, ... of the read (counted
@@ -185,8 +196,8 @@ class RecordSource:
         pending: list[tuple] = []  # its examples, when it is kept
         keep = self._kept(index, dealt)
         for fetch in self._stream():
-            if keep:
-                pending.append(fetch())  # called now, before the stream moves on
+            if keep:  # called now, before the stream moves on
+                pending.append(self._fetched(fetch, index))
             rows += 1
             if rows == size:
                 if keep:
@@ -205,6 +216,40 @@ class RecordSource:
             if index % self.every == self.first:
                 yield self.padding()
             index, left = index + 1, left - 1
+
+    def _fetched(self, fetch, index: int) -> tuple | None:
+        """The example ``fetch`` gives; with ``on_error="skip"``, None for one that
+        cannot be read (written to the ledger), until more than ``max_errors``."""
+        try:
+            return fetch()
+        except Exception as e:  # noqa: BLE001 - damage shows as any parse error
+            o = self.options
+            if o.on_error != "skip":
+                raise
+            if len(fetch.args) == 3:  # by offset: (records, i, epoch)
+                records, i, epoch = fetch.args
+                shard, offset, size = records.where(i)
+                data = functools.partial(_unchecked, shard, offset, size)
+            else:  # from the bucket cache: (serialized record, epoch); its place unknown
+                (serial, epoch), shard, offset = fetch.args, "", -1
+                data = functools.partial(bytes, serial)
+            try:
+                key = parse_example(data())[features.KEY].decode()
+            except Exception:  # noqa: BLE001 - a record too damaged to name: its place does
+                key = ""
+            step = index + (self.read.state.step if self.read.state is not None else 0)
+            line = dict(key=key, shard=shard, offset=offset, epoch=epoch, step=step)
+            line["reason"] = one_line(e)
+            with open(o.error_ledger, "a") as ledger:
+                ledger.write(json.dumps(line) + "\n")
+            self.errors += 1
+            if self.errors > o.max_errors:
+                raise DatasetError(
+                    f"{self.errors} records could not be read (max_errors={o.max_errors}), "
+                    f"the last {shard} at byte {offset}: {line['reason']}; each is in "
+                    f"{o.error_ledger}: repair or convert the shards again, or raise max_errors"
+                ) from None
+            return None
 
     def _kept(self, index: int, dealt: int) -> bool:
         """Whether batch ``index`` of the read is made here: not skipped, and this
@@ -236,7 +281,7 @@ class RecordSource:
         """``rows`` padded to ``size``; rows of the state's excluded keys are padding
         rows too (their image never given: the filler is a kept row's, else the first
         record of the worker's first shard)."""
-        kept = [r[2] not in self.read.excluded for r in rows]
+        kept = [r is not None and r[2] not in self.read.excluded for r in rows]
         filler = next((r for r, k in zip(rows, kept) if k), None)
         filler = filler or self._parts[0].filler()
         pad = (filler[0], 0, "", 0)

@@ -173,6 +173,11 @@ class TorchReader(torch.utils.data.IterableDataset):
         self._loads, self._loaded = multiprocessing.RawValue("l", 0), 0
         self.load_state_dict({"read_state": state.to_json()})  # the options and files checked
         self.backend = backend or _default_backend([s.info for s in self._sources])
+        if self.backend == "tf" and o.on_error != "raise":
+            raise ValueError(
+                'on_error="skip" is the Python faces\': TorchReader(backend="python" or '
+                '"dali"); with tf.data a record fails inside TensorFlow'
+            )
         if self.backend == "dali":
             from reader.dali import check_formats, check_options
 
