@@ -100,9 +100,9 @@ def explain(
 def _state(state, o: ReadOptions, views: int, spread) -> tuple[ReadState, int]:
     """A given state as a ReadState, and the views already out after it (``view_skip``)."""
     skip, handed, order = 0, None, None
+    if isinstance(state, dict) and "read_state" not in state:  # a ReadState's fields
+        state = ReadState.from_json(json.dumps(state))
     if isinstance(state, dict):
-        if "read_state" not in state:
-            raise ValueError("a state dict is a reader's state_dict(): it has read_state")
         skip, handed = state.get("view_skip", 0), state.get("view_handover")
         order, state = state.get("view_order"), state["read_state"]
     if isinstance(state, str):

@@ -195,6 +195,42 @@ def test_the_explain_command_prints_json_and_a_table(data):
     assert np.array_equal(want[0]["epoch"], got[0]["epoch"])
 
 
+def test_the_explain_command_continues_a_saved_state(data, tmp_path):
+    """``--state FILE``: a ReadState's JSON (with a skip), or a reader's state_dict()."""
+    kw = dict(OPTS, num_workers=3, worker_index=1, epochs=2)
+    state = reader.ReadState(4, 6, step=1, num_workers=3).skip(2, 3)
+    want = explain(data, "train", 6, range(1, 3), state=state, **kw)
+    cmd = [
+        sys.executable,
+        "-m",
+        "evenshard",
+        "explain",
+        data,
+        "--steps",
+        "1:3",
+        "--rank",
+        "1",
+        "--workers",
+        "3",
+        "--batch_size",
+        "6",
+        "--shuffle_buffer",
+        "16",
+        "--cycle_length",
+        "4",
+        "--epochs",
+        "2",
+        "--json",
+        "--state",
+    ]
+    for i, saved in enumerate((state.to_json(), json.dumps({"read_state": state.to_json()}))):
+        path = tmp_path / f"state{i}.json"
+        path.write_text(saved)
+        done = subprocess.run([*cmd, str(path)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert [b["key"] for b in json.loads(done.stdout)] == told(want)
+
+
 def test_explain_equals_the_dali_pipeline_on_the_cpu(data):
     """DALI (CPU) through TorchReader, rank 1 of 3, crops drawn, from a state that skips
     a step and excludes a key: the keys and masks explained are those it yields."""
