@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv demo test test-fast lint format bench clean
+.PHONY: venv demo test test-fast lint format bench gpu-check clean
 
 venv: $(STAMP)
 
@@ -46,6 +46,12 @@ format: venv
 bench: venv
 	$(BIN)/pip install -q -e ".[bench]" -c constraints-dev.txt
 	$(BIN)/python benchmarks/run_all.py
+
+# The GPU path checked in under 5 minutes (benchmarks/gpu_check.py): DALI (nvJPEG),
+# prefetch_to_device, pinned memory; every image once, the CPU route's pixels, rates
+# against the CPU limit. Without a GPU it skips those routes, saying why.
+gpu-check: venv
+	$(BIN)/python benchmarks/gpu_check.py
 
 clean:
 	rm -rf demo_data benchmarks/_work .pytest_cache

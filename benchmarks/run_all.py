@@ -43,6 +43,7 @@ BENCHES = (
     "bucket",
     "preprocess",
     "peers",
+    "limit",
     "near",
     "near_icons",
     "explain",

@@ -1,0 +1,212 @@
+"""The GPU path, checked in one short run: every route reads every image once with the
+CPU route's pixels, and its rate against the CPU limit (``limit_bench.limit``).
+
+    .venv/bin/python benchmarks/gpu_check.py [--images 2000] [--size 224]   # make gpu-check
+    .venv/bin/python benchmarks/gpu_check.py --smoke   # CPU, 40 images (tests/)
+
+Installs nothing beyond the dev extras. The corpus: the peers corpus where
+``benchmarks/_work`` holds it (``peers_bench.make_corpus``, real-photo crops), else
+generated JPEGs (``evenshard.synthetic``, 256x256: a machine that reaches nothing
+outside still runs it); converted once (one split). The reference: ``make_dataset`` on
+the CPU (the pixels every CPU reader gives). The routes:
+
+* ``numpy_cpu``: ``NumpyReader`` on the CPU, pixels equal to the reference (always run).
+* ``dali_gpu``: ``TorchReader(backend="dali")`` with a CUDA GPU: nvJPEG (DALI's
+  "mixed"), images as CUDA tensors. Its pixels against DALI on the CPU: within the
+  IDCT's rounding (mean |difference| under 1; docs/convert.md#decoding); against the
+  reference, DALI's resize filter: mean under 12 (tests/test_frameworks.py).
+* ``tf_prefetch_to_device``: ``make_dataset(prefetch_to_device=True)`` with a GPU
+  TensorFlow sees: the reference's pixels exactly, on the GPU.
+* ``numpy_pinned``: ``NumpyReader`` batches through pinned memory
+  (``torch.from_numpy(...).pin_memory().to("cuda", non_blocking=True)``): exactly.
+
+A route with no GPU to run on is skipped, saying why; every check that runs must
+hold (exit status 1 otherwise). Rates are images a second of one epoch, the reader
+made inside the clock; one run each (a check, not a benchmark).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import SMOKE, WORK, convert_once, list_images, make_jpegs, tiny  # noqa: E402
+
+BATCH = 64
+DALI_VS_DALI_CPU_MEAN = 1.0  # nvJPEG against libjpeg-turbo: the IDCT's rounding
+DALI_VS_REFERENCE_MEAN = 12.0  # DALI's resize filter against OpenCV's (test_frameworks)
+
+
+def corpus(count: int) -> str:
+    """The peers corpus when it is here, else ``count`` generated 256x256 JPEGs."""
+    peers = os.path.join(WORK, f"peers_photos_{count}")
+    if not SMOKE and os.path.exists(os.path.join(peers, ".done")):
+        return peers
+    return make_jpegs(os.path.join(WORK, f"gpu_check_jpegs_{count}"), count, size=tiny(256, 64))
+
+
+def _np(x) -> np.ndarray:
+    """Host pixels of a numpy array, a torch tensor (on any device) or a TF tensor."""
+    if type(x).__module__.startswith("torch"):
+        return x.cpu().numpy()
+    return x.numpy() if hasattr(x, "numpy") else np.asarray(x)
+
+
+def _keys(keys) -> list[str]:
+    keys = keys.numpy() if hasattr(keys, "numpy") else keys
+    return [k.decode() if isinstance(k, bytes) else str(k) for k in keys]
+
+
+def epoch(batches, count: int) -> tuple[float, dict[str, np.ndarray], list[str]]:
+    """Reads ``batches`` (image, keys): its rate, the pixels by key, what went wrong."""
+    start, pixels, problems = time.perf_counter(), {}, []
+    for images, keys in batches:
+        images = _np(images)
+        for k, image in zip(_keys(keys), images):
+            if k in pixels:
+                problems.append(f"{k} read twice")
+            pixels[k] = image
+    rate = len(pixels) / (time.perf_counter() - start)
+    if len(pixels) != count:
+        problems.append(f"{len(pixels)} images read of {count}")
+    return rate, pixels, problems
+
+
+def compare(pixels: dict, reference: dict, max_mean: float | None = None) -> dict:
+    """Largest and mean |difference| against ``reference``; exact unless ``max_mean``."""
+    diffs = [
+        np.abs(pixels[k].astype(int) - reference[k].astype(int)) for k in reference if k in pixels
+    ]
+    worst = max((int(d.max()) for d in diffs), default=0)
+    mean = float(np.mean([d.mean() for d in diffs])) if diffs else 0.0
+    ok = worst == 0 if max_mean is None else mean < max_mean
+    return {"max_diff": worst, "mean_diff": round(mean, 3), "pixels_ok": ok}
+
+
+def _torch_cuda() -> str | None:
+    """Why torch has no CUDA GPU here (None: it has)."""
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    return None if torch.cuda.is_available() else f"torch {torch.__version__} sees no CUDA GPU"
+
+
+def _dali_gpu() -> str | None:
+    try:
+        import nvidia.dali  # noqa: F401
+    except ImportError:
+        return "DALI is not installed"
+    return _torch_cuda()
+
+
+def _tf_gpu() -> str | None:
+    import tensorflow as tf
+
+    return None if tf.config.list_physical_devices("GPU") else "TensorFlow sees no GPU"
+
+
+def check(a) -> dict:
+    from limit_bench import limit
+
+    src = corpus(a.images)
+    count = len(list_images(src))
+    encoded = []
+    for path, _ in list_images(src):
+        with open(path, "rb") as f:
+            encoded.append(f.read())
+    cpu_limit = limit(encoded, a.size, os.cpu_count() or 1)  # forks: before TensorFlow starts
+    import reader
+
+    data = convert_once(src, os.path.join(WORK, f"gpu_check_{count}_out"), "--splits=train=1.0")
+    kw = dict(seed=0, epochs=1, image_size=(a.size, a.size))
+    out: dict = {"images": count, "size": a.size, "corpus": os.path.basename(src), "routes": {}}
+    routes, skipped = out["routes"], {}
+
+    def tf_batches(**more):
+        for b in reader.make_dataset(data, "train", BATCH, **kw, **more):
+            yield b["image"], b["key"]
+
+    def numpy_batches(move=None):
+        for b in reader.NumpyReader(data, "train", BATCH, **kw):
+            yield (b["image"] if move is None else move(b["image"])), b["key"]
+
+    rate, reference, problems = epoch(tf_batches(), count)
+    routes["tf_cpu"] = {"rate": round(rate), "problems": problems, "pixels_ok": True}
+    rate, got, problems = epoch(numpy_batches(), count)
+    routes["numpy_cpu"] = {"rate": round(rate), "problems": problems, **compare(got, reference)}
+
+    why = _dali_gpu()
+    if why is None:
+        from reader.torch import TorchReader
+
+        r = TorchReader(data, "train", BATCH, backend="dali", **kw)
+        rate, got, problems = epoch(((b["image"], b["key"]) for b in r), count)
+        cpu = reader.make_dali_pipeline(data, "train", BATCH, device="cpu", **kw)
+        _, on_cpu, _ = epoch(((b["image"], b["key"]) for b in cpu), count)
+        routes["dali_gpu"] = {
+            "rate": round(rate),
+            "problems": problems,
+            "vs_dali_cpu": compare(got, on_cpu, DALI_VS_DALI_CPU_MEAN),
+            **compare(got, reference, DALI_VS_REFERENCE_MEAN),
+        }
+        routes["dali_gpu"]["pixels_ok"] &= routes["dali_gpu"]["vs_dali_cpu"]["pixels_ok"]
+    else:
+        skipped["dali_gpu"] = why
+
+    why = _tf_gpu()
+    if why is None:
+        rate, got, problems = epoch(tf_batches(prefetch_to_device=True), count)
+        routes["tf_prefetch_to_device"] = {
+            "rate": round(rate),
+            "problems": problems,
+            **compare(got, reference),
+        }
+    else:
+        skipped["tf_prefetch_to_device"] = why
+
+    why = _torch_cuda()
+    if why is None:
+        import torch
+
+        def pinned(images):
+            return torch.from_numpy(images).pin_memory().to("cuda", non_blocking=True)
+
+        rate, got, problems = epoch(numpy_batches(pinned), count)
+        routes["numpy_pinned"] = {
+            "rate": round(rate),
+            "problems": problems,
+            **compare(got, reference),
+        }
+    else:
+        skipped["numpy_pinned"] = why
+
+    out["cpu_limit"] = round(cpu_limit)
+    for r in routes.values():
+        r["over_cpu_limit"] = round(r["rate"] / cpu_limit, 2)
+    out["skipped"] = skipped
+    out["ok"] = all(not r["problems"] and r["pixels_ok"] for r in routes.values())
+    return out
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--smoke", action="store_true", help="40 small images: the checks, quickly")
+    p.add_argument("--images", type=int, default=tiny(2_000, 40), help="images to read")
+    p.add_argument("--size", type=int, default=tiny(224, 32), help="square output size")
+    out = check(p.parse_args(argv))
+    for name, why in out["skipped"].items():
+        print(f"skipped {name}: {why}", file=sys.stderr)
+    print(json.dumps(out, indent=2))
+    return 0 if out["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

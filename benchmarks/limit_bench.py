@@ -1,0 +1,281 @@
+"""The machine's limit against the readers: decode + resize from memory, one process a core.
+
+The limit: the encoded JPEGs of the peers corpus (``peers_bench.make_corpus``:
+real-photo crops of about ImageNet's size) held in memory, split into one share a
+core, each share decoded and resized by a process of its own with the readers' own
+pixel functions (``reader.pixels.decode`` and ``reader.pixels.resize``: libjpeg-turbo
+through simplejpeg, accurate IDCT, fancy upsampling; OpenCV's bilinear) and nothing
+else: no records, no parsing, no batches, no consumer. Images a second from the first
+process's start to the last one's end (the processes are forked with the bytes in
+memory and wait on one start signal).
+
+The readers, each in a process of its own on the same images (``evenshard convert
+--splits=train=1.0``, its defaults otherwise): ``make_dataset`` (tf.data, AUTOTUNE),
+``NumpyReader`` (``num_processes`` one a core) and ``TorchReader(backend="tf")``,
+one shuffled epoch in batches of 128, each image checked read once at the size asked.
+A reader's rate: images a second from making it (its modules imported before) to its
+last batch, and "steady": from its first batch on.
+
+Every pass measures the limit and each reader at each size in turn (round-robin: the
+machine's noise hits them alike); a reader's ratio is its rate over the limit of the
+same pass, and the table shows the range over the passes.
+
+    .venv/bin/python benchmarks/limit_bench.py [--images 4000] [--passes 3] [--sizes 224,64]
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import BIN, WORK, bench_main, convert_once, list_images  # noqa: E402
+
+BATCH = 128
+READERS = {
+    "make_dataset": "`make_dataset` (tf.data, AUTOTUNE)",
+    "numpy": "`NumpyReader` (`num_processes` = cores)",
+    "torch_tf": '`TorchReader(backend="tf")`',
+}
+
+FLAGS = {
+    "images": (int, 4_000, "real-photo JPEGs in the corpus (peers_bench's crops)", 40),
+    "passes": (int, 3, "round-robin passes: the limit and each reader at each size", 1),
+    "sizes": (str, "224,64", "comma list of square output sizes", "64"),
+    "readers": (
+        str,
+        ",".join(READERS),
+        "comma list of readers (" + ",".join(READERS) + ")",
+        "make_dataset,numpy",  # --smoke: TorchReader's tf backend is frameworks_bench's
+    ),
+    "processes": (int, os.cpu_count() or 1, "processes of the limit (one a core)"),
+}
+
+# --------------------------------------------------------------------------- the limit
+
+_ENCODED: list[bytes] = []  # the images, set before the limit's processes fork
+
+
+def _decode_share(share: int, processes: int, size: int, go, out) -> None:
+    from reader import pixels
+
+    mine = _ENCODED[share::processes]
+    pixels.resize(pixels.decode(mine[0], 3), (size, size))  # imports and first call
+    go.wait()
+    start, total = time.perf_counter(), 0
+    for encoded in mine:
+        total += int(pixels.resize(pixels.decode(encoded, 3), (size, size))[0, 0, 0])
+    out.put((start, time.perf_counter(), len(mine), total))
+
+
+def limit(encoded: list[bytes], size: int, processes: int) -> float:
+    """Images a second of ``processes`` processes decoding + resizing their shares of
+    ``encoded`` (in memory) to ``size`` x ``size``, from the first start to the last end."""
+    global _ENCODED
+    _ENCODED = encoded
+    ctx = multiprocessing.get_context("fork")
+    go, out = ctx.Event(), ctx.Queue()
+    procs = [
+        ctx.Process(target=_decode_share, args=(i, processes, size, go, out))
+        for i in range(processes)
+    ]
+    for p in procs:
+        p.start()
+    time.sleep(0.5)  # every process has imported and decoded its first image
+    go.set()
+    parts = [out.get() for _ in procs]
+    for p in procs:
+        p.join()
+        if p.exitcode:
+            raise RuntimeError(f"a limit process failed ({p.exitcode})")
+    done = sum(n for _, _, n, _ in parts)
+    if done != len(encoded):
+        raise RuntimeError(f"the limit decoded {done} of {len(encoded)} images")
+    return done / (max(e for _, e, _, _ in parts) - min(s for s, _, _, _ in parts))
+
+
+# ------------------------------------------------------------------------- the readers
+
+
+def _batches(name: str, data: str, size: int):
+    import reader
+
+    kw = dict(seed=0, epochs=1, image_size=(size, size))
+    if name == "make_dataset":
+        for b in reader.make_dataset(data, "train", BATCH, **kw):
+            yield b["image"].numpy(), _str(b["key"].numpy())
+    elif name == "numpy":
+        r = reader.NumpyReader(data, "train", BATCH, num_processes=os.cpu_count(), **kw)
+        for b in r:
+            yield b["image"], _str(b["key"])
+    elif name == "torch_tf":
+        from reader.torch import TorchReader
+
+        for b in TorchReader(data, "train", BATCH, backend="tf", **kw):
+            yield b["image"].numpy(), _str(b["key"])
+    else:
+        raise ValueError(name)
+
+
+def _str(keys) -> list[str]:
+    return [k.decode() if isinstance(k, bytes) else str(k) for k in keys]
+
+
+IMPORTS = {
+    "make_dataset": ("reader.pipeline",),
+    "numpy": ("reader.arrays",),
+    "torch_tf": ("reader.torch", "reader.pipeline"),
+}
+
+
+def read_worker(name: str, data: str, size: int) -> dict:
+    """One epoch of one reader (in a process of its own): its rates and what it read."""
+    import importlib
+
+    for module in IMPORTS[name]:
+        importlib.import_module(module)
+    start = time.perf_counter()
+    first = None
+    keys, shapes = [], set()
+    for images, batch_keys in _batches(name, data, size):
+        if first is None:
+            first = (time.perf_counter(), len(batch_keys))
+        if images.dtype != np.uint8:
+            raise RuntimeError(f"{name}: images of {images.dtype}")
+        shapes.add(tuple(images.shape[1:]))
+        keys += batch_keys
+    end = time.perf_counter()
+    steady = (len(keys) - first[1]) / (end - first[0]) if end > first[0] else 0.0
+    return {
+        "rate": len(keys) / (end - start),
+        "steady": steady,
+        "keys": keys,
+        "shapes": sorted(shapes),
+    }
+
+
+def read(name: str, data: str, size: int, count: int) -> dict:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore")
+    out = subprocess.run(
+        [os.path.join(BIN, "python"), os.path.abspath(__file__), "--read", name, data, str(size)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
+    if out.returncode:
+        raise RuntimeError(f"{name} at {size} failed:\n{out.stderr[-3000:]}")
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    keys = r.pop("keys")
+    if len(keys) != count or len(set(keys)) != count:
+        raise RuntimeError(
+            f"{name}: {len(keys)} images read, {len(set(keys))} distinct, of {count}"
+        )
+    if r["shapes"] != [[size, size, 3]]:
+        raise RuntimeError(f"{name}: images of {r['shapes']}")
+    return r
+
+
+# ------------------------------------------------------------------------- the bench
+
+
+def measure(a) -> dict:
+    from peers_bench import corpus_facts, make_corpus
+
+    src = make_corpus(a.images)
+    data = convert_once(src, os.path.join(WORK, f"limit_{a.images}_out"), "--splits=train=1.0")
+    encoded = []
+    for path, _ in list_images(src):
+        with open(path, "rb") as f:
+            encoded.append(f.read())
+    sizes = [int(s) for s in a.sizes.split(",")]
+    names = [n for n in a.readers.split(",") if n]
+    limits = {s: [] for s in sizes}
+    rates = {s: {n: [] for n in names} for s in sizes}
+    steady = {s: {n: [] for n in names} for s in sizes}
+    loads = []
+    for _ in range(a.passes):
+        loads.append(round(os.getloadavg()[0], 1))
+        for s in sizes:
+            limits[s].append(limit(encoded, s, a.processes))
+            for n in names:
+                r = read(n, data, s, len(encoded))
+                rates[s][n].append(r["rate"])
+                steady[s][n].append(r["steady"])
+    out = {}
+    for s in sizes:
+        lim = limits[s]
+        out[str(s)] = {
+            "limit": [round(v) for v in lim],
+            "readers": {
+                n: {
+                    "rate": [round(v) for v in rates[s][n]],
+                    "steady": [round(v) for v in steady[s][n]],
+                    "ratio": [round(v / w, 2) for v, w in zip(rates[s][n], lim)],
+                    "steady_ratio": [round(v / w, 2) for v, w in zip(steady[s][n], lim)],
+                }
+                for n in names
+            },
+        }
+    return {
+        "corpus": corpus_facts(src),
+        "passes": a.passes,
+        "processes": a.processes,
+        "batch": BATCH,
+        "load_at_passes": loads,
+        "sizes": out,
+    }
+
+
+def render(r: dict) -> str:
+    """This benchmark's section of RESULTS.md, from its results alone."""
+
+    def span(values, fmt="{:,}"):
+        lo, hi = min(values), max(values)
+        return fmt.format(lo) if lo == hi else f"{fmt.format(lo)}–{fmt.format(hi)}"
+
+    rows = []
+    for s, at in r["sizes"].items():
+        rows.append(
+            f"| {s}×{s} | **the limit** ({r['processes']} processes) | {span(at['limit'])} | | 1 | |"
+        )
+        for n, c in at["readers"].items():
+            rows.append(
+                f"| {s}×{s} | {READERS[n]} | {span(c['rate'])} | {span(c['steady'])} | "
+                f"**{span(c['ratio'], '{:.2f}')}** | {span(c['steady_ratio'], '{:.2f}')} |"
+            )
+    c = r["corpus"]
+    return f"""## the readers against the machine's limit — `benchmarks/limit_bench.py`
+
+The limit: {c["images"]:,} real-photo JPEGs (the peers corpus: {c["mean_kb"]} KB,
+{c["mean_pixels"]:,} pixels on average) decoded and resized from memory by one process a
+core with the readers' own pixel functions (`reader.pixels`: simplejpeg, accurate IDCT,
+fancy upsampling; OpenCV's bilinear) and nothing else. Each reader reads the same images
+(converted, one split) in a process of its own, one shuffled epoch, batches of
+{r["batch"]}; its rate from making it to its last batch ("steady": from its first batch
+on). {r["passes"]} passes round-robin; the ratios are a reader's rate over the limit of
+the same pass, the range over the passes. Load average at each pass:
+{", ".join(str(v) for v in r["load_at_passes"])} (a shared machine: rates move, ratios less).
+
+| size | reader | img/s | steady img/s | rate / limit | steady / limit |
+|---|---|---:|---:|---:|---:|
+{chr(10).join(rows)}
+
+Where the rest of the time goes, and the design that would close the gap:
+docs/design.md, "Where a reader's time goes".
+"""
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--read"]:
+        name, data, size = sys.argv[2:5]
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        print(json.dumps(read_worker(name, data, int(size))))
+    else:
+        bench_main(measure, FLAGS, __doc__)
