@@ -434,8 +434,8 @@ def _stack(rows: list[dict], spare: str | None, worker: dict) -> dict:
                 stacked[name] = values
                 continue
         lists[name] = values
-    try:
-        pickle.dumps(lists)
+    try:  # what surely pickles is not tried: an image's pickling copies its every byte
+        pickle.dumps({n: [v for v in vs if not _pickles(v)] for n, vs in lists.items()})
     except Exception as e:  # noqa: BLE001 - pickling fails in many ways
         raise TransformError(
             f"the transform's output cannot be sent back from its process "
@@ -454,6 +454,18 @@ def _stack(rows: list[dict], spare: str | None, worker: dict) -> dict:
             out[i] = value
         del out  # the block closes only once no array views it
     return {"block": block.name, "dropped": dropped, "arrays": arrays, "lists": lists}
+
+
+def _pickles(value) -> bool:
+    """Whether ``value`` pickles for sure: None, a number, a string, bytes, an array of
+    numbers (exact types: a subclass may hold what does not pickle)."""
+    if type(value) is np.ndarray:
+        return not value.dtype.hasobject
+    return (
+        value is None
+        or type(value) in (bool, int, float, str, bytes)
+        or (isinstance(value, np.generic) and type(value).__module__ == "numpy")
+    )
 
 
 def _block(

@@ -188,6 +188,25 @@ def unsendable(example, rng):
     return {**example, "bad": lambda: None}
 
 
+def ragged(example, rng):
+    return {**example, "ragged": np.full((1 + int(rng.integers(3)), 2), 7, np.uint8)}
+
+
+def ragged_object(example, rng):
+    return {**ragged(example, rng), "bad": np.array([None, lambda: None], dtype=object)[1:]}
+
+
+def test_ragged_arrays_come_as_lists_and_arrays_of_objects_are_still_checked(data):
+    """Arrays of numbers are sent unchecked (their pickling would copy every byte: a
+    native-size image's); an array holding objects is still tried, and refused."""
+    batches = list(reader.NumpyReader(data, "train", B, transform=ragged, num_processes=0, **OPTS))
+    rows = [r for b in batches for r in b["ragged"]]
+    assert len(rows) == sum(len(b["key"]) for b in batches)
+    assert {r.shape[0] for r in rows} > {1} and all((r == 7).all() for r in rows)
+    with pytest.raises(TransformError, match="output cannot be sent back"):
+        list(reader.NumpyReader(data, "train", B, transform=ragged_object, num_processes=0, **OPTS))
+
+
 @pytest.mark.parametrize("processes", [0, 2])
 def test_two_reads_side_by_side_keep_their_own_transforms_and_blocks(data, processes):
     before = set(os.listdir("/dev/shm"))
