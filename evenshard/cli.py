@@ -143,7 +143,7 @@ def _explain_flags(p: argparse.ArgumentParser) -> None:
     a("data_dir", help="a folder written by evenshard convert")
     a("--split", default="train", help="split read")
     a("--steps", type=_steps, required=True, help="FIRST:STOP (STOP excluded), or one step")
-    a("--batch_size", type=int, default=32, help="examples a batch")
+    a("--batch_size", type=int, default=None, help="examples a batch (default: the state's, or 32)")
     a("--rank", type=int, default=0, help="the worker (rank) explained")
     a("--workers", type=int, default=1, help="workers (ranks) of the read")
     a("--state", default=None, help="a saved state (JSON file): steps continue its step")
@@ -393,6 +393,10 @@ def _explain(args: argparse.Namespace, _) -> int:
         if args.state:
             with open(args.state) as f:
                 state = json.load(f)
+        if args.batch_size is None:  # the state's own, as a resumed read takes it
+            saved = state.get("read_state", state) if isinstance(state, dict) else {}
+            saved = json.loads(saved) if isinstance(saved, str) else saved
+            args.batch_size = saved.get("batch_size") or 32
         batches = explain.explain(
             args.data_dir,
             args.split,

@@ -20,7 +20,7 @@ import numpy as np
 
 from reader.info import open_shard
 from reader.options import ReadOptions
-from reader.order.batches import after
+from reader.order.batches import skipped
 from reader.order.views import emitted
 from reader.read import Read, merge, resolve, start_state
 from reader.state import ReadState
@@ -59,7 +59,8 @@ def explain(
         steps: the steps (an iterable of ints, or (first, stop)). Without a state,
             step s is batch s of the read from its start (``start_step`` on); with
             one, the first batch the resumed read yields is the state's ``step``
-            (with views spread: ``step * views + view_skip``).
+            (with views spread: ``step * views + view_skip``), and steps count as
+            the state counts them: a step it skips yields no batch and is left out.
         state: a ``ReadState``, its JSON, or a reader's ``state_dict()``.
         views, view_spread, mirror_views: ``NumpyReader``'s.
 
@@ -93,6 +94,8 @@ def explain(
                 f"step {s} is before the state's first step ({base}): explain it from an "
                 "earlier state, or from the read's start (no state)"
             )
+        if spread is None and skipped(int(s) - base, read.skips):
+            continue  # the state skips it: no batch is yielded for this step
         out.append({"step": int(s), **plan.batch(int(s) - base)})
     return out
 
@@ -145,9 +148,12 @@ class Explain:
         self.pad = o.pad_final_batch
 
     def batch(self, k: int) -> dict:
-        """The k-th batch this read yields (counted from its start)."""
+        """The batch at position k of this read (counted from its start as its state
+        counts steps: a step the state skips keeps its number and yields no batch)."""
         if self.spread is None:
-            rows = self._read_batch(after(k, self.read.skips))
+            if skipped(k, self.read.skips):
+                raise ValueError(f"step {k} of the read is one its state skips: no batch")
+            rows = self._read_batch(k)
             n = len(rows["key"])
             return self._views(
                 rows, np.repeat(np.arange(n), self.views), np.tile(np.arange(self.views), n)

@@ -196,7 +196,8 @@ def test_the_explain_command_prints_json_and_a_table(data):
 
 
 def test_the_explain_command_continues_a_saved_state(data, tmp_path):
-    """``--state FILE``: a ReadState's JSON (with a skip), or a reader's state_dict()."""
+    """``--state FILE``: a ReadState's JSON (with a skip), or a reader's state_dict();
+    the batch size is the state's unless given."""
     kw = dict(OPTS, num_workers=3, worker_index=1, epochs=2)
     state = reader.ReadState(4, 6, step=1, num_workers=3).skip(2, 3)
     want = explain(data, "train", 6, range(1, 3), state=state, **kw)
@@ -211,9 +212,7 @@ def test_the_explain_command_continues_a_saved_state(data, tmp_path):
         "--rank",
         "1",
         "--workers",
-        "3",
-        "--batch_size",
-        "6",
+        "3",  # no --batch_size: the state's (6)
         "--shuffle_buffer",
         "16",
         "--cycle_length",
@@ -240,7 +239,7 @@ def test_explain_equals_the_dali_pipeline_on_the_cpu(data):
     dali = [
         as_lists(b) for b in reader.TorchReader(data, "train", 6, backend="dali", state=state, **kw)
     ]
-    said = explain(data, "train", 6, range(1, 1 + len(dali)), state=state, **kw)
+    said = explain(data, "train", 6, range(1, 2 + len(dali)), state=state, **kw)  # 2 skipped
     assert told(said) == [b["key"] for b in dali]
     assert [list(s["mask"]) for s in said] == [b["mask"] for b in dali]
 
