@@ -219,3 +219,6 @@ def test_the_audit_sees_the_pairs_convert_did_not_group(tmp_path, capsys):
         in said
     )
     assert "*11 bits  a:icon5_32.png  b:icon5_48.png" in said
+    # the gate counts convert's rule's pairs (2 images); the wider rule's only with --gate
+    assert cli.main(["leaks", out, "--max_leaked=2"]) == 0
+    assert cli.main(["leaks", out, "--max_leaked=2", "--gate=audit"]) == 1
