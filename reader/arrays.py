@@ -83,6 +83,12 @@ class NumpyReader:
         **overrides,
     ):
         options = merge(options, overrides)
+        if not options.decode:
+            raise ValueError(
+                "NumpyReader decodes every image (a transform is given its pixels): "
+                "decode=False is not an option here; read the encoded bytes with "
+                "reader.make_dataset(decode=False)"
+            )
         if transform is not None and not callable(transform):
             raise TypeError(
                 f"transform must be a function fn(example, rng) -> dict, got {transform!r}"

@@ -189,3 +189,20 @@ def test_mirror_views_on_every_reader_with_views(data):
     views = {(k, int(v)): im for b in spread for k, v, im in zip(b["key"], b["view"], b["image"])}
     assert len(views) == 48 * 2
     assert all((views[(k, 1)] == _flipped(views[(k, 0)])).all() for k, _ in views)
+
+
+@pytest.mark.parametrize("transform", [None, extra_or_none])
+def test_numpy_reader_refuses_decode_false_in_one_line(data, transform):
+    """NumpyReader decodes every image (its transform is given pixels): decode=False is
+    refused when the reader is built, not ignored (was: decoded images at their own
+    sizes)."""
+    with pytest.raises(ValueError) as raised:
+        reader.NumpyReader(
+            data, "train", B, transform=transform, num_processes=0, decode=False, **OPTS
+        )
+    message = str(raised.value)
+    assert "\n" not in message and "decode=False" in message
+    with pytest.raises(ValueError, match="decode=False"):
+        reader.TorchReader(
+            data, "train", B, transform=extra_or_none, num_processes=0, decode=False, **OPTS
+        )
