@@ -163,5 +163,6 @@ def _records_at_least(job: Job, n: int) -> bool:
 def _stored_bytes(features: dict) -> int:
     """About the bytes a record of ``features`` (``parse_features``' shape) takes in its
     file: each feature's name and values, a few bytes of framing each."""
-    values = (len(v) if isinstance(v, bytes) else 8 for _, vs in features.values() for v in vs)
+    distinct = {id(vs): vs for _, vs in features.values()}.values()  # an alias counted once
+    values = (len(v) if isinstance(v, bytes) else 8 for vs in distinct for v in vs)
     return 16 + sum(len(name) + 8 for name in features) + sum(values)

@@ -135,6 +135,8 @@ def choose_features(
         image = named("image_feature", image, ("bytes",))
     else:
         images = [n for n in _single(found, "bytes") if found[n][1][0].startswith(MAGIC)]
+        if "image" in images:  # a feature of the same value is an alias of it (WebDataset's)
+            images = [n for n in images if n == "image" or found[n] is not found["image"]]
         image = one("image_feature", "the image", images)
     if key:
         key = named("key_feature", key, ("bytes",))
@@ -145,7 +147,8 @@ def choose_features(
         label = named("label_feature", label, ("int64", "bytes"))
     else:
         texts = [n for n in _single(found, "bytes") if _is_text(found[n][1][0])]
-        fits = sorted({*_single(found, "int64"), *texts} - {image, key})
+        aliases = {n for n in found if n != image and found[n] is found[image]}
+        fits = sorted({*_single(found, "int64"), *texts} - {image, key} - aliases)
         fits = [n for n in fits if not n.startswith("__")]
         labelled = [n for n in fits if "label" in n.lower() or n in label_names]
         label = one("label_feature", "the label", labelled or fits)

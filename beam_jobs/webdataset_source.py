@@ -5,7 +5,7 @@ the basename cut at its first dot), in a row.
 Each tar (``.tar``, or gzip: ``.tar.gz``, ``.tgz``) is read once, as a stream. A
 sample's members become features as a TFRecord's are (``_features``): each member
 its bytes under its extension (a sample's only image member, whatever its
-extension: ``image``), ``cls`` an int64 (text when it is no integer), ``json`` its
+extension, also as ``image``), ``cls`` an int64 (text when it is no integer), ``json`` its
 top-level ints and texts as ``json.NAME``, ``__key__`` the sample's key; so the same rules
 choose and read them (``record_rules``). A record's place is its image member's
 (byte offset in the tar, length): the writer reads it again with one ranged read
@@ -79,8 +79,9 @@ def _features(key: str, members: dict) -> dict[str, tuple[str, list]]:
     found: dict[str, tuple[str, list]] = {"__key__": ("bytes", [key.encode("utf-8")])}
     images = _images(members)
     for ext, (_, data) in members.items():
-        name = "image" if len(images) == 1 and ext == images[0] else ext
-        found[name] = ("bytes", [data])
+        found[ext] = ("bytes", [data])
+        if len(images) == 1 and ext == images[0] and "image" not in members:
+            found["image"] = found[ext]  # the same value: an alias, chosen over its extension
         if ext == "cls":
             text = data.decode("utf-8", "replace").strip()
             found[ext] = (

@@ -169,3 +169,15 @@ def test_tars_in_a_bucket(bucket, tmp_path):
     expected = {(f"a-000.tar#{i}", 0) for i in range(4)}
     expected |= {(f"z/b-000.tar.gz#{i}", 1) for i in range(5)}
     assert set(read_back(out)) == expected
+
+
+def test_image_feature_named_by_its_extension_when_it_is_the_only_image(tmp_path):
+    """A sample's only image member is the feature ``image``, and also its extension's:
+    ``--image_feature=png`` names it (was: 'the first record has no bytes feature')."""
+    root = str(tmp_path / "in")
+    write_tars(f"{root}/t-%03d.tar", samples(4, cls=lambda i: i % 2), 4)
+    for flag in ("png", "image"):
+        out = str(tmp_path / flag)
+        info = run_convert(root, out, *FLAGS, f"--image_feature={flag}")
+        assert info["inputs"] == 4 and info["rejects"]["total"] == 0
+        assert set(read_back(out)) == {(f"t-000.tar#{i}", i % 2) for i in range(4)}
