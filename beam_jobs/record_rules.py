@@ -16,6 +16,10 @@ from schemas.images import MAGIC
 
 GLOB_CHARS = "*?["
 
+# The largest int label without --labels: an int label is its own id, so labels.txt
+# lists 0 to the largest seen; a hashed or huge int would be that many names.
+MAX_LABEL_ID = (1 << 20) - 1
+
 
 def is_glob(path: str) -> bool:
     return any(c in path for c in GLOB_CHARS)
@@ -202,6 +206,12 @@ class RecordRules:
             if value < 0 or (self.vocabulary and value >= len(self.vocabulary)):
                 where = f"{len(self.vocabulary)} in --labels" if self.vocabulary else "ids >= 0"
                 raise RecordProblem("bad_label", f"label {value} is out of range ({where})")
+            if not self.vocabulary and value > MAX_LABEL_ID:
+                raise RecordProblem(
+                    "bad_label",
+                    f"label {value} is past {MAX_LABEL_ID}, the largest int label without "
+                    "--labels (labels.txt lists 0 to the largest); give --labels, or text labels",
+                )
             label = self.vocabulary[value] if self.vocabulary else str(value)
         else:
             if not _is_text(value):

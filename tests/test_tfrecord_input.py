@@ -325,3 +325,26 @@ def test_features_are_found_in_tfds_and_evenshard_records():
         )
     with pytest.raises(UserError, match="--image_feature: no feature"):
         choose_features({"a": ("int64", [1])}, None, None, None)
+
+
+def test_an_int_label_past_the_largest_id_is_a_reject_not_a_vocabulary_of_it(tmp_path):
+    """An int label is its own id, so labels.txt lists 0 to the largest: a hashed or
+    huge int (2**62) would be a list of that many names, memory the run never has.
+    Past ``record_rules.MAX_LABEL_ID`` it is a ``bad_label`` naming --labels."""
+    from beam_jobs.record_rules import MAX_LABEL_ID
+
+    root = str(tmp_path / "in")
+    labels = [0, 1, MAX_LABEL_ID + 1, 1]
+    write_records(f"{root}/r.tfrecord", [example(im, y) for im, y in zip(pngs(4), labels)])
+    out = str(tmp_path / "out")
+    info = run_convert(root, out, *FLAGS)
+    assert info["labels"] == ["0", "1"]
+    [r] = read_rejects(out)
+    assert (r["key"], r["reason"]) == ("r.tfrecord#2", "bad_label")
+    assert "--labels" in r["detail"] and str(MAX_LABEL_ID + 1) in r["detail"]
+    assert info["inputs"] == 4 == sum(s["num_examples"] for s in info["splits"].values()) + 1
+    # with --labels the int is a line of the file: its end is the bound
+    vocab = tmp_path / "labels.txt"
+    vocab.write_text("a\nb\n")
+    info = run_convert(root, str(tmp_path / "named"), *FLAGS, f"--labels={vocab}")
+    assert info["labels"] == ["a", "b"] and info["rejects"]["total"] == 1
