@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import tarfile
 import zlib
 
@@ -75,6 +76,17 @@ def _member(members: dict, feature: str) -> tuple[int, bytes] | None:
     return members.get(feature)
 
 
+def _int(text: str) -> int | None:
+    """``text`` as an int when it is one in ASCII digits (``-3``; not ``--3``, ``²``,
+    nor past int's 4,300 digits), else None."""
+    if not re.fullmatch(r"-?[0-9]+", text):
+        return None
+    try:
+        return int(text)
+    except ValueError:  # past sys.get_int_max_str_digits()
+        return None
+
+
 def _features(key: str, members: dict) -> dict[str, tuple[str, list]]:
     found: dict[str, tuple[str, list]] = {"__key__": ("bytes", [key.encode("utf-8")])}
     images = _images(members)
@@ -84,13 +96,12 @@ def _features(key: str, members: dict) -> dict[str, tuple[str, list]]:
             found["image"] = found[ext]  # the same value: an alias, chosen over its extension
         if ext == "cls":
             text = data.decode("utf-8", "replace").strip()
-            found[ext] = (
-                ("int64", [int(text)]) if text.lstrip("-").isdigit() else ("bytes", [text.encode()])
-            )
+            number = _int(text)
+            found[ext] = ("int64", [number]) if number is not None else ("bytes", [text.encode()])
         elif ext == "json":
             try:
                 fields = json.loads(data)
-            except ValueError:
+            except (ValueError, RecursionError):  # no JSON, or nested past Python's stack
                 continue
             for name, v in fields.items() if isinstance(fields, dict) else ():
                 if isinstance(v, int) and not isinstance(v, bool):

@@ -181,3 +181,26 @@ def test_image_feature_named_by_its_extension_when_it_is_the_only_image(tmp_path
         info = run_convert(root, out, *FLAGS, f"--image_feature={flag}")
         assert info["inputs"] == 4 and info["rejects"]["total"] == 0
         assert set(read_back(out)) == {(f"t-000.tar#{i}", i % 2) for i in range(4)}
+
+
+def test_a_cls_that_only_looks_like_an_int_is_a_reject_not_a_crash(tmp_path):
+    """``cls`` is an int when it is one: ``--5``, ``²`` (a digit to str.isdigit, none
+    to int) and 5,000 digits (past int's limit) are text, so a ``bad_label`` reject of
+    an int-labelled input (was: int()'s ValueError out of the reader, the run ended)."""
+    root = str(tmp_path / "in")
+    odd = {1: "--5", 2: "\u00b2", 3: "9" * 5000}
+    write_tars(f"{root}/t-%03d.tar", samples(5, cls=lambda i: odd.get(i, str(i % 2))), 5)
+    out = str(tmp_path / "out")
+    info = run_convert(root, out, *FLAGS, "--max_reject_fraction=0.9")
+    rejects = {(r["key"], r["reason"]) for r in read_rejects(out)}
+    assert rejects == {(f"t-000.tar#{i}", "bad_label") for i in odd}
+    assert set(read_back(out)) == {("t-000.tar#0", 0), ("t-000.tar#4", 0)}
+    assert info["inputs"] == 5 == 2 + info["rejects"]["total"]
+
+
+@pytest.mark.fast
+def test_a_json_member_too_deep_to_parse_is_left_out_as_one_not_json():
+    from beam_jobs.webdataset_source import _features
+
+    found = _features("k", {"png": (512, b"x"), "json": (1024, b"[" * 100_000)})
+    assert sorted(found) == ["__key__", "image", "json", "png"]
