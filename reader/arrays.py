@@ -48,9 +48,10 @@ class NumpyReader:
             ``image`` (uint8 HWC), ``label``, ``key``, ``epoch`` and ``view``; ``rng`` is
             a ``numpy.random.Generator`` seeded by (seed, key, epoch, view), so the output
             is the same for any ``num_processes`` and after any resume. What it returns
-            goes out as it is: values that are arrays of one shape (or numbers) are
-            stacked, others come as lists. Every example must return the same fields
-            (None where one has no value): a field some lack stops the read, naming it.
+            goes out as it is: values that are arrays of one shape (or numbers: 1 and
+            0.5 at their common type) are stacked, others come as lists. Every example
+            must return the same fields (None where one has no value): a field some
+            lack stops the read, naming it.
         views: transformed views of each decoded image (each image decoded once).
         mirror_views: views in mirrored pairs (``views`` even): view 2k+1 is view 2k's
             crop (``random_crop``), flipped ("5 random crops and their mirrors":

@@ -183,6 +183,29 @@ def _preprocessed(data_dir, split, batch_size, o, state, python: dict, processes
 
     spec = {name: signature(name, value) for name, value in first.items()}
 
+    def same(batch: dict) -> dict:
+        """``batch``, its fields of the first batch's types: TensorFlow would cast a
+        float field to a first batch's ints (0.5 read as 0)."""
+        for name, s in spec.items():
+            value = batch[name]
+            if s.dtype == tf.string or (
+                isinstance(value, np.ndarray)
+                and np.can_cast(value.dtype, s.dtype.as_numpy_dtype, "same_kind")
+            ):
+                continue
+            held = (
+                value.dtype.name
+                if isinstance(value, np.ndarray)
+                else " and ".join(sorted({type(v).__name__ for v in value})) + " values"
+            )
+            raise TypeError(
+                f"transform output {name!r} holds {held} in the batch of key "
+                f"{batch['key'][0]!r}, {s.dtype.name} in the first batch: make_dataset "
+                "yields one type a field; return the same type for every example "
+                "(1.0, not 1, where others are 0.5)"
+            )
+        return batch
+
     def generate():
         nonlocal first, batches
         try:
@@ -190,9 +213,9 @@ def _preprocessed(data_dir, split, batch_size, o, state, python: dict, processes
                 head, rest = first, batches
                 first = batches = None
                 yield head
-                yield from rest
+                yield from map(same, rest)
             else:
-                yield from numpy_reader
+                yield from map(same, numpy_reader)
         except KeyboardInterrupt:  # Ctrl-C reached the read's processes; the read ended
             # The caller may wait inside TensorFlow, its own Ctrl-C pending there: an
             # error from here would race it (TensorFlow then raises a RuntimeError), an

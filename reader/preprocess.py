@@ -429,11 +429,17 @@ def _stack(rows: list[dict], spare: str | None, worker: dict) -> dict:
     for name in rows[0]:
         values = [row.get(name) for row in rows]
         if all(isinstance(v, (bool, int, float, np.number, np.ndarray)) for v in values):
-            values = [np.asarray(v) for v in values]
-            if len({(v.shape, v.dtype.str) for v in values}) == 1 and values[0].dtype != object:
-                stacked[name] = values
-                continue
-        lists[name] = values
+            arrays = [np.asarray(v) for v in values]
+            if all(a.dtype != object for a in arrays):
+                if len({(a.shape, a.dtype.str) for a in arrays}) == 1:
+                    stacked[name] = arrays
+                    continue
+                if not any(isinstance(v, np.ndarray) for v in values):
+                    # numbers of several types (1 and 0.5): stacked at their common type
+                    common = np.result_type(*arrays)
+                    stacked[name] = [a.astype(common) for a in arrays]
+                    continue
+        lists[name] = values  # as the transform returned them
     try:  # what surely pickles is not tried: an image's pickling copies its every byte
         pickle.dumps({n: [v for v in vs if not _pickles(v)] for n, vs in lists.items()})
     except Exception as e:  # noqa: BLE001 - pickling fails in many ways

@@ -206,3 +206,34 @@ def test_numpy_reader_refuses_decode_false_in_one_line(data, transform):
         reader.TorchReader(
             data, "train", B, transform=extra_or_none, num_processes=0, decode=False, **OPTS
         )
+
+
+def weight_of(example, rng, late, odd):
+    """``w`` 1 (an int), 0.5 (a float) on the keys of ``late``; with ``odd``, ``odd`` 3,
+    and an array on those keys (a field that does not stack)."""
+    out = {"image": example["image"][:4, :4], "w": 0.5 if example["key"] in late else 1}
+    if odd:
+        out["odd"] = np.zeros(2) if example["key"] in late else 3
+    return out
+
+
+def test_numbers_of_two_types_stack_and_make_dataset_never_casts_them_down(data):
+    """A number field 1 on most keys, 0.5 on one of a later batch: stacked (was: a list
+    of 0-d arrays); make_dataset, whose first batch held ints, refuses the floats (was:
+    0.5 read as 0)."""
+    plain = reader.NumpyReader(data, "train", B, num_processes=0, image_size=4, **OPTS)
+    late = frozenset([[b["key"] for b in plain][-2][0]])
+    transform = functools.partial(weight_of, late=late, odd=True)
+    got = list(reader.NumpyReader(data, "train", B, transform=transform, num_processes=0, **OPTS))
+    for b in got:
+        assert isinstance(b["w"], np.ndarray)
+        assert [w == 0.5 for w in b["w"]] == [k in late for k in b["key"]]
+    # a field that does not stack comes as the transform returned it
+    odd = [v for b in got if isinstance(b["odd"], list) for v in b["odd"]]
+    assert [type(v) for v in odd].count(np.ndarray) == 1
+    assert [v for v in odd if type(v) is not np.ndarray] == [3] * (len(odd) - 1)
+    ds = reader.make_dataset(
+        data, "train", B, transform=functools.partial(weight_of, late=late, odd=False), **OPTS
+    )
+    with pytest.raises(Exception, match="'w' holds float64 in the batch of key .*int64 in the"):
+        list(ds)
