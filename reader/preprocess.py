@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import collections.abc
 import concurrent.futures
 import contextlib
 import itertools
@@ -395,17 +396,32 @@ def _transformed(transform, example: dict, seed: int) -> dict:
     """The user's transform of one view, with its rng; its failure in one line."""
     key, epoch, view = example["key"], example["epoch"], example["view"]
     try:
-        out = dict(transform(example, example_rng(seed, key, epoch, view)))
+        out = transform(example, example_rng(seed, key, epoch, view))
     except BaseException as e:  # noqa: BLE001 - the user's code (sys.exit too): one line
         if isinstance(e, KeyboardInterrupt) and not _WORKER.get("process"):
             raise  # Ctrl-C, in the reader's process (num_processes=0)
         raise TransformError(
             f"transform {_name(transform)} failed on key {key!r} (epoch {epoch}, view {view}): "
-            f"{type(e).__name__}: {e}".replace("\n", " ")
+            f"{type(e).__name__}: {_said(e)}".replace("\n", " ")
         ) from None
+    if not isinstance(out, collections.abc.Mapping):
+        raise TransformError(
+            f"transform {_name(transform)} returned {type(out).__name__} on key {key!r} "
+            f"(epoch {epoch}, view {view}), not a dict: return the example's fields, "
+            "e.g. {**example, 'image': image}"
+        )
+    out = dict(out)
     out.setdefault("key", key)
     out.setdefault("view", view)
     return out
+
+
+def _said(error: BaseException) -> str:
+    """An exception's message, or that it has none to give (its ``__str__`` failed)."""
+    try:
+        return str(error)
+    except Exception:  # noqa: BLE001 - the user's class
+        return "(its message could not be made)"
 
 
 def _fields_differ(transform, first: dict, key, fields) -> TransformError:

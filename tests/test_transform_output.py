@@ -237,3 +237,34 @@ def test_numbers_of_two_types_stack_and_make_dataset_never_casts_them_down(data)
     )
     with pytest.raises(Exception, match="'w' holds float64 in the batch of key .*int64 in the"):
         list(ds)
+
+
+def image_only(example, rng):
+    """Returns the image itself, not a dict."""
+    return example["image"]
+
+
+class _Unprintable(Exception):
+    def __str__(self):
+        raise ValueError("no message")
+
+
+def unprintable(example, rng):
+    """Raises an exception whose message cannot be made."""
+    raise _Unprintable()
+
+
+@pytest.mark.parametrize("processes", [0, 2])
+def test_a_transform_returning_no_dict_or_raising_the_unprintable_is_one_line(data, processes):
+    """Each is one TransformError naming the transform and the key (was: 'dictionary
+    update sequence element #0 has length 36'; a bare 'ValueError: no message')."""
+    for transform, said in (
+        (image_only, "image_only returned ndarray on key .*, not a dict"),
+        (unprintable, r"unprintable failed on key .*_Unprintable"),
+    ):
+        r = reader.NumpyReader(
+            data, "train", B, transform=transform, num_processes=processes, **OPTS
+        )
+        with pytest.raises(TransformError, match=said) as raised:
+            list(r)
+        assert "\n" not in str(raised.value)
