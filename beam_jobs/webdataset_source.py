@@ -10,8 +10,8 @@ top-level ints and texts as ``json.NAME``, ``__key__`` the sample's key; so the 
 choose and read them (``record_rules``). A record's place is its image member's
 (byte offset in the tar, length): the writer reads it again with one ranged read
 (gzip: the tar decompressed up to it, once a file a shard). Damage (a tar cut
-short, a file that is no tar) is one reject naming the sample and its byte; the
-samples before it are kept.
+short, between members too, a damaged member header, a file that is no tar) is
+one reject naming the sample and its byte; the samples before it are kept.
 """
 
 from __future__ import annotations
@@ -44,20 +44,51 @@ def _split(name: str) -> tuple[str, str]:
     return (f"{folder}/{stem}" if folder else stem), ext.lower()
 
 
+class _HeaderDamage(tarfile.ReadError):
+    """A member header past the first that is damaged, or the file's end before one."""
+
+
+class _TarInfo(tarfile.TarInfo):
+    """A member header that says where it is damaged: tarfile's stream ends quietly at a
+    bad checksum or at a header the file ends in or before (a copy cut at a 512-byte
+    boundary), which would drop the samples after it unseen; here each raises
+    _HeaderDamage (the end-of-archive zero block still ends the stream)."""
+
+    @classmethod
+    def fromtarfile(cls, tar):
+        try:
+            return super().fromtarfile(tar)
+        except tarfile.HeaderError as e:
+            if tar.offset == 0 or isinstance(e, tarfile.EOFHeaderError):
+                raise  # the first header: tarfile's "no tar"; the end-of-archive block
+            if isinstance(e, tarfile.EmptyHeaderError):
+                problem = "unexpected end of data: no end-of-archive block"
+            elif isinstance(e, tarfile.TruncatedHeaderError):
+                problem = "unexpected end of data inside a header"
+            else:
+                problem = f"a member's header is damaged ({e})"
+            raise _HeaderDamage(problem) from None
+
+
 def _samples(raw):
     """A tar stream's samples, in order: (key, {ext: (data offset, bytes)}). Raises
     tarfile.ReadError or EOFError where the tar is damaged."""
     key, members = None, {}
-    with tarfile.open(fileobj=raw, mode="r|*") as tar:
-        for m in tar:
-            if not m.isfile():
-                continue
-            k, ext = _split(m.name)
-            if k != key and members:
+    with tarfile.open(fileobj=raw, mode="r|*", tarinfo=_TarInfo) as tar:
+        try:
+            for m in tar:
+                if not m.isfile():
+                    continue
+                k, ext = _split(m.name)
+                if k != key and members:
+                    yield key, members
+                    members = {}
+                key = k
+                members[ext] = (m.offset_data, tar.extractfile(m).read())
+        except _HeaderDamage:
+            if members:  # its members read whole: the damage is at the next header
                 yield key, members
-                members = {}
-            key = k
-            members[ext] = (m.offset_data, tar.extractfile(m).read())
+            raise
     if members:
         yield key, members
 
@@ -131,7 +162,13 @@ class _ReadTar(ReadRecordFile):
                     byte = max(o + len(d) for o, d in members.values())
         except (tarfile.ReadError, EOFError, zlib.error, gzip.BadGzipFile) as e:
             reason = "truncated" if "unexpected end" in str(e) else "corrupt"
-            problem = "the tar ends inside it" if reason == "truncated" else f"no tar ({e})"
+            problem = (
+                "the tar ends inside it"
+                if reason == "truncated"
+                else str(e)
+                if isinstance(e, _HeaderDamage)
+                else f"no tar ({e})"
+            )
             detail = (
                 f"sample {index} (after byte {byte}): {problem}; the samples before it are kept"
             )

@@ -204,3 +204,30 @@ def test_a_json_member_too_deep_to_parse_is_left_out_as_one_not_json():
 
     found = _features("k", {"png": (512, b"x"), "json": (1024, b"[" * 100_000)})
     assert sorted(found) == ["__key__", "image", "json", "png"]
+
+
+def test_a_damaged_header_or_a_cut_between_members_is_a_reject_not_the_end(tmp_path):
+    """tarfile ends a stream quietly at a bad header checksum, or where the file ends
+    at a member's header (a copy cut at a 512-byte boundary): the samples after it were
+    lost with no reject. Each is now one reject at that sample, those before kept."""
+    import tarfile
+
+    root = str(tmp_path / "in")
+    flipped, cut = write_tars(f"{root}/t-%03d.tar", samples(8, cls=lambda i: i % 2), 4)
+    with tarfile.open(flipped) as t:
+        header = min(m.offset for m in t if m.name.startswith("s0002."))  # sample 2's
+    with open(flipped, "r+b") as f:
+        f.seek(header + 3)  # in the member's name: its checksum no longer matches
+        f.write(b"\xff")
+    with tarfile.open(cut) as t:
+        header = min(m.offset for m in t if m.name.startswith("s0006."))  # its sample 2
+    with open(cut, "r+b") as f:
+        f.truncate(header)
+    out = str(tmp_path / "out")
+    info = run_convert(root, out, *FLAGS)
+    rejects = {(r["key"], r["reason"]) for r in read_rejects(out)}
+    assert rejects == {("t-000.tar#2", "corrupt"), ("t-001.tar#2", "truncated")}
+    details = {r["key"]: r["detail"] for r in read_rejects(out)}
+    assert "sample 2" in details["t-000.tar#2"] and "header" in details["t-000.tar#2"]
+    assert set(read_back(out)) == {(f"t-00{t}.tar#{i}", i % 2) for t in (0, 1) for i in (0, 1)}
+    assert info["inputs"] == 4 + 2
