@@ -175,13 +175,19 @@ class _GunzipReader:
         self._stream = stream
         self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)
         self._buf = b""
+        self._read_any = False
 
     def read(self, n: int) -> bytes:
         while len(self._buf) < n:
             chunk = self._stream.read(1 << 20)
             if not chunk:
                 self._buf += self._z.flush()
+                if self._read_any and not self._z.eof and not self._buf:
+                    # cut short where a record ended: no gzip trailer (a zero-byte
+                    # file is no stream, and holds no records, as before)
+                    raise zlib.error("the file ends inside the gzip stream")
                 break
+            self._read_any = True
             self._buf += self._z.decompress(chunk)
         out, self._buf = self._buf[:n], self._buf[n:]
         return out

@@ -348,3 +348,33 @@ def test_an_int_label_past_the_largest_id_is_a_reject_not_a_vocabulary_of_it(tmp
     vocab.write_text("a\nb\n")
     info = run_convert(root, str(tmp_path / "named"), *FLAGS, f"--labels={vocab}")
     assert info["labels"] == ["a", "b"] and info["rejects"]["total"] == 1
+
+
+def test_a_gzip_file_cut_where_a_record_ends_is_truncated_not_shorter(tmp_path):
+    """A .tfrecord.gz cut where its decompressed bytes end on a record boundary (each
+    record flushed, the copy cut after record 1's flush) has no gzip trailer: one
+    ``truncated`` reject at record 2 (was: read as a file of two records, the rest
+    gone with no reject). A zero-byte .gz still holds no records."""
+    import zlib
+
+    from schemas import tfrecord
+
+    root = str(tmp_path / "in")
+    os.makedirs(root)
+    z = zlib.compressobj(wbits=16 + zlib.MAX_WBITS)
+    parts = [z.compress(tfrecord.frame(example(im, 0))) + z.flush(zlib.Z_FULL_FLUSH)
+             for im in pngs(4)]  # fmt: skip
+    with open(f"{root}/cut.tfrecord.gz", "wb") as f:
+        f.write(b"".join(parts[:2]))  # no further records, no trailer
+    open(f"{root}/zero.tfrecord.gz", "wb").close()
+    write_records(f"{root}/whole.tfrecord.gz", [example(im, 1) for im in pngs(2, seed=1)])
+    out = str(tmp_path / "out")
+    info = run_convert(root, out, *FLAGS)
+    assert [(r["key"], r["reason"]) for r in read_rejects(out)] == [
+        ("cut.tfrecord.gz#2", "truncated")
+    ]
+    assert set(read_back(out)) == {
+        *((f"cut.tfrecord.gz#{i}", 0) for i in range(2)),
+        *((f"whole.tfrecord.gz#{i}", 1) for i in range(2)),
+    }
+    assert info["inputs"] == 5
