@@ -24,12 +24,16 @@ INFO, FEATURES = "dataset_info.json", "features.json"
 def _json(root: str, name: str, what: str) -> dict:
     try:
         with paths.open_text(f"{root}/{name}") as f:
-            return json.load(f)
+            found = json.load(f)
+        if not isinstance(found, dict):
+            raise ValueError("not an object")
+        return found
     except (OSError, ValueError) as e:  # missing (BeamIOError), or not JSON
         missing = isinstance(e, OSError)
+        problem = "a JSON object" if str(e) == "not an object" else "JSON"
         raise UserError(
-            f"--input: {'no ' + name if missing else name + ' is not JSON'} in {root!r}; "
-            f"give a TFDS-prepared dataset's version folder (NAME/VERSION), {what}"
+            f"--input: {'no ' + name if missing else f'{name} is not {problem}'} in "
+            f"{root!r}; give a TFDS-prepared dataset's version folder (NAME/VERSION), {what}"
         ) from None
 
 

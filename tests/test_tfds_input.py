@@ -144,3 +144,19 @@ def test_a_dataset_in_a_bucket(prepared, bucket, tmp_path):
     info = run_convert(url, out, *FLAGS, "--input_split=test", "--key_feature=id")
     assert info["inputs"] == 6 and info["labels"] == NAMES
     assert read_back(out) == {(f"img-{i}", label_of(i)): 1 for i in SPLITS["test"]}
+
+
+@pytest.mark.fast
+def test_json_files_that_are_not_objects_are_one_line(tmp_path):
+    """A dataset_info.json or features.json holding JSON but no object (a list, a
+    number) is the one line of a file that is not JSON (was: AttributeError)."""
+    from beam_jobs import tfds_source
+
+    (tmp_path / "dataset_info.json").write_text("[]")
+    with pytest.raises(UserError, match="dataset_info.json is not a JSON object") as e:
+        tfds_source.check(str(tmp_path), None)
+    assert "\n" not in str(e.value)
+    (tmp_path / "dataset_info.json").write_text("{}")
+    (tmp_path / "features.json").write_text("3")
+    with pytest.raises(UserError, match="features.json is not a JSON object"):
+        tfds_source.check(str(tmp_path), None)
