@@ -169,11 +169,13 @@ class RecordProblem(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class RecordRules:
-    """The rules of the input's records: its chosen ``features`` and the ``--labels``
-    vocabulary (an int label is a position in it)."""
+    """The rules of the input's records: its chosen ``features`` and the vocabulary
+    (an int label is a position in it), named in messages as ``vocabulary_from``
+    (``--labels``, or the class names Parquet or TFDS declare)."""
 
     features: RecordFeatures
     vocabulary: tuple[str, ...] | None = None
+    vocabulary_from: str = "--labels"
 
     def key(self, found: dict[str, tuple[str, list]], default: str) -> str:
         """A record's key: its key feature's text, or ``default`` (``FILE#INDEX``).
@@ -204,7 +206,8 @@ class RecordRules:
         value = self._one(found, f.label, f.label_kind, "bad_label")
         if f.label_kind == "int64":
             if value < 0 or (self.vocabulary and value >= len(self.vocabulary)):
-                where = f"{len(self.vocabulary)} in --labels" if self.vocabulary else "ids >= 0"
+                n = len(self.vocabulary or ())
+                where = f"ids 0 to {n - 1}: {n} in {self.vocabulary_from}" if n else "ids >= 0"
                 raise RecordProblem("bad_label", f"label {value} is out of range ({where})")
             if not self.vocabulary and value > MAX_LABEL_ID:
                 raise RecordProblem(

@@ -48,7 +48,11 @@ def build(pipeline, job: Job):
             job.records,
             job.input_root,
             not is_glob(o.input),
-            RecordRules(job.features, job.vocabulary),
+            RecordRules(
+                job.features,
+                job.vocabulary,
+                "--labels" if o.labels_file else "the data's class names",
+            ),
             inspect.arguments,
             job.incomplete_dir,
         )

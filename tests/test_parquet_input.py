@@ -223,3 +223,22 @@ def test_images_stored_as_paths_are_one_line(tmp_path):
         convert.run([*argv, "--input_format=parquet"])
     assert "\n" not in str(e.value)
     assert "'image' holds paths" in str(e.value) and "a.png" in str(e.value)
+
+
+def test_an_unlabelled_row_names_the_class_names_it_is_outside_of(tmp_path):
+    """datasets writes -1 for a row with no label: a bad_label saying the ids its
+    ClassLabel names allow (was: '3 in --labels', a flag the run was not given)."""
+    from datasets import ClassLabel, Dataset, Image
+
+    root = str(tmp_path / "in")
+    os.makedirs(root)
+    rows = [{"bytes": b, "path": f"img{i}.png"} for i, b in enumerate(pngs(3))]
+    ds = Dataset.from_dict({"image": rows, "label": [0, -1, 2]})
+    ds = ds.cast_column("image", Image()).cast_column("label", ClassLabel(names=NAMES))
+    ds.to_parquet(f"{root}/t.parquet")
+    out = str(tmp_path / "out")
+    info = run_convert(root, out, *FLAGS)
+    [r] = read_rejects(out)
+    assert (r["key"], r["reason"]) == ("t.parquet#1", "bad_label")
+    assert "--labels" not in r["detail"] and "class names" in r["detail"], r["detail"]
+    assert info["inputs"] == 3 and info["labels"] == NAMES
