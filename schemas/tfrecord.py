@@ -61,6 +61,9 @@ def _length(header: bytes, path: str, index: int, offset: int) -> int:
     """A record's data length, from its 12-byte header (length, masked CRC of it)."""
     length_bytes, (length_crc,) = header[:8], struct.unpack("<I", header[8:])
     if masked_crc(length_bytes) != length_crc:
+        if offset == 0 and header.startswith(b"\x1f\x8b") and not path.endswith(".gz"):
+            problem = "the file is gzip-compressed: name it *.gz (TFRecordWriter's GZIP option)"
+            raise CorruptRecord(path, index, offset, problem)
         raise CorruptRecord(path, index, offset, "length checksum mismatch")
     return struct.unpack("<Q", length_bytes)[0]
 

@@ -378,3 +378,15 @@ def test_a_gzip_file_cut_where_a_record_ends_is_truncated_not_shorter(tmp_path):
         *((f"whole.tfrecord.gz#{i}", 1) for i in range(2)),
     }
     assert info["inputs"] == 5
+
+
+def test_gzip_records_in_a_file_not_named_gz_say_so(tmp_path):
+    """TFRecordWriter's GZIP option writes any name: a gzip file named .tfrecord was
+    'length checksum mismatch', no hint; now the one line says to name it .gz."""
+    root = str(tmp_path / "in")
+    write_records(f"{root}/a.tfrecord.gz", [example(im, 0) for im in pngs(2)])
+    os.rename(f"{root}/a.tfrecord.gz", f"{root}/a.tfrecord")
+    argv = [f"--input={root}", f"--output_dir={tmp_path / 'o'}", "--input_format=tfrecord"]
+    with pytest.raises(UserError, match=r"gzip.*\.gz") as e:
+        convert.run(argv)
+    assert "\n" not in str(e.value)
