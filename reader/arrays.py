@@ -26,7 +26,7 @@ from reader.options import ReadOptions
 from reader.order.batches import remaining
 from reader.order.views import handover, restart, rounds, skip_limit, started
 from reader.preprocess import Preprocess, check_transform, default_processes
-from reader.read import check_sized, merge, start_state
+from reader.read import check_sized, check_state, merge, start_state
 from reader.source import RecordSource
 from reader.state import ReadState, changes
 
@@ -84,6 +84,7 @@ class NumpyReader:
         **overrides,
     ):
         options = merge(options, overrides)
+        check_state(state)
         if not options.decode:
             raise ValueError(
                 "NumpyReader decodes every image (a transform is given its pixels): "
@@ -109,7 +110,11 @@ class NumpyReader:
             )
         self.spread = None if view_spread == "together" or views == 1 else view_spread
         together = self.spread is None
-        if not isinstance(batch_size, int) or (together and batch_size % views):
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+            raise TypeError(f"batch_size must be a whole number (int), got {batch_size!r}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if together and batch_size % views:
             raise ValueError(
                 f"batch_size {batch_size!r} must be a multiple of views={views}: the views "
                 "of an image go in one batch (or spread them: view_spread=)"

@@ -20,7 +20,7 @@ from reader.decode import Decoder
 from reader.info import check_path_root, default_path_root
 from reader.mixture import Mixture
 from reader.options import ReadOptions
-from reader.read import Source, check_sized, merge, resolve
+from reader.read import Source, check_sized, check_state, merge, resolve
 from reader.state import ReadState
 from reader.stream import CHUNK, Stream, lead
 from schemas import features, storage, tfrecord
@@ -77,6 +77,7 @@ def make_dataset(
         ValueError: options that do not fit together.
     """
     options = merge(options, overrides)
+    check_state(state)
     if transform is not None or views != 1 or mirror_views:
         python = dict(transform=transform, views=views, mirror_views=mirror_views)
         return _preprocessed(data_dir, split, batch_size, options, state, python, num_processes)

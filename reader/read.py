@@ -299,6 +299,20 @@ def _check_resumable(o: ReadOptions, state: ReadState, info: dict, split: str) -
     return state.seed
 
 
+def check_state(state) -> None:
+    """``state=`` is a ReadState or None: a reader's ``state_dict()`` given there is one
+    line saying where it goes."""
+    from reader.state import ReadState
+
+    if state is not None and not isinstance(state, ReadState):
+        hint = (
+            "a reader's state_dict() goes to its load_state_dict()"
+            if isinstance(state, dict)
+            else "ReadState.from_json(text) reads a saved one"
+        )
+        raise TypeError(f"state= takes a ReadState, got {type(state).__name__}: {hint}")
+
+
 def check_sized(o: ReadOptions, batch_size: int | None) -> None:
     """Batches of decoded images need one size (a reader's with a transform do not: only
     what the transform returns is batched)."""

@@ -30,7 +30,7 @@ import torch
 from reader import handover
 from reader.mixture import Mixture
 from reader.options import ReadOptions
-from reader.read import merge, resolve, start_state
+from reader.read import check_state, merge, resolve, start_state
 from reader.state import ReadState
 from schemas.images import DALI_FORMATS
 
@@ -120,6 +120,7 @@ class TorchReader(torch.utils.data.IterableDataset):
     ):
         super().__init__()
         o = merge(options, overrides)
+        check_state(state)
         if o.input_context is None and o.num_workers is None:
             ranks = distributed_workers()
             if ranks:

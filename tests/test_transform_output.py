@@ -268,3 +268,23 @@ def test_a_transform_returning_no_dict_or_raising_the_unprintable_is_one_line(da
         with pytest.raises(TransformError, match=said) as raised:
             list(r)
         assert "\n" not in str(raised.value)
+
+
+def test_a_state_dict_given_as_state_and_a_bool_batch_size_are_one_line(data):
+    """state= takes a ReadState; a reader's state_dict() there is one TypeError saying
+    where it goes (was: AttributeError: 'dict' object has no attribute 'to_json'); and
+    NumpyReader's batch_size True is refused as make_dataset's is (was: batches of 1)."""
+    from reader.torch import TorchReader
+
+    kw = dict(image_size=8, **OPTS)
+    saved = reader.NumpyReader(data, "train", B, num_processes=0, **kw).state_dict()
+    faces = (
+        functools.partial(reader.NumpyReader, num_processes=0),
+        reader.make_dataset,
+        functools.partial(TorchReader, num_processes=0),
+    )
+    for face in faces:
+        with pytest.raises(TypeError, match=r"state= takes a ReadState.*load_state_dict"):
+            face(data, "train", B, state=saved, **kw)
+    with pytest.raises(TypeError, match="batch_size must be a whole number"):
+        reader.NumpyReader(data, "train", True, num_processes=0, **kw)
