@@ -10,7 +10,7 @@ import io
 
 import numpy as np
 
-from reader.pydecode import eight_bit_png
+from reader.pydecode import eight_bit_png, trns
 
 
 def decode(encoded: bytes, channels: int) -> np.ndarray:
@@ -33,6 +33,8 @@ def decode(encoded: bytes, channels: int) -> np.ndarray:
         except ValueError:  # CMYK, or a JPEG libjpeg-turbo refuses: Pillow says why
             pass
     if encoded[:8] == b"\x89PNG\r\n\x1a\n":
+        if len(encoded) > 25 and encoded[24] == 16 and trns(encoded) is not None:
+            encoded = eight_bit_png(encoded)  # a 16-bit tRNS, as libpng applies it
         image = _png(encoded, channels)
         if image is not None:
             return image

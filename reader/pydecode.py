@@ -39,10 +39,23 @@ def eight_bit_png(encoded: bytes) -> bytes:
     from PIL import Image
 
     color_type = encoded[25]
+    transparent = trns(encoded) if color_type in (0, 2) else None
     with Image.open(io.BytesIO(encoded)) as im:
         im.load()
         if color_type == 0:  # gray: Pillow keeps 16 bits (I;16)
-            out = Image.fromarray((np.asarray(im, np.uint16) >> 8).astype(np.uint8), "L")
+            gray = np.asarray(im, np.uint16)
+            out = Image.fromarray((gray >> 8).astype(np.uint8), "L")
+            if transparent is not None:  # alpha 0 on the exact 16-bit value, as libpng
+                alpha = np.where(gray == int.from_bytes(transparent[:2], "big"), 0, 255)
+                pair = np.dstack([gray >> 8, alpha]).astype(np.uint8)
+                out = Image.fromarray(pair, "LA")
+        elif color_type == 2 and transparent is not None:
+            # Pillow keeps the high bytes only: libpng (OpenCV) compares all 16 bits
+            import cv2
+
+            bgra = cv2.imdecode(np.frombuffer(encoded, np.uint8), cv2.IMREAD_UNCHANGED)
+            rgba = cv2.cvtColor((bgra >> 8).astype(np.uint8), cv2.COLOR_BGRA2RGBA)
+            out = Image.fromarray(rgba, "RGBA")
         elif color_type == 4:  # gray+alpha: Pillow gives RGBA of the high bytes
             rgba = np.asarray(im.convert("RGBA"))
             out = Image.fromarray(np.ascontiguousarray(rgba[..., [0, 3]]), "LA")
@@ -51,6 +64,19 @@ def eight_bit_png(encoded: bytes) -> bytes:
     buffer = io.BytesIO()
     out.save(buffer, "PNG", compress_level=0)
     return buffer.getvalue()
+
+
+def trns(encoded: bytes) -> bytes | None:
+    """The body of a PNG's tRNS chunk (before its image data), or None."""
+    at = 8
+    while at + 8 <= len(encoded):
+        size, kind = int.from_bytes(encoded[at : at + 4], "big"), encoded[at + 4 : at + 8]
+        if kind == b"tRNS":
+            return encoded[at + 8 : at + 8 + size]
+        if kind in (b"IDAT", b"IEND"):
+            return None
+        at += 12 + size
+    return None
 
 
 def image_shape(encoded) -> tuple[int, int]:

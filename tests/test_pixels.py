@@ -65,3 +65,52 @@ def test_a_png_libpng_refuses_fails_as_pillow_fails():
         _pillow(broken, 3)
     with pytest.raises(type(pillow.value), match=str(pillow.value)):
         pixels.decode(broken, 3)
+
+
+def _chunk(kind: bytes, body: bytes) -> bytes:
+    import struct
+    import zlib
+
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+
+def _png16(samples: np.ndarray, color_type: int, transparent: np.ndarray) -> bytes:
+    """A 16-bit PNG of ``samples`` (H, W[, 3]) whose tRNS names ``transparent``."""
+    import struct
+    import zlib
+
+    height, width = samples.shape[:2]
+    rows = samples.reshape(height, -1).astype(">u2")
+    raw = b"".join(b"\0" + row.tobytes() for row in rows)
+    head = struct.pack(">IIBBBBB", width, height, 16, color_type, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + _chunk(b"IHDR", head)
+        + _chunk(b"tRNS", np.asarray(transparent).astype(">u2").tobytes())
+        + _chunk(b"IDAT", zlib.compress(raw))
+        + _chunk(b"IEND", b"")
+    )
+
+
+@pytest.mark.parametrize("color_type", [0, 2])
+def test_a_16_bit_png_with_trns_is_tensorflows_on_both_routes(color_type):
+    """tRNS names one 16-bit sample value transparent: TensorFlow's alpha is 0 on exactly
+    the pixels of that value (not on those sharing its high byte); the tf.data route
+    (pixels.decode) and the Python route (parse's eight_bit_png, then pixels.decode)
+    give its pixels (was: alpha 255 everywhere, gray on both, RGB on the Python
+    route)."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(3)
+    shape = (6, 7) if color_type == 0 else (6, 7, 3)
+    samples = rng.integers(0, 65536, shape, dtype=np.uint16)
+    transparent = samples[2, 3].copy()
+    samples[0, 0] = transparent  # two transparent pixels
+    samples[1, 1] = transparent ^ 1  # one sharing its high byte, not transparent
+    data = _png16(samples, color_type, transparent)
+    for channels in (1, 3, 4):
+        if channels == 1 and color_type == 2:
+            continue  # a colour PNG to gray is Pillow's luma, not TensorFlow's
+        want = tf.io.decode_png(data, channels=channels).numpy()
+        assert np.array_equal(pixels.decode(data, channels), want), channels
+        assert np.array_equal(pixels.decode(eight_bit_png(data), channels), want), channels
