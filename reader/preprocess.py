@@ -224,6 +224,10 @@ def _unlink(name: str, memory: shared_memory.SharedMemory | None = None) -> None
         memory = memory or shared_memory.SharedMemory(name)
     except FileNotFoundError:
         return
+    except ValueError:  # made but not yet sized by a process that ended: it cannot be mapped
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(_SHM, name))
+        return
     memory.close()
     with contextlib.suppress(FileNotFoundError):
         memory.unlink()

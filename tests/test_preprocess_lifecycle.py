@@ -163,6 +163,27 @@ def test_kill_9_of_every_process_leaves_blocks_the_next_reader_removes(data, tmp
         run.wait()
 
 
+def test_an_empty_block_of_a_dead_reader_is_removed_too(data):
+    """A process killed between making a block and sizing it leaves an empty one, which
+    cannot be mapped: the next reader's start removes it all the same (it raised
+    ValueError: cannot mmap an empty file; a read's own end met the same race)."""
+    owner = subprocess.run(
+        [sys.executable, "-c", "from reader import cache_folder; print(cache_folder.this_owner())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()  # a process that has ended: a dead reader
+    name = f"evenshard-{owner}-0-0-0"
+    open(os.path.join("/dev/shm", name), "wb").close()
+    try:
+        r = reader.NumpyReader(data, "train", B, num_processes=0, **OPTS)
+        next(iter(r))
+        assert not os.path.exists(os.path.join("/dev/shm", name))
+    finally:
+        with __import__("contextlib").suppress(FileNotFoundError):
+            os.unlink(os.path.join("/dev/shm", name))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("route", ["numpy", "make_dataset"])
 def test_one_ctrl_c_ends_a_read_whatever_the_transform_does(data, tmp_path, route):
