@@ -43,6 +43,26 @@ def run_convert(input_path: str, output_dir: str, *flags: str, validated: bool =
     return info
 
 
+def assert_multi_process_gives_the_same_bytes(input_path: str, tmp_path, *flags: str) -> None:
+    """Converts ``input_path`` with one in-memory worker and with two worker processes:
+    every shard's sha256 alike, split by split."""
+    runs = [
+        run_convert(input_path, str(tmp_path / "in_memory"), *flags),
+        run_convert(
+            input_path,
+            str(tmp_path / "multi_process"),
+            *flags,
+            "--direct_running_mode=multi_processing",
+            "--direct_num_workers=2",
+        ),
+    ]
+    shas = [
+        [s["sha256"] for split in sorted(i["splits"]) for s in i["splits"][split]["shards"]]
+        for i in runs
+    ]
+    assert shas[0] and shas[0] == shas[1]
+
+
 def read_split(output_dir: str, split: str) -> list[list[dict]]:
     """Per shard, the records of a split in file order, as {feature: value} dicts."""
     import tensorflow as tf

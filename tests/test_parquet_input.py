@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import read_rejects, run_convert
+from conftest import assert_multi_process_gives_the_same_bytes, read_rejects, run_convert
 from test_tfrecord_input import pngs, read_back
 
 from beam_jobs import convert
@@ -90,19 +90,7 @@ def test_in_memory_and_multi_process_give_the_same_bytes(tmp_path):
     images = pngs(24)
     for f in range(3):
         write_parquet(f"{root}/p{f}.parquet", images[f * 8 : f * 8 + 8], [f % 2] * 8)
-    a = run_convert(root, str(tmp_path / "a"), *FLAGS, "--balance=label")
-    b = run_convert(
-        root,
-        str(tmp_path / "b"),
-        *FLAGS,
-        "--balance=label",
-        "--direct_running_mode=multi_processing",
-        "--direct_num_workers=2",
-    )
-    shas = [
-        s["sha256"] for i in (a, b) for sp in sorted(i["splits"]) for s in i["splits"][sp]["shards"]
-    ]
-    assert shas[: len(shas) // 2] == shas[len(shas) // 2 :]
+    assert_multi_process_gives_the_same_bytes(root, tmp_path, *FLAGS, "--balance=label")
 
 
 def test_columns_by_flag_and_ambiguity_is_one_line(tmp_path):

@@ -8,7 +8,7 @@ import functools
 import os
 
 import pytest
-from conftest import read_rejects, run_convert
+from conftest import assert_multi_process_gives_the_same_bytes, read_rejects, run_convert
 from test_tfrecord_input import pngs, read_back
 
 from beam_jobs import convert
@@ -105,19 +105,7 @@ def test_a_damaged_shard_gives_named_rejects_and_counts_reconcile(prepared, tmp_
 
 
 def test_in_memory_and_multi_process_give_the_same_bytes(prepared, tmp_path):
-    a = run_convert(prepared, str(tmp_path / "a"), *FLAGS, "--balance=label")
-    b = run_convert(
-        prepared,
-        str(tmp_path / "b"),
-        *FLAGS,
-        "--balance=label",
-        "--direct_running_mode=multi_processing",
-        "--direct_num_workers=2",
-    )
-    shas = [
-        s["sha256"] for i in (a, b) for sp in sorted(i["splits"]) for s in i["splits"][sp]["shards"]
-    ]
-    assert shas[: len(shas) // 2] == shas[len(shas) // 2 :]
+    assert_multi_process_gives_the_same_bytes(prepared, tmp_path, *FLAGS, "--balance=label")
 
 
 def test_mistakes_are_one_line(prepared, src, tmp_path):

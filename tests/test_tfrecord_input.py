@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import load_info, read_rejects, run_convert
+from conftest import assert_multi_process_gives_the_same_bytes, load_info, read_rejects, run_convert
 
 from beam_jobs import convert
 from beam_jobs.options import UserError
@@ -145,19 +145,7 @@ def test_in_memory_and_multi_process_give_the_same_bytes(tmp_path):
         write_records(
             f"{root}/p{f}.tfrecord", [example(images[f * 6 + i], f % 2) for i in range(6)]
         )
-    a = run_convert(root, str(tmp_path / "a"), *FLAGS, "--balance=label")
-    b = run_convert(
-        root,
-        str(tmp_path / "b"),
-        *FLAGS,
-        "--balance=label",
-        "--direct_running_mode=multi_processing",
-        "--direct_num_workers=2",
-    )
-    shas = [
-        s["sha256"] for i in (a, b) for sp in sorted(i["splits"]) for s in i["splits"][sp]["shards"]
-    ]
-    assert shas[: len(shas) // 2] == shas[len(shas) // 2 :]
+    assert_multi_process_gives_the_same_bytes(root, tmp_path, *FLAGS, "--balance=label")
 
 
 def test_features_by_flag_string_labels_and_keys_and_a_glob(tmp_path):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import read_rejects, run_convert
+from conftest import assert_multi_process_gives_the_same_bytes, read_rejects, run_convert
 from test_tfrecord_input import pngs, read_back
 
 from beam_jobs import convert
@@ -87,19 +87,7 @@ def test_damaged_tars_give_named_rejects_and_counts_reconcile(tmp_path):
 def test_in_memory_and_multi_process_give_the_same_bytes(tmp_path):
     root = str(tmp_path / "in")
     write_tars(f"{root}/t-%03d.tar", samples(24, cls=lambda i: i % 3), 8)
-    a = run_convert(root, str(tmp_path / "a"), *FLAGS, "--balance=label")
-    b = run_convert(
-        root,
-        str(tmp_path / "b"),
-        *FLAGS,
-        "--balance=label",
-        "--direct_running_mode=multi_processing",
-        "--direct_num_workers=2",
-    )
-    shas = [
-        s["sha256"] for i in (a, b) for sp in sorted(i["splits"]) for s in i["splits"][sp]["shards"]
-    ]
-    assert shas[: len(shas) // 2] == shas[len(shas) // 2 :]
+    assert_multi_process_gives_the_same_bytes(root, tmp_path, *FLAGS, "--balance=label")
 
 
 def test_json_labels_keys_by_flag_and_ambiguity_is_one_line(tmp_path):
