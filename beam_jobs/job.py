@@ -143,7 +143,7 @@ def _records_at_least(job: Job, n: int) -> bool:
 
         matched = FileSystems.match([job.records], limits=[2 * n])[0].metadata_list
         listed = [(m.path, m.size_in_bytes) for m in matched]
-    from beam_jobs.record_source import record_format
+    from beam_jobs.record_formats import record_format
 
     fmt = record_format(job.options.input_format)
     if folder:  # the files its format names

@@ -160,7 +160,8 @@ def check_records(job: Job) -> tuple[RecordFeatures, tuple[str, ...] | None]:
     Raises:
         UserError: no files, no readable record, or features that do not fit.
     """
-    from beam_jobs.record_source import record_files, record_format
+    from beam_jobs.record_formats import record_format
+    from beam_jobs.record_source import record_files
 
     options = job.options
     fmt = record_format(options.input_format)

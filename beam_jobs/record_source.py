@@ -138,16 +138,3 @@ class ReadRecordFiles(beam.PTransform):
         )
         rejects = (split["rejects"], unique["rejects"]) | "AllRejects" >> beam.Flatten()
         return {"main": unique["main"], "rejects": rejects, "inputs": inputs}
-
-
-def record_format(name: str) -> RecordFormat:
-    """The ``RecordFormat`` of ``--input_format=name``: its source module's ``FORMAT``."""
-    if name == "parquet":
-        from beam_jobs.parquet_source import FORMAT
-    elif name == "webdataset":
-        from beam_jobs.webdataset_source import FORMAT
-    elif name == "tfds":
-        from beam_jobs.tfds_source import FORMAT
-    else:
-        from beam_jobs.tfrecord_source import FORMAT
-    return FORMAT

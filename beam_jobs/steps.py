@@ -20,8 +20,9 @@ from beam_jobs.job import Job
 from beam_jobs.near import NearDuplicates
 from beam_jobs.order import OrderAndShard
 from beam_jobs.plan import PlanShards
+from beam_jobs.record_formats import record_format
 from beam_jobs.record_rules import RecordRules, is_glob
-from beam_jobs.record_source import ReadRecordFiles, record_format
+from beam_jobs.record_source import ReadRecordFiles
 from beam_jobs.rejects import RejectGate, WriteRejects
 from beam_jobs.sources import ReadInputs
 from beam_jobs.split import AssignSplits

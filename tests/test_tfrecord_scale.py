@@ -129,7 +129,8 @@ def test_a_damaged_gzip_file_keeps_the_records_before_the_damage(tmp_path):
 def test_a_local_folder_lists_what_beams_match_lists(tmp_path):
     from apache_beam.io.filesystems import FileSystems
 
-    from beam_jobs.record_source import record_files, record_format
+    from beam_jobs.record_formats import record_format
+    from beam_jobs.record_source import record_files
 
     root = tmp_path / "in"
     for rel in ("a.tfrecord", "x/b.tfrecord", "x/y/c.tfrecord.gz", ".hidden/d.tfrecord", "e.txt"):
