@@ -19,6 +19,16 @@ the CPU (the pixels every CPU reader gives). The routes:
   TensorFlow sees: the reference's pixels exactly, on the GPU.
 * ``numpy_pinned``: ``NumpyReader`` batches through pinned memory
   (``torch.from_numpy(...).pin_memory().to("cuda", non_blocking=True)``): exactly.
+* ``nvjpeg_ceiling``: not a reader route, a ceiling: the same encoded images decoded
+  on the GPU by torchvision's nvJPEG and resized by ``torch.nn.functional.interpolate``
+  (bilinear, no antialiasing), batches of 64, bytes already in memory. Its pixels are
+  reported against the reference (never checked: another decoder and resize).
+
+On a machine without TensorFlow (a GPU machine whose Python holds only PyTorch), the
+reference is ``NumpyReader``'s pixels, and ``--reference FILE`` (written here by
+``--write-reference FILE`` where TensorFlow is) checks them per key against the
+``make_dataset`` pixels of the machine that wrote it: the same pixels on other builds
+of OpenCV and numpy.
 
 A route with no GPU to run on is skipped, saying why; every check that runs must
 hold (exit status 1 otherwise). Rates are images a second of one epoch, the reader
@@ -106,15 +116,53 @@ def _dali_gpu() -> str | None:
 
 
 def _tf_gpu() -> str | None:
-    import tensorflow as tf
+    try:
+        import tensorflow as tf
+    except ImportError:
+        return "TensorFlow is not installed"
 
     return None if tf.config.list_physical_devices("GPU") else "TensorFlow sees no GPU"
+
+
+def _nvjpeg() -> str | None:
+    try:
+        import torchvision  # noqa: F401
+    except ImportError:
+        return "torchvision is not installed"
+    return _torch_cuda()
+
+
+def nvjpeg_ceiling(encoded: list[bytes], size: int) -> tuple[float, list[np.ndarray]]:
+    """Images a second of nvJPEG decode + bilinear resize on the GPU, bytes in memory."""
+    import torch
+    import torchvision.io as tio
+
+    RGB = tio.ImageReadMode.RGB
+    data = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in encoded]
+    tio.decode_jpeg(data[:BATCH], mode=RGB, device="cuda")  # warm: the nvJPEG handle, CUDA context
+    torch.cuda.synchronize()
+    out, start = [], time.perf_counter()
+    for i in range(0, len(data), BATCH):
+        for image in tio.decode_jpeg(data[i : i + BATCH], mode=RGB, device="cuda"):
+            small = torch.nn.functional.interpolate(
+                image[None].float(), size=(size, size), mode="bilinear", antialias=False
+            )
+            out.append(small[0].round().clamp(0, 255).to(torch.uint8).permute(1, 2, 0))
+    torch.cuda.synchronize()
+    rate = len(out) / (time.perf_counter() - start)
+    return rate, [o.cpu().numpy() for o in out]
+
+
+def _digest(image: np.ndarray) -> str:
+    import hashlib
+
+    return hashlib.sha256(np.ascontiguousarray(image).tobytes()).hexdigest()[:16]
 
 
 def check(a) -> dict:
     from limit_bench import limit
 
-    src = corpus(a.images)
+    src = a.corpus or corpus(a.images)
     count = len(list_images(src))
     encoded = []
     for path, _ in list_images(src):
@@ -123,7 +171,9 @@ def check(a) -> dict:
     cpu_limit = limit(encoded, a.size, os.cpu_count() or 1)  # forks: before TensorFlow starts
     import reader
 
-    data = convert_once(src, os.path.join(WORK, f"gpu_check_{count}_out"), "--splits=train=1.0")
+    data = a.data or convert_once(
+        src, os.path.join(WORK, f"gpu_check_{count}_out"), "--splits=train=1.0"
+    )
     kw = dict(seed=0, epochs=1, image_size=(a.size, a.size))
     out: dict = {"images": count, "size": a.size, "corpus": os.path.basename(src), "routes": {}}
     routes, skipped = out["routes"], {}
@@ -136,10 +186,29 @@ def check(a) -> dict:
         for b in reader.NumpyReader(data, "train", BATCH, **kw):
             yield (b["image"] if move is None else move(b["image"])), b["key"]
 
-    rate, reference, problems = epoch(tf_batches(), count)
-    routes["tf_cpu"] = {"rate": round(rate), "problems": problems, "pixels_ok": True}
-    rate, got, problems = epoch(numpy_batches(), count)
-    routes["numpy_cpu"] = {"rate": round(rate), "problems": problems, **compare(got, reference)}
+    if _tf_gpu() == "TensorFlow is not installed":
+        rate, reference, problems = epoch(numpy_batches(), count)
+        routes["numpy_cpu"] = {"rate": round(rate), "problems": problems, "pixels_ok": True}
+        skipped["tf_cpu"] = "TensorFlow is not installed: NumpyReader is the reference"
+    else:
+        rate, reference, problems = epoch(tf_batches(), count)
+        routes["tf_cpu"] = {"rate": round(rate), "problems": problems, "pixels_ok": True}
+        rate, got, problems = epoch(numpy_batches(), count)
+        routes["numpy_cpu"] = {
+            "rate": round(rate),
+            "problems": problems,
+            **compare(got, reference),
+        }
+    digests = {k: _digest(v) for k, v in reference.items()}
+    if a.write_reference:
+        with open(a.write_reference, "w") as f:
+            json.dump({"size": a.size, "digests": digests}, f, sort_keys=True)
+    if a.reference:
+        with open(a.reference) as f:
+            theirs = json.load(f)["digests"]
+        differ = sorted(k for k in theirs if digests.get(k) != theirs[k])
+        out["reference_check"] = {"keys": len(theirs), "differ": len(differ), "some": differ[:5]}
+        routes["numpy_cpu"]["pixels_ok"] &= not differ
 
     why = _dali_gpu()
     if why is None:
@@ -186,7 +255,27 @@ def check(a) -> dict:
     else:
         skipped["numpy_pinned"] = why
 
+    why = _nvjpeg()
+    if why is None:
+        keys = [os.path.relpath(path, src) for path, _ in list_images(src)]
+        rate, images = nvjpeg_ceiling(encoded, a.size)
+        diff = [
+            np.abs(image.astype(int) - reference[k]).mean()
+            for k, image in zip(keys, images)
+            if k in reference and image.shape == reference[k].shape
+        ]
+        routes["nvjpeg_ceiling"] = {
+            "rate": round(rate),
+            "problems": [],
+            "pixels_ok": True,
+            "mean_diff_vs_reference": round(float(np.mean(diff)), 3) if diff else None,
+            "compared": len(diff),
+        }
+    else:
+        skipped["nvjpeg_ceiling"] = why
+
     out["cpu_limit"] = round(cpu_limit)
+    out["cpus"] = os.cpu_count()
     for r in routes.values():
         r["over_cpu_limit"] = round(r["rate"] / cpu_limit, 2)
     out["skipped"] = skipped
@@ -201,6 +290,10 @@ def main(argv=None) -> int:
     p.add_argument("--smoke", action="store_true", help="40 small images: the checks, quickly")
     p.add_argument("--images", type=int, default=tiny(2_000, 40), help="images to read")
     p.add_argument("--size", type=int, default=tiny(224, 32), help="square output size")
+    p.add_argument("--corpus", help="a folder of label folders of JPEGs (default: see above)")
+    p.add_argument("--data", help="its conversion, made earlier (default: converted here)")
+    p.add_argument("--write-reference", help="write the reference pixels' digests here")
+    p.add_argument("--reference", help="check the reference against these digests")
     out = check(p.parse_args(argv))
     for name, why in out["skipped"].items():
         print(f"skipped {name}: {why}", file=sys.stderr)

@@ -26,7 +26,7 @@ def test_gpu_check_runs_and_skips_what_it_cannot_run(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout[done.stdout.index("{") :])
     assert out["ok"] and out["cpu_limit"] > 0
-    routes = {"dali_gpu", "tf_prefetch_to_device", "numpy_pinned"}
+    routes = {"dali_gpu", "tf_prefetch_to_device", "numpy_pinned", "nvjpeg_ceiling"}
     assert routes == set(out["routes"]) - {"tf_cpu", "numpy_cpu"} | set(out["skipped"])
     for name, why in out["skipped"].items():
         assert f"skipped {name}: {why}" in done.stderr
