@@ -5,3 +5,7 @@ inspect``), ``audit.shuffle_report`` and ``audit.mixing`` (``evenshard
 shuffle-report``). They sit above ``schemas`` and ``reader`` and below the CLI;
 nothing in the format or the reader depends on them.
 """
+
+from schemas.errors import Error
+
+__all__ = ["Error"]

@@ -37,6 +37,7 @@ import sys
 import tempfile
 
 from beam_jobs._fork_client import _ended, read_exactly
+from schemas.errors import Error
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +132,7 @@ def stop_now() -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-class WorkerLost(RuntimeError):
+class WorkerLost(Error, RuntimeError):
     """A worker process of the local runner ended before its work was done (killed, out
     of memory, crashed): one line naming it (the pid its progress lines give), how it
     ended, and what to do."""

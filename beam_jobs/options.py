@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import math
 
+from schemas.errors import Error
 from schemas.features import RECORD_KINDS
 from schemas.layout import COMPRESSIONS, MAX_SHARDS, MAX_SPLIT_NAME, SPLIT_NAME_RE
 from schemas.near import DEFAULT_DISTANCE, MAX_DISTANCE
@@ -25,11 +26,11 @@ MANIFEST_SUFFIXES = (".csv", ".jsonl", ".csv.gz", ".jsonl.gz")
 INPUT_FORMATS = ("images", "tfrecord", "parquet", "webdataset", "tfds")
 
 
-class UserError(ValueError):
+class UserError(Error, ValueError):
     """A mistake in the command line or the inputs, reported as one line."""
 
 
-class DatasetRefused(RuntimeError):
+class DatasetRefused(Error, RuntimeError):
     """The run ended without a dataset because of its inputs (more rejects than
     --max_reject_fraction allows, inputs rewritten while it ran): one line saying
     why and what to do.

@@ -10,6 +10,7 @@ import posixpath
 import uuid
 
 from schemas import layout, storage, stores
+from schemas.errors import Error
 from schemas.storage import is_url
 
 if os.environ.get("EVENSHARD_GCP_ANONYMOUS"):  # a worker of a job the driver found anonymous
@@ -33,7 +34,7 @@ def posix_dirname(path: str) -> str:
     return path.rsplit("/", 1)[0] if "/" in path else "."
 
 
-class BadPath(ValueError):
+class BadPath(Error, ValueError):
     """A path that cannot be used (escapes its root, NUL, not UTF-8)."""
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from beam_jobs import paths
 from beam_jobs.candidates import bad_label
 from beam_jobs.options import UserError
+from schemas.errors import Error
 from schemas.images import MAGIC
 
 GLOB_CHARS = "*?["
@@ -159,7 +160,7 @@ def choose_features(
     return RecordFeatures(image, label, found[label][0], key)
 
 
-class RecordProblem(Exception):
+class RecordProblem(Error):
     """Why a record is a reject: ``reason`` (``records.REJECT_REASONS``) and ``detail``."""
 
     def __init__(self, reason: str, detail: str):

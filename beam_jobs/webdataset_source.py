@@ -26,6 +26,7 @@ from beam_jobs import paths
 from beam_jobs.record_rules import RecordFormat
 from beam_jobs.record_source import ReadRecordFile
 from beam_jobs.records import Image, make_reject
+from schemas.errors import Error
 from schemas.images import IMAGE_EXTENSIONS
 
 SUFFIXES = (".tar", ".tar.gz", ".tgz")
@@ -44,7 +45,7 @@ def _split(name: str) -> tuple[str, str]:
     return (f"{folder}/{stem}" if folder else stem), ext.lower()
 
 
-class _HeaderDamage(tarfile.ReadError):
+class _HeaderDamage(Error, tarfile.ReadError):
     """A member header past the first that is damaged, or the file's end before one."""
 
 

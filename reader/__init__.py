@@ -32,10 +32,12 @@ from reader.errors import one_line
 from reader.mixture import Mixture, mix
 from reader.options import ReadOptions
 from reader.state import ReadState
+from schemas.errors import Error
 from schemas.info import DatasetError, load_info
 
 __all__ = [
     "DatasetError",
+    "Error",
     "Mixture",
     "NumpyReader",
     "ReadOptions",

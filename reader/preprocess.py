@@ -45,9 +45,10 @@ import numpy as np
 from reader import pixels
 from reader.cache_folder import dead, this_owner
 from reader.order.draws import AUGMENT, draws, key_digest
+from schemas.errors import Error
 
 
-class TransformError(RuntimeError):
+class TransformError(Error, RuntimeError):
     """A user's transform failed: one line naming the function and the example."""
 
 

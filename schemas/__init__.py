@@ -18,12 +18,14 @@ from __future__ import annotations
 import importlib.resources
 
 from schemas import features, layout, storage
+from schemas.errors import Error
 from schemas.features import RECORD_KINDS
 from schemas.info import DatasetError, load_info
 
 __all__ = [
     "RECORD_KINDS",
     "DatasetError",
+    "Error",
     "base_schema",
     "dataset_schema",
     "feature_spec",

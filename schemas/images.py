@@ -15,6 +15,8 @@ import io
 import warnings
 import zlib
 
+from schemas.errors import Error
+
 
 @dataclasses.dataclass(frozen=True)
 class ImageFormat:
@@ -66,7 +68,7 @@ _CHANNELS = {
 }
 
 
-class Rejected(Exception):
+class Rejected(Error):
     """An image convert rejects: the reject ``reason`` and a one-line ``detail``."""
 
     def __init__(self, reason: str, detail: str):

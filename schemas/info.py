@@ -6,6 +6,7 @@ import json
 import re
 
 from schemas import layout, storage
+from schemas.errors import Error
 
 # What a conversion leaves before it finishes (besides shards).
 _PARTIAL = (layout.INCOMPLETE_DIR, layout.REJECTS_FILE.split("/")[0], layout.SCHEMA_FILE)
@@ -15,7 +16,7 @@ REQUIRED_FIELDS = ("format_version", "record_kind", "labels", "splits", "inputs"
 SHA256 = re.compile(r"[0-9a-f]{64}")  # a shard's sha256: its hex digest, lowercase
 
 
-class DatasetError(ValueError):
+class DatasetError(Error, ValueError):
     """A dataset that is missing, incomplete or damaged; the message names the file."""
 
 

@@ -13,6 +13,7 @@ import struct
 import zlib
 from collections.abc import Iterator
 
+from schemas.errors import Error
 from schemas.storage import open_binary
 
 _MASK_DELTA = 0xA282EAD8
@@ -143,7 +144,7 @@ def _name_the_wrong_line(lines: list[bytes], file_size: int, where: str) -> None
         )
 
 
-class CorruptRecord(ValueError):
+class CorruptRecord(Error, ValueError):
     """A record whose framing or checksum is wrong; says which one."""
 
     def __init__(self, path: str, index: int, offset: int, problem: str):
