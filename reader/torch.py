@@ -30,7 +30,7 @@ import torch
 from reader import handover
 from reader.mixture import Mixture
 from reader.options import ReadOptions
-from reader.read import check_state, merge, resolve, start_state
+from reader.read import check_sized, check_state, merge, resolve, start_state
 from reader.state import ReadState
 from schemas.images import DALI_FORMATS
 
@@ -138,10 +138,10 @@ class TorchReader(torch.utils.data.IterableDataset):
                 f"None), not {backend!r}"
             )
         if python or backend == "python":
-            from reader.arrays import NumpyReader
+            from reader.python_route import PythonRoute
 
             # checked now: the transform picklable, views and batch_size agree
-            NumpyReader(
+            PythonRoute(
                 data_dir,
                 split,
                 batch_size,
@@ -180,7 +180,7 @@ class TorchReader(torch.utils.data.IterableDataset):
                 '"dali"); with tf.data a record fails inside TensorFlow'
             )
         if self.backend == "dali":
-            from reader.dali import check_formats, check_options
+            from reader.dali_decode import check_formats, check_options
 
             check_options(o)
             for source in self._sources:
@@ -264,17 +264,18 @@ class TorchReader(torch.utils.data.IterableDataset):
         self._dealt = deal
         if self._reader is None:
             if self.backend == "dali":
-                from reader.dali import make_dali_pipeline
+                from reader.dali_decode import build
+                from reader.source import RecordSource
 
-                self._reader = make_dali_pipeline(*self._args, state=self._state)
+                self._reader = build(RecordSource(*self._args, self._state))
                 _BUILT.add(self._reader)
             elif self.backend == "python":
-                from reader.arrays import NumpyReader
+                from reader.python_route import PythonRoute
 
                 transform, views, mirror, processes = self._python
                 if torch.utils.data.get_worker_info() is not None:
                     processes = 0  # a DataLoader worker is the process: it may start none
-                self._reader = NumpyReader(
+                self._reader = PythonRoute(
                     *self._args,
                     transform=transform,
                     views=views,
@@ -283,14 +284,15 @@ class TorchReader(torch.utils.data.IterableDataset):
                     state=self._state,
                 )
             else:
-                from reader.pipeline import check_not_forked, make_dataset
+                from reader import graph
 
                 if torch.utils.data.get_worker_info() is not None:  # a DataLoader worker
-                    check_not_forked()
-
-                self._reader, _ = make_dataset(
-                    *self._args, state=self._state, prefetch_to_device=False, deal=deal
-                )
+                    graph.check_not_forked()
+                data_dir, split, batch_size, options = self._args
+                options = dataclasses.replace(options, prefetch_to_device=False)
+                read = resolve(data_dir, split, batch_size, options, self._state)
+                check_sized(options, batch_size)
+                self._reader = graph.dataset(read, resumed=True, deal=deal)
             self._built_by = os.getpid()
         return self._reader
 
@@ -367,7 +369,7 @@ class TorchReader(torch.utils.data.IterableDataset):
         if isinstance(image, np.ndarray):
             image = torch.from_numpy(image)
         else:  # a DALI TensorListGPU: copy into a CUDA tensor on DALI's stream
-            from reader.dali import feed_ndarray
+            from reader.dali_decode import feed_ndarray
 
             tensor = image.as_tensor()
             out = torch.empty(tensor.shape(), dtype=torch.uint8, device="cuda")
@@ -405,7 +407,7 @@ def _default_backend(infos: list[dict], gpu: bool | None = None) -> str:
         gpu = torch.cuda.device_count() > 0
     if not gpu:
         return "tf"
-    from reader.dali import installed
+    from reader.dali_decode import installed
 
     if not installed():
         return "tf"

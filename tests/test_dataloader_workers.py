@@ -291,14 +291,18 @@ def test_the_record_source_deals_batches_reading_only_the_records_of_its_own(dat
 
 @pytest.mark.parametrize("pad", [False, True])
 def test_make_dataset_deals_undecoded_batches_to_workers(data, pad):
-    """The tf backend's share of a DataLoader worker: make_dataset(deal=(W, w)) yields
+    """The tf backend's share of a DataLoader worker: graph.dataset(deal=(W, w)) yields
     batches w, w + W, ... of the read (padding counted over the whole read), with their
     cardinality."""
+    from reader import graph
+    from reader.read import merge, resolve
+
     kw = dict(image_size=(8, 8), shuffle=False, pad_final_batch=pad)
     whole = [b["key"].numpy().tolist() for b in reader.make_dataset(data, "train", 4, **kw)]
     for every in (2, 3):
         for first in range(every):
-            ds = reader.make_dataset(data, "train", 4, deal=(every, first), **kw)
+            read = resolve(data, "train", 4, merge(None, kw))
+            ds = graph.dataset(read, deal=(every, first))
             got = [b["key"].numpy().tolist() for b in ds]
             assert got == whole[first::every]
             assert ds.cardinality().numpy() == len(got)

@@ -159,7 +159,11 @@ READER_FLOORS = {
     "reader/decode.py": 3,
     "reader/source.py": 3,
     "reader/explain.py": 3,
-    "reader/preprocess.py": 4,  # preprocessing: the Python route's process pool
+    "reader/preprocess.py": 4,  # the spine's decode stages and routes (no face's)
+    "reader/graph.py": 4,
+    "reader/python_route.py": 4,
+    "reader/view_handover.py": 4,
+    "reader/dali_decode.py": 4,
     "reader/pipeline.py": 5,  # the faces
     "reader/dali.py": 5,
     "reader/torch.py": 5,
@@ -175,10 +179,13 @@ ENGINES = {
         "reader/stream.py",
         "reader/decode.py",
         "reader/tfcall.py",
+        "reader/graph.py",
     },
     "torch": {"reader/torch.py"},
-    "nvidia": {"reader/dali.py"},
+    "nvidia": {"reader/dali_decode.py"},
 }
+# The faces: thin adapters over the one spine, side by side (docs/design.md, "One spine").
+FACES = {"reader/pipeline.py", "reader/arrays.py", "reader/torch.py", "reader/dali.py"}
 
 
 def _reader_modules() -> dict[str, str]:
@@ -256,3 +263,27 @@ def test_the_order_floor_imports_numpy_alone():
         if module.startswith("reader.order"):
             for imported, _ in _reader_imports(rel):
                 assert imported in allowed or imported.startswith("reader.order."), (rel, imported)
+
+
+def _faces_imported(rel: str, modules: dict[str, str]) -> set[str]:
+    """The face modules a reader module imports (at module level or in a function)."""
+    out = set()
+    for imported, names in _reader_imports(rel):
+        candidates = {imported} | {f"{imported}.{n}" for n in names}
+        out |= {modules[m] for m in candidates if m in modules and modules[m] in FACES}
+    return out - {rel}
+
+
+def test_no_face_imports_another_face(tmp_path):
+    """Each face stands on the spine, beside the others: the tf.data face's transform=
+    path and TorchReader's backends go through the spine, not through another face."""
+    modules = _reader_modules()
+    assert FACES <= set(modules.values())
+    wrong = [f"{rel} imports {face}" for rel in FACES for face in _faces_imported(rel, modules)]
+    assert not wrong, "faces standing on faces:\n" + "\n".join(sorted(wrong))
+    # the check sees both import forms, in a function too
+    bad = tmp_path / "reader" / "face.py"
+    bad.parent.mkdir()
+    bad.write_text("from reader import arrays\ndef f():\n    import reader.dali\n")
+    found = _faces_imported(str(bad), modules)
+    assert found == {"reader/arrays.py", "reader/dali.py"}

@@ -1,0 +1,79 @@
+"""The faces over the one spine: one return type each (``make_dataset`` a dataset,
+``reader.resume`` the pair), the old ``state=`` form kept one release with a warning
+saying what to write, and no internal keyword in a face's signature."""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+
+import numpy as np
+import pytest
+from conftest import run_convert
+
+import reader
+from evenshard import synthetic
+
+KW = dict(image_size=(8, 8))
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("faces")
+    synthetic.make_image_folder(str(root / "in"), num_labels=2, per_label=8, formats=("png",))
+    out = str(root / "out")
+    run_convert(str(root / "in"), out, "--num_shards=2")
+    return out
+
+
+def batches(ds) -> list[dict]:
+    return [{k: v.numpy() for k, v in b.items()} for b in ds]
+
+
+def same(a: list[dict], b: list[dict]) -> bool:
+    return len(a) == len(b) and all(
+        x.keys() == y.keys() and all(np.array_equal(x[k], y[k]) for k in x) for x, y in zip(a, b)
+    )
+
+
+def test_make_dataset_with_state_warns_what_to_write_and_gives_what_resume_gives(data):
+    state = reader.ReadState(seed=3, batch_size=2).advance(2)
+    with pytest.warns(DeprecationWarning) as caught:
+        old, old_state = reader.make_dataset(data, "train", 2, state=state, seed=3, **KW)
+    (warning,) = [w for w in caught if "make_dataset" in str(w.message)]
+    message = str(warning.message)
+    assert "\n" not in message and warning.filename == __file__
+    assert "dataset, state = reader.resume(data_dir, split, state, batch_size=batch_size" in message
+    new, new_state = reader.resume(data, "train", state, seed=3, **KW)
+    assert old_state == new_state
+    got = batches(old)
+    assert got and same(got, batches(new))
+    # the resumed read is the uninterrupted one from batch 2 on
+    assert same(got, batches(reader.make_dataset(data, "train", 2, seed=3, **KW))[2:])
+
+
+def test_make_dataset_returns_a_dataset_alone_without_a_warning(data):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ds = reader.make_dataset(data, "train", 2, **KW)
+    assert not [w for w in caught if "make_dataset" in str(w.message)]
+    assert not isinstance(ds, tuple) and len(batches(ds)) == len(ds)
+
+
+def test_the_internal_deal_keyword_is_no_longer_make_dataset_s(data):
+    assert "deal" not in inspect.signature(reader.make_dataset).parameters
+    with pytest.raises(TypeError, match="'deal' is not a read option"):
+        reader.make_dataset(data, "train", 2, deal=(2, 0), **KW)
+
+
+def flip(example, rng):  # at the top level: it is pickled
+    return {**example, "image": example["image"][:, ::-1]}
+
+
+def test_resume_with_a_transform_gives_the_pair_too(data):
+    state = reader.ReadState(seed=1, batch_size=2).advance(1)
+    kw = dict(transform=flip, num_processes=0, seed=1, **KW)
+    ds, start = reader.resume(data, "train", state, **kw)
+    assert (start.seed, start.step, start.batch_size) == (1, 1, 2)
+    whole = batches(reader.make_dataset(data, "train", 2, **kw))
+    assert same(batches(ds), whole[1:])
