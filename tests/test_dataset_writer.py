@@ -1,0 +1,113 @@
+"""The Beam-free fixture writer (tests/dataset_writer.py) writes what convert writes.
+
+The reader tests build their datasets with ``write_dataset``; these tests are
+why they may: for each option it takes, a real Beam convert of the same input
+writes the same files, byte for byte (shards, DALI indexes, rejects,
+schema, labels, the marker and ``dataset_info.json``).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from conftest import run_convert, write_manifest
+from dataset_writer import write_dataset
+
+from evenshard import synthetic
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """An image folder of every format with broken files, and manifests of it: one with
+    keys, a split column and a repeated key; one of paths for path records."""
+    root = tmp_path_factory.mktemp("writer")
+    images = root / "images"
+    synthetic.make_image_folder(
+        str(images),
+        num_labels=3,
+        per_label=12,
+        formats=("png", "jpeg", "gif", "bmp", "webp"),
+        broken=True,
+    )
+    files = sorted(
+        f"{label}/{name}"
+        for label in os.listdir(images)
+        if (images / label).is_dir()
+        for name in os.listdir(images / label)
+    )
+    rows = [
+        {"path": f"images/{f}", "label": f.split("/")[0], "key": f"k{i:03d}", "split": ""}
+        for i, f in enumerate(files)
+    ]
+    rows[0]["split"] = rows[1]["split"] = "holdout"  # a split the row gives wins
+    rows.append({**rows[5], "path": f"images/{files[6]}"})  # k005 again: duplicate_key
+    write_manifest(str(root / "keyed.csv"), rows, ["path", "label", "key", "split"])
+    write_manifest(str(root / "paths.csv"), rows[:-1], ["path", "label"])
+    labels = sorted({f.split("/")[0] for f in files}) + ["unused"]
+    (root / "labels.txt").write_text("".join(f"{label}\n" for label in labels))
+    return root
+
+
+CASES = {
+    "folder, hash splits": ("images", "--splits=train=0.7,val=0.3", "--num_shards=3"),
+    "folder, exact splits, label balance, gzip": (
+        "images",
+        "--splits=train=0.5,val=0.5",
+        "--split_mode=exact",
+        "--balance=label",
+        "--num_shards=2",
+        "--compression=gzip",
+        "--seed=3",
+        "--split_seed=5",
+    ),
+    "manifest: keys, a given split, a repeated key, --labels, shards by size": (
+        "keyed.csv",
+        "--labels={root}/labels.txt",
+        "--target_shard_mb=0.01",
+        "--shard_multiple=2",
+    ),
+    "manifest, path records, verify header": (
+        "paths.csv",
+        "--splits=train=1.0",
+        "--record_kind=path",
+        "--verify=header",
+        "--num_shards=4",
+    ),
+}
+
+
+def _files(folder) -> dict[str, bytes]:
+    found = {}
+    for parent, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(parent, name)
+            with open(path, "rb") as f:
+                found[os.path.relpath(path, folder)] = f.read()
+    return found
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_writer_writes_the_bytes_convert_writes(inputs, tmp_path, case):
+    source, *flags = CASES[case]
+    flags = [f.format(root=inputs) for f in flags] + ["--max_reject_fraction=0.5"]
+    beam = run_convert(str(inputs / source), str(tmp_path / "beam"), *flags, validated=False)
+    fast = write_dataset(str(inputs / source), str(tmp_path / "fast"), *flags)
+    written, expected = _files(tmp_path / "fast"), _files(tmp_path / "beam")
+    assert sorted(written) == sorted(expected)
+    assert [n for n in expected if written[n] != expected[n]] == []
+    beam.pop("runner")
+    assert fast == beam
+    assert fast["rejects"]["total"] > 0  # the rejects file is compared too
+
+
+@pytest.mark.fast
+def test_the_writer_refuses_what_it_does_not_do(inputs, tmp_path):
+    images = str(inputs / "images")
+    for flags, what in [
+        (["--dedupe=content"], "--dedupe=content"),
+        (["--runner=DirectRunner"], "Beam's flags"),
+        ([], "--max_reject_fraction"),  # the broken files are more than 5% of the inputs
+    ]:
+        with pytest.raises(ValueError, match=what):
+            write_dataset(images, str(tmp_path / "out"), *flags)
