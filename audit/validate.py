@@ -7,7 +7,10 @@ shard and labels per shard, counted from the files (every CRC checked);
 inputs = written + rejects, and the rejects file agrees.
 ``--full`` adds: every record parses against schema.pbtxt (types, value
 counts, domains, no missing or extra features); image kind: every image
-decodes; path kind: every path resolves under path_root.
+decodes; path kind: every path resolves under path_root; example kind (records
+written as they were): every record against the schema inferred from them
+(``schemas.inferred.check_record``: presence, types, value counts, no extra feature),
+its labels from the ``label_feature`` dataset_info.json names.
 
 Every problem is one line naming the file (and record index).
 """
@@ -156,6 +159,11 @@ def _check_shard(
         first = n - len(batch)
         if "near" in shard:
             keys.extend(_key_of(record) for record in batch)
+        if info["record_kind"] == "example":  # the records as they were: no image
+            problems.extend(_check_examples(path, batch, first, info, labels, schema, counts))
+            progress.add(len(batch))
+            batch.clear()
+            return
         for j, label in enumerate(_labels_of(batch, label_schema)):
             name = labels[label] if label is not None and 0 <= label < len(labels) else None
             if name is None:
@@ -201,6 +209,39 @@ def _check_shard(
     problems += _check_near(path, shard, keys)
     for k, v in counts.items():
         split_labels[k] = split_labels.get(k, 0) + v
+    return problems
+
+
+def _check_examples(path, records, first, info, labels, schema, counts) -> list[str]:
+    """Example kind: each record's label (``info["label_feature"]``: an int is its id in
+    ``labels``, a text itself) counted into ``counts``; with ``schema`` (``--full``) each
+    record checked against it."""
+    from schemas.example import parse_features
+    from schemas.inferred import check_record
+
+    feature = info.get("label_feature")
+    problems = []
+    for i, raw in enumerate(records):
+        where = f"{path}: record {first + i}"
+        try:
+            found = parse_features(raw)
+        except ValueError as e:
+            problems.append(f"{where}: {e}")
+            continue
+        if schema is not None:
+            problems.extend(f"{where}: {p}" for p in check_record(found, schema))
+        if not feature:
+            continue
+        kind, values = found.get(feature, ("", []))
+        value = values[0] if len(values) == 1 else None
+        if kind == "int64" and value is not None and 0 <= value < len(labels):
+            name = labels[value]
+        elif kind == "bytes" and value is not None:
+            name = value.decode("utf-8", "replace")
+        else:
+            problems.append(f"{where}: label feature {feature} missing or outside labels.txt")
+            continue
+        counts[name] = counts.get(name, 0) + 1
     return problems
 
 

@@ -20,6 +20,8 @@ import schemas
 from beam_jobs.options import ConvertOptions
 from beam_jobs.paths import folder_files, write_atomically
 from beam_jobs.rejects import add_rejects
+from beam_jobs.write import FEATURE_STATS
+from schemas import inferred
 from schemas.layout import (
     FORMAT_VERSION,
     INFO_FILE,
@@ -57,6 +59,9 @@ def settings(options: ConvertOptions, path_root: str | None) -> dict:
     }
     if options.record_kind == "path":
         recorded["path_root"] = path_root
+    if options.record_kind == "example":  # the features a reader takes the label, key from
+        recorded["label_feature"] = options.label_feature
+        recorded["key_feature"] = options.key_feature
     return recorded
 
 
@@ -77,8 +82,9 @@ def dataset_info(
             "num_examples": sum(s["num_examples"] for s in listed),
             "num_bytes": sum(s["num_bytes"] for s in listed),
             "num_shards": len(listed),
-            "label_counts": p["label_counts"],
-            "shards": [{k: v for k, v in s.items() if k not in ("split", "index")} for s in listed],
+            # "": an example without --label_feature (no label)
+            "label_counts": {k: n for k, n in p["label_counts"].items() if k},
+            "shards": [{k: v for k, v in s.items() if k not in _NOT_LISTED} for s in listed],
         }
     found = {"near_duplicates": near} if near else {}
     return {
@@ -90,6 +96,19 @@ def dataset_info(
         "inputs": gate["inputs"],
         "rejects": {"total": gate["rejects"], "by_reason": reject_summary, "file": REJECTS_FILE},
     }
+
+
+# what a shard's info holds for finalize only (FEATURE_STATS: the example kind's counts)
+_NOT_LISTED = ("split", "index", FEATURE_STATS)
+
+
+def _schema(info: dict, shards: list[dict], vocab: dict):
+    """The dataset's schema: the record kind's, or for the example kind the one inferred
+    from the records written (``schemas.inferred``)."""
+    if info["record_kind"] != "example":
+        return schemas.dataset_schema(info["record_kind"], vocab["labels"], vocab["formats"])
+    stats = inferred.merge(s[FEATURE_STATS] for s in shards)
+    return inferred.infer_schema(stats, sum(s["num_examples"] for s in shards))
 
 
 def refuse(out: str, message: str) -> None:
@@ -140,7 +159,7 @@ class _Finalize(beam.DoFn):
                     f"split {split}: planned {plan[split]['num_examples']} "
                     f"examples, wrote {s['num_examples']}"
                 )
-        schema = schemas.dataset_schema(info["record_kind"], vocab["labels"], vocab["formats"])
+        schema = _schema(info, shards, vocab)
         write_atomically(join(out, SCHEMA_FILE), schemas.to_text(schema).encode("utf-8"))
         labels_text = "".join(label + "\n" for label in vocab["labels"])
         write_atomically(join(out, LABELS_FILE), labels_text.encode("utf-8"))

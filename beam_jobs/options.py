@@ -24,6 +24,9 @@ DEDUPE_MODES = ("none", "content", "near")
 NEAR_KEEP = ("all", "one")
 MANIFEST_SUFFIXES = (".csv", ".jsonl", ".csv.gz", ".jsonl.gz")
 INPUT_FORMATS = ("images", "tfrecord", "parquet", "webdataset", "tfds")
+# --record_kind example: each tf.train.Example of a record input written as it is
+EXAMPLE_KIND = "example"
+EXAMPLE_INPUTS = ("tfrecord", "tfds")  # the formats whose records are tf.train.Examples
 
 
 class UserError(Error, ValueError):
@@ -126,7 +129,7 @@ class ConvertOptions:
                 raise UserError(f"--{flag}: expected one of {', '.join(allowed)}, got {value!r}")
 
         choice("input_format", self.input_format, INPUT_FORMATS)
-        choice("record_kind", self.record_kind, RECORD_KINDS)
+        choice("record_kind", self.record_kind, (*RECORD_KINDS, EXAMPLE_KIND))
         choice("split_mode", self.split_mode, SPLIT_MODES)
         choice("balance", self.balance, BALANCES)
         choice("compression", self.compression, COMPRESSIONS)
@@ -173,9 +176,14 @@ class ConvertOptions:
             )
         if self.path_root is not None and self.record_kind != "path":
             raise UserError("--path_root only applies to --record_kind=path")
+        if self.record_kind == EXAMPLE_KIND:
+            self._check_example_kind()
         if self.group_by is not None:
-            if not self.is_manifest:
-                raise UserError("--group_by needs a .csv/.jsonl manifest as --input")
+            if self.input_format == "images" and not self.is_manifest:
+                raise UserError(
+                    "--group_by needs a .csv/.jsonl manifest (a column) or a record input "
+                    "(a feature) as --input"
+                )
             if self.split_mode != "hash":
                 raise UserError(
                     "--group_by works with --split_mode=hash only (exact stratified "
@@ -200,6 +208,27 @@ class ConvertOptions:
             raise UserError(
                 f"--num_shards={self.num_shards} is not a multiple of "
                 f"--shard_multiple={self.shard_multiple}"
+            )
+
+    def _check_example_kind(self) -> None:
+        """--record_kind example: tf.train.Example records, nothing about an image."""
+        if self.input_format not in EXAMPLE_INPUTS:
+            raise UserError(
+                "--record_kind=example writes each tf.train.Example of the input as it is: "
+                f"give --input_format={' or '.join(EXAMPLE_INPUTS)}, whose records are "
+                f"Examples (not {self.input_format})"
+            )
+        if self.image_feature is not None:
+            raise UserError(
+                "--image_feature names the image of --record_kind=image; --record_kind=example "
+                "checks no image: drop one of them"
+            )
+        if self.balance == "label" and self.label_feature is None:
+            raise UserError("--balance=label with --record_kind=example needs --label_feature")
+        if self.dedupe == "near":
+            raise UserError(
+                "--dedupe near compares images; --record_kind=example has none: "
+                "use --dedupe content (identical records) or none"
             )
 
     @property
@@ -259,14 +288,25 @@ _FLAGS = {
         INPUT_FORMATS,
     ),
     "image_feature": ("records: the feature (column) holding the image (found if one fits)", None),
-    "label_feature": ("records: the int or text label feature (found if one fits)", None),
+    "label_feature": (
+        "records: the int or text label feature (found if one fits; --record_kind=example: "
+        "only when named)",
+        None,
+    ),
     "key_feature": ("records: a text feature of unique keys (default FILE#INDEX)", None),
     "input_split": ("tfds: the one split of the dataset read (default: all)", None),
-    "record_kind": ("image: bytes in the record; path: the path only", RECORD_KINDS),
+    "record_kind": (
+        "image: bytes in the record; path: the path only; example: a tfrecord or tfds "
+        "input's tf.train.Examples as they are (no image)",
+        (*RECORD_KINDS, EXAMPLE_KIND),
+    ),
     "splits": ("NAME=FRACTION,... summing to 1", None),
     "split_mode": ("hash: stable as data grows; exact: stratified counts", SPLIT_MODES),
     "split_seed": ("salt of the split assignment (not --seed)", None),
-    "group_by": ("manifest column: a group never spans two splits", None),
+    "group_by": (
+        "manifest column or record feature: a group never spans two splits",
+        None,
+    ),
     "balance": ("label: the same label mix in every shard", BALANCES),
     "seed": ("seed of the global shuffle", None),
     "target_shard_mb": ("target shard size in MB", None),

@@ -23,7 +23,7 @@ RECORD_OVERHEAD = 160  # bytes of features besides the image, a rough upper boun
 
 def estimated_record_bytes(im: Image, record_kind: str) -> int:
     extra = len(im.key) + len(im.label) + len(im.rel_path) + RECORD_OVERHEAD
-    return extra + (im.num_bytes if record_kind == "image" else 0)
+    return extra + (im.num_bytes if record_kind != "path" else 0)  # image, example: its bytes
 
 
 def shard_count(

@@ -19,7 +19,7 @@ from apache_beam.io.filesystems import FileSystems
 from beam_jobs import paths
 from beam_jobs.candidates import manifest_columns
 from beam_jobs.job import Job
-from beam_jobs.options import ConvertOptions, UserError, is_csv
+from beam_jobs.options import EXAMPLE_KIND, ConvertOptions, UserError, is_csv
 from beam_jobs.paths import open_text
 from beam_jobs.record_rules import RecordFeatures, choose_features, is_glob, is_record_file
 from schemas.images import IMAGE_EXTENSIONS
@@ -46,7 +46,9 @@ def preflight(job: Job, offline: bool = False) -> Job:
         skipped.append("--input exists and its columns (or its records' features)")
         if job.records:
             o = options
-            features = RecordFeatures(o.image_feature, o.label_feature, "int64", o.key_feature)
+            features = RecordFeatures(
+                o.image_feature, o.label_feature, "int64", o.key_feature, o.group_by
+            )
     elif job.records:
         features, class_names = check_records(job)
     else:
@@ -192,13 +194,28 @@ def check_records(job: Job) -> tuple[RecordFeatures, tuple[str, ...] | None]:
             problem = problem or (f" ({e})" if path in str(e) else f" ({path}: {e})")
             continue
         if found is not None:
-            features = choose_features(found, image, label, options.key_feature, fmt.label_names)
-            return features, fmt.class_names(path, features.label)
+            features = _features(options, found, image, label, fmt.label_names)
+            return features, fmt.class_names(path, features.label) if features.label else None
     readable = "tf.train.Example" if fmt.what == "TFRecord" else "row"
     raise UserError(
         f"--input: none of the first {len(files)} {fmt.what} files of {options.input!r} holds "
         f"a readable {readable}{problem}"
     )
+
+
+def _features(options: ConvertOptions, found: dict, image, label, label_names) -> RecordFeatures:
+    """The features of a first record ``found``: ``--record_kind example``'s
+    (``pass_through``: the named ones only), else ``choose_features``', with the
+    ``--group_by`` feature."""
+    from beam_jobs.pass_through import choose_example_features
+
+    group, key = options.group_by, options.key_feature
+    if options.record_kind == EXAMPLE_KIND:
+        return choose_example_features(found, options.label_feature, key, group)
+    features = choose_features(found, image, label, key, label_names)
+    if group:  # checked as the example kind checks it
+        choose_example_features(found, None, None, group)
+    return dataclasses.replace(features, group=group)
 
 
 def load_vocabulary(path: str) -> list[str]:

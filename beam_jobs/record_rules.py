@@ -77,12 +77,15 @@ class RecordFormat:
 @dataclasses.dataclass(frozen=True)
 class RecordFeatures:
     """The features of the input's records that are the image, the label (its kind:
-    ``int64`` or ``bytes``) and the key (None: ``FILE#INDEX``)."""
+    ``int64`` or ``bytes``), the key (None: ``FILE#INDEX``) and the ``--group_by`` group
+    (None: none). ``--record_kind example`` has no image (None) and a label only when
+    named (None: none, kind "")."""
 
-    image: str
-    label: str
+    image: str | None
+    label: str | None
     label_kind: str
     key: str | None = None
+    group: str | None = None
 
 
 def _single(found: dict, kind: str) -> list[str]:
@@ -204,6 +207,8 @@ class RecordRules:
             RecordProblem: a label missing, of the other kind, or unusable.
         """
         f = self.features
+        if f.label is None:  # --record_kind example without --label_feature
+            return ""
         value = self._one(found, f.label, f.label_kind, "bad_label")
         if f.label_kind == "int64":
             if value < 0 or (self.vocabulary and value >= len(self.vocabulary)):
@@ -225,6 +230,24 @@ class RecordRules:
             if problem:
                 raise RecordProblem("bad_label", problem)
         return label
+
+    def group(self, found: dict[str, tuple[str, list]]) -> str | None:
+        """A record's ``--group_by`` group: its group feature's one value as text (an int
+        as digits); None (the record a group of its own, as a manifest's empty value)
+        when it has none or no one value.
+
+        Raises:
+            RecordProblem: a group value that is not UTF-8 text (``bad_split``).
+        """
+        name = self.features.group
+        kind, values = found.get(name, ("", [])) if name else ("", [])
+        if kind not in ("int64", "bytes") or len(values) != 1:
+            return None
+        if kind == "int64":
+            return str(values[0])
+        if not _is_text(values[0]):
+            raise RecordProblem("bad_split", f"group feature {name!r} is not UTF-8 text")
+        return values[0].decode("utf-8") or None
 
     @staticmethod
     def image_of(found: dict[str, tuple[str, list]], feature: str) -> bytes:

@@ -24,6 +24,7 @@ from apache_beam.io.filesystems import FileSystems
 from beam_jobs import paths
 from beam_jobs.dead_letters import SplitRejects
 from beam_jobs.inspect_images import InspectImage, open_error
+from beam_jobs.pass_through import record_facts
 from beam_jobs.record_rules import RecordFormat, RecordProblem, RecordRules
 from beam_jobs.records import Candidate, make_reject
 from beam_jobs.sources import chunked
@@ -58,20 +59,27 @@ class ReadRecordFile(beam.DoFn):
         self._inspector = InspectImage(*self._inspect_args)
         self._inspector.setup()
 
-    def record(self, path: str, key: str, where: str, features, place: tuple[int, int]):
+    def record(self, path: str, key: str, where: str, features, place: tuple[int, int], data=None):
         """A record's Image, or a Reject (``key``: ``FILE#INDEX``, ``where``: the record's
         place in words, ``features``: its features as ``parse_features`` gives them, or a
-        callable giving them, ``place``: ``Image.record``)."""
+        callable giving them, ``place``: ``Image.record``, ``data``: the serialized
+        record, which ``--record_kind example`` writes as it is)."""
         try:
             features = features() if callable(features) else features
             key = self._rules.key(features, key)
             label = self._rules.label(features)
-            found = self._inspector.inspect_bytes(self._rules.image_of(features, self._image))
+            group = self._rules.group(features)
+            candidate = Candidate(
+                key, paths.compact_source(self._root, path, key), "", label, group=group
+            )
+            if self._image is None:  # --record_kind example: the record as it is, no image
+                found = record_facts(data, hash_content=self._inspect_args[4])
+            else:
+                found = self._inspector.inspect_bytes(self._rules.image_of(features, self._image))
         except (RecordProblem, Rejected) as p:
             return make_reject(key, path, p.reason, f"{where}: {p.detail}")
         except ValueError as e:  # not a record of the format
             return make_reject(key, path, "corrupt", f"{where}: {e}")
-        candidate = Candidate(key, paths.compact_source(self._root, path, key), "", label)
         return self._inspector.image(candidate, found)._replace(record=place)
 
     @staticmethod

@@ -31,7 +31,8 @@ class _ReadRecordFile(ReadRecordFile):
                 for offset, data in tfrecord.records_at(path, raw):
                     where = f"record {index} (byte {offset})"
                     features = functools.partial(parse_features, data)
-                    yield self.record(path, f"{rel}#{index}", where, features, (offset, len(data)))
+                    place = (offset, len(data))
+                    yield self.record(path, f"{rel}#{index}", where, features, place, data)
                     index += 1
         except tfrecord.CorruptRecord as e:
             reason = "truncated" if "ends inside" in e.problem else "corrupt"
@@ -100,7 +101,8 @@ def _checked(path: str, im: Image, feature: str, found: dict | None):
             raise found[None]
         else:
             return b"", f"byte {offset}: the record is not the one inspected (none starts there)"
-        image = RecordRules.image_of(parse_features(data), feature)
+        # feature None (--record_kind example): the record itself, unparsed
+        image = RecordRules.image_of(parse_features(data), feature) if feature else data
     except FileNotFoundError:
         return b"", "the file was removed after it was inspected"
     except (ValueError, RecordProblem) as e:  # CorruptRecord is a ValueError

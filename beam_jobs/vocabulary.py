@@ -24,6 +24,8 @@ class Vocabulary(beam.PTransform):
 
         def collect(found):
             labels, formats = found
+            # "": no label, no format (--record_kind example without --label_feature)
+            labels, formats = labels - {""}, formats - {""}
             if fixed:
                 names = fixed
             elif numbered and labels:

@@ -25,9 +25,13 @@ from beam_jobs import paths
 from beam_jobs.dead_letters import SplitRejects
 from beam_jobs.paths import read_bytes
 from beam_jobs.records import Image, Reject, make_reject
-from schemas import layout, near, tfrecord
-from schemas.example import encode_record
+from schemas import inferred, layout, near, tfrecord
+from schemas.example import encode_record, parse_features
 from schemas.progress import Progress
+
+# a shard info's counts of its examples' features (example kind), which finalize merges
+# into the schema and leaves out of dataset_info.json
+FEATURE_STATS = "feature_stats"
 
 
 class _Sink:
@@ -99,6 +103,8 @@ class _WriteShard(beam.DoFn):
         if not gate["ok"]:  # too many rejects: finalize fails the job, write nothing
             return
         label_ids = {label: i for i, label in enumerate(vocab["labels"])}
+        example_kind = self._kind == "example"  # the record as it is (beam_jobs.pass_through)
+        stats: dict = {}  # its features, counted for the schema (schemas.inferred)
         name = layout.shard_name(split, index, plan[split]["num_shards"], self._compression)
         # A unique temp name per attempt: retries and backup attempts never
         # share a half-written file; the rename makes the shard appear whole.
@@ -117,7 +123,7 @@ class _WriteShard(beam.DoFn):
             sink = _Sink(f, gzip=self._compression == "gzip")
             for im in images:
                 data = None
-                if self._kind == "image":
+                if self._kind != "path":
                     source = paths.full_source(self._root, im.source, im.key)
                     if again is None:
                         data, problem = _read_again(source, im)
@@ -126,12 +132,17 @@ class _WriteShard(beam.DoFn):
                     if problem:
                         changed.append(make_reject(im.key, source, "changed", problem))
                         continue
-                record = example_bytes(im, label_ids[im.label], self._kind, data)
+                if example_kind:
+                    record = data
+                    inferred.add(stats, parse_features(data))
+                else:
+                    record = example_bytes(im, label_ids[im.label], self._kind, data)
                 sink.write(tfrecord.frame(record))
                 lengths.append(len(record))
                 if self._fingerprints:
                     near_lines.append(near.sidecar_line(im.key, im.near))
-                label_counts[im.label] = label_counts.get(im.label, 0) + 1
+                if im.label:  # "": an example without --label_feature
+                    label_counts[im.label] = label_counts.get(im.label, 0) + 1
                 count += 1
                 self._progress.add()
             sink.finish()
@@ -162,6 +173,7 @@ class _WriteShard(beam.DoFn):
             "num_bytes": sink.num_bytes,
             "sha256": sink.sha256.hexdigest(),
             "label_counts": dict(sorted(label_counts.items())),
+            **({FEATURE_STATS: stats} if example_kind else {}),
         }
         yield from changed
 

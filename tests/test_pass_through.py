@@ -1,0 +1,252 @@
+"""--record_kind example (issue 42, item 2): tf.train.Examples that are not images,
+written by TensorFlow's own writer, converted as they are (shuffled, split, balanced),
+their schema inferred, and read back byte for byte."""
+
+from __future__ import annotations
+
+import collections
+import os
+
+import numpy as np
+import pytest
+from conftest import assert_multi_process_gives_the_same_bytes, load_info, read_rejects, run_convert
+
+from audit.validate import validate
+from beam_jobs import convert
+from beam_jobs.options import UserError
+
+FLAGS = ["--input_format=tfrecord", "--record_kind=example", "--num_shards=2"]
+
+
+def example(**features) -> bytes:
+    """A tf.train.Example: an int, a float, bytes or text is a list of one; a numpy array
+    a list of its kind (int64 or float32), empty too; a list a list of texts."""
+    import tensorflow as tf
+
+    def feature(value):
+        if isinstance(value, np.ndarray) and value.dtype.kind == "i" or isinstance(value, int):
+            return tf.train.Feature(int64_list=tf.train.Int64List(value=np.atleast_1d(value)))
+        if isinstance(value, (np.ndarray, float)):
+            return tf.train.Feature(float_list=tf.train.FloatList(value=np.atleast_1d(value)))
+        values = value if isinstance(value, list) else [value]  # a list: of texts
+        values = [v.encode() if isinstance(v, str) else v for v in values]
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=values))
+
+    found = {name: feature(v) for name, v in features.items()}
+    return tf.train.Example(features=tf.train.Features(feature=found)).SerializeToString()
+
+
+def write_records(path: str, records: list[bytes]) -> None:
+    import tensorflow as tf
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with tf.io.TFRecordWriter(path) as w:
+        for r in records:
+            w.write(r)
+
+
+def mixed(n: int, seed: int = 0) -> list[bytes]:
+    """Examples of a mix of features: a text id and label, ints and floats of varying
+    length (an empty list too), raw bytes, and a feature only some records hold."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        features = {
+            "id": f"ex-{i}",
+            "label": "cat" if i < n // 2 else "dog",  # label-sorted, as the seed's files
+            "tokens": rng.integers(-(2**40), 2**40, size=i % 5),
+            "embedding": rng.standard_normal(3).astype(np.float32),
+            "blob": bytes(rng.integers(0, 256, size=1 + i % 7, dtype=np.uint8)),
+            "tags": [f"t{j}" for j in range(1 + i % 3)],
+        }
+        if i % 3 == 0:
+            features["weight"] = float(np.float32(i / 7))
+        out.append(example(**features))
+    return out
+
+
+def shard_records(out: str) -> dict[str, list[bytes]]:
+    """The serialized records of each split's shards, in file order."""
+    import tensorflow as tf
+
+    info = load_info(out)
+    return {
+        split: [
+            r.numpy()
+            for shard in s["shards"]
+            for r in tf.data.TFRecordDataset(os.path.join(out, shard["file"]))
+        ]
+        for split, s in info["splits"].items()
+    }
+
+
+def as_python(record: bytes) -> dict:
+    """A record's features as TensorFlow parses them: {name: list of values}."""
+    import tensorflow as tf
+
+    out = {}
+    for name, f in tf.train.Example.FromString(record).features.feature.items():
+        kind = f.WhichOneof("kind")
+        out[name] = list(getattr(f, kind).value) if kind else None
+    return out
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    """40 mixed examples in 4 files, label-sorted."""
+    root = str(tmp_path_factory.mktemp("examples") / "in")
+    recs = mixed(40)
+    for f in range(4):
+        write_records(f"{root}/part-{f}.tfrecord", recs[f * 10 : f * 10 + 10])
+    return root, recs
+
+
+def test_pass_through_records_round_trip_byte_identical_features(records, tmp_path):
+    root, recs = records
+    out = str(tmp_path / "out")
+    flags = [*FLAGS, "--label_feature=label", "--key_feature=id", "--balance=label"]
+    info = run_convert(root, out, *flags)  # validate --full passes (run_convert checks)
+    assert info["record_kind"] == "example" and info["label_feature"] == "label"
+    assert info["inputs"] == 40 and info["rejects"]["total"] == 0
+    assert info["labels"] == ["cat", "dog"] and info["formats"] == []
+    written = shard_records(out)
+    # the records are the inputs' bytes, each once
+    assert collections.Counter(r for rs in written.values() for r in rs) == collections.Counter(
+        recs
+    )
+    # and every feature value is the one written
+    by_id = {as_python(r)["id"][0]: as_python(r) for r in recs}
+    for r in (r for rs in written.values() for r in rs):
+        got = as_python(r)
+        assert got == by_id[got["id"][0]]
+    # shuffled: not in the input's order; balanced: each shard holds both labels
+    assert written["train"] != [r for r in recs if r in written["train"]]
+    for split in info["splits"].values():
+        for shard in split["shards"]:
+            counts = shard["label_counts"]
+            if shard["num_examples"] >= 4:
+                assert abs(counts.get("cat", 0) - counts.get("dog", 0)) <= 1, counts
+
+
+def test_the_schema_is_inferred_from_the_records(records, tmp_path):
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    import schemas
+
+    root, _ = records
+    out = str(tmp_path / "out")
+    run_convert(root, out, *FLAGS)
+    found = {f.name: f for f in schemas.load(out).feature}
+    assert sorted(found) == ["blob", "embedding", "id", "label", "tags", "tokens", "weight"]
+    types = {n: schema_pb2.FeatureType.Name(f.type) for n, f in found.items()}
+    assert types == {
+        "blob": "BYTES",
+        "embedding": "FLOAT",
+        "id": "BYTES",
+        "label": "BYTES",
+        "tags": "BYTES",
+        "tokens": "INT",
+        "weight": "FLOAT",
+    }
+    assert [d.size for d in found["embedding"].shape.dim] == [3]
+    assert found["id"].presence.min_fraction == 1.0
+    assert (found["tokens"].value_count.min, found["tokens"].value_count.max) == (0, 4)
+    assert [d.size for d in found["blob"].shape.dim] == [1]  # one value, of any length
+    assert (found["tags"].value_count.min, found["tags"].value_count.max) == (1, 3)
+    # weight: in one record of three, one value each
+    assert found["weight"].presence.min_fraction == 0.0
+    assert found["weight"].presence.min_count == 1
+    assert (found["weight"].value_count.min, found["weight"].value_count.max) == (1, 1)
+    # tfx-bsl's spec of it: fixed-length where a shape is, else variable
+    spec = schemas.feature_spec(schemas.load(out))
+    assert type(spec["embedding"]).__name__ == "FixedLenFeature"
+    assert type(spec["tokens"]).__name__ == "VarLenFeature"
+
+
+def test_without_a_label_and_a_group_stays_in_one_split(records, tmp_path):
+    root, recs = records
+    out = str(tmp_path / "out")
+    info = run_convert(root, out, *FLAGS, "--group_by=label", "--splits=a=0.5,b=0.5")
+    assert info["labels"] == [] and info["label_feature"] is None
+    assert info["split_options"]["group_by"] == "label"
+    assert all(not s["label_counts"] for s in info["splits"].values())
+    assert (tmp_path / "out" / "labels.txt").read_text() == ""
+    written = shard_records(out)
+    splits_of = collections.defaultdict(set)  # a label is one group: in one split
+    for split, rs in written.items():
+        for r in rs:
+            splits_of[as_python(r)["label"][0]].add(split)
+    assert sorted(splits_of) == [b"cat", b"dog"]
+    assert all(len(s) == 1 for s in splits_of.values()), splits_of
+    assert sum(map(len, written.values())) == 40
+
+
+def test_damaged_files_give_named_rejects_and_counts_reconcile(tmp_path):
+    root = str(tmp_path / "in")
+    recs = mixed(12)
+    write_records(f"{root}/good.tfrecord", recs[:4])
+    write_records(f"{root}/cut.tfrecord", recs[4:8])
+    with open(f"{root}/cut.tfrecord", "r+b") as f:  # cut inside record 3
+        f.truncate(os.path.getsize(f"{root}/cut.tfrecord") - 5)
+    write_records(f"{root}/notexample.tfrecord", [b"\xff\xff not an Example", *recs[8:10]])
+    with open(f"{root}/text.tfrecord", "w") as f:
+        f.write("not records at all, but long enough to hold a header\n")
+    write_records(f"{root}/nolabel.tfrecord", [example(id="x", other=1), recs[10]])
+    out = str(tmp_path / "out")
+    flags = [*FLAGS, "--label_feature=label", "--max_reject_fraction=0.5"]
+    info = run_convert(root, out, *flags)
+    rejects = {(r["key"], r["reason"]) for r in read_rejects(out)}
+    assert rejects == {
+        ("cut.tfrecord#3", "truncated"),
+        ("notexample.tfrecord#0", "corrupt"),
+        ("text.tfrecord#0", "corrupt"),
+        ("nolabel.tfrecord#0", "bad_label"),
+    }
+    written = sum(s["num_examples"] for s in info["splits"].values())
+    assert written == 4 + 3 + 2 + 1
+    assert info["inputs"] == written + info["rejects"]["total"] == 14
+    kept = collections.Counter(r for rs in shard_records(out).values() for r in rs)
+    assert kept == collections.Counter([*recs[:7], *recs[8:11]])
+
+
+def test_in_memory_and_multi_process_give_the_same_bytes(records, tmp_path):
+    root, _ = records
+    flags = [*FLAGS, "--label_feature=label", "--balance=label"]
+    assert_multi_process_gives_the_same_bytes(root, tmp_path, *flags)
+
+
+def test_a_feature_of_two_kinds_is_a_validation_finding(tmp_path):
+    root = str(tmp_path / "in")
+    recs = [example(id=f"r{i}", x=i) for i in range(5)] + [example(id="odd", x="text")]
+    write_records(f"{root}/r.tfrecord", recs)
+    out = str(tmp_path / "out")
+    info = run_convert(root, out, *FLAGS, validated=False)
+    assert info["inputs"] == 6 and info["rejects"]["total"] == 0  # written as they are
+    problems = validate(out, full=True)
+    assert len(problems) == 1 and "bytes values, the schema says int64" in problems[0]
+    assert validate(out) == []  # the quick check reads no schema
+
+
+@pytest.mark.fast
+def test_flags_of_the_example_kind_are_one_line(tmp_path):
+    base = ["--input=x", "--output_dir=y", "--record_kind=example"]
+    with pytest.raises(UserError, match="--input_format=tfrecord or tfds"):
+        convert.run([*base, "--input_format=parquet"])
+    with pytest.raises(UserError, match="--image_feature"):
+        convert.run([*base, "--input_format=tfrecord", "--image_feature=img"])
+    with pytest.raises(UserError, match="needs --label_feature"):
+        convert.run([*base, "--input_format=tfrecord", "--balance=label"])
+    with pytest.raises(UserError, match="--dedupe content"):
+        convert.run([*base, "--input_format=tfrecord", "--dedupe=near"])
+
+
+def test_a_named_feature_the_first_record_lacks_is_one_line(tmp_path):
+    root = str(tmp_path / "in")
+    write_records(f"{root}/r.tfrecord", [example(id="a", label=1)])
+    argv = [f"--input={root}", f"--output_dir={tmp_path / 'out'}", *FLAGS]
+    with pytest.raises(UserError, match="--label_feature: .*'nope'.*its features: id, label"):
+        convert.run([*argv, "--label_feature=nope"])
+    with pytest.raises(UserError, match="--key_feature: the first record has no bytes"):
+        convert.run([*argv, "--key_feature=label"])
+    with pytest.raises(UserError, match="--group_by"):
+        convert.run([*argv, "--group_by=missing"])
