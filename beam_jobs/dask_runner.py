@@ -34,8 +34,10 @@ from apache_beam.pipeline import PipelineVisitor
 from apache_beam.runners.dask import transform_evaluator as te
 from apache_beam.runners.dask.dask_runner import DaskOptions, DaskRunnerResult
 from apache_beam.runners.dask.dask_runner import DaskRunner as BeamDaskRunner
-from apache_beam.runners.dask.overrides import _Reshuffle, dask_overrides
+from apache_beam.runners.dask.overrides import dask_overrides
 from apache_beam.transforms.sideinputs import SideInputMap
+
+from beam_jobs import compat_beam
 
 PARTITIONS_A_WORKER = 4
 
@@ -61,15 +63,7 @@ def _bundle(items, step, views, *side_values):
         for (view, options, wfn), values in zip(views, side_values)
     ]
     receivers = te.OneReceiver()
-    handler = te._OutputHandler(
-        window_fn=window_fn,
-        main_receivers=receivers[None],
-        tagged_receivers=receivers,
-        per_element_output_counter=None,
-        output_batch_converter=None,
-        process_yields_batches=False,
-        process_batch_yields_elements=False,
-    )
+    handler = compat_beam.output_handler(window_fn, receivers)
     invoker = te.DoFnInvoker.create_invoker(
         te.DoFnSignature(fn),
         handler,
@@ -97,7 +91,7 @@ def _par_do(applied, input_bag, side_items):
     args, kwargs = transform.raw_side_inputs
     main_input = next(iter(applied.main_inputs.values()))
     window_fn = getattr(getattr(main_input, "windowing", None), "windowfn", None)
-    views = [(type(si), si._view_options(), si._window_mapping_fn) for si in applied.side_inputs]
+    views = [compat_beam.side_input_view(si) for si in applied.side_inputs]
     step = (transform.fn, transform.label, window_fn, args, kwargs)
     return input_bag.map(te.get_windowed_value, window_fn).map_partitions(
         _bundle, step, views, *side_items
@@ -133,7 +127,7 @@ class _Translate(PipelineVisitor):
                 self.bags[si.pvalue.producer].reduction(_whole, _concat) for si in node.side_inputs
             ]
             bag = _par_do(node, inputs[0], sides)
-        elif isinstance(transform, _Reshuffle):
+        elif compat_beam.is_reshuffle(transform):
             bag = inputs[0].repartition(self.partitions)
         else:
             assert not node.side_inputs, node.full_label
@@ -157,7 +151,7 @@ class DaskRunner(BeamDaskRunner):
         dask_options = options.view_as(DaskOptions).get_all_options(
             drop_default=True, current_only=True
         )
-        bag_kwargs = DaskOptions._extract_bag_kwargs(dask_options)
+        bag_kwargs = compat_beam.bag_kwargs(dask_options)
         client = ddist.Client(**dask_options)
         pipeline.replace_all(dask_overrides())
         consumers = _Consumers()

@@ -17,7 +17,7 @@ from apache_beam.runners.portability.fn_api_runner import fn_runner, worker_hand
 from apache_beam.runners.portability.portable_runner import JobServiceHandle
 from apache_beam.transforms import environments
 
-from beam_jobs import forked_workers
+from beam_jobs import compat_beam, forked_workers
 
 
 @worker_handlers.WorkerHandler.register_environment(python_urns.SUBPROCESS_SDK, bytes)
@@ -34,7 +34,10 @@ class _SubprocessWorkerHandler(worker_handlers.SubprocessSdkWorkerHandler):
 
     def start_worker(self):
         self.worker = local_job_service.SubprocessSdkWorker(
-            self._worker_command_line, self.control_address, self.provision_info, self.worker_id
+            compat_beam.worker_command(self),
+            self.control_address,
+            self.provision_info,
+            self.worker_id,
         )
         self.worker_thread = threading.Thread(name="run_worker", target=self._run, daemon=True)
         self.worker_thread.start()
@@ -98,9 +101,10 @@ class LocalRunner(fn_runner.FnApiRunner):
 
     def _run_pipeline(self, pipeline, options):
         encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
-        self._provision_info = fn_runner.ExtendedProvisionInfo(
+        info = fn_runner.ExtendedProvisionInfo(
             beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)
         )
+        compat_beam.set_runner_defaults(self, provision_info=info)
         direct = options.view_as(DirectOptions)
         if direct.direct_running_mode != "multi_processing":
             return super().run_pipeline(pipeline, options)
@@ -110,9 +114,10 @@ class LocalRunner(fn_runner.FnApiRunner):
         # the worker ("Killed"), and its exit code is the worker's (-9: SIGKILL).
         server = os.environ.get(forked_workers.ENV)
         own = f"exec {shlex.quote(sys.executable)} -m apache_beam.runners.worker.sdk_worker_main"
-        self._default_environment = environments.SubprocessSDKEnvironment.from_command_string(
+        environment = environments.SubprocessSDKEnvironment.from_command_string(
             forked_workers.command(server) if server else own
         )
+        compat_beam.set_runner_defaults(self, environment=environment)
         direct.direct_running_mode = None
         try:
             return super().run_pipeline(pipeline, options)

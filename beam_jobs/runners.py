@@ -224,11 +224,9 @@ def gcp_credentials(urls):
 def anonymous_beam() -> None:
     """Beam's GCS client in this process connects anonymously, without looking for
     credentials (Beam caches the answer of its lookup per process: it is given)."""
-    from apache_beam.internal.gcp import auth
+    from beam_jobs.compat_beam import anonymous_gcs
 
-    with auth._Credentials._credentials_lock:
-        auth._Credentials._credentials_init = True
-        auth._Credentials._credentials = None
+    anonymous_gcs()
 
 
 # Beam imports pandas and pyarrow as it starts (its DataFrame API, Parquet, and

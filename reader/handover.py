@@ -19,9 +19,10 @@ unpickled outside an iterator. No torch here: plain multiprocessing.
 
 from __future__ import annotations
 
-import sys
 import weakref
 from multiprocessing.reduction import ForkingPickler
+
+from reader import compat_torch
 
 PINNED = "pinned"  # received by the DataLoader's pin-memory thread, ahead of the loop
 UNORDERED = "unordered"  # several workers' batches, unpickled outside a DataLoader iterator
@@ -38,11 +39,11 @@ class _Yielded:
         weakref.finalize(iterator, self._gone, vars(iterator))
 
     def _gone(self, attributes: dict) -> None:
-        self.final = attributes.get("_num_yielded", 0)
+        self.final = compat_torch.yielded_in(attributes)
 
     def count(self) -> int:
         iterator = self.iterator()
-        return self.final if iterator is None else iterator._num_yielded
+        return self.final if iterator is None else compat_torch.yielded(iterator)
 
 
 # reader token -> batches of its current iteration received here: the count of the last
@@ -90,24 +91,22 @@ def _send(batch):
 def _arrive(token: str, count: int, workers: int, batch):
     """Unpickled in the receiving process: counted by the DataLoader iterator on the
     stack, or by the batch's count (one worker), unless by the pin-memory thread."""
-    frame = sys._getframe(1)
-    while frame is not None:
+    for frame in compat_torch.caller_frames():
         code = frame.f_code
-        if code.co_name == "_pin_memory_loop":
+        if code.co_name == compat_torch.PIN_MEMORY_LOOP:
             _RECEIVED[token] = PINNED
             return batch
         if code.co_varnames[:1] == ("self",):
             iterator = frame.f_locals.get("self")
-            if hasattr(iterator, "_num_yielded"):  # a DataLoader iterator
+            if compat_torch.is_loader_iterator(iterator):
                 _count_by(token, iterator, workers)
                 return batch
-        frame = frame.f_back
     _RECEIVED[token] = count if workers == 1 else UNORDERED
     return batch
 
 
 def _count_by(token: str, iterator, workers: int) -> None:
-    if workers > 1 and getattr(iterator, "_in_order", True) is False:
+    if workers > 1 and not compat_torch.in_order(iterator):
         raise RuntimeError(
             f"TorchReader in a DataLoader(in_order=False) with num_workers={workers}: it "
             "would hand the batches over as the workers finish them, out of the read's "

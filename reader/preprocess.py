@@ -42,7 +42,7 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
-from reader import pixels
+from reader import compat_mp, pixels
 from reader.cache_folder import dead, this_owner
 from reader.order.draws import AUGMENT, draws, key_digest
 from schemas.errors import Error
@@ -254,10 +254,8 @@ def _context():
     its server preloading what the processes import, beside what it preloads already."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
-    from multiprocessing import forkserver
-
     context = multiprocessing.get_context("forkserver")
-    preload = list(getattr(forkserver._forkserver, "_preload_modules", ["__main__"]))
+    preload = compat_mp.forkserver_preload()
     context.set_forkserver_preload(preload + [m for m in _PRELOAD if m not in preload])
     return context
 

@@ -1,0 +1,108 @@
+"""Apache Beam's private names that evenshard relies on, and nowhere else.
+
+Two places need Beam's internals: the Dask runner (``beam_jobs.dask_runner``) rebuilds
+Beam's own translation of a ParDo and of Reshuffle, which Beam keeps private; and an
+anonymous GCS client (``beam_jobs.runners.anonymous_beam``), for which Beam's credential
+lookup, cached per process, has no public switch. ``check()`` says, naming the installed
+version, when a release changes one of them (tests/test_compat.py runs it). Checked
+with apache-beam 2.77.0.
+"""
+
+from __future__ import annotations
+
+
+def is_reshuffle(transform) -> bool:
+    """Whether ``transform`` is Beam's Reshuffle as the Dask runner's overrides leave it
+    (the Dask runner repartitions there)."""
+    from apache_beam.runners.dask.overrides import _Reshuffle
+
+    return isinstance(transform, _Reshuffle)
+
+
+def output_handler(window_fn, receivers):
+    """The output handler a ``DoFnInvoker`` sends a DoFn's outputs through, to
+    ``receivers`` (a Dask runner ``OneReceiver``: the main output at ``None``)."""
+    from apache_beam.runners.common import _OutputHandler
+
+    return _OutputHandler(
+        window_fn=window_fn,
+        main_receivers=receivers[None],
+        tagged_receivers=receivers,
+        per_element_output_counter=None,
+        output_batch_converter=None,
+        process_yields_batches=False,
+        process_batch_yields_elements=False,
+    )
+
+
+def side_input_view(side_input) -> tuple:
+    """(its type, its view options, its window mapping) of an ``AsSingleton``/``AsDict``/
+    ... side input: what a ``SideInputMap`` is built from."""
+    return type(side_input), side_input._view_options(), side_input._window_mapping_fn
+
+
+def bag_kwargs(dask_options: dict) -> dict:
+    """The dask-bag keyword arguments among ``--dask_*`` options (``npartitions``...)."""
+    from apache_beam.runners.dask.dask_runner import DaskOptions
+
+    return DaskOptions._extract_bag_kwargs(dask_options)
+
+
+def anonymous_gcs() -> None:
+    """Beam's GCS client in this process connects anonymously: its credential lookup,
+    cached per process, is given the answer None."""
+    from apache_beam.internal.gcp import auth
+
+    with auth._Credentials._credentials_lock:
+        auth._Credentials._credentials_init = True
+        auth._Credentials._credentials = None
+
+
+def worker_command(handler) -> str:
+    """The command line a ``SubprocessSdkWorkerHandler`` starts its worker with."""
+    return handler._worker_command_line
+
+
+def set_runner_defaults(runner, provision_info=None, environment=None) -> None:
+    """Sets what a ``FnApiRunner`` gives its workers: the provision info (the pipeline's
+    options) and the default environment (their command), each when given."""
+    if provision_info is not None:
+        runner._provision_info = provision_info
+    if environment is not None:
+        runner._default_environment = environment
+
+
+def check() -> None:
+    """Raises RuntimeError, naming the name and the installed Beam, unless each name
+    above is where this module reads it."""
+    import inspect
+
+    import apache_beam as beam
+    from apache_beam.internal.gcp import auth
+    from apache_beam.runners.dask import overrides
+    from apache_beam.runners.dask import transform_evaluator as te
+
+    where = f"apache-beam {beam.__version__} (beam_jobs/compat_beam.py, checked with 2.77.0)"
+    side = beam.pvalue.AsSingleton(beam.Pipeline() | beam.Create([1]))
+    view, options, mapping = side_input_view(side)
+    if view is not beam.pvalue.AsSingleton or not isinstance(options, dict) or not mapping:
+        raise RuntimeError(f"{where}: side inputs changed _view_options/_window_mapping_fn")
+    for name in ("_credentials_lock", "_credentials_init", "_credentials"):
+        if not hasattr(auth._Credentials, name):
+            raise RuntimeError(f"{where}: auth._Credentials has no {name}")
+    if not isinstance(bag_kwargs({"npartitions": 3}), dict):
+        raise RuntimeError(f"{where}: DaskOptions._extract_bag_kwargs changed")
+    try:
+        output_handler(None, te.OneReceiver())
+    except TypeError as e:
+        raise RuntimeError(f"{where}: _OutputHandler changed its arguments: {e}") from None
+    from apache_beam.runners.portability.fn_api_runner import fn_runner, worker_handlers
+
+    runner = fn_runner.FnApiRunner()
+    if not hasattr(runner, "_provision_info") or not hasattr(runner, "_default_environment"):
+        raise RuntimeError(f"{where}: FnApiRunner keeps no _provision_info/_default_environment")
+    handler = inspect.getsource(worker_handlers.SubprocessSdkWorkerHandler.__init__)
+    if "self._worker_command_line = " not in handler:
+        raise RuntimeError(f"{where}: SubprocessSdkWorkerHandler has no _worker_command_line")
+    if not is_reshuffle(overrides._Reshuffle()):
+        raise RuntimeError(f"{where}: the Dask runner's overrides have no _Reshuffle")

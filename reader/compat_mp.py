@@ -1,0 +1,33 @@
+"""multiprocessing's private names that evenshard relies on, and nowhere else.
+
+``set_forkserver_preload`` replaces the list of modules the fork server imports; there
+is no public way to read it, to add to what another library (or the user) set.
+``check()`` says, naming the Python version, when a release changes that
+(tests/test_compat.py runs it). Checked with Python 3.11 and 3.12.
+"""
+
+from __future__ import annotations
+
+from multiprocessing import forkserver
+
+# the fork server's preload list (multiprocessing.forkserver.ForkServer)
+_PRELOAD = "_preload_modules"
+_SERVER = "_forkserver"
+
+
+def forkserver_preload() -> list[str]:
+    """The modules the fork server will import when it starts, as set so far."""
+    return list(getattr(getattr(forkserver, _SERVER), _PRELOAD, ["__main__"]))
+
+
+def check() -> None:
+    """Raises RuntimeError, naming the name and the Python version, unless the fork
+    server keeps its preload list where ``forkserver_preload`` reads it."""
+    import sys
+
+    server = getattr(forkserver, _SERVER, None)
+    if server is None or not isinstance(getattr(server, _PRELOAD, None), list):
+        raise RuntimeError(
+            f"Python {sys.version.split()[0]}: multiprocessing.forkserver has no "
+            f"{_SERVER}.{_PRELOAD} list (reader/compat_mp.py)"
+        )
