@@ -18,6 +18,7 @@ transform run in worker processes: the face of the spine's Python route
 
 from __future__ import annotations
 
+from reader.option_groups import GROUPS
 from reader.python_route import PythonRoute
 
 
@@ -55,5 +56,17 @@ class NumpyReader(PythonRoute):
 
     Raises:
         TypeError: a transform that cannot be sent to worker processes (a lambda).
-        ValueError, DatasetError: as ``make_dataset``.
+        ValueError, DatasetError: as ``make_dataset``; an option of a group it does not
+            take (``as_supervised``; tf.data's ``cache``, ``prefetch``,
+            ``num_parallel_calls``; ``prefetch_to_device``).
     """
+
+    takes = frozenset(GROUPS) - {"form", "tuning", "device"}
+    face = "NumpyReader"
+    instead = {
+        "form": "its batches are dicts: take batch['image'], batch['label']",
+        "tuning": "its worker processes are num_processes=; the in-memory cache, "
+        "prefetch and parallel calls are tf.data's (reader.make_dataset)",
+        "device": "its batches are numpy arrays: move them with jax.device_put or "
+        "torch's .to(device)",
+    }

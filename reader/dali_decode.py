@@ -11,11 +11,20 @@ import collections
 
 import numpy as np
 
+from reader.option_groups import GROUPS, refuse_untaken
 from reader.options import ReadOptions
 from reader.pydecode import image_shape
 from reader.source import Batch, RecordSource
 from schemas.images import DALI_FORMATS
 from schemas.info import DatasetError
+
+# the groups of options the DALI reader takes (reader/option_groups.py)
+TAKES = frozenset(GROUPS) - {"form", "tuning", "device"}
+INSTEAD = {
+    "form": "its batches are dicts (batch['image'], batch['label'])",
+    "tuning": "it prefetches 2 batches to where it decodes, and its threads are num_threads=",
+    "device": "it decodes where device= says (the GPU: nvJPEG)",
+}
 
 
 class DaliReader:
@@ -177,12 +186,7 @@ def check_options(o: ReadOptions) -> None:
         raise ValueError("make_dali_pipeline decodes and batches images: give image_size")
     if o.deterministic is False:
         raise ValueError("the DALI reader always reads in its one order: leave deterministic")
-    o.refuse(
-        ("as_supervised", "cache", "prefetch", "prefetch_to_device", "num_parallel_calls"),
-        "the DALI reader",
-        "its batches are dicts (batch['image'], batch['label']), it prefetches 2 batches "
-        "to where it decodes (device=), and its threads are num_threads=",
-    )
+    refuse_untaken(o, TAKES, "the DALI reader", INSTEAD)
     if o.channels not in (1, 3):
         raise ValueError(f"DALI decodes to 1 or 3 channels, got channels={o.channels}")
 

@@ -1,40 +1,26 @@
-"""``ReadOptions``: how ``make_dataset`` reads a split, as one frozen, self-checking object."""
+"""``ReadOptions``: how a face reads a split, as one frozen, self-checking object: the
+flat keywords users type, made of the groups a reader has (``reader/option_groups.py``)."""
 
 from __future__ import annotations
 
 import dataclasses
-import math
-import numbers
 
+from reader.option_groups import AUTOTUNE, GROUPS, check_whole
 from reader.order.augment import Augment
 
-AUTOTUNE = -1  # tf.data.AUTOTUNE, without importing TensorFlow here
 DEFAULT_CYCLE = 16  # runs read at once when cycle_length is None
 MAX_POSITION = 2**62  # records and batches are counted in int64 (tf.data, numpy)
-
-
-# Options that count: an int (2.0 or True is a mistake, said at once, not deep in tf.data).
-_WHOLE = (
-    "seed",
-    "epochs",
-    "shuffle_buffer",
-    "cycle_length",
-    "block_length",
-    "channels",
-    "num_workers",
-    "worker_index",
-    "start_epoch",
-    "start_step",
-    "prefetch",
-    "num_parallel_calls",
-    "cache_limit",
-    "max_errors",
-)
+__all__ = ["AUTOTUNE", "DEFAULT_CYCLE", "MAX_POSITION", "ReadOptions"]
 
 
 @dataclasses.dataclass(frozen=True)
 class ReadOptions:
-    """Options of :func:`reader.make_dataset` (like TFDS ``ReadConfig``, Grain ``ReadOptions``).
+    """Options of the faces (like TFDS ``ReadConfig``, Grain ``ReadOptions``), flat as
+    users type them, made of groups: ``options.ordering``, ``.sharding``, ``.images``,
+    ``.batches``, ``.form``, ``.bucket``, ``.tuning``, ``.device``, ``.errors``
+    (``reader/option_groups.py``); each group checks itself. A face states the groups
+    it takes; an option of another group is refused in one line. ``start_epoch`` and
+    ``start_step`` are in no group: a read's start, which becomes its ``ReadState``.
 
     Attributes:
         shuffle: shuffle files and examples; default (None) True for "train" only.
@@ -138,78 +124,59 @@ class ReadOptions:
     error_ledger: str | None = None
 
     def __post_init__(self) -> None:
-        for name in _WHOLE:
-            value = getattr(self, name)
-            if value is not None and not _whole(value):
-                raise TypeError(f"{name} must be a whole number (int), got {value!r}")
+        groups = {}
+        for name, group in GROUPS.items():
+            fields = [f.name for f in dataclasses.fields(group)]
+            made = group(**{field: getattr(self, field) for field in fields})
+            for field in fields:  # as the group normalized it (image_size (h, w), ...)
+                object.__setattr__(self, field, getattr(made, field))
+            groups[name] = made
+        object.__setattr__(self, "_groups", groups)
+        check_whole(self, "start_epoch", "start_step")
         for name in ("start_epoch", "start_step"):
             if getattr(self, name) >= MAX_POSITION:
                 raise ValueError(f"{name} must be below 2**62, got {getattr(self, name)}")
-        if self.epochs is not None and self.epochs < 1:
-            raise ValueError(f"epochs must be >= 1 or None, got {self.epochs}")
-        if self.channels not in (1, 3, 4):
-            raise ValueError(f"channels must be 1, 3 or 4, got {self.channels}")
-        if self.shuffle_buffer < 0:
-            raise ValueError(f"shuffle_buffer must be >= 0, got {self.shuffle_buffer}")
         if self.start_step < 0 or self.start_epoch < 0:
             raise ValueError(
                 f"start_epoch and start_step must be >= 0, got {self.start_epoch}, "
                 f"{self.start_step}"
             )
-        if self.cycle_length is not None and self.cycle_length < 1:
-            raise ValueError(f"cycle_length must be >= 1 or None, got {self.cycle_length}")
-        if self.on_error not in ("raise", "skip"):
-            raise ValueError(f'on_error must be "raise" or "skip", got {self.on_error!r}')
-        if self.on_error == "skip" and not isinstance(self.error_ledger, str):
-            raise ValueError('on_error="skip" writes each record skipped: give error_ledger=PATH')
-        if self.max_errors < 0:
-            raise ValueError(f"max_errors must be >= 0, got {self.max_errors}")
-        if self.cache_limit < 1:
-            raise ValueError(f"cache_limit must be >= 1 (bytes), got {self.cache_limit}")
-        if self.block_length < 1:
-            raise ValueError(f"block_length must be >= 1, got {self.block_length}")
-        if self.image_size is not None:
-            # an int is a square, as torchvision's Resize(32) and RandomResizedCrop(32)
-            square = isinstance(self.image_size, numbers.Integral)
-            iterable = square or hasattr(self.image_size, "__iter__")
-            size = (self.image_size,) * 2 if square else tuple(self.image_size) if iterable else ()
-            if len(size) != 2 or not all(_whole(v) and v >= 1 for v in size):
-                raise ValueError(
-                    f"image_size must be (height, width), whole numbers >= 1, got {self.image_size}"
-                )
-            object.__setattr__(self, "image_size", tuple(int(v) for v in size))
-        for name, top in (("crop_scale", 1.0), ("crop_ratio", math.inf)):
-            pair = getattr(self, name)
-            try:
-                low, high = (float(v) for v in pair)
-            except (TypeError, ValueError):
-                low = high = math.nan
-            if not 0 < low <= high <= top:
-                raise ValueError(
-                    f"{name} must be (min, max) with 0 < min <= max"
-                    f"{' <= 1' if top == 1.0 else ''}, got {pair!r}"
-                )
-            object.__setattr__(self, name, (low, high))
-        if self.input_context is not None:
-            if self.num_workers is not None or self.worker_index is not None:
-                raise ValueError("give input_context or num_workers/worker_index, not both")
-        elif (self.num_workers is None) != (self.worker_index is None):
-            raise ValueError("num_workers and worker_index go together")
-        elif self.num_workers is not None:
-            if self.num_workers < 1:
-                raise ValueError(f"num_workers must be >= 1, got {self.num_workers}")
-            if not 0 <= self.worker_index < self.num_workers:
-                raise ValueError(
-                    f"worker_index must be in [0, {self.num_workers}), got {self.worker_index}"
-                )
 
-    def refuse(self, names: tuple[str, ...], reader: str, why: str) -> None:
-        """A ``ValueError`` naming those of ``names`` set away from their defaults:
-        options ``reader`` does not honour (``why`` says what to do instead)."""
-        default = ReadOptions()
-        changed = [n for n in names if getattr(self, n) != getattr(default, n)]
-        if changed:
-            raise ValueError(f"{reader} does not honour {', '.join(changed)}: {why}")
+    @property
+    def ordering(self):
+        return self._groups["ordering"]
+
+    @property
+    def sharding(self):
+        return self._groups["sharding"]
+
+    @property
+    def images(self):
+        return self._groups["images"]
+
+    @property
+    def batches(self):
+        return self._groups["batches"]
+
+    @property
+    def form(self):
+        return self._groups["form"]
+
+    @property
+    def bucket(self):
+        return self._groups["bucket"]
+
+    @property
+    def tuning(self):
+        return self._groups["tuning"]
+
+    @property
+    def device(self):
+        return self._groups["device"]
+
+    @property
+    def errors(self):
+        return self._groups["errors"]
 
     def shuffles(self, split: str) -> bool:
         """Whether a read of ``split`` shuffles: ``shuffle``, by default "train" only."""
@@ -237,25 +204,13 @@ class ReadOptions:
     @property
     def augmenting(self) -> bool:
         """Whether built-in augmentations run (their draws need the seed and epoch)."""
-        return self.random_crop or self.random_flip
+        return self.images.augmenting
 
     def augment(self, mirror: bool = False) -> Augment | None:
         """The built-in augmentations asked for (``mirror``: views in mirrored pairs), or
         None."""
-        if not (self.augmenting or mirror):
-            return None
-        return Augment(self.random_crop, self.crop_scale, self.crop_ratio, self.random_flip, mirror)
+        return self.images.augment(mirror)
 
     def workers(self) -> tuple[int, int]:
         """(number of workers, this worker's index)."""
-        if self.input_context is not None:
-            ctx = self.input_context
-            return ctx.num_input_pipelines, ctx.input_pipeline_id
-        if self.num_workers is None:
-            return 1, 0
-        return self.num_workers, self.worker_index
-
-
-def _whole(value) -> bool:
-    """An int (numpy's too); 2.0 and True are mistakes."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+        return self.sharding.workers()

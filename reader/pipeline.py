@@ -15,6 +15,7 @@ import numpy as np
 
 from reader import graph
 from reader.mixture import Mixture
+from reader.option_groups import GROUPS, refuse_untaken
 from reader.options import ReadOptions
 from reader.python_route import PythonRoute
 from reader.read import check_sized, check_state, merge, resolve
@@ -22,6 +23,18 @@ from reader.state import ReadState
 from schemas import storage
 
 tf = storage.tensorflow()
+
+# the groups of options each route of this face takes (reader/option_groups.py)
+TAKES = frozenset(GROUPS) - {"errors"}
+PYTHON_TAKES = frozenset(GROUPS) - {"form", "device"}
+INSTEAD = {
+    "errors": "a record fails there inside TensorFlow; read with reader.NumpyReader, "
+    'TorchReader(backend="python" or "dali") or make_dali_pipeline',
+    "form": "with transform=, the dataset yields the transform's dicts: map them to "
+    "(image, label) yourself",
+    "device": "with transform=, batches come from Python: move them with "
+    "tf.data.experimental.prefetch_to_device yourself",
+}
 
 
 def make_dataset(
@@ -89,12 +102,7 @@ def _read(data_dir, split, batch_size, options, state, python: tuple, overrides:
     if transform is not None or views != 1 or mirror_views:
         python = dict(transform=transform, views=views, mirror_views=mirror_views)
         return _preprocessed(data_dir, split, batch_size, options, state, python, num_processes)
-    options.refuse(
-        ("on_error",),
-        "make_dataset (tf.data)",
-        "a record fails there inside TensorFlow; read with reader.NumpyReader, "
-        'TorchReader(backend="python" or "dali") or make_dali_pipeline',
-    )
+    refuse_untaken(options, TAKES, "make_dataset (tf.data)", INSTEAD)
     read = resolve(data_dir, split, batch_size, options, state)
     check_sized(options, batch_size)
     return graph.dataset(read, resumed=state is not None), read.state
@@ -105,11 +113,7 @@ def _preprocessed(data_dir, split, batch_size, o, state, python: dict, processes
     each pass over it a new pass of the read (Keras iterates once an epoch)."""
     if batch_size is None:
         raise ValueError("a transform runs on batches: give batch_size")
-    if o.as_supervised or o.prefetch_to_device:
-        raise ValueError(
-            "with transform=, the dataset yields the transform's dicts: map them to "
-            "(image, label) yourself; prefetch_to_device is not honoured"
-        )
+    refuse_untaken(o, PYTHON_TAKES, "make_dataset(transform=...)", INSTEAD)
     route = PythonRoute(
         data_dir,
         split,

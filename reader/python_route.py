@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 
+from reader.option_groups import GROUPS, refuse_untaken
 from reader.options import ReadOptions
 from reader.order.views import restart, rounds, skip_limit, started
 from reader.preprocess import Preprocess, check_transform, default_processes
@@ -25,6 +26,11 @@ from reader.view_handover import ViewHandover, block_count, rows
 class PythonRoute:
     """Batches of one split as dicts of numpy arrays (``reader.NumpyReader``'s
     arguments, which it documents); ``len()`` is the number of batches."""
+
+    # the groups of options taken (reader/option_groups.py); a face over the route that
+    # takes fewer says so, and what to do instead of each group it does not take
+    takes = frozenset(GROUPS)
+    face, instead = "the Python route", {}
 
     def __init__(
         self,
@@ -42,6 +48,7 @@ class PythonRoute:
         **overrides,
     ):
         options = merge(options, overrides)
+        refuse_untaken(options, self.takes, self.face, self.instead)
         check_state(state)
         if not options.decode:
             raise ValueError(

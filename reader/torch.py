@@ -29,11 +29,18 @@ import torch
 
 from reader import handover
 from reader.mixture import Mixture
+from reader.option_groups import GROUPS, refuse_untaken
 from reader.options import ReadOptions
 from reader.read import check_sized, check_state, merge, resolve, start_state
 from reader.state import ReadState
 from schemas.images import DALI_FORMATS
 
+# the groups of options TorchReader takes (reader/option_groups.py): all but the device
+TAKES = frozenset(GROUPS) - {"device"}
+INSTEAD = {
+    "device": "its batches are CPU tensors (or CUDA ones from DALI on a GPU): move them "
+    "with .to(device)"
+}
 # pipelines a forked process inherited: kept, never destroyed (see TorchReader._pipeline)
 _INHERITED: list = []
 # DALI readers built in this process (see _collect_before_fork)
@@ -154,12 +161,7 @@ class TorchReader(torch.utils.data.IterableDataset):
             )
             backend = "python"
         self._python = (transform, views, mirror_views, num_processes)
-        o.refuse(
-            ("prefetch_to_device",),
-            "TorchReader",
-            "its batches are CPU tensors (or CUDA ones from DALI on a GPU): move them "
-            "with .to(device)",
-        )
+        refuse_untaken(o, TAKES, "TorchReader", INSTEAD)
         # (image, label) tuples are made here, from the backends' dicts
         self.as_supervised = o.as_supervised
         o = dataclasses.replace(o, as_supervised=False)
