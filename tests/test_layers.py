@@ -142,9 +142,13 @@ def test_reading_and_validating_print_no_tensorflow_start_up_lines(tmp_path):
 READER_FLOORS = {
     "reader/order/": 0,  # the order: pure numpy functions of ints
     "reader/options.py": 1,  # values
+    "reader/option_groups.py": 1,
     "reader/state.py": 1,
     "reader/mixture.py": 1,
     "reader/errors.py": 1,
+    "reader/compat_torch.py": 1,  # other libraries' private names, one module each
+    "reader/compat_tf.py": 1,
+    "reader/compat_mp.py": 1,
     "reader/info.py": 1,
     "reader/share.py": 2,  # the read: one front door
     "reader/read.py": 2,
@@ -180,8 +184,9 @@ ENGINES = {
         "reader/decode.py",
         "reader/tfcall.py",
         "reader/graph.py",
+        "reader/compat_tf.py",
     },
-    "torch": {"reader/torch.py"},
+    "torch": {"reader/torch.py", "reader/compat_torch.py"},
     "nvidia": {"reader/dali_decode.py"},
 }
 # The faces: thin adapters over the one spine, side by side (docs/design.md, "One spine").
