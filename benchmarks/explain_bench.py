@@ -103,7 +103,7 @@ def measure(a) -> dict:
     from reader.info import load_index, split_shards
     from reader.options import ReadOptions
     from reader.state import ReadState
-    from schemas import load_info
+    from schemas.dataset_info import load_dataset_info
 
     plain = ReadOptions(seed=0, epochs=None, num_workers=WORKERS, worker_index=RANK)
     crops = ReadOptions(
@@ -131,7 +131,9 @@ def measure(a) -> dict:
     data = convert_once(
         src, os.path.join(WORK, f"explain_{a.images}"), "--splits=train=1.0", "--num_shards=4"
     )
-    shards = [{**s, "table": load_index(s)} for s in split_shards(load_info(data), data, "train")]
+    shards = [
+        {**s, "table": load_index(s)} for s in split_shards(load_dataset_info(data), data, "train")
+    ]
     best = float("inf")
     for _ in range(a.rounds):
         start = time.perf_counter()

@@ -20,13 +20,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     import reader
+    from schemas.dataset_info import load_dataset_info
 
     try:
-        info = reader.load_info(args.data_dir)
-        if info["splits"].get(args.split, {}).get("num_examples", 1) == 0:
+        info = load_dataset_info(args.data_dir)
+        if args.split in info.split_names and info.split(args.split).num_examples == 0:
             raise reader.DatasetError(
                 f"split {args.split!r} of {args.data_dir} has no examples; it has "
-                + ", ".join(f"{k} ({v['num_examples']})" for k, v in info["splits"].items())
+                + ", ".join(f"{s.name} ({s.num_examples})" for s in info.splits)
             )
         ds = reader.make_dataset(
             args.data_dir,
@@ -41,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     except (reader.DatasetError, ValueError) as e:
         print(f"python -m reader: error: {e}", file=sys.stderr)
         return 2
-    labels = [info["labels"][i] for i in batch["label"].numpy()]
+    labels = [info.labels[i] for i in batch["label"].numpy()]
     print(
         f"read one batch from {args.data_dir}/{args.split}: image "
         f"{tuple(batch['image'].shape)} {batch['image'].dtype.name}, labels {labels}"

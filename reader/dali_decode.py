@@ -15,6 +15,7 @@ from reader.option_groups import GROUPS, refuse_untaken
 from reader.options import ReadOptions
 from reader.pydecode import image_shape
 from reader.source import Batch, RecordSource
+from schemas.dataset_info import DatasetInfo
 from schemas.images import DALI_FORMATS
 from schemas.info import DatasetError
 
@@ -191,9 +192,9 @@ def check_options(o: ReadOptions) -> None:
         raise ValueError(f"DALI decodes to 1 or 3 channels, got channels={o.channels}")
 
 
-def check_formats(data_dir: str, info: dict) -> None:
+def check_formats(data_dir: str, info: DatasetInfo) -> None:
     """A dataset holding a format DALI does not decode (GIF) is refused."""
-    unsupported = sorted(set(info.get("formats", [])) - set(DALI_FORMATS))
+    unsupported = sorted(set(info.formats) - set(DALI_FORMATS))
     if unsupported:
         raise DatasetError(
             f"{data_dir} holds {', '.join(unsupported)} images, which DALI cannot decode "

@@ -145,7 +145,7 @@ def _source(source: Source, o: ReadOptions):
     (a bucket's shards through a local cache)."""
     share = source.share
     cache = open_cache(share, o)
-    stream = Stream(share.plan, share.shards, source.info["compression"], o, cache)
+    stream = Stream(share.plan, share.shards, source.info.compression, o, cache)
     records = stream.records(share.start, o.epochs)
     if share.has_lead:
         records = lead(share, stream.tagged).concatenate(records)
@@ -170,7 +170,7 @@ def _choices(schedule, start: int):
 
 def _decoder(source: Source, o: ReadOptions, seed):
     """The decoder of the records (of the first source of a mixture: they share the kind)."""
-    kind = source.info["record_kind"]
+    kind = source.info.record_kind
     root = default_path_root(source.info, o.path_root)
     if kind == "path":
         first = tf.train.Example.FromString(

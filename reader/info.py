@@ -7,28 +7,25 @@ import json
 import os
 
 from schemas import layout, storage, tfrecord
+from schemas.dataset_info import DatasetInfo
 from schemas.info import DatasetError
 
 
-def split_shards(info: dict, data_dir: str, split: str) -> list[dict]:
+def split_shards(info: DatasetInfo, data_dir: str, split: str) -> list[dict]:
     """The shards of a split as [{path, num_examples, num_bytes}], each checked to exist
     with its recorded size (a missing or truncated shard is named here, before reading)."""
-    splits = info["splits"]
-    if split not in splits:
-        raise DatasetError(f"split {split!r} not in {data_dir}; it has {', '.join(splits)}")
     shards = []
-    for shard in splits[split]["shards"]:
-        path = layout.join(data_dir, shard["file"])
-        size = shard["num_bytes"]
-        check_shard(path, size)
-        index = layout.join(data_dir, shard["dali_index"]) if "dali_index" in shard else None
+    for shard in info.split(split, data_dir).shards:
+        path = layout.join(data_dir, shard.file)
+        check_shard(path, shard.num_bytes)
+        index = layout.join(data_dir, shard.dali_index) if shard.dali_index else None
         shards.append(
             {
                 "path": path,
-                "num_examples": shard["num_examples"],
-                "num_bytes": size,
+                "num_examples": shard.num_examples,
+                "num_bytes": shard.num_bytes,
                 "index": index,
-                **({"sha256": shard["sha256"]} if "sha256" in shard else {}),
+                **({"sha256": shard.sha256} if shard.sha256 is not None else {}),
             }
         )
     return shards
@@ -73,12 +70,12 @@ def shard_error(path: str, listed: int, size: int | None = None) -> DatasetError
     )
 
 
-def split_fingerprint(info: dict, split: str) -> str:
+def split_fingerprint(info: DatasetInfo, split: str) -> str:
     """16 hex digits that change when any shard of ``split`` changes: a digest of its
     shards' names, counts and sha256 as dataset_info.json lists them."""
     shards = [
-        [s["file"], s["num_examples"], s.get("sha256", s["num_bytes"])]
-        for s in info["splits"][split]["shards"]
+        [s.file, s.num_examples, s.num_bytes if s.sha256 is None else s.sha256]
+        for s in info.split(split).shards
     ]
     return hashlib.sha256(json.dumps([split, shards]).encode()).hexdigest()[:16]
 
@@ -102,10 +99,12 @@ def load_index(shard: dict):
         raise DatasetError(f"{e} (shard {shard['path']})") from None
 
 
-def default_path_root(info: dict, path_root: str | None) -> str | None:
-    if info["record_kind"] != "path":
+def default_path_root(info: DatasetInfo, path_root: str | None) -> str | None:
+    """Where path records' files are: ``path_root`` given, else the one recorded (None
+    for image records)."""
+    if info.record_kind != "path":
         return None
-    root = path_root or info.get("path_root")
+    root = path_root or info.path_root
     if not root:
         raise DatasetError("a path-kind dataset needs path_root (none recorded, none given)")
     return root if storage.is_url(root) else os.path.abspath(root)

@@ -21,7 +21,7 @@ from reader.order.batches import remaining, yielded
 from reader.order.mix import Schedule
 from reader.share import Share
 from reader.state import ReadState
-from schemas.info import load_info
+from schemas.dataset_info import DatasetInfo, load_dataset_info
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,7 +29,7 @@ class Source:
     """One source of a read: its dataset_info, folder, split and this worker's share,
     positioned where the read continues."""
 
-    info: dict
+    info: DatasetInfo
     data_dir: str
     split: str
     share: Share
@@ -132,7 +132,7 @@ def resolve(
     """
     if isinstance(data, Mixture):
         return _mixed(data, batch_size, options, state)
-    info = load_info(data)
+    info = load_dataset_info(data)
     shards = split_shards(info, data, split)
     shuffle = options.shuffles(split)
     _check(options, batch_size, shuffle)
@@ -196,7 +196,7 @@ def _mixed(mixture: Mixture, batch_size, o: ReadOptions, state) -> Read:
     """A mixture's read: every source read as it would be alone (a share of single
     records), positioned by the schedule; a saved state resumes it (with any worker
     count for an endless read)."""
-    infos = [load_info(d) for d, _ in mixture.sources]
+    infos = [load_dataset_info(d) for d, _ in mixture.sources]
     _check_sources(mixture, infos)
     if o.start_epoch:
         raise ValueError("a mixed read starts by start_step (mixed batches), not start_epoch")
@@ -272,23 +272,23 @@ def _mixed(mixture: Mixture, batch_size, o: ReadOptions, state) -> Read:
     return Read(sources, schedule, consumed, elements, real, resumed, seed, o, batch_size, skips)
 
 
-def _check_sources(mixture: Mixture, infos: list[dict]) -> None:
+def _check_sources(mixture: Mixture, infos: list[DatasetInfo]) -> None:
     """Sources of one mixture share their labels (ids mean the same) and record kind."""
     first = infos[0]
     for (d, split), info in zip(mixture.sources, infos):
-        if split not in info["splits"]:
+        if split not in info.split_names:
             raise ValueError(f"reader.mix: {d} has no split {split!r}")
-        if info["labels"] != first["labels"] or info["record_kind"] != first["record_kind"]:
+        if info.labels != first.labels or info.record_kind != first.record_kind:
             raise ValueError(
                 f"reader.mix: {d} has other labels or another record kind than "
                 f"{mixture.sources[0][0]}: mixed sources share labels.txt (the same label "
                 "ids) and the record kind"
             )
-        if info["record_kind"] == "path" and info.get("path_root") != first.get("path_root"):
+        if info.record_kind == "path" and info.path_root != first.path_root:
             raise ValueError("reader.mix: path records of mixed sources share one path_root")
 
 
-def _check_resumable(o: ReadOptions, state: ReadState, info: dict, split: str) -> int:
+def _check_resumable(o: ReadOptions, state: ReadState, info: DatasetInfo, split: str) -> int:
     """A state resumes only the read it was saved from (the seed, the split's shards and
     the options that shape the order); the start comes from it. Returns the seed."""
     if o.seed is not None and o.seed != state.seed:

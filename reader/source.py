@@ -52,14 +52,14 @@ class _Part:
     """One source's examples in its read order (its lead, then its own order)."""
 
     def __init__(self, source, options: ReadOptions):
-        if source.info["compression"] != "none":
+        if source.info.compression != "none":
             raise DatasetError(
-                f"{source.data_dir} has {source.info['compression']} shards: this reader "
+                f"{source.data_dir} has {source.info.compression} shards: this reader "
                 "fetches records by offset from the DALI index, which only uncompressed "
                 "shards have; convert without --compression"
             )
         self.share, self.options = source.share, options
-        self.kind = source.info["record_kind"]
+        self.kind = source.info.record_kind
         self.root = default_path_root(source.info, options.path_root)
         self.own = Records(self.share.shards)
         self.split = Records(self.share.split) if self.share.split else None

@@ -394,7 +394,7 @@ def _from_numpy(batch: dict) -> dict:
     return out
 
 
-def _default_backend(infos: list[dict], gpu: bool | None = None) -> str:
+def _default_backend(infos: list, gpu: bool | None = None) -> str:
     """The faster backend for this machine and these datasets: "dali" where a CUDA GPU
     is visible (``gpu``), DALI is installed and decodes every dataset (its formats,
     uncompressed shards), else "tf" (DALI on the CPU read 600 img/s against the tf
@@ -414,7 +414,6 @@ def _default_backend(infos: list[dict], gpu: bool | None = None) -> str:
     if not installed():
         return "tf"
     fits = all(
-        set(info.get("formats", [])) <= set(DALI_FORMATS) and info["compression"] == "none"
-        for info in infos
+        set(info.formats) <= set(DALI_FORMATS) and info.compression == "none" for info in infos
     )
     return "dali" if fits else "tf"

@@ -1,0 +1,103 @@
+"""``DatasetInfo``: dataset_info.json parsed once into frozen, typed values (schemas)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+
+import pytest
+
+from reader.info import default_path_root, split_fingerprint, split_shards
+from schemas import layout
+from schemas.dataset_info import DatasetInfo, ShardInfo, load_dataset_info, parse_dataset_info
+from schemas.info import DatasetError
+
+pytestmark = pytest.mark.fast
+
+SHA = "ab" * 32
+
+
+def info_dict(**changes) -> dict:
+    shard = "train-00000-of-00002.tfrecord"
+    info = {
+        "format_version": layout.FORMAT_VERSION,
+        "record_kind": "path",
+        "path_root": "/images",
+        "labels": ["a", "b"],
+        "formats": ["jpeg", "png"],
+        "inputs": 5,
+        "rejects": {"total": 0, "by_reason": {}},
+        "splits": {
+            "train": {
+                "num_examples": 5,
+                "shards": [
+                    {
+                        "file": shard,
+                        "num_examples": 3,
+                        "num_bytes": 90,
+                        "sha256": SHA,
+                        "dali_index": layout.index_name(shard),
+                    },
+                    {"file": "train-00001-of-00002.tfrecord", "num_examples": 2, "num_bytes": 60},
+                ],
+            },
+            "val": {"num_examples": 0, "shards": []},
+        },
+    }
+    info.update(changes)
+    return info
+
+
+def test_the_typed_info_holds_what_the_json_lists_and_is_frozen():
+    info = parse_dataset_info(json.dumps(info_dict()))
+    assert (info.record_kind, info.compression, info.path_root) == ("path", "none", "/images")
+    assert info.labels == ("a", "b") and info.formats == ("jpeg", "png")
+    assert info.split_names == ("train", "val")
+    first, second = info.split("train").shards
+    assert first == ShardInfo(
+        "train-00000-of-00002.tfrecord", 3, 90, SHA, layout.index_name(first.file)
+    )
+    assert second.sha256 is None and second.dali_index is None
+    assert info.split("val").num_examples == 0 and info.split("val").shards == ()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        info.record_kind = "image"
+
+
+def test_a_missing_split_names_the_splits_there_are():
+    info = DatasetInfo.of(info_dict())
+    with pytest.raises(DatasetError, match=r"split 'test' not in d/; it has train, val"):
+        info.split("test", "d/")
+
+
+def test_parsing_checks_as_parse_info_does():
+    with pytest.raises(DatasetError, match="missing field"):
+        parse_dataset_info(json.dumps({"format_version": layout.FORMAT_VERSION}))
+
+
+def test_the_split_fingerprint_is_the_digest_of_the_listed_shards_as_before():
+    """A state saved before the typed info resumes after it: the same 16 hex digits."""
+    raw = info_dict()
+    shards = [
+        [s["file"], s["num_examples"], s.get("sha256", s["num_bytes"])]
+        for s in raw["splits"]["train"]["shards"]
+    ]
+    want = hashlib.sha256(json.dumps(["train", shards]).encode()).hexdigest()[:16]
+    assert split_fingerprint(DatasetInfo.of(raw), "train") == want
+
+
+def test_the_reader_reads_the_shards_and_path_root_from_the_typed_info(tmp_path):
+    raw = info_dict()
+    for shard in raw["splits"]["train"]["shards"]:
+        (tmp_path / shard["file"]).write_bytes(b"x" * shard["num_bytes"])
+    (tmp_path / layout.INFO_FILE).write_text(json.dumps(raw))
+    info = load_dataset_info(str(tmp_path))
+    shards = split_shards(info, str(tmp_path), "train")
+    assert [s["num_bytes"] for s in shards] == [90, 60]
+    assert shards[0]["sha256"] == SHA and "sha256" not in shards[1]
+    assert shards[0]["index"].endswith(
+        layout.index_name(raw["splits"]["train"]["shards"][0]["file"])
+    )
+    assert shards[1]["index"] is None
+    assert default_path_root(info, None) == "/images"
+    assert default_path_root(DatasetInfo.of(info_dict(record_kind="image")), "/x") is None
