@@ -209,6 +209,7 @@ def test_damaged_files_give_named_rejects_and_counts_reconcile(tmp_path):
     assert kept == collections.Counter([*recs[:7], *recs[8:11]])
 
 
+@pytest.mark.slow
 def test_in_memory_and_multi_process_give_the_same_bytes(records, tmp_path):
     root, _ = records
     flags = [*FLAGS, "--label_feature=label", "--balance=label"]
@@ -250,3 +251,106 @@ def test_a_named_feature_the_first_record_lacks_is_one_line(tmp_path):
         convert.run([*argv, "--key_feature=label"])
     with pytest.raises(UserError, match="--group_by"):
         convert.run([*argv, "--group_by=missing"])
+
+
+def test_dedupe_content_and_duplicate_keys_apply(tmp_path):
+    root = str(tmp_path / "in")
+    recs = mixed(6)
+    again = example(id="ex-0", label="cat")  # another record under a key already used
+    write_records(f"{root}/r.tfrecord", [*recs, recs[2], again])
+    out = str(tmp_path / "out")
+    flags = [*FLAGS, "--key_feature=id", "--dedupe=content", "--max_reject_fraction=0.5"]
+    info = run_convert(root, out, *flags)
+    rejects = sorted((r["key"], r["reason"]) for r in read_rejects(out))
+    assert rejects == [("ex-0", "duplicate_key"), ("ex-2", "duplicate_key")]
+    assert info["inputs"] == 8
+    # under FILE#INDEX keys the copy of record 2 is a duplicate of its content
+    out = str(tmp_path / "by_place")
+    flags = [*FLAGS, "--dedupe=content", "--max_reject_fraction=0.5"]
+    run_convert(root, out, *flags)
+    [copy] = read_rejects(out)
+    assert (copy["key"], copy["reason"]) == ("r.tfrecord#6", "duplicate_content")
+    kept = collections.Counter(r for rs in shard_records(out).values() for r in rs)
+    assert kept == collections.Counter([*recs, again])
+
+
+@pytest.mark.fast
+def test_the_writer_reads_a_record_again_and_names_one_that_changed(tmp_path):
+    import zlib
+
+    from beam_jobs.records import Image
+    from beam_jobs.tfrecord_source import image_again
+    from schemas import tfrecord
+    from schemas.example import serialize_example
+
+    path = str(tmp_path / "r.tfrecord")
+
+    def write(ids):  # framed here: the unit lane imports no TensorFlow
+        with open(path, "wb") as f:
+            f.write(b"".join(tfrecord.frame(serialize_example({"id": i})) for i in ids))
+
+    write(["a", "b", "c"])
+    offset, data = list(tfrecord.records_at(path))[1]
+    im = Image("k", "", "", "", None, None, "", 0, 0, 0, len(data), "", zlib.crc32(data))
+    im = im._replace(record=(offset, len(data)))
+    assert image_again(path, im, None) == (data, None)  # None: the whole record
+    write(["a", "x", "c"])  # rewritten meanwhile, the same sizes
+    assert "not the one inspected" in image_again(path, im, None)[1]
+
+
+def test_a_group_feature_splits_image_records_too(tmp_path):
+    from test_tfrecord_input import example as image_example
+    from test_tfrecord_input import pngs
+
+    root = str(tmp_path / "in")
+    images = pngs(12)
+    recs = [image_example(im, i % 2, person=f"p{i // 4}") for i, im in enumerate(images)]
+    write_records(f"{root}/r.tfrecord", recs)
+    out = str(tmp_path / "out")
+    flags = ["--input_format=tfrecord", "--label_feature=label", "--group_by=person"]
+    info = run_convert(root, out, *flags, "--splits=a=0.5,b=0.5", "--num_shards=1")
+    assert info["inputs"] == 12 and info["split_options"]["group_by"] == "person"
+    splits_of = collections.defaultdict(set)
+    for split, rs in shard_records(out).items():
+        for r in rs:  # the key FILE#INDEX names the record, so its person
+            index = int(as_python(r)["image/key"][0].decode().split("#")[1])
+            splits_of[index // 4].add(split)
+    assert sorted(splits_of) == [0, 1, 2] and all(len(s) == 1 for s in splits_of.values())
+
+
+def test_a_tfds_dataset_passes_through_with_its_class_names(tmp_path, tmp_path_factory):
+    import glob
+
+    import test_tfds_input as tfds_test
+
+    src = tmp_path_factory.mktemp("src")
+    for i, image in enumerate(tfds_test.pngs(18)):
+        (src / f"{i}.png").write_bytes(image)
+    data_dir = tmp_path_factory.mktemp("tfds")
+    tfds_test.small_builder(src)(data_dir=str(data_dir)).download_and_prepare()
+    prepared = str(data_dir / "small" / "1.0.0")
+    out = str(tmp_path / "out")
+    flags = ["--input_format=tfds", "--record_kind=example", "--label_feature=label"]
+    info = run_convert(prepared, out, *flags, "--num_shards=2", "--input_split=train")
+    assert info["inputs"] == 12 and info["labels"] == tfds_test.NAMES
+    import tensorflow as tf
+
+    shards = glob.glob(f"{prepared}/small-train.tfrecord-*")
+    inputs = [r.numpy() for r in tf.data.TFRecordDataset(shards)]
+    kept = collections.Counter(r for rs in shard_records(out).values() for r in rs)
+    assert kept == collections.Counter(inputs)  # TFDS's own records, as they were
+
+
+@pytest.mark.slow
+def test_dask_gives_the_direct_runner_bytes(records, tmp_path):
+    root, _ = records
+    flags = [*FLAGS, "--label_feature=label", "--balance=label"]
+    runs = [
+        run_convert(root, str(tmp_path / "direct"), *flags),
+        run_convert(root, str(tmp_path / "dask"), *flags, "--runner=dask"),
+    ]
+    shas = [
+        [s["sha256"] for split in sorted(i["splits"]) for s in i["splits"][split]["shards"]]
+        for i in runs
+    ]
+    assert shas[0] and shas[0] == shas[1]
