@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import run_convert
+from dataset_writer import write_dataset
 
 import reader
 from evenshard import synthetic
@@ -26,7 +26,7 @@ def mixed(tmp_path_factory):
     root = tmp_path_factory.mktemp("aug") / "images"
     synthetic.make_image_folder(str(root), num_labels=2, per_label=25, size=(40, 56))
     out = str(tmp_path_factory.mktemp("aug_out") / "ds")
-    run_convert(str(root), out, "--splits=train=1.0", "--num_shards=2")
+    write_dataset(str(root), out, "--splits=train=1.0", "--num_shards=2")
     return out
 
 
@@ -192,7 +192,7 @@ def test_a_path_records_image_of_another_size_than_converted_is_named(tmp_path):
     root = tmp_path / "images"
     synthetic.make_image_folder(str(root), num_labels=1, per_label=6, formats=("png", "jpeg"))
     out = str(tmp_path / "paths")
-    run_convert(str(root), out, "--splits=train=1.0", "--record_kind=path")
+    write_dataset(str(root), out, "--splits=train=1.0", "--record_kind=path")
     victim = sorted(p for p in (root / "label_0").iterdir())[0]
     fmt = "JPEG" if victim.suffix in (".jpg", ".jpeg") else "PNG"
     Image.new("RGB", (5, 4)).save(victim, fmt)

@@ -17,7 +17,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import run_convert
+from dataset_writer import write_dataset
 
 import reader
 from evenshard import synthetic
@@ -33,7 +33,7 @@ def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("loader") / "images"
     synthetic.make_image_folder(str(root), num_labels=3, per_label=17, formats=("png", "jpeg"))
     out = str(tmp_path_factory.mktemp("loader_out") / "ds")
-    run_convert(str(root), out, "--splits=train=1.0", "--num_shards=4")
+    write_dataset(str(root), out, "--splits=train=1.0", "--num_shards=4")
     return out
 
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import run_convert
+from dataset_writer import write_dataset
 
 from evenshard import synthetic
 
@@ -91,7 +91,7 @@ def data_200(tmp_path_factory):
     root = tmp_path_factory.mktemp("dist") / "images"
     synthetic.make_image_folder(str(root), num_labels=4, per_label=50, formats=("png",))
     out = str(tmp_path_factory.mktemp("dist_out") / "out")
-    run_convert(str(root), out, "--splits=train=1.0", "--num_shards=6")
+    write_dataset(str(root), out, "--splits=train=1.0", "--num_shards=6")
     return out
 
 

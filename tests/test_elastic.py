@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_convert
+from dataset_writer import write_dataset
 
 import reader
 from evenshard import synthetic
@@ -27,8 +27,8 @@ def data_240(tmp_path_factory):
     root = tmp_path_factory.mktemp("elastic") / "images"
     synthetic.make_image_folder(str(root), num_labels=4, per_label=60, formats=("png",))
     out = tmp_path_factory.mktemp("elastic_out")
-    run_convert(str(root), str(out / "even"), "--splits=train=1.0", "--num_shards=60")
-    run_convert(str(root), str(out / "uneven"), "--splits=train=1.0", "--num_shards=7")
+    write_dataset(str(root), str(out / "even"), "--splits=train=1.0", "--num_shards=60")
+    write_dataset(str(root), str(out / "uneven"), "--splits=train=1.0", "--num_shards=7")
     return str(out / "even"), str(out / "uneven")
 
 
@@ -220,7 +220,7 @@ def test_gzip_shards_refuse_another_worker_count(tmp_path):
     root = tmp_path / "images"
     synthetic.make_image_folder(str(root), num_labels=2, per_label=10, formats=("png",))
     out = str(tmp_path / "gz")
-    run_convert(str(root), out, "--splits=train=1.0", "--num_shards=4", "--compression=gzip")
+    write_dataset(str(root), out, "--splits=train=1.0", "--num_shards=4", "--compression=gzip")
     state = reader.ReadState(seed=3, batch_size=2, step=1, num_workers=2)
     with pytest.raises(reader.DatasetError, match="convert without --compression"):
         reader.resume(

@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import run_convert
+from dataset_writer import write_dataset
 
 import reader
 from evenshard import synthetic
@@ -28,7 +28,7 @@ def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("explain") / "images"
     synthetic.make_image_folder(str(root), num_labels=3, per_label=24, formats=("png",))
     out = str(tmp_path_factory.mktemp("explain_out") / "ds")
-    run_convert(str(root), out, "--splits=train=0.75,val=0.25", "--num_shards=4")
+    write_dataset(str(root), out, "--splits=train=0.75,val=0.25", "--num_shards=4")
     return out
 
 

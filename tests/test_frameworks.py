@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import run_convert
+from dataset_writer import write_dataset
 
 import reader
 from evenshard import synthetic
@@ -31,11 +31,11 @@ def data_761(tmp_path_factory):
         synthetic.image_bytes("png", 20, 20, np.random.default_rng(1))
     )
     out = tmp_path_factory.mktemp("fw_out")
-    run_convert(str(root), str(out / "eval"), "--splits=eval=1.0", "--num_shards=3")
-    run_convert(str(root), str(out / "train"), "--splits=train=1.0", "--num_shards=6")
+    write_dataset(str(root), str(out / "eval"), "--splits=eval=1.0", "--num_shards=3")
+    write_dataset(str(root), str(out / "train"), "--splits=train=1.0", "--num_shards=6")
     gif = tmp_path_factory.mktemp("fw_gif") / "images"
     synthetic.make_image_folder(str(gif), num_labels=2, per_label=10, formats=("jpeg", "gif"))
-    run_convert(str(gif), str(out / "gif"), "--splits=train=1.0")
+    write_dataset(str(gif), str(out / "gif"), "--splits=train=1.0")
     return str(out / "eval"), str(out / "train"), str(out / "gif")
 
 

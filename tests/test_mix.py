@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import run_convert
+from dataset_writer import write_dataset
 
 import reader
 from evenshard import synthetic
@@ -51,7 +51,7 @@ def sources(tmp_path_factory):
             for f in os.listdir(root / label):
                 os.rename(root / label / f, root / label / f"{name}_{f}")
         out.append(str(tmp_path_factory.mktemp(f"mix_{name}_out") / "out"))
-        run_convert(str(root), out[-1], "--splits=train=1.0", f"--num_shards={shards}")
+        write_dataset(str(root), out[-1], "--splits=train=1.0", f"--num_shards={shards}")
     return out
 
 
@@ -143,7 +143,7 @@ def test_every_reader_mixes_alike_and_torch_saves_the_mix(sources):
 def test_sources_that_do_not_fit_together_are_refused(sources, tmp_path):
     root = tmp_path / "images"
     synthetic.make_image_folder(str(root), num_labels=3, per_label=4)
-    run_convert(str(root), str(tmp_path / "other"), "--splits=train=1.0")
+    write_dataset(str(root), str(tmp_path / "other"), "--splits=train=1.0")
     with pytest.raises(ValueError, match="other labels"):
         reader.make_dataset(
             reader.mix([(sources[0], 1), (str(tmp_path / "other"), 1)]), batch_size=B, **OPTS

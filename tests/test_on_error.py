@@ -9,7 +9,7 @@ import json
 import shutil
 
 import pytest
-from conftest import run_convert
+from dataset_writer import write_dataset
 
 import reader
 from evenshard import synthetic
@@ -24,7 +24,7 @@ def damaged(tmp_path_factory):
     root = tmp_path_factory.mktemp("errors") / "images"
     synthetic.make_image_folder(str(root), num_labels=2, per_label=12, formats=("png",))
     good = str(tmp_path_factory.mktemp("errors_out") / "ds")
-    run_convert(str(root), good, "--splits=train=1.0", "--num_shards=2")
+    write_dataset(str(root), good, "--splits=train=1.0", "--num_shards=2")
     bad = str(tmp_path_factory.mktemp("errors_bad") / "ds")
     shutil.copytree(good, bad)
     shard = {**split_shards(reader.load_info(bad), bad, "train")[0]}

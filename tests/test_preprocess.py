@@ -10,7 +10,7 @@ import signal
 
 import numpy as np
 import pytest
-from conftest import run_convert
+from dataset_writer import write_dataset
 
 import reader
 from evenshard import synthetic
@@ -26,7 +26,7 @@ def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("pre") / "images"
     synthetic.make_image_folder(str(root), num_labels=3, per_label=20, formats=("png", "jpeg"))
     out = str(tmp_path_factory.mktemp("pre_out") / "ds")
-    run_convert(str(root), out, "--splits=train=1.0", "--num_shards=4")
+    write_dataset(str(root), out, "--splits=train=1.0", "--num_shards=4")
     return out
 
 

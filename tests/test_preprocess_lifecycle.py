@@ -16,7 +16,7 @@ import time
 import uuid
 
 import pytest
-from conftest import run_convert
+from dataset_writer import write_dataset
 
 import reader
 from evenshard import synthetic
@@ -32,7 +32,7 @@ def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("life") / "images"
     synthetic.make_image_folder(str(root), num_labels=2, per_label=8, formats=("png",))
     out = str(tmp_path_factory.mktemp("life_out") / "ds")
-    run_convert(str(root), out, "--splits=train=1.0", "--num_shards=2")
+    write_dataset(str(root), out, "--splits=train=1.0", "--num_shards=2")
     return out
 
 

@@ -12,7 +12,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from conftest import run_convert
+from dataset_writer import write_dataset
 
 import reader
 from evenshard import synthetic
@@ -27,7 +27,7 @@ def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("faults") / "images"
     synthetic.make_image_folder(str(root), num_labels=3, per_label=16, formats=("png",))
     out = str(tmp_path_factory.mktemp("faults_out") / "ds")
-    run_convert(str(root), out, "--splits=train=1.0", "--num_shards=4")
+    write_dataset(str(root), out, "--splits=train=1.0", "--num_shards=4")
     return out
 
 

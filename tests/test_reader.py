@@ -9,7 +9,8 @@ import shutil
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import load_info, run_convert, write_manifest
+from conftest import load_info, write_manifest
+from dataset_writer import write_dataset
 
 import reader
 from evenshard import synthetic
@@ -31,7 +32,7 @@ def images_761(tmp_path_factory):
 def eval_761(images_761, tmp_path_factory):
     """761 examples (prime) in one split "eval" of 3 shards."""
     out = str(tmp_path_factory.mktemp("eval761"))
-    run_convert(images_761, out, "--splits=eval=1.0", "--num_shards=3")
+    write_dataset(images_761, out, "--splits=eval=1.0", "--num_shards=3")
     return out
 
 
@@ -48,8 +49,8 @@ def train_760(images_761, tmp_path_factory):
     manifest = write_manifest(
         os.path.join(os.path.dirname(images_761), "m760.csv"), rows, ["path", "label"]
     )
-    run_convert(manifest, str(base / "image"), "--splits=train=1.0", "--num_shards=8")
-    run_convert(
+    write_dataset(manifest, str(base / "image"), "--splits=train=1.0", "--num_shards=8")
+    write_dataset(
         manifest, str(base / "path"), "--splits=train=1.0", "--num_shards=8", "--record_kind=path"
     )
     return str(base / "image"), str(base / "path")
@@ -420,7 +421,7 @@ def test_keras_fit_and_evaluate(images_761, tmp_path):
     """Keras fit on a shuffled split, then exact evaluate, as the README shows."""
     import keras
 
-    run_convert(images_761, str(tmp_path / "out"), "--splits=train=0.8,val=0.2")
+    write_dataset(images_761, str(tmp_path / "out"), "--splits=train=0.8,val=0.2")
     out = str(tmp_path / "out")
     train = reader.make_dataset(out, "train", 32, image_size=(8, 8), as_supervised=True, seed=0)
     val = reader.make_dataset(

@@ -7,7 +7,8 @@ import json
 
 import numpy as np
 import pytest
-from conftest import read_split, run_convert
+from conftest import read_split
+from dataset_writer import write_dataset
 
 import reader
 from evenshard import synthetic
@@ -28,8 +29,8 @@ def data_241(tmp_path_factory):
         synthetic.image_bytes("png", 20, 20, np.random.default_rng(1))
     )
     out = str(tmp_path_factory.mktemp("resume_out"))
-    run_convert(str(root), out, "--splits=train=0.5,eval=0.5", "--split_mode=exact")
-    run_convert(str(root), out + "/all", "--splits=train=1.0", "--num_shards=6")
+    write_dataset(str(root), out, "--splits=train=0.5,eval=0.5", "--split_mode=exact")
+    write_dataset(str(root), out + "/all", "--splits=train=1.0", "--num_shards=6")
     return out + "/all", out, str(root)
 
 

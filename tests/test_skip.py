@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_convert
+from dataset_writer import write_dataset
 
 import reader
 from evenshard import synthetic
@@ -24,7 +24,7 @@ def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("skip") / "images"
     synthetic.make_image_folder(str(root), num_labels=3, per_label=24, formats=("png",))
     out = str(tmp_path_factory.mktemp("skip_out") / "ds")
-    run_convert(str(root), out, "--splits=train=0.75,val=0.25", "--num_shards=4")
+    write_dataset(str(root), out, "--splits=train=0.75,val=0.25", "--num_shards=4")
     return out
 
 

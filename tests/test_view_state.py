@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_convert
+from dataset_writer import write_dataset
 
 import reader
 from evenshard import synthetic
@@ -22,7 +22,7 @@ def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("views") / "images"
     synthetic.make_image_folder(str(root), num_labels=3, per_label=20, formats=("png",))
     out = str(tmp_path_factory.mktemp("views_out") / "ds")
-    run_convert(str(root), out, "--splits=train=1.0", "--num_shards=4")
+    write_dataset(str(root), out, "--splits=train=1.0", "--num_shards=4")
     return out
 
 
