@@ -161,6 +161,7 @@ READER_FLOORS = {
     "reader/pydecode.py": 3,
     "reader/pixels.py": 3,
     "reader/decode.py": 3,
+    "reader/examples.py": 3,
     "reader/source.py": 3,
     "reader/explain.py": 3,
     "reader/preprocess.py": 4,  # the spine's decode stages and routes (no face's)
@@ -185,6 +186,7 @@ ENGINES = {
         "reader/tfcall.py",
         "reader/graph.py",
         "reader/compat_tf.py",
+        "reader/examples.py",  # pass-through records: tf.io.parse_example
     },
     "torch": {"reader/torch.py", "reader/compat_torch.py"},
     "nvidia": {"reader/dali_decode.py"},
