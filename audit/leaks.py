@@ -37,6 +37,10 @@ class Side:
         self.data_dir = data_dir
         self.name = name  # "" for DATASET, else a prefix for OTHER's splits
         self.info = load_info(data_dir)
+        if self.info["record_kind"] not in ("image", "path"):  # example: records as they were
+            raise DatasetError(
+                f"{data_dir}: {self.info['record_kind']} records hold no images to compare"
+            )
         self.path_root = path_root or self.info.get("path_root", "")
         self.keys: list[str] = []
         self.values: list[str] = []  # the fingerprints (schemas.near)

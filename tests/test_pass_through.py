@@ -161,6 +161,17 @@ def test_the_schema_is_inferred_from_the_records(records, tmp_path):
     spec = schemas.feature_spec(schemas.load(out))
     assert type(spec["embedding"]).__name__ == "FixedLenFeature"
     assert type(spec["tokens"]).__name__ == "VarLenFeature"
+    # the reader's spec of it, and a shard's records parsed by it (nothing decoded)
+    from reader.examples import load_spec, parse_batch
+
+    parsed = parse_batch(shard_records(out)["train"], load_spec(out))
+    assert parsed["embedding"].shape[1:] == (3,) and parsed["tags"].lengths.max() == 3
+    # no images: evenshard leaks says so in one line
+    from audit.leaks import Side
+    from schemas.info import DatasetError
+
+    with pytest.raises(DatasetError, match="example records hold no images"):
+        Side(out)
 
 
 def test_without_a_label_and_a_group_stays_in_one_split(records, tmp_path):
