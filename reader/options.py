@@ -90,6 +90,8 @@ class ReadOptions:
         error_ledger: the file the skipped records are appended to.
     """
 
+    # The groups' fields, flat as users type them (so an editor offers them): each
+    # also in its group, which checks it (test_option_groups pins that they agree).
     shuffle: bool | None = None
     seed: int | None = None
     epochs: int | None = 1
@@ -142,42 +144,6 @@ class ReadOptions:
                 f"{self.start_step}"
             )
 
-    @property
-    def ordering(self):
-        return self._groups["ordering"]
-
-    @property
-    def sharding(self):
-        return self._groups["sharding"]
-
-    @property
-    def images(self):
-        return self._groups["images"]
-
-    @property
-    def batches(self):
-        return self._groups["batches"]
-
-    @property
-    def form(self):
-        return self._groups["form"]
-
-    @property
-    def bucket(self):
-        return self._groups["bucket"]
-
-    @property
-    def tuning(self):
-        return self._groups["tuning"]
-
-    @property
-    def device(self):
-        return self._groups["device"]
-
-    @property
-    def errors(self):
-        return self._groups["errors"]
-
     def shuffles(self, split: str) -> bool:
         """Whether a read of ``split`` shuffles: ``shuffle``, by default "train" only."""
         return split == "train" if self.shuffle is None else self.shuffle
@@ -214,3 +180,11 @@ class ReadOptions:
     def workers(self) -> tuple[int, int]:
         """(number of workers, this worker's index)."""
         return self.sharding.workers()
+
+
+def _group(name: str) -> property:
+    return property(lambda options: options._groups[name], doc=GROUPS[name].__doc__)
+
+
+for _name in GROUPS:  # options.ordering, options.images, ...: the groups, as made
+    setattr(ReadOptions, _name, _group(_name))
