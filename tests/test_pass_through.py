@@ -365,3 +365,18 @@ def test_dask_gives_the_direct_runner_bytes(records, tmp_path):
         for i in runs
     ]
     assert shas[0] and shas[0] == shas[1]
+
+
+@pytest.mark.fast
+def test_a_group_value_is_text_or_an_int_and_a_record_without_one_is_its_own_group():
+    from beam_jobs.record_rules import RecordFeatures, RecordProblem, RecordRules
+
+    rules = RecordRules(RecordFeatures(None, None, "", None, "who"))
+    assert rules.group({"who": ("bytes", [b"ann"])}) == "ann"
+    assert rules.group({"who": ("int64", [7])}) == "7"
+    assert rules.group({}) is None and rules.group({"who": ("bytes", [b""])}) is None
+    assert rules.group({"who": ("bytes", [b"a", b"b"])}) is None
+    with pytest.raises(RecordProblem) as e:
+        rules.group({"who": ("bytes", [b"\xff"])})
+    assert e.value.reason == "bad_split"
+    assert rules.label({"label": ("bytes", [b"x"])}) == ""  # no label feature: no label
