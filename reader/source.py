@@ -19,7 +19,8 @@ import json
 
 import numpy as np
 
-from reader.cache import check_limit, open_cache
+from reader.cache import open_cache
+from reader.cache_policy import check_limit
 from reader.errors import one_line
 from reader.info import default_path_root
 from reader.options import ReadOptions

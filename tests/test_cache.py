@@ -454,7 +454,7 @@ def test_runs_are_fetched_where_they_download_less_than_whole_shards():
     keeps what the plan needs soonest). So runs below RUNS_BELOW of the bytes, for
     shuffled reads (unshuffled, a run is a whole shard: its sha256 is checked), and
     never without a DALI index (gzip)."""
-    from reader.cache import RUNS_BELOW, by_runs
+    from reader.cache_policy import RUNS_BELOW, by_runs
 
     shards = [{"num_bytes": 100, "table": [[0, 100]]} for _ in range(10)]
     assert by_runs(shards, 100) and by_runs(shards, int(RUNS_BELOW * 1000) - 1)

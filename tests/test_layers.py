@@ -154,6 +154,7 @@ READER_FLOORS = {
     "reader/read.py": 2,
     "reader/records.py": 3,  # records in read order, and decoding
     "reader/cache.py": 3,
+    "reader/cache_policy.py": 3,
     "reader/cache_fetch.py": 3,
     "reader/cache_folder.py": 3,
     "reader/stream.py": 3,
@@ -163,6 +164,7 @@ READER_FLOORS = {
     "reader/decode.py": 3,
     "reader/examples.py": 3,
     "reader/source.py": 3,
+    "reader/shard_keys.py": 3,
     "reader/explain.py": 3,
     "reader/preprocess.py": 4,  # the spine's decode stages and routes (no face's)
     "reader/graph.py": 4,
