@@ -47,6 +47,7 @@ setup(
             # the DALI, PyTorch and JAX readers are tested too (make test)
             "nvidia-dali-cuda120>=2.4",
             "torch>=2.4",
+            "torchdata>=0.10",  # StatefulDataLoader: TorchReader's state per worker
             "jax>=0.4.30",
             # record inputs (issue 42) written by their own libraries in the tests
             "datasets>=3",  # Hugging Face Parquet

@@ -11,10 +11,15 @@ count is the number received. With W workers, worker ``w`` sends batches ``w, w 
 ...``, and they arrive as the workers finish them; the DataLoader's iterator keeps those
 that came early and hands all over in turn (``in_order=True``), so what the loop took
 is what that iterator yielded: the process that unpickles a batch finds the iterator on
-its stack and counts by it (its ``_num_yielded``, kept when it goes; a new pass of a
-persistent DataLoader restarts it). Unknown, and said so: batches the DataLoader's
+its stack and counts by it (its count of the batches it yielded, kept when it goes; a
+new pass of a persistent DataLoader restarts it; the names read are torch's private
+ones, in ``reader.compat_torch``). Unknown, and said so: batches the DataLoader's
 pin-memory thread unpickled (it runs ahead of the loop) and batches of several workers
 unpickled outside an iterator. No torch here: plain multiprocessing.
+
+torchdata's ``StatefulDataLoader`` needs none of this: it asks each worker's reader for
+its state with every batch and counts what it yielded itself (``worker_state``); the
+batches then travel untagged and no stack is walked.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from multiprocessing.reduction import ForkingPickler
 
 from reader import compat_torch
 
+_WORKER_FIRST = "worker_first"  # a DataLoader worker's state: its next batch
 PINNED = "pinned"  # received by the DataLoader's pin-memory thread, ahead of the loop
 UNORDERED = "unordered"  # several workers' batches, unpickled outside a DataLoader iterator
 
@@ -82,6 +88,19 @@ def received(token: str) -> int | str:
 def forget(token: str) -> None:
     """A new iteration of reader ``token`` (or one in this process) starts the count."""
     _RECEIVED.pop(token, None)
+
+
+def worker_state(read_state: str, first: int) -> dict:
+    """A DataLoader worker's state, as torchdata's ``StatefulDataLoader`` keeps it for each
+    worker with the batches it yielded: where the worker's read stands (``read_state``,
+    ReadState JSON), and its next batch counted from there (``first``, modulo the
+    worker count)."""
+    return {"read_state": read_state, _WORKER_FIRST: first}
+
+
+def worker_first(state: dict) -> int | None:
+    """The next batch of a worker's state from ``worker_state``; None for a reader's."""
+    return state.get(_WORKER_FIRST)
 
 
 def _send(batch):

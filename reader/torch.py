@@ -101,7 +101,9 @@ class TorchReader(torch.utils.data.IterableDataset):
     reader's batches ``w, w + W, ...``, so the DataLoader's round robin gives the
     batches in the one order (DALI skips the others' records before decoding; the tf
     backend shards the batches before decoding too). ``state_dict()``
-    counts the batches that reached the training process.
+    counts the batches that reached the training process. In torchdata's
+    ``StatefulDataLoader`` (any ``num_workers``), the loader's own ``state_dict()``
+    resumes it exactly: each worker's reader says where it stands.
 
     Building checks the options and the split's files, and nothing more: the
     TensorFlow or DALI pipeline is built by the process that iterates, on
@@ -188,12 +190,18 @@ class TorchReader(torch.utils.data.IterableDataset):
             for source in self._sources:
                 check_formats(source.data_dir, source.info)
 
+    # in a StatefulDataLoader's worker: the loader counts what it yielded (state_dict
+    # asked there), and the worker's first batch from its state, when it resumed
+    _loader_counts, _worker_first = False, None
+
     def state_dict(self) -> dict:
         """Where this reader stands: ``{"read_state": ReadState JSON}``, advanced by the
         batches this process received from this iteration (save it beside the model's
         state_dict). In a ``DataLoader(num_workers=W)``, the batches the workers sent
         that reached this process (in the read's order: the DataLoader hands them over
         in turn), not those they read ahead; a new DataLoader with any W resumes.
+        Asked in a DataLoader worker (torchdata's ``StatefulDataLoader`` asks each), the
+        batches this worker yielded, and which it yields next.
 
         Raises:
             RuntimeError: where it cannot know: the DataLoader's ``pin_memory=True``
@@ -201,6 +209,11 @@ class TorchReader(torch.utils.data.IterableDataset):
                 this process without their count (a ``collate_fn`` that rebuilds them),
                 or several workers' batches reached it outside a DataLoader iterator.
         """
+        info = torch.utils.data.get_worker_info()
+        if info is not None:  # a StatefulDataLoader's worker: batches go untagged
+            self._loader_counts = True
+            first = (self._first_dealt(info) - self._consumed) % info.num_workers
+            return handover.worker_state(self._state.advance(self._consumed).to_json(), first)
         consumed = self._consumed
         if handover.seen(self._token):
             consumed = handover.received(self._token)
@@ -222,6 +235,7 @@ class TorchReader(torch.utils.data.IterableDataset):
                 "TorchReader.state_dict(): a DataLoader worker reads this reader but none of "
                 "its batches reached this process counted (a collate_fn that rebuilds them?); "
                 "use DataLoader(reader, batch_size=None) without a collate_fn, or num_workers=0"
+                " (a StatefulDataLoader's state is its own state_dict())"
             )
         return {"read_state": self._state.advance(consumed).to_json()}
 
@@ -234,6 +248,9 @@ class TorchReader(torch.utils.data.IterableDataset):
         self._sources = read.sources
         self._len, self._state, self._consumed = read.yields, read.state, 0
         self._drop_pipeline()
+        self._worker_first = handover.worker_first(state_dict)
+        if torch.utils.data.get_worker_info() is not None:
+            return  # a StatefulDataLoader's worker resumes: the flags shared stay
         if self._token is not None:
             handover.forget(self._token)
         # names the batches DataLoader workers send from this state (a new one for each:
@@ -312,12 +329,19 @@ class TorchReader(torch.utils.data.IterableDataset):
             "_loads": loads,
         }
 
+    def _first_dealt(self, info) -> int:
+        """This DataLoader worker's first batch of the read from ``self._state``."""
+        return info.id if self._worker_first is None else self._worker_first
+
     def __iter__(self):
+        self._consumed = 0  # iterating again starts the read again, from the state
+        return self._batches()
+
+    def _batches(self):
         info = torch.utils.data.get_worker_info()
         convert = {"dali": self._from_dali, "tf": self._from_tf, "python": _from_numpy}[
             self.backend
         ]
-        self._consumed = 0  # iterating again starts the read again, from the state
         every, first = 1, 0  # a DataLoader worker's batches: first, first + every, ...
         if info is None:
             handover.forget(self._token)  # counted here, not by a DataLoader's worker
@@ -330,7 +354,7 @@ class TorchReader(torch.utils.data.IterableDataset):
                     "persistent_workers=False"
                 )
             self._in_worker.value = 1
-            every, first = info.num_workers, info.id
+            every, first = info.num_workers, self._first_dealt(info)
         if self._left_early and self.backend == "dali":
             # a DALI pipeline left mid-pass holds outputs it prefetched for that pass,
             # which its reset() keeps: the next pass gets a new one (under 0.5 s)
@@ -349,7 +373,7 @@ class TorchReader(torch.utils.data.IterableDataset):
             if self.as_supervised:
                 out = out["image"], out["label"], out["mask"]
                 out = out if self.options.pad_final_batch else out[:2]
-            if info is not None:  # counted by the process that receives it
+            if info is not None and not self._loader_counts:  # counted where it arrives
                 out = handover.sent(out, self._token, self._consumed, every)
             yield out
         self._left_early = False
