@@ -9,7 +9,9 @@ share: ``record_source``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import zlib
 
 from beam_jobs import paths
@@ -27,7 +29,7 @@ class _ReadRecordFile(ReadRecordFile):
         rel = paths.relative_to(self._root, path) or path
         index = 0  # of the next record
         try:
-            with paths.open_binary(path) as raw:
+            with _opened(path) as raw:
                 for offset, data in tfrecord.records_at(path, raw):
                     where = f"record {index} (byte {offset})"
                     features = functools.partial(parse_features, data)
@@ -44,8 +46,24 @@ class _ReadRecordFile(ReadRecordFile):
             yield self.unreadable(f"{rel}#{index}", path, f"record {index}", e)
 
 
+# A file up to this size is read in one call (from a bucket: one ranged request, where
+# Beam's FileSystems.open makes several) and framed in memory: the one-example files
+# of issue 42 are a few KB, and an open stream's per-record reads cost more than
+# their bytes. A larger file is read as a stream, a record at a time.
+WHOLE_FILE = 1 << 16
+
+
+def _opened(path: str):
+    """The stored bytes of ``path`` as a stream, from its start: in memory when the file
+    is at most ``WHOLE_FILE`` bytes (one read), else the file opened."""
+    head = paths.read_bytes(path, WHOLE_FILE + 1)
+    if len(head) <= WHOLE_FILE:
+        return contextlib.nullcontext(io.BytesIO(head))
+    return paths.open_binary(path)
+
+
 def _first(path: str) -> dict | None:
-    with paths.open_binary(path) as raw:
+    with _opened(path) as raw:
         data = next(tfrecord.iter_records(path, raw), None)
     return None if data is None else parse_features(data)
 
