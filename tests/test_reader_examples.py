@@ -132,3 +132,29 @@ def test_an_empty_or_missing_variable_feature_is_length_zero():
     records = [example(id="a"), example(id="b", x=np.array([], np.int64))]
     got = parse_batch(records, {"x": Feature("int64")})
     assert got["x"].values.shape == (2, 0) and got["x"].lengths.tolist() == [0, 0]
+
+
+def test_the_inferred_schema_agrees_with_tfx_bsls_decoder():
+    """Types from tfx-bsl's own decoding (its arrow schema, no schema given), presence
+    from its nulls, value counts from its list lengths: the schema inferred says the
+    same."""
+    import pyarrow as pa
+    from tensorflow_metadata.proto.v0 import schema_pb2
+    from tfx_bsl.coders import example_coder
+
+    records = mixed(10) + [example(id="x", label="cat", tokens=np.array([], np.int64))]
+    batch = example_coder.ExamplesToRecordBatchDecoder().DecodeBatch(records)
+    schema = {f.name: f for f in _schema_of(records).feature}
+    assert sorted(schema) == sorted(batch.schema.names)
+    types = {pa.int64(): schema_pb2.INT, pa.float32(): schema_pb2.FLOAT}
+    for name in batch.schema.names:
+        column = batch.column(batch.schema.get_field_index(name))
+        assert schema[name].type == types.get(column.type.value_type, schema_pb2.BYTES), name
+        every = column.null_count == 0
+        assert (schema[name].presence.min_fraction == 1.0) == every, name
+        lengths = [len(v) for v in column.to_pylist() if v is not None]
+        if schema[name].HasField("shape"):
+            assert set(lengths) == {schema[name].shape.dim[0].size}, name
+        else:
+            vc = schema[name].value_count
+            assert (vc.min, vc.max) == (min(lengths), max(lengths)), name
