@@ -10,7 +10,7 @@ import numpy as np
 
 from reader.info import open_shard
 from schemas import features, storage
-from schemas.example import parse_example
+from schemas.example import length_delimited, parse_example
 from schemas.info import DatasetError
 
 HEAD = 512  # bytes read from a record's start: every field before the image
@@ -111,14 +111,4 @@ def _fields(fd: int, start: int, length: int) -> bytes:
         if need(name_at, named) in _WANTED:
             kept.append(need(pos, entry - pos + size))
         pos = entry + size
-    fields = b"".join(kept)
-    return b"\x0a" + _varint(len(fields)) + fields
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+    return length_delimited(1, b"".join(kept))  # an Example of the kept map entries

@@ -42,6 +42,11 @@ def _field(number: int, payload: bytes) -> bytes:
     return _varint(number << 3 | 2) + _varint(len(payload)) + payload
 
 
+def length_delimited(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field (wire type 2): tag, length, ``payload``."""
+    return _field(number, payload)
+
+
 def _map_order(name: str) -> list[int]:
     """Protobuf's deterministic map order: bytewise, but a key before its own prefix.
 
