@@ -45,10 +45,7 @@ One more torchvision row shows the route of its docs instead (Pillow's loader an
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
-import platform
-import shutil
 import subprocess
 import sys
 import time
@@ -57,139 +54,13 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import BIN, HERE, SMOKE, WORK, bench_main, measured, replace_section, tiny  # noqa: E402
+from _peers_corpus import LABELS, corpus_facts, make_corpus  # noqa: E402
+from _peers_tools import PEERS_VENV, TOOLS, peers_venv, project_versions  # noqa: E402
 
-LABELS = tiny(100, 10)  # every label has images: convert numbers the folders it finds
-QUALITY = (85, 90)  # JPEG quality, drawn in this range (inclusive)
-LONG = tiny(500, 160)  # long side of a saved image
-CROP = tiny((420, 760), (120, 240))  # long side of the box cut from the wallpaper
-ASPECT = (1.2, 1.5)
-PORTRAIT = 0.2
+__all__ = ["corpus_facts", "make_corpus"]  # limit_bench.py takes the corpus from here
+
 WORKER = os.path.join(HERE, "_peers_worker.py")
-PEERS_VENV = os.path.join(WORK, "peers-venv")
 PROJECT_PY = os.path.join(BIN, "python")
-# what the peers' venv gets: torch and torchvision as this machine's disk holds them
-# (docs: /work/.library/env/machines/python.md), then one peer at a time
-TORCH = {
-    "x86_64": ("torch==2.14.1", "torchvision==0.29.1"),
-    "aarch64": ("torch==2.9.1", "torchvision==0.24.1"),
-}
-PEER_PACKAGES = {
-    # evenshard's Python route's decode + resize, which every Python peer is given
-    "decode": "simplejpeg==1.9.0 opencv-python-headless==5.0.0.93",
-    "webdataset": "webdataset==1.0.2",
-    "arrayrecord": "array-record==0.8.6",
-    "grain": "grain==0.2.18",
-    "litdata": "litdata==0.2.76",
-    "mds": "mosaicml-streaming==0.13.0",
-}
-
-# name: (what, python, writer or None, the data it reads: the tool that wrote it or "src",
-#        packages it needs in the peers venv, how it reads)
-TOOLS = {
-    "evenshard_tf": (
-        "evenshard convert + `make_dataset`",
-        "project",
-        "evenshard",
-        "evenshard_tf",
-        (),
-        "tf.data, its own parallelism (AUTOTUNE); the order convert shuffled, "
-        "read with its seeded window shuffle",
-    ),
-    "evenshard_torch": (
-        "evenshard `TorchReader` (default backend)",
-        "project",
-        None,
-        "evenshard_tf",
-        (),
-        "the default for this machine (resolved: see `backend`), iterated directly",
-    ),
-    "evenshard_torch_tf": (
-        'evenshard `TorchReader(backend="tf")`',
-        "project",
-        None,
-        "evenshard_tf",
-        (),
-        "tf.data inside, iterated directly",
-    ),
-    "evenshard_torch_dali": (
-        'evenshard `TorchReader(backend="dali")` (CPU)',
-        "project",
-        None,
-        "evenshard_tf",
-        (),
-        "DALI on the CPU, iterated directly",
-    ),
-    "evenshard_numpy": (
-        "evenshard `NumpyReader` (Python route)",
-        "project",
-        None,
-        "evenshard_tf",
-        (),
-        "its decode (simplejpeg + OpenCV) in `num_processes=2` processes",
-    ),
-    "tf_plain": (
-        "plain `TFRecordWriter` loop + tf.data",
-        "project",
-        "tf_plain",
-        "tf_plain",
-        (),
-        "16 files; `list_files(shuffle)`, `interleave` (AUTOTUNE), `shuffle(10000)`, "
-        "`map` (AUTOTUNE), `batch(128)`",
-    ),
-    "webdataset": (
-        "WebDataset `ShardWriter` + `WebLoader`",
-        "peers",
-        "webdataset",
-        "webdataset",
-        ("torch", "decode", "webdataset"),
-        "tars of 1,000; `shardshuffle=100`, `.shuffle(1000)`, `.batched(128)` in "
-        "`WebLoader(num_workers=2)`",
-    ),
-    "grain": (
-        "ArrayRecord + Grain `DataLoader`",
-        "peers",
-        "arrayrecord",
-        "grain",
-        ("decode", "arrayrecord", "grain"),
-        "16 files, `group_size:1`; `IndexSampler(shuffle=True)`, `worker_count=2`",
-    ),
-    "litdata": (
-        "LitData `optimize` + `StreamingDataLoader`",
-        "peers",
-        "litdata",
-        "litdata",
-        ("torch", "decode", "litdata"),
-        "64 MB chunks, optimize with 2 workers; `shuffle=True` (chunks shuffled, items "
-        "within a chunk in shuffled blocks of 256: `item_shuffle_window`'s default), "
-        "`num_workers=2`",
-    ),
-    "mds": (
-        "MosaicML `MDSWriter` + `StreamingDataset`",
-        "peers",
-        "mds",
-        "mds",
-        ("torch", "decode", "mds"),
-        "default shards; `shuffle=True` (py1e), `DataLoader(num_workers=2)`",
-    ),
-    "torchvision": (
-        "torchvision `ImageFolder` + `DataLoader`",
-        "peers",
-        None,
-        "src",
-        ("torch", "decode"),
-        "the JPEG folders, `loader=` the decode + resize; `DataLoader(shuffle=True, "
-        "num_workers=2)`",
-    ),
-    "torchvision_pil": (
-        "torchvision `ImageFolder` + `DataLoader`, Pillow",
-        "peers",
-        None,
-        "src",
-        ("torch",),
-        "as above with ImageFolder's own Pillow loader and `Resize((224, 224))` "
-        "(Pillow's antialiased bilinear), `PILToTensor()`",
-    ),
-}
 
 FLAGS = {
     "images": (int, 20_000, "JPEGs in the corpus", 40),
@@ -202,148 +73,6 @@ FLAGS = {
         ",".join(t for t in TOOLS if not t.startswith("evenshard_torch")),
     ),
 }
-
-
-# -------------------------------------------------------------------------- the corpus
-
-
-def _label_range(label: int, count: int) -> range:
-    """The indices i with i * LABELS // count == label."""
-    first = -(-label * count // LABELS)
-    return range(first, -(-(label + 1) * count // LABELS))
-
-
-def _cut(path: str, labels: list[int], count: int, root: str) -> None:
-    """The crops of one wallpaper's labels, each label from a vertical strip of its own."""
-    from PIL import Image
-
-    with Image.open(path) as im:
-        image = im.convert("RGB")
-    width, height = image.size
-    for strip, label in enumerate(labels):
-        rng = np.random.default_rng(label)
-        folder = os.path.join(root, f"label_{label:03d}")
-        os.makedirs(folder, exist_ok=True)
-        left, right = width * strip // len(labels), width * (strip + 1) // len(labels)
-        for i in _label_range(label, count):
-            aspect = rng.uniform(*ASPECT)
-            long = int(rng.integers(CROP[0], CROP[1] + 1))
-            box_w, box_h = long, round(long / aspect)
-            size = (LONG, round(LONG / aspect))
-            if rng.random() < PORTRAIT:
-                box_w, box_h, size = box_h, box_w, size[::-1]
-            cx = rng.uniform(left, right)
-            x = int(np.clip(cx - box_w / 2, 0, width - box_w))
-            y = int(rng.integers(0, height - box_h + 1))
-            crop = image.crop((x, y, x + box_w, y + box_h)).resize(size, Image.LANCZOS)
-            quality = int(rng.integers(QUALITY[0], QUALITY[1] + 1))
-            crop.save(os.path.join(folder, f"img_{i:06d}.jpg"), "JPEG", quality=quality)
-
-
-def make_corpus(count: int) -> str:
-    """``count`` real-photo JPEGs in LABELS label folders, label-sorted; cached."""
-    from near_bench import wallpapers
-
-    root = os.path.join(WORK, f"peers_photos_{count}")
-    if os.path.exists(os.path.join(root, ".done")):
-        return root
-    shutil.rmtree(root, ignore_errors=True)
-    paths = wallpapers()
-    tasks = [
-        (path, [lab for lab in range(LABELS) if lab % len(paths) == w], count, root)
-        for w, path in enumerate(paths)
-    ]
-    with multiprocessing.Pool(2) as pool:
-        pool.starmap(_cut, tasks)
-    open(os.path.join(root, ".done"), "w").close()
-    return root
-
-
-def corpus_facts(src: str) -> dict:
-    from PIL import Image
-
-    sizes, pixels = [], []
-    for d, _, names in os.walk(src):
-        for n in names:
-            if n.endswith(".jpg"):
-                p = os.path.join(d, n)
-                sizes.append(os.path.getsize(p))
-                with Image.open(p) as im:
-                    pixels.append(im.width * im.height)
-    return {
-        "images": len(sizes),
-        "labels": LABELS,
-        "mean_kb": round(float(np.mean(sizes)) / 1e3, 1),
-        "mean_pixels": round(float(np.mean(pixels))),
-        "mb": round(sum(sizes) / 1e6),
-    }
-
-
-# ------------------------------------------------------------------ the peers' venv
-
-
-def peers_venv() -> dict:
-    """Makes benchmarks/_work/peers-venv and installs the pinned peers (each package
-    apart: one that fails is recorded and the others go on); returns what is there.
-    Under --smoke, none is made: every peer is left out."""
-    if SMOKE:
-        why = "--smoke makes no peers' environment"
-        return {
-            "wanted": {},
-            "failed": dict.fromkeys(["torch", *PEER_PACKAGES], why),
-            "versions": {},
-        }
-    python = os.path.join(PEERS_VENV, "bin", "python")
-    marker = os.path.join(PEERS_VENV, "installed.json")
-    torch_pins = TORCH.get(platform.machine(), ("torch", "torchvision"))
-    wanted = {"torch": " ".join(torch_pins), **PEER_PACKAGES}
-    if os.path.exists(marker):
-        with open(marker) as f:
-            done = json.load(f)
-        if done.get("wanted") == wanted:
-            return done
-    if not os.path.exists(python):
-        subprocess.run([sys.executable, "-m", "venv", PEERS_VENV], check=True)
-        subprocess.run([python, "-m", "pip", "install", "-q", "--upgrade", "pip"], check=True)
-    failed = {}
-    groups = [("torch", ["pillow", "numpy"]), *((k, [v]) for k, v in PEER_PACKAGES.items())]
-    for name, packages in groups:
-        out = subprocess.run(  # torch's pins each time: no peer moves it
-            [python, "-m", "pip", "install", "-q", *torch_pins, *" ".join(packages).split()],
-            capture_output=True,
-            text=True,
-        )
-        if out.returncode:
-            failed[name] = out.stderr.strip().splitlines()[-1:] or ["pip failed"]
-    versions = subprocess.run(
-        [python, "-m", "pip", "list", "--format=json"], capture_output=True, text=True, check=True
-    )
-    keep = {"torch", "torchvision", "pillow", "numpy", "webdataset", "array-record", "array_record"}
-    keep |= {"grain", "litdata", "mosaicml-streaming", "simplejpeg", "opencv-python-headless"}
-    done = {
-        "wanted": wanted,
-        "failed": failed,
-        "versions": {
-            p["name"].lower(): p["version"]
-            for p in json.loads(versions.stdout)
-            if p["name"].lower() in keep
-        },
-    }
-    with open(marker, "w") as f:
-        json.dump(done, f, indent=2)
-    return done
-
-
-def project_versions() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {}
-    for name in ("tensorflow", "torch", "nvidia-dali-cuda120", "pillow", "apache-beam"):
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            pass
-    return out
 
 
 # ------------------------------------------------------------------------ the runs
@@ -365,15 +94,9 @@ def _warm(src: str) -> None:
 def write(tool: str, src: str, out: str) -> dict:
     """One write, measured: wall and CPU seconds of the process tree."""
     if tool == "evenshard":
-        cmd = [
-            os.path.join(BIN, "evenshard"),
-            "convert",
-            f"--input={src}",
-            f"--output_dir={out}",
-            "--splits=train=1.0",
-            "--verify=full",
-            "--overwrite",
-        ]
+        evenshard = os.path.join(BIN, "evenshard")
+        flags = ("--splits=train=1.0", "--verify=full", "--overwrite")
+        cmd = [evenshard, "convert", f"--input={src}", f"--output_dir={out}", *flags]
         result = measured(cmd)
         size = sum(
             os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(out) for n in names
