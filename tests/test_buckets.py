@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from conftest import run_convert
+from dataset_writer import write_dataset
 
 from audit.validate import validate
 from beam_jobs.options import UserError
@@ -31,7 +32,7 @@ def local_dataset(tmp_path_factory):
     root = tmp_path_factory.mktemp("gcs") / "images"
     synthetic.make_image_folder(str(root), num_labels=3, per_label=20, formats=("jpeg", "png"))
     out = str(tmp_path_factory.mktemp("gcs_out") / "out")
-    run_convert(str(root), out, "--splits=train=0.8,val=0.2", "--num_shards=6")
+    write_dataset(str(root), out, "--splits=train=0.8,val=0.2", "--num_shards=6")
     return out
 
 

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 import tensorflow as tf
-from conftest import run_convert
+from dataset_writer import write_dataset
 
 import reader
 from audit.validate import validate
@@ -24,8 +24,8 @@ SIZE = (8, 8)
 def datasets(tmp_path_factory):
     base = tmp_path_factory.mktemp("counts")
     synthetic.make_image_folder(str(base / "img"), num_labels=2, per_label=12, formats=("png",))
-    run_convert(str(base / "img"), str(base / "plain"), "--splits=train=1.0", "--num_shards=2")
-    run_convert(
+    write_dataset(str(base / "img"), str(base / "plain"), "--splits=train=1.0", "--num_shards=2")
+    write_dataset(
         str(base / "img"),
         str(base / "gzip"),
         "--splits=train=1.0",

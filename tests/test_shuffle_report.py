@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 
-from conftest import run_convert
+from dataset_writer import write_dataset
 
 from evenshard import cli
 
 
 def test_report_writes_a_png_and_the_three_metrics(folder_500, tmp_path, capsys):
     data_dir = str(tmp_path / "ds")
-    run_convert(folder_500[0], data_dir, "--num_shards=4")
+    write_dataset(folder_500[0], data_dir, "--num_shards=4")
     png = str(tmp_path / "report.png")
     argv = [data_dir, "--out", png, "--batch_size=32", "--baseline", "--baseline_buffer=50"]
     assert cli.main(["shuffle-report", *argv]) == 0
@@ -43,7 +43,7 @@ def test_baseline_buffer_defaults_to_a_tenth_of_the_split_and_the_table_explains
     folder_500, tmp_path, capsys
 ):
     data_dir = str(tmp_path / "ds")
-    info = run_convert(folder_500[0], data_dir, "--num_shards=4")
+    info = write_dataset(folder_500[0], data_dir, "--num_shards=4")
     png = str(tmp_path / "report.png")
     argv = ["shuffle-report", data_dir, "--out", png, "--batch_size=32", "--baseline"]
     assert cli.main([*argv, "--json"]) == 0

@@ -7,7 +7,8 @@ import os
 import shutil
 
 import pytest
-from conftest import load_info, run_convert
+from conftest import load_info
+from dataset_writer import write_dataset
 
 import schemas
 from evenshard import cli, synthetic
@@ -22,8 +23,8 @@ def datasets(tmp_path_factory):
     images = str(base / "images")
     synthetic.make_image_folder(images, num_labels=3, per_label=40, formats=("jpeg", "png", "webp"))
     image_dir, path_dir = str(base / "image_ds"), str(base / "path_ds")
-    run_convert(images, image_dir, "--num_shards=2")
-    run_convert(images, path_dir, "--num_shards=2", "--record_kind=path", "--compression=gzip")
+    write_dataset(images, image_dir, "--num_shards=2")
+    write_dataset(images, path_dir, "--num_shards=2", "--record_kind=path", "--compression=gzip")
     return image_dir, path_dir
 
 
