@@ -5,14 +5,11 @@
     for batch in train:   # {"image": uint8 NHWC (or NCHW), "label", "key", "mask"}
         ...
 
-Two backends read the same records in the same order (``reader.read``):
-``"dali"`` decodes with DALI (on the GPU when there is one: the images come
-as CUDA tensors) and ``"tf"`` with the tf.data reader on the CPU. The
-default is the faster one for the machine (``_default_backend``): DALI where
-a CUDA GPU is visible, DALI is installed and it decodes the dataset; tf.data
-otherwise, the faster on the CPU.
-Workers of ``torch.distributed`` (or ``RANK``/``WORLD_SIZE``) read disjoint
-files with equal step counts, as ``num_workers``/``worker_index`` do.
+The face over the spine's three routes, the same records in the same order: ``"dali"``
+(``reader.dali_decode``: CUDA tensors on a GPU), ``"tf"`` (``reader.graph``, on the
+CPU) and ``"python"`` (``reader.python_route``, with a transform); by default the
+faster for the machine (``_default_backend``). Workers of ``torch.distributed`` (or
+``RANK``/``WORLD_SIZE``) read disjoint files with equal step counts.
 """
 
 from __future__ import annotations
@@ -24,7 +21,6 @@ import os
 import secrets
 import weakref
 
-import numpy as np
 import torch
 
 from reader import handover
@@ -33,6 +29,7 @@ from reader.option_groups import GROUPS, refuse_untaken
 from reader.options import ReadOptions
 from reader.read import check_sized, check_state, merge, resolve, start_state
 from reader.state import ReadState
+from reader.torch_tensors import from_dali, from_numpy, from_tf
 from schemas.images import DALI_FORMATS
 
 # the groups of options TorchReader takes (reader/option_groups.py): all but the device
@@ -339,9 +336,7 @@ class TorchReader(torch.utils.data.IterableDataset):
 
     def _batches(self):
         info = torch.utils.data.get_worker_info()
-        convert = {"dali": self._from_dali, "tf": self._from_tf, "python": _from_numpy}[
-            self.backend
-        ]
+        convert = {"dali": from_dali, "tf": from_tf, "python": from_numpy}[self.backend]
         every, first = 1, 0  # a DataLoader worker's batches: first, first + every, ...
         if info is None:
             handover.forget(self._token)  # counted here, not by a DataLoader's worker
@@ -377,45 +372,6 @@ class TorchReader(torch.utils.data.IterableDataset):
                 out = handover.sent(out, self._token, self._consumed, every)
             yield out
         self._left_early = False
-
-    @staticmethod
-    def _from_tf(batch) -> dict:
-        n = int(batch["label"].shape[0])
-        mask = batch["mask"].numpy() if "mask" in batch else np.ones(n, bool)
-        return {
-            "image": torch.from_numpy(batch["image"].numpy()),
-            "label": torch.from_numpy(batch["label"].numpy()),
-            "key": [k.decode() for k in batch["key"].numpy()],
-            "mask": torch.from_numpy(mask),
-        }
-
-    @staticmethod
-    def _from_dali(batch) -> dict:
-        image = batch["image"]
-        if isinstance(image, np.ndarray):
-            image = torch.from_numpy(image)
-        else:  # a DALI TensorListGPU: copy into a CUDA tensor on DALI's stream
-            from reader.dali_decode import feed_ndarray
-
-            tensor = image.as_tensor()
-            out = torch.empty(tensor.shape(), dtype=torch.uint8, device="cuda")
-            feed_ndarray(tensor, out, cuda_stream=torch.cuda.current_stream())
-            mask = torch.from_numpy(batch["mask"]).to("cuda")
-            image = out * mask[:, None, None, None].to(torch.uint8)  # padding is zeros
-        return {
-            "image": image,
-            "label": torch.from_numpy(batch["label"]),
-            "key": batch["key"],
-            "mask": torch.from_numpy(batch["mask"]),
-        }
-
-
-def _from_numpy(batch: dict) -> dict:
-    """NumpyReader's batch as tensors: arrays become tensors, lists stay lists."""
-    out = {}
-    for name, value in batch.items():
-        out[name] = torch.from_numpy(value) if isinstance(value, np.ndarray) else value
-    return out
 
 
 def _default_backend(infos: list, gpu: bool | None = None) -> str:

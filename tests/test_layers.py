@@ -167,10 +167,13 @@ READER_FLOORS = {
     "reader/shard_keys.py": 3,
     "reader/explain.py": 3,
     "reader/preprocess.py": 4,  # the spine's decode stages and routes (no face's)
+    "reader/preprocess_worker.py": 4,
+    "reader/shared_blocks.py": 4,
     "reader/graph.py": 4,
     "reader/python_route.py": 4,
     "reader/view_handover.py": 4,
     "reader/dali_decode.py": 4,
+    "reader/torch_tensors.py": 4,
     "reader/pipeline.py": 5,  # the faces
     "reader/dali.py": 5,
     "reader/torch.py": 5,
@@ -190,7 +193,7 @@ ENGINES = {
         "reader/compat_tf.py",
         "reader/examples.py",  # pass-through records: tf.io.parse_example
     },
-    "torch": {"reader/torch.py", "reader/compat_torch.py"},
+    "torch": {"reader/torch.py", "reader/torch_tensors.py", "reader/compat_torch.py"},
     "nvidia": {"reader/dali_decode.py"},
 }
 # The faces: thin adapters over the one spine, side by side (docs/design.md, "One spine").

@@ -1,0 +1,49 @@
+"""The spine's batches as torch tensors: from the tf graph stream, DALI and the Python
+route (``TorchReader``'s backends)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def from_tf(batch) -> dict:
+    """A tf.data batch (``reader.graph``) as tensors; ``mask`` all True when absent."""
+    n = int(batch["label"].shape[0])
+    mask = batch["mask"].numpy() if "mask" in batch else np.ones(n, bool)
+    return {
+        "image": torch.from_numpy(batch["image"].numpy()),
+        "label": torch.from_numpy(batch["label"].numpy()),
+        "key": [k.decode() for k in batch["key"].numpy()],
+        "mask": torch.from_numpy(mask),
+    }
+
+
+def from_dali(batch) -> dict:
+    """A DALI batch (``reader.dali_decode``) as tensors: a GPU image copied into a CUDA
+    tensor on DALI's stream, its padding rows zeros."""
+    image = batch["image"]
+    if isinstance(image, np.ndarray):
+        image = torch.from_numpy(image)
+    else:  # a DALI TensorListGPU: copy into a CUDA tensor on DALI's stream
+        from reader.dali_decode import feed_ndarray
+
+        tensor = image.as_tensor()
+        out = torch.empty(tensor.shape(), dtype=torch.uint8, device="cuda")
+        feed_ndarray(tensor, out, cuda_stream=torch.cuda.current_stream())
+        mask = torch.from_numpy(batch["mask"]).to("cuda")
+        image = out * mask[:, None, None, None].to(torch.uint8)  # padding is zeros
+    return {
+        "image": image,
+        "label": torch.from_numpy(batch["label"]),
+        "key": batch["key"],
+        "mask": torch.from_numpy(batch["mask"]),
+    }
+
+
+def from_numpy(batch: dict) -> dict:
+    """NumpyReader's batch as tensors: arrays become tensors, lists stay lists."""
+    out = {}
+    for name, value in batch.items():
+        out[name] = torch.from_numpy(value) if isinstance(value, np.ndarray) else value
+    return out
