@@ -14,8 +14,11 @@ from schemas.info import DatasetError
 def split_shards(info: DatasetInfo, data_dir: str, split: str) -> list[dict]:
     """The shards of a split as [{path, num_examples, num_bytes}], each checked to exist
     with its recorded size (a missing or truncated shard is named here, before reading)."""
+    if split not in info.split_names:
+        names = ", ".join(info.split_names)
+        raise DatasetError(f"split {split!r} not in {data_dir}; it has {names}")
     shards = []
-    for shard in info.split(split, data_dir).shards:
+    for shard in info.split(split).shards:
         path = layout.join(data_dir, shard.file)
         check_shard(path, shard.num_bytes)
         index = layout.join(data_dir, shard.dali_index) if shard.dali_index else None

@@ -52,13 +52,13 @@ class DatasetInfo:
     def split_names(self) -> tuple[str, ...]:
         return tuple(s.name for s in self.splits)
 
-    def split(self, name: str, data_dir: str = "") -> SplitInfo:
+    def split(self, name: str) -> SplitInfo:
         """The split ``name``; a ``DatasetError`` naming the splits there are."""
         for s in self.splits:
             if s.name == name:
                 return s
-        where = f" in {data_dir}" if data_dir else ""
-        raise DatasetError(f"split {name!r} not{where}; it has {', '.join(self.split_names)}")
+        names = ", ".join(self.split_names)
+        raise DatasetError(f"split {name!r} not in the dataset; it has {names}")
 
     @classmethod
     def of(cls, info: dict) -> DatasetInfo:

@@ -66,8 +66,10 @@ def test_the_typed_info_holds_what_the_json_lists_and_is_frozen():
 
 def test_a_missing_split_names_the_splits_there_are():
     info = DatasetInfo.of(info_dict())
+    with pytest.raises(DatasetError, match=r"split 'test' not in the dataset; it has train, val"):
+        info.split("test")
     with pytest.raises(DatasetError, match=r"split 'test' not in d/; it has train, val"):
-        info.split("test", "d/")
+        split_shards(info, "d/", "test")
 
 
 def test_parsing_checks_as_parse_info_does():
