@@ -8,6 +8,7 @@ import sys
 
 import pytest
 from conftest import read_rejects, run_convert, write_pngs
+from dataset_writer import write_dataset
 
 import reader
 from beam_jobs.options import UserError
@@ -33,6 +34,7 @@ def images(tmp_path_factory):
         ([f"--splits={'s' * 250}=1.0"], "at most 128 of them"),
     ],
 )
+@pytest.mark.fast
 def test_flag_mistakes_are_one_line(images, tmp_path, capsys, caplog, flags, message):
     argv = ["convert", f"--input={images}", f"--output_dir={tmp_path / 'out'}", *flags]
     assert cli.main(argv) == 2
@@ -103,6 +105,7 @@ def test_the_reject_limit_is_one_line_from_worker_processes(tmp_path):
     assert not (tmp_path / "out" / "dataset_info.json").exists()
 
 
+@pytest.mark.fast
 def test_read_options_and_states_refuse_what_is_not_a_count(images):
     for kw in ({"epochs": 2.0}, {"seed": True}, {"start_step": 1.5}):
         with pytest.raises(TypeError, match="must be a whole number"):
@@ -115,7 +118,7 @@ def test_python_m_reader_has_help_and_says_what_is_wrong(tmp_path):
     done = subprocess.run([PY, "-m", "reader", "--help"], capture_output=True, text=True)
     assert done.returncode == 0 and "--path_root" in done.stdout and not done.stderr
     write_pngs(tmp_path / "img", 6)
-    run_convert(str(tmp_path / "img"), str(tmp_path / "out"), "--splits=train=0.5,empty=0.5")
+    write_dataset(str(tmp_path / "img"), str(tmp_path / "out"), "--splits=train=0.5,empty=0.5")
     for split, message in (("nope", "not in"), ("val", "not in")):
         done = subprocess.run(
             [PY, "-m", "reader", str(tmp_path / "out"), f"--split={split}"],
@@ -127,13 +130,14 @@ def test_python_m_reader_has_help_and_says_what_is_wrong(tmp_path):
 
 
 def test_shuffle_report_into_a_missing_folder_is_one_line(images, tmp_path, capsys):
-    run_convert(images, str(tmp_path / "out"), "--splits=train=1.0")
+    write_dataset(images, str(tmp_path / "out"), "--splits=train=1.0")
     argv = ["shuffle-report", str(tmp_path / "out"), "--batch_size=2"]
     assert cli.main([*argv, f"--out={tmp_path / 'no' / 'r.png'}"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "does not exist; create it first" in err[0]
 
 
+@pytest.mark.fast
 def test_a_file_system_failure_while_writing_is_one_line():
     wrapped = (
         "RuntimeError: OSError: [Errno 28] No space left on device: "
