@@ -40,7 +40,8 @@ def write_records(path: str, records: list[bytes]) -> None:
     import tensorflow as tf
 
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with tf.io.TFRecordWriter(path) as w:
+    options = tf.io.TFRecordOptions("GZIP") if path.endswith(".gz") else None
+    with tf.io.TFRecordWriter(path, options) as w:
         for r in records:
             w.write(r)
 
@@ -195,7 +196,7 @@ def test_without_a_label_and_a_group_stays_in_one_split(records, tmp_path):
 def test_damaged_files_give_named_rejects_and_counts_reconcile(tmp_path):
     root = str(tmp_path / "in")
     recs = mixed(12)
-    write_records(f"{root}/good.tfrecord", recs[:4])
+    write_records(f"{root}/good.tfrecord.gz", recs[:4])  # gzip: read again once a shard
     write_records(f"{root}/cut.tfrecord", recs[4:8])
     with open(f"{root}/cut.tfrecord", "r+b") as f:  # cut inside record 3
         f.truncate(os.path.getsize(f"{root}/cut.tfrecord") - 5)
