@@ -11,7 +11,7 @@ bands:
    1`` a image: two fingerprints within ``distance`` bits share a band value.
 2. Per band value: the pairs that match (``schemas.near.matches``: hashes within
    ``distance`` bits, then the thumbnails alike: a second, independent measure;
-   an image below the quality gate matches only its identical thumbnail),
+   an image below the quality gate matches only a closer one),
    thinned to the bucket's minimum spanning forest, each edge weighted (bits
    apart, then thumbnail levels apart). Memory: one band value's fingerprints.
 3. All edges -> one table of the lightest weight of each pair (a CombineFn),
@@ -82,9 +82,7 @@ def _bucket_edges(element, distance: int):
         a, b, bits = close.T
         thumbs = np.stack([p.thumb for p in parsed])
         quality = np.array([p.quality for p in parsed])
-        apart = near.thumbs_apart(
-            thumbs[a], thumbs[b], quality[a], quality[b], values[a] == values[b]
-        )
+        apart = near.thumbs_apart(thumbs[a], thumbs[b], quality[a], quality[b], bits)
         for n in np.flatnonzero(apart >= 0):
             i, j = sorted((first[int(a[n])], first[int(b[n])]))
             edges.append((int(bits[n]) * 256 + int(apart[n]), i, j))

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import glob
 import hashlib
-import io
 import itertools
 import json
 import os
@@ -54,6 +53,7 @@ from _common import (  # noqa: E402
     table_rows,
     verdict,
 )
+from _near_measures import convert, fingerprints, split_of  # noqa: E402
 
 THEMES = "/usr/share/icons"
 FLAGS = {
@@ -145,20 +145,6 @@ def groups(truth: dict) -> dict[str, int]:
     return {k: find(i) for i, k in enumerate(keys)}
 
 
-def fingerprints(root: str, keys: list[str]) -> list[str]:
-    from schemas.images import inspect_stream
-
-    out = []
-    for key in keys:
-        with open(os.path.join(root, key), "rb") as f:
-            data = f.read()
-        *_, fp = inspect_stream(
-            io.BytesIO(data), len(data), full=True, max_pixels=1 << 40, near=True
-        )
-        out.append(fp)
-    return out
-
-
 def pairs(keys: list[str], fps: list[str], truth: dict, picture: dict) -> dict:
     """Recall per size pair and precision: the match rule, and the hash alone."""
     from schemas import near
@@ -203,34 +189,8 @@ def pairs(keys: list[str], fps: list[str], truth: dict, picture: dict) -> dict:
     return {"by_size": by_size, "rule": summary(rule), "hash_alone": summary(alone)}
 
 
-def convert(src: str, out: str, *flags: str) -> dict:
-    shutil.rmtree(out, ignore_errors=True)
-    subprocess.run(
-        [
-            os.path.join(BIN, "evenshard"),
-            "convert",
-            f"--input={src}",
-            f"--output_dir={out}",
-            *flags,
-        ],
-        check=True,
-        capture_output=True,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
-    )
-    with open(os.path.join(out, "dataset_info.json")) as f:
-        return json.load(f)
-
-
 def held_out(out: str, info: dict, picture: dict) -> dict:
-    from schemas import features, layout
-    from schemas.example import parse_example
-    from schemas.tfrecord import iter_records
-
-    where = {}
-    for split, s in info["splits"].items():
-        for shard in s["shards"]:
-            for record in iter_records(layout.join(out, shard["file"])):
-                where[parse_example(record)[features.KEY].decode()] = split
+    where = split_of(out)
     trained = {picture[k] for k, s in where.items() if s == "train"}
     held = [k for k, s in where.items() if s != "train"]
     total = len(where)

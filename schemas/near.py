@@ -17,7 +17,8 @@ icons, gradients), so a candidate pair within ``distance`` bits is checked by a
 second, independent measure before it counts (:func:`matches`): the 8x8 gray
 thumbnails (each one's mean taken off) and the 2x2 colours must agree; and an
 image too flat to trust (its *quality*, the mean step between neighbouring
-pixels, below ``QUALITY_GATE``) matches only an identical thumbnail. The
+pixels, below ``QUALITY_GATE``) matches only within ``FLAT_DISTANCE`` bits and
+``FLAT_GRAY_APART`` levels, its brightness included. The
 fingerprint carries all three: ``FINGERPRINT_CHARS`` hex digits.
 
 Integer arithmetic throughout (Pillow's 8-bit resize, an integer DCT basis),
@@ -60,6 +61,10 @@ WEAK_A_BAND = 2  # at most this many of them in a band (each one doubles its pro
 FINGERPRINT_CHARS = 16 + 16 + 2 + 2 * (THUMB * THUMB + 12)
 BACKGROUND = (128, 128, 128, 255)  # transparency is laid on mid gray
 QUALITY_GATE = 4  # a mean step below 1 gray level: too flat for its bits to mean much
+FLAT_DISTANCE = 4  # ... such an image matches only within this many bits ...
+FLAT_GRAY_APART = 3  # ... and thumbnails this close, their means left on (a flat
+# picture's brightness is most of what it shows: a plain square of another gray is
+# another picture)
 GRAY_APART = 12  # thumbnails further apart (gray levels, mean) are two pictures
 COLOUR_APART = 16  # 2x2 colours further apart (levels, mean) are two pictures
 
@@ -147,36 +152,41 @@ def apart(a: Parsed, b: Parsed, distance: int) -> int:
     return ((a.value ^ b.value) & ~weak).bit_count()
 
 
-def looks_alike(a: Parsed, b: Parsed, slack: float = 1.0) -> int | None:
-    """The second measure for one pair (:func:`thumbs_apart`); None: not alike."""
+def looks_alike(a: Parsed, b: Parsed, bits: int, slack: float = 1.0) -> int | None:
+    """The second measure for one pair ``bits`` apart (:func:`thumbs_apart`); None: not
+    alike."""
     found = thumbs_apart(
         a.thumb[None],
         b.thumb[None],
         np.array([a.quality]),
         np.array([b.quality]),
-        np.array([a.value == b.value]),
+        np.array([bits]),
         slack,
     )[0]
     return None if found < 0 else int(found)
 
 
-def thumbs_apart(ta, tb, qa, qb, same_hash, slack: float = 1.0) -> np.ndarray:
-    """The second measure, for many pairs (row i of each array: pair i): how far apart
-    two thumbnails are (the mean gray difference, each thumbnail's own mean taken off
-    first, so a brightened copy is close), in gray levels; -1 where they are too far
-    apart (the gray, or the colours of two coloured images: a gray copy of a colour
-    picture is the picture; ``slack`` times the thresholds) or either image is below
-    the quality gate (it then matches only an identical hash and thumbnail)."""
+def thumbs_apart(ta, tb, qa, qb, bits, slack: float = 1.0) -> np.ndarray:
+    """The second measure, for many pairs (row i of each array: pair i; ``bits``: the
+    pair's hashes' bits apart, :func:`apart`): how far apart two thumbnails are (the
+    mean gray difference, each thumbnail's own mean taken off first, so a brightened
+    copy is close), in gray levels; -1 where they are too far apart (the gray, or the
+    colours of two coloured images: a gray copy of a colour picture is the picture;
+    ``slack`` times the thresholds). Where either image is below the quality gate, its
+    weakest bits and its thumbnail's small differences mean little: the pair must be
+    within ``FLAT_DISTANCE`` bits and ``FLAT_GRAY_APART`` levels, the means left on."""
     ta, tb = np.asarray(ta, dtype=np.int64), np.asarray(tb, dtype=np.int64)
     d = ta[:, :64] - tb[:, :64]
     gray = np.abs(d - (d.sum(axis=1) // 64)[:, None]).sum(axis=1) // 64
     c = ta[:, 64:] - tb[:, 64:]
     colour = np.abs(c - (c.sum(axis=1) // 12)[:, None]).sum(axis=1) // 12
     coloured = _coloured(ta) & _coloured(tb)
-    alike = (gray <= GRAY_APART * slack) & ~((colour > COLOUR_APART * slack) & coloured)
+    unlike_colour = (colour > COLOUR_APART * slack) & coloured
+    alike = (gray <= GRAY_APART * slack) & ~unlike_colour
     flat = np.minimum(qa, qb) < QUALITY_GATE
-    identical = np.asarray(same_hash) & (ta == tb).all(axis=1)
-    return np.where(flat, np.where(identical, 0, -1), np.where(alike, gray, -1))
+    level = np.abs(d).sum(axis=1) // 64  # the means left on
+    close = (np.asarray(bits) <= FLAT_DISTANCE * slack) & (level <= FLAT_GRAY_APART * slack)
+    return np.where(alike & (close | ~flat), gray, -1)
 
 
 def _coloured(thumbs: np.ndarray) -> np.ndarray:
@@ -192,7 +202,7 @@ def matches(a: Parsed, b: Parsed, distance: int, slack: float = 1.0) -> int | No
     bits = apart(a, b, distance)
     if bits > distance:
         return None
-    seen = looks_alike(a, b, slack)
+    seen = looks_alike(a, b, bits, slack)
     return None if seen is None else bits * 256 + seen
 
 

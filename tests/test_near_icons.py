@@ -10,6 +10,7 @@ themes' figures are benchmarks/near_icons_bench.py's.
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import os
@@ -141,12 +142,36 @@ def test_simple_pictures_that_differ_do_not_match():
         assert near.matches(found[name], again, near.DEFAULT_DISTANCE) is not None, name
 
 
+def soft(angle: int, low: int, size: int = 128) -> Image.Image:
+    """A gentle gray gradient (25 levels across) with a soft blob on it: a smooth crop of
+    a photo (a straight gradient alone has no hash: its bits are all noise)."""
+    ramp = np.asarray(gradient(angle, (low,) * 3, (low + 25,) * 3, size), dtype=np.float64)
+    y, x = np.mgrid[0:size, 0:size] / size
+    blob = 12 * np.exp(-((x - 0.3) ** 2 + (y - 0.6) ** 2) / 0.02)[..., None]
+    return Image.fromarray((ramp + blob).round().astype(np.uint8), "RGB")
+
+
 @pytest.mark.fast
-def test_a_flat_picture_matches_only_its_identical_thumbnail():
+def test_a_flat_picture_matches_only_a_closer_copy():
+    """Below the quality gate a pair must be within FLAT_DISTANCE bits and its thumbnails
+    within FLAT_GRAY_APART levels, brightness included: a smooth gradient's resized and
+    re-encoded copies match it (the photo variants the gate used to lose), a brighter
+    copy, another gray and another direction do not."""
     flat = parsed(Image.new("RGB", (40, 40), (90, 90, 90)))
     assert flat.quality < near.QUALITY_GATE
     assert near.matches(flat, parsed(Image.new("RGB", (80, 80), (90, 90, 90))), 10) is not None
     assert near.matches(flat, parsed(Image.new("RGB", (40, 40), (96, 96, 96))), 10) is None
+    smooth = soft(30, 100)
+    base = parsed(smooth)
+    assert base.quality < near.QUALITY_GATE
+    jpeg = io.BytesIO()
+    smooth.save(jpeg, "JPEG", quality=60)
+    copies = (smooth.resize((64, 64), Image.LANCZOS), Image.open(jpeg))
+    for copy in copies:
+        assert near.matches(base, parsed(copy), near.DEFAULT_DISTANCE) is not None
+    brighter, turned = soft(30, 112), soft(120, 100)
+    for other in (brighter, turned):
+        assert near.matches(base, parsed(other), near.DEFAULT_DISTANCE) is None
 
 
 def morph(step: int, steps: int, size: int = 64) -> Image.Image:
