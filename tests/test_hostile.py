@@ -12,6 +12,7 @@ import sys
 import numpy as np
 import pytest
 from conftest import load_info, read_rejects, run_convert
+from dataset_writer import write_dataset
 
 import reader
 from audit.validate import validate
@@ -219,7 +220,7 @@ def test_a_folder_that_cannot_be_listed_is_a_reject_not_a_silent_loss(tmp_path, 
 def test_the_reader_and_validate_refuse_shards_outside_the_folder(tmp_path):
     _pngs(tmp_path / "images", [f"a/{i}.png" for i in range(4)])
     out = str(tmp_path / "out")
-    info = run_convert(str(tmp_path / "images"), out, "--splits=train=1.0")
+    info = write_dataset(str(tmp_path / "images"), out, "--splits=train=1.0")
     shard = info["splits"]["train"]["shards"][0]
     os.makedirs(tmp_path / "other")
     os.replace(os.path.join(out, shard["file"]), tmp_path / "other" / shard["file"])
@@ -302,7 +303,7 @@ def test_inspect_validate_and_shuffle_report_errors_are_one_line(tmp_path, capsy
         assert "not an evenshard dataset info" in text.out + text.err
     _pngs(tmp_path / "images", [f"a/{i}.png" for i in range(6)])
     out = str(tmp_path / "out")
-    run_convert(str(tmp_path / "images"), out, "--splits=train=1.0")
+    write_dataset(str(tmp_path / "images"), out, "--splits=train=1.0")
     for argv, message in (
         (["--split", "nope"], "split 'nope' not in"),
         (["--batch_size", "64"], "fewer than one batch of 64"),
