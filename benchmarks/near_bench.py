@@ -90,6 +90,7 @@ FLAGS = {
     "sample": (float, 0.5, "fraction of the sources given the seven variants"),
     "sizes": (str, "20000,100000", "comma list of scale-folder sizes (empty: no scale runs)", "30"),
     "repeats": (int, 1, "convert runs of each kind at each size, round-robin, best kept"),
+    "quiet_wait": (float, 300.0, "seconds a scale run waits for the machine to go quiet"),
 }
 
 
@@ -214,7 +215,7 @@ def measure(a) -> dict:
                     "--overwrite",
                     *flags,
                 ]
-                busy = 0.0 if SMOKE else _quiet()
+                busy = 0.0 if SMOKE else _quiet(wait=a.quiet_wait)
                 m = measured(cmd)
                 m["busy_before"] = busy
                 info = schemas.load_info(out)
