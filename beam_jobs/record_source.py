@@ -82,11 +82,32 @@ class ReadRecordFile(beam.DoFn):
             return make_reject(key, path, "corrupt", f"{where}: {e}")
         return self._inspector.image(candidate, found)._replace(record=place)
 
+    def read_files(self, files: list[str]):
+        """What ``process`` gives for each file of a chunk of the listing, in order; a
+        format may read ahead (``tfrecord_source``: a bucket's small files, several in
+        flight)."""
+        for path in files:
+            yield from self.process(path)
+
     @staticmethod
     def unreadable(key: str, path: str, where: str, e: OSError):
         """The Reject of a file that cannot be opened or read (BeamIOError is an OSError)."""
         r = open_error(e)
         return make_reject(key, path, r.reason, f"{where}: {r.detail}")
+
+
+class _ReadChunk(beam.DoFn):
+    """[file path] (a chunk of the listing) -> what ``reader`` (a ``ReadRecordFile``)
+    gives for each file, in order: its ``read_files``."""
+
+    def __init__(self, reader: ReadRecordFile):
+        self._reader = reader
+
+    def setup(self):
+        self._reader.setup()
+
+    def process(self, chunk: list[str]):
+        yield from self._reader.read_files(chunk)
 
 
 class _KeepFirst(beam.DoFn):
@@ -130,8 +151,8 @@ class ReadRecordFiles(beam.PTransform):
             | "Start" >> beam.Create([self._pattern])
             | "List" >> beam.FlatMap(lambda p: chunked(record_files(fmt, p, root, named_only)))
             | "SpreadFiles" >> beam.Reshuffle()
-            | "Unchunk" >> beam.FlatMap(lambda chunk: chunk)
-            | "Read" >> beam.ParDo(fmt.reader(root, self._rules, self._inspect, self._scratch))
+            | "Read"
+            >> beam.ParDo(_ReadChunk(fmt.reader(root, self._rules, self._inspect, self._scratch)))
         )
         inputs = read | "CountInputs" >> beam.combiners.Count.Globally()
         split = read | "SplitRejects" >> SplitRejects()

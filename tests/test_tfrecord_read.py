@@ -84,3 +84,61 @@ def test_a_file_that_cannot_be_read_is_one_reject(tmp_path):
     assert [r for _, r, _ in _read(str(tmp_path), gone)] == ["missing"]
     assert [r for _, r, _ in _read(str(tmp_path), str(folder))] == ["unreadable"]
     assert not os.path.exists(gone)
+
+
+@pytest.mark.fast
+def test_read_ahead_keeps_the_order_and_holds_at_most_its_reads_in_flight():
+    import threading
+
+    from beam_jobs.tfrecord_source import read_ahead
+
+    in_flight, most, lock = [0], [0], threading.Lock()
+    all_in = threading.Barrier(3)  # the first three reads are in flight together
+
+    def read(i: int) -> int:
+        with lock:
+            in_flight[0] += 1
+            most[0] = max(most[0], in_flight[0])
+        if i < 3:
+            all_in.wait(timeout=30)
+        with lock:
+            in_flight[0] -= 1
+        if i == 7:
+            raise FileNotFoundError(i)
+        return i * i
+
+    futures = list(read_ahead(read, range(20), in_flight=3))
+    assert [f.exception() is None for f in futures] == [i != 7 for i in range(20)]
+    assert [f.result() for f in futures if f.exception() is None] == [
+        i * i for i in range(20) if i != 7
+    ]
+    assert most[0] == 3
+
+
+def test_a_buckets_files_read_ahead_give_what_each_read_alone_gives(bucket, tmp_path):
+    """A chunk of a bucket's files, read ahead (``read_files``): the records and rejects
+    of each file read alone, in order: a missing object and a damaged file among them.
+    The writer's reads ahead of a shard give its images in the shard's order."""
+    import zlib
+
+    from beam_jobs.records import Image
+    from beam_jobs.tfrecord_source import images_again
+
+    records = _records(6, 8)
+    for i, r in enumerate(records):
+        data = tfrecord.frame(r)
+        bucket.put(f"in/{i}.tfrecord", data[:-3] if i == 4 else data)
+    root = f"{bucket.url}/in"
+    files = [f"{root}/{i}.tfrecord" for i in (0, 1, 9, 2, 3, 4, 5)]  # 9: none
+    reader = _reader(root)
+    alone = [e for f in files for e in reader.process(f)]
+    ahead = list(reader.read_files(files))
+    assert ahead == alone
+    assert [getattr(e, "reason", "") for e in ahead] == ["", "", "missing", "", "", "truncated", ""]
+    images = [e for e in ahead if isinstance(e, Image)]
+    shard = [(f"{root}/{im.key.split('#')[0]}", im) for im in images[::-1]]
+    sizes = [im.num_bytes for im in images[::-1]]
+    got = list(images_again(shard, "image_raw"))
+    assert [problem for _, problem in got] == [None] * 5
+    assert [len(image) for image, _ in got] == sizes
+    assert all(zlib.crc32(image) == im.crc32 for (image, _), (_, im) in zip(got, shard))
