@@ -267,6 +267,7 @@ def measure(a) -> dict:
         "scale": scale,
         "scale_from": scale_from,
         "repeats": a.repeats,
+        "quiet_wait": a.quiet_wait,
     }
 
 
