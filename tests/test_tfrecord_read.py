@@ -45,16 +45,18 @@ def _read(root: str, path: str) -> list[tuple]:
 
 @pytest.mark.fast
 @pytest.mark.parametrize("name", ["r.tfrecord", "r.tfrecord.gz"])
-@pytest.mark.parametrize("side", [8, 96])  # a file under WHOLE_FILE bytes, one over it
+@pytest.mark.parametrize("small", [True, False])  # under WHOLE_FILE bytes, or over it
 def test_a_file_read_whole_or_streamed_gives_the_same_records_and_rejects(
-    tmp_path, monkeypatch, name, side
+    tmp_path, monkeypatch, name, small
 ):
     from beam_jobs import tfrecord_source
 
-    records = _records(12, side)
+    records = _records(12, 8)
     data = b"".join(tfrecord.frame(r) for r in records)
-    small = len(data) <= tfrecord_source.WHOLE_FILE
-    assert small == (side == 8)
+    if not small:  # a file over the limit: the limit made small, not the file large
+        monkeypatch.setattr(tfrecord_source, "WHOLE_FILE", 1024)
+    assert (len(data) <= tfrecord_source.WHOLE_FILE) == small
+    assert len(gzip.compress(data, mtime=0)) > 1024  # the gzip file is over it too
     path = str(tmp_path / name)
     cut = data[: len(data) - len(tfrecord.frame(records[-1])) // 2]  # inside the last
     places, offset = [], 0
