@@ -135,7 +135,7 @@ FLAGS = {
 
 def measure(a) -> dict:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    result = {"local": {}, "per_file": PER_FILE}
+    result = {"local": {}, "per_file": PER_FILE, "load_average": [round(os.getloadavg()[0], 1)]}
     for n in (int(x) for x in a.files.split(",")):
         src = one_example_files(n)
         pattern = os.path.join(src, "*.tfrecord")
@@ -162,6 +162,7 @@ def measure(a) -> dict:
         result["gcs"] = {n: _summary(runs)}
     for folder in ("records_plain", "records_out"):
         shutil.rmtree(os.path.join(WORK, folder), ignore_errors=True)
+    result["load_average"].append(round(os.getloadavg()[0], 1))
     return result
 
 
@@ -198,6 +199,12 @@ def render(r: dict) -> str:
     growth = (b["convert"]["peak_rss_mb"] - a["convert"]["peak_rss_mb"]) * 1e3 / max(1, n2 - n1)
     worst = max(s["ratio_best"] for s in (*local.values(), *r["gcs"].values()))
     mix = max(s["convert"]["label_mix"] for s in (*local.values(), *r["gcs"].values()))
+    start_end = r.get("load_average")
+    load = (
+        f"{start_end[0]:.1f} at the start, {start_end[-1]:.1f} at the end"
+        if start_end
+        else "not recorded"
+    )
     return f"""## one-example TFRecord files — `benchmarks/records_bench.py`
 
 The asker of issue 42 holds one `tf.train.Example` a `.tfrecord` file and
@@ -209,7 +216,9 @@ split) and `evenshard convert --input_format=tfrecord --splits=train=1.0` with
 shards of {r["per_file"]} (the default runner, every image decoded). Label mix of
 each output read as written (files in order, front to back, batch 256; 1.0 is a
 random permutation). GCS: the loopback server (`evenshard.emulator`, a Python
-server on the same cores), the output local.
+server on the same cores), the output local; the rewrite downloads 16 files at
+once, convert's reader and writer 4 at a time. Load average (1 min) {load}: other
+work shared the 2 cores, so compare the ratios, not the seconds.
 
 | input | files | plain (s) | convert (s) | convert / plain: best (pairs) | plain CPU (s) | convert CPU (s) | plain peak RSS (MB) | convert peak RSS (MB) | plain label mix | convert label mix |
 |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
