@@ -241,9 +241,9 @@ def check_not_forked() -> None:
     """TensorFlow's runtime does not survive a fork: a DataLoader worker forked from a
     process where it had started hangs on its first op. Refuse, saying what works
     (``reader.torch`` calls it in a DataLoader worker)."""
-    from tensorflow.python.eager import context
+    from reader.compat_tf import runtime_started
 
-    if context.context()._context_handle is not None:  # started before the fork
+    if runtime_started():  # before the fork
         raise RuntimeError(
             "TorchReader(backend='tf') in a DataLoader worker forked from a process that "
             "had already started TensorFlow (TensorFlow hangs after a fork): use "
