@@ -11,9 +11,12 @@ from schemas.dataset_info import DatasetInfo
 from schemas.info import DatasetError
 
 
-def split_shards(info: DatasetInfo, data_dir: str, split: str) -> list[dict]:
+def split_shards(info: DatasetInfo | dict, data_dir: str, split: str) -> list[dict]:
     """The shards of a split as [{path, num_examples, num_bytes}], each checked to exist
-    with its recorded size (a missing or truncated shard is named here, before reading)."""
+    with its recorded size (a missing or truncated shard is named here, before reading).
+    ``info`` may be the dict ``schemas.info.load_info`` gives (callers that keep it)."""
+    if isinstance(info, dict):
+        info = DatasetInfo.of(info)
     if split not in info.split_names:
         names = ", ".join(info.split_names)
         raise DatasetError(f"split {split!r} not in {data_dir}; it has {names}")

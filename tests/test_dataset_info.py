@@ -103,3 +103,11 @@ def test_the_reader_reads_the_shards_and_path_root_from_the_typed_info(tmp_path)
     assert shards[1]["index"] is None
     assert default_path_root(info, None) == "/images"
     assert default_path_root(DatasetInfo.of(info_dict(record_kind="image")), "/x") is None
+
+
+def test_split_shards_takes_the_dict_load_info_gives_too(tmp_path):
+    raw = info_dict()
+    for shard in raw["splits"]["train"]["shards"]:
+        (tmp_path / shard["file"]).write_bytes(b"x" * shard["num_bytes"])
+    typed = split_shards(DatasetInfo.of(raw), str(tmp_path), "train")
+    assert split_shards(raw, str(tmp_path), "train") == typed
