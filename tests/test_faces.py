@@ -9,7 +9,7 @@ import warnings
 
 import numpy as np
 import pytest
-from conftest import run_convert
+from dataset_writer import write_dataset
 
 import reader
 from evenshard import synthetic
@@ -22,7 +22,7 @@ def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("faces")
     synthetic.make_image_folder(str(root / "in"), num_labels=2, per_label=8, formats=("png",))
     out = str(root / "out")
-    run_convert(str(root / "in"), out, "--num_shards=2")
+    write_dataset(str(root / "in"), out, "--num_shards=2")
     return out
 
 
