@@ -262,3 +262,24 @@ def test_a_killed_worker_is_one_line_naming_it_and_its_signal(fork_server, folde
     assert own[0].startswith(f"evenshard convert: error: {who}"), own[0]
     assert "SIGKILL" in own[0] and "run the same command again" in own[0]
     assert not (tmp_path / "out" / ".evenshard.lock").exists()  # unwound: lock released
+
+
+@pytest.mark.fast
+def test_a_forked_worker_tries_pillows_common_formats_first():
+    """The server's preload imports every Pillow plugin, the common formats' first: a
+    worker opens a JPEG trying what a worker not forked tries (all of them by name would
+    try twenty others first, IM's by reading the image)."""
+
+    def plugins(code: str) -> list[str]:
+        done = subprocess.run(
+            [sys.executable, "-c", f"{code}\nfrom PIL import Image\nprint(*Image.ID)"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return done.stdout.split()
+
+    preloaded = plugins("from beam_jobs.forked_workers import _preload\n_preload()")
+    common = plugins("from PIL import Image\nImage.preinit()")
+    assert preloaded[: len(common)] == common and "JPEG" in common
+    assert len(preloaded) > len(common) + 10  # the rest imported ahead too
