@@ -41,8 +41,9 @@ from __future__ import annotations
 import apache_beam as beam
 import numpy as np
 
-from beam_jobs import paths
+from beam_jobs import near_splits, paths
 from beam_jobs.dead_letters import SplitRejects
+from beam_jobs.near_splits import SplitRule
 from beam_jobs.records import Image, make_reject
 from schemas import near
 
@@ -94,35 +95,65 @@ def _bucket_edges(element, distance: int):
             yield weight, members[i][0], members[i][2], members[j][0], members[j][2]
 
 
-class _Edges(beam.CombineFn):
-    """Edges -> (near edges {(key, key): weight}, given splits, --group_by edges): the
-    lightest weight of each pair, whatever the order the edges come in."""
+FOREST_SLACK = 1 << 16  # edges an accumulator takes in before it is thinned again
+
+
+class _Forest(beam.CombineFn):
+    """Edges -> (the minimum spanning forest of the near edges [(weight, key, key)],
+    given splits {key: split}, --group_by edges {(key, group)}), whatever the order the
+    edges come in: an accumulator is thinned to its forest whenever it doubles (the
+    forest of a union of forests is the forest of all the edges; weights tied are
+    ordered by keys, so it is one forest). Memory: two edges a key in a cluster (with
+    ``--group_by``, also one a grouped key), never the edges of the dense regions."""
 
     def create_accumulator(self):
-        return {}, {}, set()
+        return [], {}, set(), [0]
 
     def add_input(self, acc, edge):
-        edges, given, groups = acc
+        edges, given, groups, thinned = acc
         weight, a, split_a, b, split_b = edge
-        given[a] = split_a
+        if split_a is not None:
+            given[a] = split_a
         if b.startswith(_GROUP):
             groups.add((a, b))
-        else:
+            return acc
+        if split_b is not None:
             given[b] = split_b
-            edges[a, b] = min(weight, edges.get((a, b), weight))
+        edges.append((weight, a, b))
+        if len(edges) > 2 * thinned[0] + FOREST_SLACK:
+            edges[:] = spanning_forest(edges)
+            thinned[0] = len(edges)
         return acc
 
     def merge_accumulators(self, accs):
         merged = self.create_accumulator()
-        for edges, given, groups in accs:
-            for pair, weight in edges.items():
-                merged[0][pair] = min(weight, merged[0].get(pair, weight))
+        for edges, given, groups, _ in accs:
+            merged[0].extend(edges)
             merged[1].update(given)
             merged[2].update(groups)
+            if len(merged[0]) > 2 * merged[3][0] + FOREST_SLACK:
+                merged[0][:] = spanning_forest(merged[0])
+                merged[3][0] = len(merged[0])
         return merged
 
     def extract_output(self, acc):
-        return acc
+        return spanning_forest(acc[0]), acc[1], acc[2]
+
+
+def spanning_forest(edges) -> list:
+    """[(weight, key, key)] -> the minimum spanning forest's edges, lightest first (ties:
+    by keys; a pair twice: its lightest)."""
+    parent: dict[str, str] = {}
+    out = []
+    for edge in sorted(set(edges)):
+        _, a, b = edge
+        parent.setdefault(a, a)
+        parent.setdefault(b, b)
+        ra, rb = _find(parent, a), _find(parent, b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+            out.append(edge)
+    return out
 
 
 def largest_allowed(inputs: int) -> int:
@@ -132,8 +163,9 @@ def largest_allowed(inputs: int) -> int:
 
 
 def clusters_of(acc, inputs: int):
-    """(edges, given, groups), the input count -> (table, counts). The near edges join
-    clusters lightest first (a tie: by keys); an edge that would make a cluster larger
+    """(edges [(weight, key, key)], given {key: split}, groups), the input count ->
+    (table, counts). The edges' minimum spanning forest joins clusters lightest edge
+    first (a tie: by keys); an edge that would make a cluster larger
     than ``largest_allowed`` is refused, and its two keys are named (a *bridge*: the
     weakest links, which chain unrelated pictures, are the ones left out). The table
     maps every key in a cluster to (the cluster's smallest key, its given split, the key
@@ -143,13 +175,11 @@ def clusters_of(acc, inputs: int):
     close: dict[str, str] = {}
     size: dict[str, int] = {}
     bridges = []
-    for weight, a, b in sorted((w, a, b) for (a, b), w in edges.items()):
+    for weight, a, b in spanning_forest(edges):
         for k in (a, b):
             if k not in close:
                 close[k], size[k] = k, 1
-        ra, rb = _find(close, a), _find(close, b)
-        if ra == rb:
-            continue
+        ra, rb = _find(close, a), _find(close, b)  # a forest: never one cluster already
         if size[ra] + size[rb] > bound:
             bridges.append((a, b, weight))
             continue
@@ -170,8 +200,8 @@ def clusters_of(acc, inputs: int):
         if not any(k in joined for k in keys):  # a --group_by group with no near edge
             continue
         keys.sort()
-        splits = [given[k] for k in keys if given[k] is not None]
-        keeper = next((k for k in keys if given[k] is not None), keys[0])
+        splits = [given[k] for k in keys if given.get(k) is not None]
+        keeper = next((k for k in keys if given.get(k) is not None), keys[0])
         two += len(set(splits)) > 1
         largest = max(largest, len(keys))
         for k in keys:
@@ -214,14 +244,15 @@ class _Assign(beam.DoFn):
     def __init__(self, keep_one: bool, source_root: str | None):
         self._keep_one, self._root = keep_one, source_root
 
-    def process(self, im: Image, clusters):
+    def process(self, im: Image, clusters, dealt):
         found = clusters[0].get(im.key)
         if found is None:  # no near-duplicate
             yield im
             return
         smallest, split, keeper = found
         if not self._keep_one:
-            yield im._replace(group=smallest, split=im.split if im.split is not None else split)
+            split = im.split or split or dealt.get(smallest)
+            yield im._replace(group=smallest, split=split)
         elif im.key == keeper:
             yield im
         else:
@@ -242,13 +273,22 @@ class NearDuplicates(beam.PTransform):
 
     ``distance``: bits within which two fingerprints are near-duplicates; ``keep``:
     "all" (a cluster in one split) or "one" (one image a cluster, the others rejected);
-    ``group_by``: whether images carry manifest groups (joined by their clusters).
+    ``group_by``: whether images carry manifest groups (joined by their clusters);
+    ``rule``: hash mode's split rule, by which the clusters are dealt to the splits at
+    their fractions (``near_splits``; None: each where its smallest key's hash puts it).
     """
 
-    def __init__(self, distance: int, keep: str, group_by: bool, source_root: str | None):
+    def __init__(
+        self,
+        distance: int,
+        keep: str,
+        group_by: bool,
+        source_root: str | None,
+        rule: SplitRule | None = None,
+    ):
         super().__init__()
         self._distance, self._keep, self._groups = distance, keep, group_by
-        self._root = source_root
+        self._root, self._rule = source_root, rule
 
     def expand(self, images):
         distance, keep = self._distance, self._keep
@@ -264,11 +304,26 @@ class NearDuplicates(beam.PTransform):
         inputs = images | "Count" >> beam.combiners.Count.Globally()
         clusters = (
             edges
-            | "Edges" >> beam.CombineGlobally(_Edges())
+            | "Forest" >> beam.CombineGlobally(_Forest())
             | "Clusters" >> beam.Map(clusters_of, beam.pvalue.AsSingleton(inputs))
         )
+        table = beam.pvalue.AsSingleton(clusters)
+        dealt = images.pipeline | "NoneToDeal" >> beam.Create([{}])
+        if self._rule is not None and keep == "all":
+            rule = self._rule
+            # Image -> the split it has whatever the dealing -> {split: count}
+            fixed = (
+                images
+                | "FixedSplit" >> beam.FlatMap(near_splits.fixed_split, table, rule)
+                | "CountFixed" >> beam.combiners.Count.PerElement()
+            )
+            # one {smallest key: size} a cluster to deal -> {smallest key: split}
+            dealt = clusters | "DealClusters" >> beam.Map(
+                lambda found, fixed: near_splits.deal(near_splits.unsplit(found), fixed, rule),
+                beam.pvalue.AsDict(fixed),
+            )
         assigned = images | "Assign" >> beam.ParDo(
-            _Assign(keep == "one", self._root), beam.pvalue.AsSingleton(clusters)
+            _Assign(keep == "one", self._root), table, beam.pvalue.AsSingleton(dealt)
         )
         out = assigned | "SplitRejects" >> SplitRejects()
         return {

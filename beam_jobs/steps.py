@@ -17,7 +17,7 @@ from beam_jobs.dedupe import DedupeContent
 from beam_jobs.finalize import Finalize, settings
 from beam_jobs.inspect_images import InspectImages
 from beam_jobs.job import Job
-from beam_jobs.near import NearDuplicates
+from beam_jobs.near import NearDuplicates, SplitRule
 from beam_jobs.order import OrderAndShard
 from beam_jobs.plan import PlanShards
 from beam_jobs.record_formats import record_format
@@ -78,7 +78,11 @@ def build(pipeline, job: Job):
     near = None
     if o.dedupe == "near":
         clustered = images | "NearDuplicates" >> NearDuplicates(
-            o.near_distance, o.near_keep, o.group_by is not None, job.input_root
+            o.near_distance,
+            o.near_keep,
+            o.group_by is not None,
+            job.input_root,
+            SplitRule(o.split_names, o.split_fractions, o.split_seed),
         )
         images, near = clustered["main"], clustered["summary"]
         rejected.append(clustered["rejects"])

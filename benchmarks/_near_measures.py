@@ -77,12 +77,11 @@ def rule_labels(keys: list[str], hexes: list[str]) -> dict[int, np.ndarray]:
         took = np.flatnonzero(bits <= dist)
         a, b = iu[took], ju[took]  # the second measure, for the pairs within dist
         seen = near.thumbs_apart(thumbs[a], thumbs[b], quality[a], quality[b], bits[took])
-        edges = {
-            (keys[a[m]], keys[b[m]]): int(bits[took[m]]) * 256 + int(seen[m])
+        edges = [
+            (int(bits[took[m]]) * 256 + int(seen[m]), keys[a[m]], keys[b[m]])
             for m in np.flatnonzero(seen >= 0)
-        }
-        given = {k: None for pair in edges for k in pair}
-        table, _ = clusters_of((edges, given, set()), n)
+        ]
+        table, _ = clusters_of((edges, {}, set()), n)
         index = {k: i for i, k in enumerate(keys)}
         out[dist] = np.array([index[table[k][0]] if k in table else i for i, k in enumerate(keys)])
     return out
