@@ -67,32 +67,37 @@ def _bucket_edges(element, distance: int):
     if len(members) < 2:
         return
     members = sorted(members)
-    unique = sorted({m[1] for m in members})
+    unique = sorted({m[1] for m in members})  # in this order: thumbs_apart is not symmetric
     at = {fp: i for i, fp in enumerate(unique)}
-    first: dict[int, int] = {}
-    edges = []
+    first = [-1] * len(unique)  # the first member of each distinct fingerprint
+    pairs = [[], [], []]  # weight, member, member
     for i, (_, fp, _) in enumerate(members):  # identical fingerprints: weight 0
-        j = first.setdefault(at[fp], i)
-        if j != i:
-            edges.append((0, j, i))
-    parsed = [near.parse(fp) for fp in unique]
-    values = near.as_array(unique)
-    weak = np.array([near.weak_bits(p.weak, distance) for p in parsed], dtype=np.uint64)
-    close = np.array(list(near.close_pairs(values, distance, weak)), dtype=np.int64)
-    if len(close):  # the second measure, for all of the bucket's candidates at once
-        a, b, bits = close.T
-        thumbs = np.stack([p.thumb for p in parsed])
-        quality = np.array([p.quality for p in parsed])
-        apart = near.thumbs_apart(thumbs[a], thumbs[b], quality[a], quality[b], bits)
-        for n in np.flatnonzero(apart >= 0):
-            i, j = sorted((first[int(a[n])], first[int(b[n])]))
-            edges.append((int(bits[n]) * 256 + int(apart[n]), i, j))
+        if first[at[fp]] < 0:
+            first[at[fp]] = i
+        else:
+            for column, value in zip(pairs, (0, first[at[fp]], i)):
+                column.append(value)
+    weight, a, b = (np.array(column, dtype=np.int64) for column in pairs)
+    values, weak, quality, thumbs = near.parse_many(unique, distance)
+    i, j, bits = near.close_pairs(values, distance, weak)
+    if len(i):  # the second measure, for all of the bucket's candidates at once
+        apart = near.thumbs_apart(thumbs[i], thumbs[j], quality[i], quality[j], bits)
+        took = apart >= 0
+        first = np.array(first, dtype=np.int64)
+        ends = np.sort(np.stack([first[i[took]], first[j[took]]]), axis=0)
+        weight = np.concatenate([weight, bits[took] * 256 + apart[took]])
+        a, b = np.concatenate([a, ends[0]]), np.concatenate([b, ends[1]])
     parent = list(range(len(members)))
-    for weight, i, j in sorted(edges):  # members are sorted: indices order as keys
-        a, b = _find(parent, i), _find(parent, j)
-        if a != b:
-            parent[max(a, b)] = min(a, b)
-            yield weight, members[i][0], members[i][2], members[j][0], members[j][2]
+    joined = 0
+    for n in np.lexsort((b, a, weight)).tolist():  # members sorted: indices order as keys
+        ra, rb = _find(parent, int(a[n])), _find(parent, int(b[n]))
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+            x, y = members[a[n]], members[b[n]]
+            yield int(weight[n]), x[0], x[2], y[0], y[2]
+            joined += 1
+            if joined == len(members) - 1:  # one tree: no edge joins more
+                return
 
 
 FOREST_SLACK = 1 << 16  # edges an accumulator takes in before it is thinned again

@@ -214,9 +214,10 @@ def clusters(values: np.ndarray, distance: int) -> tuple[np.ndarray, dict]:
             work["pairs_compared"] += m * (m - 1) // 2
             work["largest_bucket"] = max(work["largest_bucket"], m)
             if m > 1:
-                for a, b, _ in near.close_pairs(unique[members], distance):
+                rows, cols, _ = near.close_pairs(unique[members], distance)
+                for a, b in zip(rows.tolist(), cols.tolist()):
                     uf.union(int(members[a]), int(members[b]))
-                    work["pairs_found"] += 1
+                work["pairs_found"] += len(rows)
     return uf.labels()[inverse], work
 
 

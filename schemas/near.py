@@ -263,8 +263,8 @@ def candidate_pairs(fps: list[Parsed], distance: int):
         if len(members) > 1:
             values = np.array([fps[m].value for m in members], dtype=np.uint64)
             weak = np.array([weak_bits(fps[m].weak, distance) for m in members], np.uint64)
-            for a, b, _ in close_pairs(values, distance, weak):
-                found.add((members[a], members[b]))
+            rows, cols, _ = close_pairs(values, distance, weak)
+            found.update((members[a], members[b]) for a, b in zip(rows.tolist(), cols.tolist()))
     return sorted(found)
 
 
@@ -289,20 +289,37 @@ def distances(a: np.ndarray, b: np.ndarray, wa=None, wb=None) -> np.ndarray:
 
 
 PAIRS_A_BLOCK = 1 << 22  # pairs compared at once: about 40 MB of temporaries
+ROWS_A_BLOCK = 256  # ... in blocks of at most this many rows (each against those after)
 
 
 def close_pairs(values: np.ndarray, distance: int, weak: np.ndarray | None = None):
-    """(i, j, bits) for every i < j with fingerprints within ``distance`` bits (``weak``:
-    each one's weak bits, left out), compared a block of rows at a time
-    (``PAIRS_A_BLOCK`` pairs: memory bounded whatever the count)."""
-    block = max(1, PAIRS_A_BLOCK // max(1, len(values)))
-    for start in range(0, len(values), block):
-        rows_weak = None if weak is None else weak[start : start + block]
-        d = distances(values[start : start + block], values, rows_weak, weak)
+    """(i, j, bits) arrays of every i < j with fingerprints within ``distance`` bits
+    (``weak``: each one's weak bits, left out), a block of rows against the rows after
+    it at a time (``PAIRS_A_BLOCK`` pairs: memory bounded whatever the count)."""
+    n = len(values)
+    block = max(1, min(ROWS_A_BLOCK, PAIRS_A_BLOCK // max(1, n)))
+    found = [(np.zeros(0, np.int64),) * 3]
+    for start in range(0, n, block):
+        stop = min(n, start + block)
+        rows_weak = cols_weak = None
+        if weak is not None:
+            rows_weak, cols_weak = weak[start:stop], weak[start:]
+        d = distances(values[start:stop], values[start:], rows_weak, cols_weak)
         rows, cols = np.nonzero(d <= distance)
-        keep = cols > rows + start
-        for i, j in zip(rows[keep], cols[keep]):
-            yield start + int(i), int(j), int(d[i, j])
+        keep = cols > rows  # both counted from ``start``: the pairs after the diagonal
+        rows, cols = rows[keep], cols[keep]
+        found.append((rows + start, cols + start, d[rows, cols].astype(np.int64)))
+    return tuple(np.concatenate(parts) for parts in zip(*found))
+
+
+def parse_many(fps: list[str], distance: int):
+    """:func:`parse` of many fingerprints at once -> (hashes, their weak bits at
+    ``distance`` (:func:`weak_bits`), qualities, thumbnails: one row each)."""
+    values = as_array(fps)
+    weak = np.array([weak_bits(int(fp[16:32], 16), distance) for fp in fps], dtype=np.uint64)
+    tails = np.frombuffer(bytes.fromhex("".join(fp[32:] for fp in fps)), np.uint8)
+    tails = tails.reshape(len(fps), -1)
+    return values, weak, tails[:, 0].astype(np.int64), tails[:, 1:].astype(np.int16)
 
 
 def describe(found: dict) -> str:
