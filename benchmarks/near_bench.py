@@ -84,7 +84,12 @@ from _near_measures import (  # noqa: E402
 )
 from _near_render import render as _render  # noqa: E402
 
-CODE = ("schemas/near.py", "beam_jobs/near.py", "schemas/images.py")  # what is measured
+CODE = (
+    "schemas/near.py",
+    "beam_jobs/near.py",
+    "beam_jobs/near_splits.py",
+    "schemas/images.py",
+)  # what is measured
 
 FLAGS = {
     "sample": (float, 0.5, "fraction of the sources given the seven variants"),
