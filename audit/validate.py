@@ -60,7 +60,7 @@ def _label_schema():
 
 
 def _labels_of(records: list[bytes], decoder_schema) -> list[int | None]:
-    from schemas.records import _decoder
+    from schemas.example_check import _decoder
 
     try:
         column = _decoder(decoder_schema).DecodeBatch(records).column(0).to_pylist()
@@ -79,7 +79,7 @@ def validate(
             moved after the conversion (default: the recorded path_root).
     """
     import schemas
-    from schemas.records import check_examples
+    from schemas.example_check import check_examples
 
     out = data_dir.rstrip("/")
     info_path = layout.join(out, INFO)

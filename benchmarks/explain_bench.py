@@ -100,8 +100,8 @@ def _timed(make, steps: range, rounds: int) -> dict:
 
 def measure(a) -> dict:
     from reader.explain import shard_keys
-    from reader.info import load_index, split_shards
-    from reader.options import ReadOptions
+    from reader.read_options import ReadOptions
+    from reader.split_shards import load_index, split_shards
     from reader.state import ReadState
     from schemas.dataset_info import load_dataset_info
 

@@ -28,9 +28,9 @@ TensorFlow, torch and DALI are imported on first use of the entry point that
 needs them, not by ``import reader``.
 """
 
-from reader.errors import one_line
 from reader.mixture import Mixture, mix
-from reader.options import ReadOptions
+from reader.one_line import one_line
+from reader.read_options import ReadOptions
 from reader.state import ReadState
 from schemas.errors import Error
 from schemas.info import DatasetError, load_info

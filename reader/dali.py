@@ -24,8 +24,8 @@ from reader.dali_decode import (
     installed,
     modules,
 )
-from reader.options import ReadOptions
 from reader.read import merge
+from reader.read_options import ReadOptions
 from reader.source import RecordSource
 
 

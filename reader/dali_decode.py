@@ -12,8 +12,8 @@ import collections
 import numpy as np
 
 from reader.option_groups import GROUPS, refuse_untaken
-from reader.options import ReadOptions
 from reader.pydecode import image_shape
+from reader.read_options import ReadOptions
 from reader.source import Batch, RecordSource
 from schemas.dataset_info import DatasetInfo
 from schemas.images import DALI_FORMATS

@@ -17,10 +17,10 @@ import json
 
 import numpy as np
 
-from reader.options import ReadOptions
 from reader.order.batches import skipped
 from reader.order.views import emitted
 from reader.read import Read, merge, resolve, start_state
+from reader.read_options import ReadOptions
 from reader.shard_keys import ShardKeys
 from reader.state import ReadState
 

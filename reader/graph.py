@@ -16,9 +16,9 @@ import schemas
 from reader import tfcall
 from reader.cache import open_cache
 from reader.decode import Decoder
-from reader.info import check_path_root, default_path_root
-from reader.options import ReadOptions
 from reader.read import Read, Source
+from reader.read_options import ReadOptions
+from reader.split_shards import check_path_root, default_path_root
 from reader.stream import CHUNK, Stream, lead
 from schemas import features, storage, tfrecord
 

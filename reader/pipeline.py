@@ -16,9 +16,9 @@ import numpy as np
 from reader import graph
 from reader.mixture import Mixture
 from reader.option_groups import GROUPS, refuse_untaken
-from reader.options import ReadOptions
 from reader.python_route import PythonRoute
 from reader.read import check_sized, check_state, merge, resolve
+from reader.read_options import ReadOptions
 from reader.state import ReadState
 from schemas import storage
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 import itertools
 
 from reader.option_groups import GROUPS, refuse_untaken
-from reader.options import ReadOptions
 from reader.order.views import restart, rounds, skip_limit, started
 from reader.preprocess import Preprocess, check_transform, default_processes
 from reader.read import check_sized, check_state, merge, start_state
+from reader.read_options import ReadOptions
 from reader.source import RecordSource
 from reader.state import ReadState, changes
 from reader.view_handover import ViewHandover, block_count, rows

@@ -14,12 +14,12 @@ import difflib
 import numbers
 import secrets
 
-from reader.info import split_fingerprint, split_shards
 from reader.mixture import Mixture
-from reader.options import ReadOptions
 from reader.order.batches import remaining, yielded
 from reader.order.mix import Schedule
+from reader.read_options import ReadOptions
 from reader.share import Share
+from reader.split_shards import split_fingerprint, split_shards
 from reader.state import ReadState
 from schemas.dataset_info import DatasetInfo, load_dataset_info
 

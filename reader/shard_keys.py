@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from reader.info import open_shard
+from reader.split_shards import open_shard
 from schemas import features, storage
 from schemas.example import length_delimited, parse_example
 from schemas.info import DatasetError

@@ -11,12 +11,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from reader.info import load_index
-from reader.options import DEFAULT_CYCLE, ReadOptions
 from reader.order.batches import remaining
 from reader.order.deal import deal, worker_plan
 from reader.order.elastic import Position, Segment
 from reader.order.plan import ReadPlan
+from reader.read_options import DEFAULT_CYCLE, ReadOptions
+from reader.split_shards import load_index
 from schemas.info import DatasetError
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ class Share:
         seed: int | None,
         saved=None,
     ) -> Share:
-        """Deals the split's ``shards`` (``reader.info.split_shards``: checked); plans the
+        """Deals the split's ``shards`` (``reader.split_shards.split_shards``: checked); plans the
         order from the start the options give, or (``saved``: a ``ReadState``) resumes it
         with any worker count."""
         if not shards:

@@ -3,7 +3,7 @@
 The DALI pipeline and the PyTorch iterable read through here: the same
 :class:`reader.read.Read` as ``make_dataset`` (files, counts, order,
 batches across epoch boundaries, padding, ``start_step``, mixing), its records
-fetched by offset (``reader.records``) and parsed in Python (``reader.pydecode``).
+fetched by offset (``reader.record_offsets``) and parsed in Python (``reader.pydecode``).
 
 A bucket's shards are read from the local copies of a ``reader.cache.ShardCache``,
 which fetches them ahead group by group: there each window of the order is read
@@ -21,13 +21,13 @@ import numpy as np
 
 from reader.cache import open_cache
 from reader.cache_policy import check_limit
-from reader.errors import one_line
-from reader.info import default_path_root
-from reader.options import ReadOptions
+from reader.one_line import one_line
 from reader.order.batches import skipped
 from reader.pydecode import parse
 from reader.read import resolve
-from reader.records import Records
+from reader.read_options import ReadOptions
+from reader.record_offsets import Records
+from reader.split_shards import default_path_root
 from schemas import features, storage
 from schemas.example import parse_example
 from schemas.info import DatasetError

@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from reader.options import MAX_POSITION
 from reader.order.batches import after
+from reader.read_options import MAX_POSITION
 
 
 def changes(saved: str, now: str) -> str:

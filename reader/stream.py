@@ -17,11 +17,11 @@ from collections import OrderedDict
 import numpy as np
 
 from reader import tfcall
-from reader.info import open_shard
-from reader.options import ReadOptions
 from reader.order.plan import ReadPlan, Resume, Runs
-from reader.records import Records
+from reader.read_options import ReadOptions
+from reader.record_offsets import Records
 from reader.share import Share
+from reader.split_shards import open_shard
 from schemas import storage, tfrecord
 
 tf = storage.tensorflow()

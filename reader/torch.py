@@ -26,8 +26,8 @@ import torch
 from reader import handover
 from reader.mixture import Mixture
 from reader.option_groups import GROUPS, refuse_untaken
-from reader.options import ReadOptions
 from reader.read import check_sized, check_state, merge, resolve, start_state
+from reader.read_options import ReadOptions
 from reader.state import ReadState
 from reader.torch_tensors import from_dali, from_numpy, from_tf
 from schemas.images import DALI_FORMATS

@@ -247,7 +247,7 @@ def test_a_tight_cache_downloads_each_byte_once_an_epoch(
     the folder's, record for record; with a limit that holds the split, once in all."""
     import reader
     from reader import cache_fetch
-    from reader.options import ReadOptions
+    from reader.read_options import ReadOptions
     from reader.source import RecordSource
 
     # runs fetched in pieces of 1,000 bytes: records span pieces, each still checked
@@ -550,7 +550,7 @@ def test_a_read_resumed_with_another_worker_count_from_a_bucket(bucket, local_da
     offset, one ranged request a record; the read equals the local one, on tf.data
     and on the record source of DALI and Torch."""
     import reader
-    from reader.options import ReadOptions
+    from reader.read_options import ReadOptions
     from reader.source import RecordSource
 
     url = bucket.upload(local_dataset, "elastic/out")
@@ -627,7 +627,7 @@ def test_the_record_source_reads_a_bucket_through_the_cache_as_it_reads_the_fold
     """The DALI and Torch readers' source: through the cache, at the smallest limit it
     allows (windows span groups: each is read as its groups give it), the read is the
     folder's, record for record."""
-    from reader.options import ReadOptions
+    from reader.read_options import ReadOptions
     from reader.source import RecordSource
 
     def source(data_dir, **cache):

@@ -21,7 +21,7 @@ from dataset_writer import write_dataset
 
 import reader
 from evenshard import synthetic
-from reader.records import Records
+from reader.record_offsets import Records
 from reader.source import RecordSource
 
 PY = sys.executable

@@ -13,7 +13,7 @@ from dataset_writer import write_dataset
 
 import reader
 from evenshard import synthetic
-from reader.info import load_index, split_shards
+from reader.split_shards import load_index, split_shards
 
 OPTS = dict(image_size=(8, 8), seed=4, shuffle_buffer=8, cycle_length=2, epochs=2)
 

@@ -6,7 +6,7 @@ import pytest
 
 from beam_jobs.options import ConvertOptions, parse_args
 from evenshard.cli import build_parser
-from reader.options import ReadOptions
+from reader.read_options import ReadOptions
 
 pytestmark = pytest.mark.fast  # the unit lane: make test-fast
 

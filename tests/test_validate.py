@@ -14,7 +14,7 @@ import schemas
 from evenshard import cli, synthetic
 from schemas import tfrecord
 from schemas.example import serialize_example
-from schemas.records import check_examples
+from schemas.example_check import check_examples
 
 
 @pytest.fixture(scope="module")

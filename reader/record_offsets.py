@@ -1,7 +1,7 @@
 """Serialized records fetched by their offsets, without TensorFlow: ``Records(shards)``.
 
 Convert writes a DALI index beside each uncompressed shard (one ``offset size`` line a
-record), checked when the read is built (``reader.info.load_index``), so any record is
+record), checked when the read is built (``reader.split_shards.load_index``), so any record is
 one ``pread`` away: the Python faces and a resized read's lead fetch records so.
 """
 
@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-from reader.info import open_shard
+from reader.split_shards import open_shard
 from schemas import storage, tfrecord
 from schemas.info import DatasetError
 
