@@ -3,8 +3,9 @@ itself; a face states the groups it takes (``refuse_untaken``).
 
 The groups follow what the faces honour (docs/design.md, "Options in groups"):
 every face takes the order, the sharding, the images, the batches, the bucket cache
-and (but the tf.data face) the errors; ``as_supervised`` (form), tf.data's tuning and
-``prefetch_to_device`` (device) are taken only where they mean something.
+and the errors (tf.data's ``on_error="skip"`` reads the Python route);
+``as_supervised`` (form), tf.data's tuning and ``prefetch_to_device`` (device) are
+taken only where they mean something.
 """
 
 from __future__ import annotations

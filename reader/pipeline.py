@@ -2,9 +2,9 @@
 
 The tf.data face: an adapter over the spine (docs/design.md, "One spine"): what
 to read (``reader.read.resolve``), then the tf graph stream (``reader.graph``), or,
-with a Python ``transform``, the Python route's batches (``reader.python_route``)
-through ``tf.data.Dataset.from_generator``. ``resume`` is the form that also gives
-the state to advance.
+with a Python ``transform``, views or ``on_error="skip"``, the Python route's batches
+(``reader.python_route``) through ``tf.data.Dataset.from_generator``. ``resume`` is
+the form that also gives the state to advance.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import warnings
 
 import numpy as np
 
-from reader import graph
+from reader import graph, tfcall
 from reader.mixture import Mixture
 from reader.option_groups import GROUPS, refuse_untaken
 from reader.python_route import PythonRoute
@@ -24,16 +24,14 @@ from schemas import storage
 
 tf = storage.tensorflow()
 
-# the groups of options each route of this face takes (reader/option_groups.py)
-TAKES = frozenset(GROUPS) - {"errors"}
+# the groups of options the Python route of this face takes (reader/option_groups.py);
+# the tf graph takes them all (on_error="raise" there: a record that fails stops it)
 PYTHON_TAKES = frozenset(GROUPS) - {"form", "device"}
 INSTEAD = {
-    "errors": "a record fails there inside TensorFlow; read with reader.NumpyReader, "
-    'TorchReader(backend="python" or "dali") or make_dali_pipeline',
-    "form": "with transform=, the dataset yields the transform's dicts: map them to "
-    "(image, label) yourself",
-    "device": "with transform=, batches come from Python: move them with "
-    "tf.data.experimental.prefetch_to_device yourself",
+    "form": "with transform= or views=, the dataset yields the transform's dicts: map "
+    "them to (image, label) yourself",
+    "device": 'with transform=, views= or on_error="skip", batches come from Python: '
+    "move them with tf.data.experimental.prefetch_to_device yourself",
 }
 
 
@@ -67,10 +65,15 @@ def make_dataset(
             ``views`` times, the views of an image together in a batch: the batches of
             :class:`reader.NumpyReader` as a dataset (``tf.data.Dataset.from_generator``).
             The transform's values must be arrays, numbers or strings.
+            ``on_error="skip"`` (with ``error_ledger``) reads that route too, without a
+            transform: ``NumpyReader``'s batches, a record that cannot be read a padding
+            row (``mask`` False) written to the ledger.
 
     Returns:
         A dataset of dicts ``{"image", "label", "key"}`` (plus ``"mask"`` with
-        ``pad_final_batch``), or (image, label) tuples; finite datasets carry
+        ``pad_final_batch`` or a state's excluded keys; the Python route's dicts add
+        ``"view"`` and ``"epoch"`` and always hold ``"mask"``), or (image, label)
+        tuples ((image, label, weight) where rows are masked); finite datasets carry
         their cardinality.
 
     Raises:
@@ -99,21 +102,27 @@ def _read(data_dir, split, batch_size, options, state, python: tuple, overrides:
     options = merge(options, overrides)
     check_state(state)
     transform, views, mirror_views, num_processes = python
-    if transform is not None or views != 1 or mirror_views:
+    # A record that fails inside TensorFlow fails its whole batch: skipping it alone,
+    # as every other face does, takes the Python route (docs/design.md, "A record that
+    # cannot be read").
+    if transform is not None or views != 1 or mirror_views or options.on_error == "skip":
         python = dict(transform=transform, views=views, mirror_views=mirror_views)
         return _preprocessed(data_dir, split, batch_size, options, state, python, num_processes)
-    refuse_untaken(options, TAKES, "make_dataset (tf.data)", INSTEAD)
     read = resolve(data_dir, split, batch_size, options, state)
     check_sized(options, batch_size)
     return graph.dataset(read, resumed=state is not None), read.state
 
 
 def _preprocessed(data_dir, split, batch_size, o, state, python: dict, processes):
-    """``make_dataset`` with a Python transform: the Python route's batches as a dataset,
-    each pass over it a new pass of the read (Keras iterates once an epoch)."""
+    """``make_dataset`` with a Python transform, views or ``on_error="skip"``: the Python
+    route's batches as a dataset, each pass over it a new pass of the read (Keras
+    iterates once an epoch). Without a transform or views, ``as_supervised`` gives
+    (image, label, weight): a masked row weighs 0."""
+    plain = python["transform"] is None and python["views"] == 1  # on_error="skip" alone
+    face = 'make_dataset(on_error="skip")' if plain else "make_dataset(transform=...)"
     if batch_size is None:
-        raise ValueError("a transform runs on batches: give batch_size")
-    refuse_untaken(o, PYTHON_TAKES, "make_dataset(transform=...)", INSTEAD)
+        raise ValueError(f"{face} reads the Python route's batches: give batch_size")
+    refuse_untaken(o, PYTHON_TAKES | {"form"} if plain else PYTHON_TAKES, face, INSTEAD)
     route = PythonRoute(
         data_dir,
         split,
@@ -193,6 +202,10 @@ def _preprocessed(data_dir, split, batch_size, o, state, python: dict, processes
         ds = ds.apply(tf.data.experimental.assert_cardinality(len(route)))
     except TypeError:  # endless
         pass
+    if plain and o.as_supervised:  # Keras takes a third element as sample weights
+        ds = ds.map(
+            tfcall.graph(lambda b: (b["image"], b["label"], tf.cast(b["mask"], tf.float32)))
+        )
     ds = ds.with_options(graph.tf_options(None))
     ds = ds.prefetch(o.prefetch) if o.prefetch is not None else ds
     return ds, start

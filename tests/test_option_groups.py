@@ -79,9 +79,11 @@ def flip(example, rng):
             "NumpyReader",
         ),
         (
-            lambda **kw: reader.make_dataset("nowhere/", "train", 4, **kw),
-            "on_error",
-            "make_dataset (tf.data)",
+            lambda **kw: reader.make_dataset(
+                "nowhere/", "train", 4, on_error="skip", error_ledger="l", **kw
+            ),
+            "prefetch_to_device",
+            'make_dataset(on_error="skip")',
         ),
         (
             lambda **kw: reader.make_dataset("nowhere/", "train", 4, transform=flip, **kw),
