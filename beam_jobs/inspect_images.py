@@ -9,16 +9,19 @@ file system: much faster, and still catches most broken files.
 
 from __future__ import annotations
 
+import collections
 import errno
 import hashlib
 import io
 import os
 import stat
 import zlib
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindows
 
 from beam_jobs import paths
 from beam_jobs.dead_letters import SplitRejects
@@ -45,7 +48,12 @@ def open_error(e: Exception) -> Rejected:
 
 class InspectImage(beam.DoFn):
     """Candidate -> Image, or a Reject (see dead_letters.py); a source that holds the
-    bytes (``tfrecord_source``) calls ``inspect_bytes`` and ``image`` itself."""
+    bytes (``tfrecord_source``) calls ``inspect_bytes`` and ``image`` itself.
+
+    ``threads`` > 1: local files are inspected that many at a time (reading and
+    libjpeg's decode release the GIL), the results given in the order of the
+    candidates; for a local run with fewer workers than cores (``local_threads``).
+    """
 
     def __init__(
         self,
@@ -55,7 +63,9 @@ class InspectImage(beam.DoFn):
         max_image_bytes: int,
         hash_content: bool = False,
         near: bool = False,
+        threads: int = 1,
     ):
+        self._threads = threads
         self._root = source_root
         self._hash = hash_content
         self._near = near
@@ -72,18 +82,38 @@ class InspectImage(beam.DoFn):
         # Our own pixel limit applies (too_large); Pillow's global guard would
         # raise before we can say why.
         PILImage.MAX_IMAGE_PIXELS = None
+        self._pool = ThreadPoolExecutor(self._threads) if self._threads > 1 else None
+
+    def start_bundle(self):
+        self._pending = collections.deque()  # (Candidate, source, Future), in order
 
     def process(self, c: Candidate):
-        try:
-            fmt, height, width, channels, near, size, content, crc32 = self._inspect(
-                paths.full_source(self._root, c.source, c.key)
-            )
-        except Rejected as r:
-            yield make_reject(
-                c.key, paths.full_source(self._root, c.source, c.key), r.reason, r.detail
-            )
+        source = paths.full_source(self._root, c.source, c.key)
+        if self._pool is None:
+            yield self._outcome(c, source, _now(self._inspect, source))
             return
-        yield self.image(c, (fmt, height, width, channels, near, size, content, crc32))
+        # a bucket's client stays on this thread
+        inspecting = _now if paths.is_url(source) else self._pool.submit
+        self._pending.append((c, source, inspecting(self._inspect, source)))
+        while len(self._pending) > 2 * self._threads:
+            yield self._outcome(*self._pending.popleft())
+
+    def finish_bundle(self):
+        while self._pending:
+            yield GlobalWindows.windowed_value(self._outcome(*self._pending.popleft()))
+
+    def teardown(self):
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+
+    def _outcome(self, c: Candidate, source: str, inspected: Future):
+        """The Image of ``c``, or its Reject (counted here: Beam's counters are the
+        bundle's thread's)."""
+        try:
+            found = inspected.result()
+        except Rejected as r:
+            return make_reject(c.key, source, r.reason, r.detail)
+        return self.image(c, found)
 
     def image(self, c: Candidate, found: tuple) -> Image:
         """The Image of a candidate and what inspecting it found (counted)."""
@@ -188,6 +218,35 @@ class InspectImage(beam.DoFn):
         return digest.hexdigest(), crc32
 
 
+def _now(fn, *args) -> Future:
+    """``fn(*args)`` run here, as a done Future (its result or its exception)."""
+    done = Future()
+    try:
+        done.set_result(fn(*args))
+    except Exception as e:  # noqa: BLE001 - given back by result(), as the pool's are
+        done.set_exception(e)
+    return done
+
+
+def local_threads(options) -> int:
+    """Inspections at once in each worker of a run: on the local runner, its machine's
+    cores over its worker processes (one in-memory worker on 2 cores: 2); 1 anywhere
+    else (a remote worker's cores are its runner's business)."""
+    from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
+
+    from beam_jobs.runners import runs_locally
+
+    runner = options.view_as(StandardOptions).runner
+    if not isinstance(runner, (str, type(None))) or not runs_locally(
+        [f"--runner={runner}"] if runner else []
+    ):
+        return 1
+    direct = options.view_as(DirectOptions)
+    cores = os.cpu_count() or 1
+    workers = 1 if direct.direct_running_mode == "in_memory" else direct.direct_num_workers
+    return max(1, cores // (workers or cores))
+
+
 # Files up to this size (a typical photo or icon) are read whole in one call;
 # larger ones have their first bytes checked before the body is read
 # (--verify full), or only their header read (--verify header).
@@ -255,5 +314,7 @@ class InspectImages(beam.PTransform):
 
     def expand(self, candidates):
         # Candidate -> Image | Reject
-        inspected = candidates | "Inspect" >> beam.ParDo(InspectImage(*self.arguments))
+        threads = local_threads(candidates.pipeline.options)
+        inspect = InspectImage(*self.arguments, threads=threads)
+        inspected = candidates | "Inspect" >> beam.ParDo(inspect)
         return inspected | "SplitRejects" >> SplitRejects()

@@ -233,7 +233,16 @@ def anonymous_beam() -> None:
 # their type conversions), each in a ``try: import ... except ImportError``. A
 # local convert uses none of them; refused, they are not imported: about 0.6 s
 # less of each process's start (the driver's, the fork server's), measured.
-_UNUSED_IMPORTS = ("pandas", "pyarrow")
+# MongoDB's client (mongodbio) and BigQuery's (bigquery_tools) come the same way:
+# 0.15-0.3 s of CPU more a process (docs/convert.md, "Where convert's time goes").
+_UNUSED_IMPORTS = (
+    "pandas",
+    "pyarrow",
+    "pymongo",
+    "bson",
+    "google.cloud.bigquery",
+    "google.cloud.bigquery_storage_v1",
+)
 
 
 def runs_locally(pipeline_args: list[str]) -> bool:
@@ -250,6 +259,8 @@ def lean_imports() -> None:
     a user's process may want them."""
     for name in _UNUSED_IMPORTS:
         sys.modules.setdefault(name, None)
+    # its warning that MongoDB IO is unavailable (bson refused) is no news here
+    logging.getLogger("apache_beam.io.mongodbio").setLevel(logging.ERROR)
 
 
 def lean_malloc() -> None:
