@@ -16,6 +16,7 @@ import schemas
 from reader import tfcall
 from reader.cache import open_cache
 from reader.decode import Decoder
+from reader.example_batches import GraphDecoder, read_spec
 from reader.read import Read, Source
 from reader.read_options import ReadOptions
 from reader.split_shards import check_path_root, default_path_root
@@ -44,7 +45,7 @@ def dataset(read: Read, resumed: bool = False, deal: tuple[int, int] = (1, 0)):
     deterministic = o.deterministic
     if deterministic is None:  # a state is a seeded read too
         deterministic = o.seed is not None or resumed or not read.shuffled
-    decoder = _decoder(read.sources[0], o, read.seed)
+    decoder = _decoder(read.sources, o, read.seed)
     parallel = {"num_parallel_calls": o.num_parallel_calls, "deterministic": deterministic}
     remaining = read.yields
     if deal != (1, 0) and batch_size is None:
@@ -112,10 +113,12 @@ def _excluding(ds, excluded: frozenset):
 
     def mark(batch):
         kept = tf.logical_not(tf.reduce_any(tf.equal(batch["key"][:, None], keys[None, :]), 1))
-        out = {}
-        for name, v in batch.items():
+
+        def zeroed(v):
             where = tf.reshape(kept, [-1] + [1] * (len(v.shape) - 1))
-            out[name] = tf.where(where, v, tf.zeros_like(v))  # "" for strings
+            return tf.where(where, v, tf.zeros_like(v))  # "" for strings
+
+        out = tf.nest.map_structure(zeroed, batch)  # a Padded's values and lengths too
         out["mask"] = kept & batch["mask"] if "mask" in batch else kept
         return out
 
@@ -168,9 +171,12 @@ def _choices(schedule, start: int):
     return indices.map(tfcall.graph(chunks)).unbatch()
 
 
-def _decoder(source: Source, o: ReadOptions, seed):
+def _decoder(sources: tuple[Source, ...], o: ReadOptions, seed):
     """The decoder of the records (of the first source of a mixture: they share the kind)."""
+    source = sources[0]
     kind = source.info.record_kind
+    if kind == "example":  # records that are not images: parsed, nothing decoded
+        return GraphDecoder(*read_spec(sources, o.features))
     root = default_path_root(source.info, o.path_root)
     if kind == "path":
         first = tf.train.Example.FromString(
@@ -202,20 +208,22 @@ def _pad_batches(ds, batch_size: int, real_batches: int, total_batches: int):
     ``total_batches``; a boolean ``mask`` is False on padding."""
 
     def pad(batch):
-        n = tf.shape(batch["label"])[0]
-        out = {}
-        for k, v in batch.items():
+        n = tf.shape(tf.nest.flatten(batch)[0])[0]
+
+        def padded(v):
             widths = [[0, batch_size - n]] + [[0, 0]] * (len(v.shape) - 1)
-            out[k] = tf.ensure_shape(tf.pad(v, widths), [batch_size, *v.shape[1:]])
+            return tf.ensure_shape(tf.pad(v, widths), [batch_size, *v.shape[1:]])
+
+        out = tf.nest.map_structure(padded, batch)  # a Padded's values and lengths too
         out["mask"] = tf.range(batch_size) < n
         return out
 
     ds = ds.map(tfcall.graph(pad))
 
     def zeros(spec):
-        if not spec.shape.is_fully_defined():
+        if not spec.shape[:1].concatenate(spec.shape[2:]).is_fully_defined():
             raise ValueError("pad_final_batch needs fixed shapes: give image_size")
-        return tf.zeros(spec.shape, spec.dtype)
+        return tf.zeros([d or 0 for d in spec.shape], spec.dtype)  # a Padded: 0 wide
 
     if total_batches > real_batches:
         empty = tf.nest.map_structure(zeros, ds.element_spec)

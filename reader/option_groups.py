@@ -209,6 +209,22 @@ class ErrorOptions:
             raise ValueError(f"max_errors must be >= 0, got {self.max_errors}")
 
 
+@dataclasses.dataclass(frozen=True)
+class RecordOptions:
+    """Records that are not images (record_kind example): the features to parse, a dict
+    of ``tf.io`` specs or ``reader.examples.Feature`` (None: ``schema.pbtxt``'s)."""
+
+    features: dict | None = None
+
+    def __post_init__(self) -> None:
+        if self.features is not None:
+            from reader.examples import as_spec
+
+            if not isinstance(self.features, dict) or not self.features:
+                raise TypeError(f"features must be a dict of feature specs, got {self.features!r}")
+            object.__setattr__(self, "features", as_spec(self.features))
+
+
 # group name -> its class, in the order the flat keywords are checked
 GROUPS = {
     "ordering": OrderOptions,
@@ -220,6 +236,7 @@ GROUPS = {
     "tuning": TuningOptions,
     "device": DeviceOptions,
     "errors": ErrorOptions,
+    "records": RecordOptions,
 }
 
 

@@ -109,7 +109,7 @@ def _read(data_dir, split, batch_size, options, state, python: tuple, overrides:
         python = dict(transform=transform, views=views, mirror_views=mirror_views)
         return _preprocessed(data_dir, split, batch_size, options, state, python, num_processes)
     read = resolve(data_dir, split, batch_size, options, state)
-    check_sized(options, batch_size)
+    check_sized(options, batch_size, read)
     return graph.dataset(read, resumed=state is not None), read.state
 
 

@@ -9,9 +9,15 @@ from schemas import features, layout, storage
 from schemas.example import parse_example
 
 
-def parse(data: bytes, kind: str, root: str | None) -> tuple:
+def parse(data: bytes, kind: str, root: str | None, fields=None) -> tuple:
     """(encoded image as uint8, label, key) of a serialized record; path records read
-    their image at ``root``."""
+    their image at ``root``. A record that is no image (kind ``example``) is itself,
+    its label id and key those its ``fields`` (``example_batches.RecordFields``) say:
+    it is parsed, not decoded, a batch at a time (``example_batches.python_batch``)."""
+    if kind == "example":
+        from schemas.example import parse_features
+
+        return (np.frombuffer(data, np.uint8), *fields.label_and_key(parse_features(data)))
     ex = parse_example(data)
     if kind == "image":
         encoded = ex[features.ENCODED]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 
+from reader.example_batches import python_parser
 from reader.option_groups import GROUPS, refuse_untaken
 from reader.order.views import restart, rounds, skip_limit, started
 from reader.preprocess import Preprocess, check_transform, default_processes
@@ -100,8 +101,10 @@ class PythonRoute:
         self.options = options
         self.decoded = 0  # images decoded by the last iteration (once each, any views)
         self.load_state_dict({"read_state": state.to_json()})
+        # records that are not images: parsed by the spec, nothing decoded (else None)
+        self._parse = python_parser(self.source.read, transform, views)
         if transform is None:  # the decoded images themselves are batched
-            check_sized(options, batch_size)
+            check_sized(options, batch_size, self.source.read)
         if started and self.spread and self._blocks is not None and self._blocks < self.spread:
             raise ValueError(
                 f"view_spread={self.spread} needs at least {self.spread} batches of "
@@ -223,7 +226,7 @@ class PythonRoute:
         batches = iter(self.source)
         if hand is not None:  # the owed views' blocks first, then the own read
             batches = itertools.chain(hand.blocks(), batches)
-        outputs = preprocess.map(batches)
+        outputs = preprocess.map(batches) if self._parse is None else map(self._parse, batches)
         if hand is not None:
             outputs = hand.merge(outputs, self._own_batches)
         elif self.spread is not None:

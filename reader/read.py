@@ -14,6 +14,7 @@ import difflib
 import numbers
 import secrets
 
+from reader.example_batches import check_read
 from reader.mixture import Mixture
 from reader.order.batches import remaining, yielded
 from reader.order.mix import Schedule
@@ -133,6 +134,7 @@ def resolve(
     if isinstance(data, Mixture):
         return _mixed(data, batch_size, options, state)
     info = load_dataset_info(data)
+    check_read(info, options, state, data)  # what a read of its record kind may ask
     shards = split_shards(info, data, split)
     shuffle = options.shuffles(split)
     _check(options, batch_size, shuffle)
@@ -313,9 +315,11 @@ def check_state(state) -> None:
         raise TypeError(f"state= takes a ReadState, got {type(state).__name__}: {hint}")
 
 
-def check_sized(o: ReadOptions, batch_size: int | None) -> None:
+def check_sized(o: ReadOptions, batch_size: int | None, read: Read | None = None) -> None:
     """Batches of decoded images need one size (a reader's with a transform do not: only
-    what the transform returns is batched)."""
+    what the transform returns is batched; nor do ``read``'s records that are not images)."""
+    if read is not None and read.sources[0].info.record_kind == "example":
+        return
     if o.decode and batch_size is not None and o.image_size is None:
         raise ValueError(
             "decoded images differ in size: give image_size=(height, width) to "

@@ -88,6 +88,9 @@ class ReadOptions:
         max_errors: with "skip", the read stops (one line naming the ledger) at the
             record after this many.
         error_ledger: the file the skipped records are appended to.
+        features: records that are not images (``record_kind: "example"``): the
+            features to parse, ``{name: tf.io.FixedLenFeature(...)}`` or
+            ``reader.examples.Feature``; None: the dataset's ``schema.pbtxt``.
     """
 
     # The groups' fields, flat as users type them (so an editor offers them): each
@@ -124,6 +127,7 @@ class ReadOptions:
     on_error: str = "raise"
     max_errors: int = 100
     error_ledger: str | None = None
+    features: dict | None = None
 
     def __post_init__(self) -> None:
         groups = {}

@@ -21,6 +21,8 @@ import numpy as np
 
 from reader.cache import open_cache
 from reader.cache_policy import check_limit
+from reader.example_batches import RecordFields
+from reader.examples import load_spec
 from reader.one_line import one_line
 from reader.order.batches import skipped
 from reader.pydecode import parse
@@ -62,6 +64,9 @@ class _Part:
         self.share, self.options = source.share, options
         self.kind = source.info.record_kind
         self.root = default_path_root(source.info, options.path_root)
+        self.fields = None  # records that are not images: their label and key features
+        if source.info.record_kind == "example":
+            self.fields = RecordFields.of(source.info, load_spec(source.data_dir))
         self.own = Records(self.share.shards)
         self.split = Records(self.share.split) if self.share.split else None
         if storage.is_url(self.share.shards[0]["path"]):
@@ -130,7 +135,7 @@ class _Part:
 
     def example(self, data: bytes, epoch: int = 0) -> tuple:
         """(encoded image, label, key, epoch) of a serialized record read in ``epoch``."""
-        return (*parse(data, self.kind, self.root), epoch)
+        return (*parse(data, self.kind, self.root, self.fields), epoch)
 
     def filler(self) -> tuple:
         """An example to stand in the padding rows (masked): the first of the worker's

@@ -307,7 +307,7 @@ class TorchReader(torch.utils.data.IterableDataset):
                 data_dir, split, batch_size, options = self._args
                 options = dataclasses.replace(options, prefetch_to_device=False)
                 read = resolve(data_dir, split, batch_size, options, self._state)
-                check_sized(options, batch_size)
+                check_sized(options, batch_size, read)
                 self._reader = graph.dataset(read, resumed=True, deal=deal)
             self._built_by = os.getpid()
         return self._reader

@@ -47,6 +47,8 @@ class DatasetInfo:
     compression: str = "none"
     path_root: str | None = None
     formats: tuple[str, ...] = ()
+    label_feature: str | None = None  # record_kind example: the features of the label
+    key_feature: str | None = None  # and key (None: none named at conversion)
 
     @property
     def split_names(self) -> tuple[str, ...]:
@@ -89,6 +91,8 @@ class DatasetInfo:
             compression=info.get("compression", "none"),
             path_root=info.get("path_root"),
             formats=tuple(info.get("formats", ())),
+            label_feature=info.get("label_feature"),
+            key_feature=info.get("key_feature"),
         )
 
 
