@@ -1,19 +1,26 @@
-"""Issue 45.3: a record that cannot be read mid-epoch (its bytes damaged after convert):
-``on_error="skip"`` gives its row as a padding row on the Python faces, writes it once
-an occurrence to the ledger (key, shard, offset, reason, epoch, step), the same on every
-read, and stops at ``max_errors`` in one line; "raise" (the default) stops at it."""
+"""Issue 45.3: a record that cannot be read mid-epoch (its bytes damaged after convert, a
+path record's file removed): ``on_error="skip"`` gives its row as a padding row on every
+face (tf.data through the Python route), writes it once an occurrence to the ledger
+(key, shard, offset, reason, epoch, step), the same on every read and every face, a
+resumed read too, and stops at ``max_errors`` in one line; "raise" (the default) stops
+at it."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
+import numpy as np
 import pytest
+from controls_data import read_face
 from dataset_writer import write_dataset
 
 import reader
 from evenshard import synthetic
 from reader.split_shards import load_index, split_shards
+from schemas import features, tfrecord
+from schemas.example import parse_example
 
 OPTS = dict(image_size=(8, 8), seed=4, shuffle_buffer=8, cycle_length=2, epochs=2)
 
@@ -80,9 +87,8 @@ def test_on_error_is_checked_and_refused_where_it_cannot_hold(damaged, tmp_path)
         read(good, on_error="skip")
     with pytest.raises(ValueError, match='"raise" or "skip"'):
         read(good, on_error="ignore")
-    with pytest.raises(ValueError, match="tf.data") as e:
-        reader.make_dataset(good, "train", 4, on_error="skip", error_ledger=str(tmp_path / "l"))
-    assert "NumpyReader" in str(e.value)
+    with pytest.raises(ValueError, match="give batch_size"):  # the Python route batches
+        reader.make_dataset(good, "train", None, on_error="skip", error_ledger=str(tmp_path))
     with pytest.raises(ValueError, match='backend="python" or "dali"'):
         reader.TorchReader(
             good,
@@ -93,3 +99,108 @@ def test_on_error_is_checked_and_refused_where_it_cannot_hold(damaged, tmp_path)
             on_error="skip",
             error_ledger=str(tmp_path / "l"),
         )
+
+
+@pytest.fixture(scope="module")
+def removed(tmp_path_factory):
+    """24 images as path records in 2 shards, one image's file then removed (not the first
+    record of a shard: that one stands in padding rows); the whole folder read by
+    ``path_root`` is the dataset undamaged."""
+    root = tmp_path_factory.mktemp("removed") / "images"
+    synthetic.make_image_folder(str(root), num_labels=2, per_label=12, formats=("png",))
+    whole = tmp_path_factory.mktemp("removed_whole") / "images"
+    shutil.copytree(root, whole)
+    out = str(tmp_path_factory.mktemp("removed_out") / "ds")
+    write_dataset(str(root), out, "--splits=train=1.0", "--num_shards=2", "--record_kind=path")
+    shard = split_shards(reader.load_info(out), out, "train")[1]
+    offset = int(load_index(shard)[2][0])  # record 2
+    record = list(tfrecord.iter_records(shard["path"]))[2]
+    os.remove(root / parse_example(record)[features.PATH].decode())
+    return out, str(whole), shard["path"], offset
+
+
+FACES = ("tf.data", "numpy", "torch-python", "torch-dali", "dali")
+
+
+def skipping(face, data, ledger, state=None, **kw):
+    """Every batch ``face`` yields reading ``data`` with on_error="skip" into ``ledger``,
+    and the ledger's lines."""
+    kw = dict(OPTS, on_error="skip", error_ledger=ledger, **kw)
+    if face == "tf.data":
+        kw["num_processes"] = 0
+    got = read_face(face, data, "train", 4, state=state, **kw)
+    return got, [json.loads(line) for line in open(ledger)]
+
+
+@pytest.mark.parametrize("damage", ["flipped byte", "file removed"])
+def test_every_face_skips_a_damaged_record_alike_and_so_does_a_resumed_read(
+    damaged, removed, damage, tmp_path
+):
+    """tf.data, NumpyReader, TorchReader (python, dali) and make_dali_pipeline (CPU): the
+    same keys, masks and labels, the pixels of every good row those of the undamaged
+    read (the Python faces; DALI's own decoder: its padding rows zeros), the damaged
+    record's row a padding row in each epoch, and the same ledger: the record once an
+    epoch. Resumed at step 3, each face yields the uninterrupted read's batches from
+    there and writes the ledger's lines of those steps."""
+    if damage == "flipped byte":
+        good, bad, path, offset = damaged
+        undamaged = {}
+    else:
+        bad, whole, path, offset = removed
+        good, undamaged = bad, dict(path_root=whole)
+    want = read_face("numpy", good, "train", 4, **OPTS, **undamaged)
+    reads = {f: skipping(f, bad, str(tmp_path / f"{f}.jsonl")) for f in FACES}
+    got, ledger = reads["numpy"]
+    lost = [
+        (s, i) for s, b in enumerate(want) for i, k in enumerate(b["key"]) if got[s]["key"][i] != k
+    ]
+    assert len(lost) == 2 and all(got[s]["key"][i] == "" for s, i in lost)  # once an epoch
+    assert [(x["shard"], x["offset"], x["epoch"], x["step"]) for x in ledger] == [
+        (path, offset, 0, lost[0][0]),
+        (path, offset, 1, lost[1][0]),
+    ]
+    assert [x["key"] for x in ledger] == [want[s]["key"][i] for s, i in lost]
+    for face, (batches, lines) in reads.items():
+        assert lines == ledger, face
+        assert [b["key"] for b in batches] == [b["key"] for b in got], face
+        for b, g, w in zip(batches, got, want):
+            assert (b["mask"] == g["mask"]).all() and (b["label"] == g["label"]).all(), face
+            if face.endswith("dali"):
+                assert not b["image"][~b["mask"]].any()
+            else:
+                assert (b["image"][b["mask"]] == w["image"][b["mask"]]).all(), face
+    for face in FACES:
+        state = reader.ReadState(OPTS["seed"], 4).advance(3)
+        again, lines = skipping(face, bad, str(tmp_path / f"{face}-resumed.jsonl"), state=state)
+        assert [b["key"] for b in again] == [b["key"] for b in got[3:]], face
+        assert all((a["mask"] == b["mask"]).all() for a, b in zip(again, got[3:])), face
+        assert lines == [x for x in ledger if x["step"] >= 3] and lines, face
+
+
+def test_max_errors_stops_every_face_alike(damaged, tmp_path):
+    """max_errors=1: the second occurrence stops each face in one line naming the ledger,
+    which holds the same two lines on every face."""
+    _, bad, _, _ = damaged
+    lines = {}
+    for face in FACES:
+        ledger = str(tmp_path / f"{face}.jsonl")
+        with pytest.raises(Exception) as e:  # tf.data wraps it: one_line unwraps
+            skipping(face, bad, ledger, max_errors=1)
+        said = reader.one_line(e.value)
+        assert "max_errors=1" in said and ledger in said, (face, said)
+        if face != "tf.data":
+            assert isinstance(e.value, reader.DatasetError) and "\n" not in str(e.value)
+        lines[face] = [json.loads(line) for line in open(ledger)]
+    assert len(lines["numpy"]) == 2
+    assert all(v == lines["numpy"] for v in lines.values()), lines
+
+
+def test_tf_data_with_on_error_skip_gives_keras_weights(damaged, tmp_path):
+    """as_supervised with on_error="skip": (image, label, weight), the damaged row's
+    weight 0, every other 1."""
+    _, bad, _, _ = damaged
+    kw = dict(OPTS, on_error="skip", error_ledger=str(tmp_path / "l"), num_processes=0)
+    ds = reader.make_dataset(bad, "train", 4, as_supervised=True, **kw)
+    weights = np.concatenate([w.numpy() for _, _, w in ds])
+    assert weights.dtype == np.float32 and sorted(set(weights)) == [0.0, 1.0]
+    assert (weights == 0).sum() == 2
