@@ -99,8 +99,8 @@ def _timed(make, steps: range, rounds: int) -> dict:
 
 
 def measure(a) -> dict:
-    from reader.explain import shard_keys
     from reader.read_options import ReadOptions
+    from reader.shard_keys import shard_keys
     from reader.split_shards import load_index, split_shards
     from reader.state import ReadState
     from schemas.dataset_info import load_dataset_info
