@@ -11,8 +11,9 @@ number of processes, after a resume at any step and after an elastic resize, and
 
 Processes start with forkserver (spawn where there is none): a TensorFlow runtime
 cannot be forked. A batch's arrays of one shape are stacked by the process into one
-shared memory block a field, which the reader copies out and unlinks; other values
-(strings, dicts, arrays of other shapes) come pickled, as lists.
+shared memory block, which the reader lends to the caller as the batch's arrays, no copy
+made, and reuses once they are gone (``reader.shared_blocks``); other values (strings,
+dicts, arrays of other shapes) come pickled, as lists.
 
 The processes end with the read, however it ends, whatever their transform is doing
 (``reader.preprocess_worker``: what a process does); the fork server and the resource
@@ -30,8 +31,6 @@ import multiprocessing
 import os
 import pickle
 from concurrent.futures.process import BrokenProcessPool
-
-import numpy as np
 
 from reader import compat_mp
 from reader.preprocess_worker import (
@@ -93,13 +92,14 @@ class Preprocess:
         """Outputs of ``batches`` (``reader.source.Batch``), in order: dicts of stacked
         arrays or lists, with ``key``, ``view``, ``epoch``, ``mask``."""
         sweep()
-        blocks = Blocks()
+        # lent at once: as many as are in flight (a caller holding more gets copies)
+        blocks = Blocks(lend_most=max(4, 2 * self.processes))
         if self.processes == 0:  # this read's own state: another read may run beside it
             worker = {"transform": self.transform, "config": self.config, "blocks": {}}
             worker["prefix"] = blocks.prefix
             try:
                 for batch in batches:
-                    yield self._collect(run(_task(batch), blocks.lend(), worker), blocks)
+                    yield self._collect(run(_task(batch), blocks.spare(), worker), blocks)
             finally:
                 blocks.unlink()
                 for memory in worker["blocks"].values():  # this read's maps
@@ -126,7 +126,7 @@ class Preprocess:
         try:
             for number, batch in enumerate(batches):
                 try:
-                    future = pool.submit(work, _task(batch), blocks.lend())
+                    future = pool.submit(work, _task(batch), blocks.spare())
                     pending.append((number, future))
                 except BrokenProcessPool:  # a process died before its batch was asked for
                     _broken(pending[0][0] if pending else number, held)
@@ -150,10 +150,7 @@ class Preprocess:
     def _collect(self, done: dict, blocks: Blocks) -> dict:
         self.decoded += done.pop("decoded")
         out = dict(done.pop("lists"))
-        memory = blocks.attach(done["block"], done["dropped"])
-        for name, (offset, shape, dtype) in done.pop("arrays").items():
-            out[name] = np.ndarray(shape, dtype, memory.buf, offset).copy()
-        blocks.free.append(done["block"])  # copied out: a later batch may reuse it
+        out.update(blocks.arrays(done["block"], done["dropped"], done.pop("arrays")))
         if self.first is None:
             self.first = {**dict.fromkeys(out), "key": out["key"][0]}
         elif out.keys() != self.first.keys():  # every batch has the first one's fields

@@ -94,7 +94,7 @@ def work(task: tuple, spare: str | None) -> dict:
 def run(task: tuple, spare: str | None = None, worker: dict | None = None) -> dict:
     """One batch in a worker (``worker``: the transform, config and mapped blocks; a
     process's own by default): each image decoded once, each view transformed; the
-    arrays go into ``spare`` (a block the reader has copied out) when it is large
+    arrays go into ``spare`` (a free block, its arrays gone) when it is large
     enough."""
     worker = _WORKER if worker is None else worker
     transform = worker["transform"]

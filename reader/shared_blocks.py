@@ -1,10 +1,12 @@
 """Shared memory blocks of the Python route's reads (``reader.preprocess``): a batch's
-arrays come from a worker process in one block, which the reader copies out and lends
-back for a later batch.
+arrays come from a worker process in one block, which the reader lends to the caller as
+the arrays themselves (views of the block, no copy) and takes back for a later batch
+once every array of that batch, and every view or tensor made from one, is gone.
 
 The blocks are named after the reader's process (``cache_folder.this_owner``) and the
 read, so the reader unlinks every block of a read when it ends, and a reader starting
-removes those of readers that died all at once (``sweep``).
+removes those of readers that died all at once (``sweep``). A block still lent when the
+read ends is unlinked by name and stays mapped until its arrays are gone.
 """
 
 from __future__ import annotations
@@ -13,50 +15,135 @@ import contextlib
 import itertools
 import os
 import re
+import threading
+import weakref
 from multiprocessing import shared_memory
+
+import numpy as np
 
 from reader.cache_folder import dead, this_owner
 
 
 class Blocks:
-    """The shared memory blocks of a read, reused: a batch's arrays come in one block,
-    which the reader copies out and lends, with a later task, to whichever process takes
-    it (a new block costs its pages' first touch: 17 times the copy into a used one).
-    The reader unlinks them all when the read ends (``prefix``: the start of their
-    names, None where shared memory is not a folder; ``sweep``)."""
+    """The shared memory blocks of a read, reused: a batch's arrays come in one block
+    (``arrays``), which goes back to the free blocks once the caller drops them, and
+    from there, with a later task, to whichever process takes it (``spare``; a new
+    block costs its pages' first touch: 17 times a copy into a used one). The reader
+    unlinks them all when the read ends (``prefix``: the start of their names, None
+    where shared memory is not a folder; ``unlink``, ``sweep``).
 
-    def __init__(self):
+    Args:
+        lend_most: blocks lent at once; a batch beyond them is copied out, its block
+            back at once (a caller keeping every batch holds heap, not shared memory).
+    """
+
+    def __init__(self, lend_most: int):
         self.prefix = f"evenshard-{this_owner()}-{next(_READS)}-" if _NAMED else None
-        self.free: list[str] = []  # copied out, ready for another batch
+        self.lend_most = lend_most
+        self.free: list[str] = []  # back from the caller, ready for another batch
+        self.lent: set[str] = set()  # a batch's arrays still live: neither reused nor closed
         self.known: set[str] = set()  # every block this read has seen: unlinked at its end
         self.mapped: dict[str, shared_memory.SharedMemory] = {}
+        self.address: dict[str, int] = {}  # where each block is mapped here
+        self.ended = False
+        # a block comes back when its last array goes, in whichever thread drops it
+        # (TensorFlow's, a garbage collection inside this module's own calls): reentrant
+        self.lock = threading.RLock()
 
-    def lend(self) -> str | None:
-        return self.free.pop() if self.free else None
+    def spare(self) -> str | None:
+        """A free block for the next batch's process (None: it makes one)."""
+        with self.lock:
+            return self.free.pop() if self.free else None
 
-    def attach(self, name: str, dropped: str | None) -> shared_memory.SharedMemory:
-        if dropped is not None:  # lent, but too small: unlinked by the process
-            self.known.discard(dropped)
-            old = self.mapped.pop(dropped, None)
-            if old is not None:
-                old.close()
-        self.known.add(name)
-        if name not in self.mapped:
-            self.mapped[name] = shared_memory.SharedMemory(name)
-        return self.mapped[name]
+    def arrays(self, name: str, dropped: str | None, fields: dict) -> dict:
+        """The arrays of a batch in block ``name`` (``fields``: name -> (offset, shape,
+        dtype)), as views of the block whose ``base`` is one ``_Lent`` (the block back
+        when it is gone); fields under ``SMALL`` bytes are copies (labels a caller keeps
+        do not hold a block), and so is every field while ``lend_most`` blocks are out."""
+        memory = self._attach(name, dropped)
+        with self.lock:
+            lend = len(self.lent) < self.lend_most
+            if lend:
+                self.lent.add(name)
+        lent = _Lent()
+        out = {}
+        for field, (offset, shape, dtype) in fields.items():
+            dtype = np.dtype(dtype)
+            if not lend or int(np.prod(shape)) * dtype.itemsize < SMALL:
+                out[field] = np.ndarray(shape, dtype, memory.buf, offset).copy()
+                continue
+            lent.__array_interface__ = {
+                "shape": tuple(shape),
+                "typestr": dtype.str,
+                "data": (self.address[name] + offset, False),  # writable: the caller's
+                "version": 3,
+            }
+            out[field] = np.asarray(lent)  # its base: ``lent`` (a view's: a chain to it)
+        if not lend:
+            self._back(name, memory)
+        else:
+            back = weakref.finalize(lent, self._back, name, memory)
+            back.atexit = False  # at exit the mapping goes with the process, arrays or not
+        return out
+
+    def _attach(self, name: str, dropped: str | None) -> shared_memory.SharedMemory:
+        with self.lock:
+            if dropped is not None:  # free, but too small: unlinked by the process
+                self.known.discard(dropped)
+                self.address.pop(dropped, None)
+                old = self.mapped.pop(dropped, None)
+                if old is not None:
+                    old.close()
+            self.known.add(name)
+            if name not in self.mapped:
+                memory = shared_memory.SharedMemory(name)
+                probe = np.frombuffer(memory.buf, np.uint8).__array_interface__
+                self.address[name] = probe["data"][0]
+                self.mapped[name] = memory  # the probe array is gone: the block closable
+            return self.mapped[name]
+
+    def _back(self, name: str, memory: shared_memory.SharedMemory) -> None:
+        """Block ``name``'s arrays are gone: free again, or unmapped once the read ended."""
+        with self.lock:
+            self.lent.discard(name)
+            if not self.ended:
+                self.free.append(name)
+                return
+            self.mapped.pop(name, None)
+            self.address.pop(name, None)
+        memory.close()
 
     def unlink(self) -> None:
         """Every block of the read: those it knows, and those a process made and never
-        handed over (ended meanwhile)."""
+        handed over (ended meanwhile). One lent to live arrays is unlinked by name and
+        stays mapped (unmapped under them, they would read freed memory): it is closed
+        when they are gone (``_back``)."""
         made = _listed(self.prefix) if self.prefix else []
-        for name in self.known.union(made):
-            _unlink(name, self.mapped.pop(name, None))
-        for memory in self.mapped.values():
-            memory.close()
-        self.known.clear()
-        self.free.clear()
+        with self.lock:
+            self.ended = True
+            for name in self.known.union(made):
+                if name in self.lent:
+                    with contextlib.suppress(FileNotFoundError):
+                        self.mapped[name].unlink()
+                else:
+                    self.address.pop(name, None)
+                    _unlink(name, self.mapped.pop(name, None))
+            for name in [n for n in self.mapped if n not in self.lent]:
+                self.address.pop(name, None)
+                self.mapped.pop(name).close()
+            self.known.clear()
+            self.free.clear()
 
 
+class _Lent:
+    """The ``base`` of a lent batch's arrays, numpy's owner of their memory (its
+    ``__array_interface__``: the address of the field being made); the block goes back
+    when it is gone, so no array, view or tensor outlives the block it reads."""
+
+    __slots__ = ("__array_interface__", "__weakref__")
+
+
+SMALL = 16 << 10  # bytes under which a field is copied out (a batch of 2,048 int64 labels)
 _SHM = "/dev/shm"  # where Linux keeps the blocks, by name
 _NAMED = os.path.isdir(_SHM)
 _READS = itertools.count()  # the reads of this process (their blocks' names)
