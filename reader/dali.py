@@ -24,6 +24,7 @@ from reader.dali_decode import (
     installed,
     modules,
 )
+from reader.example_batches import refuse_examples
 from reader.read import merge
 from reader.read_options import ReadOptions
 from reader.source import RecordSource
@@ -61,6 +62,7 @@ def make_dali_pipeline(
     """
     modules()  # DALI installed, said first
     options = merge(options, overrides)
+    refuse_examples(data_dir, "make_dali_pipeline")  # DALI decodes images
     check_options(options)
     source = RecordSource(data_dir, split, batch_size, options, state)
     for part in source.read.sources:

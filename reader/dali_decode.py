@@ -11,6 +11,7 @@ import collections
 
 import numpy as np
 
+from reader.example_batches import refuse
 from reader.option_groups import GROUPS, refuse_untaken
 from reader.pydecode import image_shape
 from reader.read_options import ReadOptions
@@ -193,7 +194,9 @@ def check_options(o: ReadOptions) -> None:
 
 
 def check_formats(data_dir: str, info: DatasetInfo) -> None:
-    """A dataset holding a format DALI does not decode (GIF) is refused."""
+    """A dataset holding a format DALI does not decode (GIF) is refused, and one of
+    records that are not images."""
+    refuse(data_dir, info, "DALI")
     unsupported = sorted(set(info.formats) - set(DALI_FORMATS))
     if unsupported:
         raise DatasetError(

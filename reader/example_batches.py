@@ -230,3 +230,21 @@ def python_parser(read, transform, views: int):
         )
     spec, fields = read_spec(read.sources, read.options.features)
     return functools.partial(python_batch, spec=spec, fields=fields)
+
+
+def _first_info(data):
+    """The dataset_info of ``data`` (a folder, or a ``reader.mix``'s first source)."""
+    from reader.mixture import Mixture
+    from schemas.dataset_info import load_dataset_info
+
+    return load_dataset_info(data.sources[0][0] if isinstance(data, Mixture) else data)
+
+
+def holds_examples(data) -> bool:
+    """Whether ``data`` (a folder or a mix) holds records that are not images."""
+    return is_examples(_first_info(data))
+
+
+def refuse_examples(data, face: str) -> None:
+    """``refuse`` for ``data`` (a folder or a mix), before its options are checked."""
+    refuse(data.sources[0][0] if hasattr(data, "sources") else data, _first_info(data), face)

@@ -24,12 +24,13 @@ import weakref
 import torch
 
 from reader import handover
+from reader.example_batches import holds_examples
 from reader.mixture import Mixture
 from reader.option_groups import GROUPS, refuse_untaken
 from reader.read import check_sized, check_state, merge, resolve, start_state
 from reader.read_options import ReadOptions
 from reader.state import ReadState
-from reader.torch_tensors import from_dali, from_numpy, from_tf
+from reader.torch_tensors import from_dali, from_examples, from_numpy, from_tf
 from schemas.images import DALI_FORMATS
 
 # the groups of options TorchReader takes (reader/option_groups.py): all but the device
@@ -136,7 +137,7 @@ class TorchReader(torch.utils.data.IterableDataset):
         if backend not in ("dali", "tf", "python", None):
             raise ValueError(f'backend must be "dali", "tf", "python" or None, got {backend!r}')
         python = transform is not None or views != 1 or mirror_views
-        if o.image_size is None and transform is None:
+        if o.image_size is None and transform is None and not holds_examples(data_dir):
             raise ValueError("TorchReader batches decoded images: give image_size")
         if python and backend not in ("python", None):
             raise ValueError(
@@ -183,9 +184,9 @@ class TorchReader(torch.utils.data.IterableDataset):
         if self.backend == "dali":
             from reader.dali_decode import check_formats, check_options
 
-            check_options(o)
             for source in self._sources:
                 check_formats(source.data_dir, source.info)
+            check_options(o)
 
     # in a StatefulDataLoader's worker: the loader counts what it yielded (state_dict
     # asked there), and the worker's first batch from its state, when it resumed
@@ -337,6 +338,8 @@ class TorchReader(torch.utils.data.IterableDataset):
     def _batches(self):
         info = torch.utils.data.get_worker_info()
         convert = {"dali": from_dali, "tf": from_tf, "python": from_numpy}[self.backend]
+        if self._sources[0].info.record_kind == "example":
+            convert = from_examples  # records that are not images: features, no image
         every, first = 1, 0  # a DataLoader worker's batches: first, first + every, ...
         if info is None:
             handover.forget(self._token)  # counted here, not by a DataLoader's worker
@@ -363,7 +366,7 @@ class TorchReader(torch.utils.data.IterableDataset):
         for j, batch in enumerate(batches):
             self._consumed = first + j * every + 1  # batches of the read up to this one
             out = convert(batch)
-            if self.layout == "NCHW":
+            if self.layout == "NCHW" and "image" in out:
                 out["image"] = out["image"].permute(0, 3, 1, 2)
             if self.as_supervised:
                 out = out["image"], out["label"], out["mask"]
@@ -385,6 +388,8 @@ def _default_backend(infos: list, gpu: bool | None = None) -> str:
     (``torch.cuda.is_available()`` starts it unless PYTORCH_NVML_BASED_CUDA_CHECK=1),
     and a CPU build of torch, which cannot take DALI's CUDA images, counts none.
     """
+    if any(info.record_kind == "example" for info in infos):
+        return "tf"  # records that are not images: DALI decodes images
     if gpu is None:
         gpu = torch.cuda.device_count() > 0
     if not gpu:

@@ -47,3 +47,30 @@ def from_numpy(batch: dict) -> dict:
     for name, value in batch.items():
         out[name] = torch.from_numpy(value) if isinstance(value, np.ndarray) else value
     return out
+
+
+def from_examples(batch) -> dict:
+    """A batch of records that are not images (tf.data's or the Python route's) as
+    tensors: numbers as tensors, a ``Padded`` as a ``Padded`` of two tensors (values,
+    lengths), bytes as numpy object arrays (torch has no string tensor), ``key`` a
+    list of str, ``mask`` all True when absent."""
+    from reader.examples import Padded
+
+    def tensor(value):
+        if isinstance(value, Padded):
+            return Padded(tensor(value.values), tensor(value.lengths))
+        value = value.numpy() if hasattr(value, "numpy") else np.asarray(value)
+        return value if value.dtype == object else torch.from_numpy(value)
+
+    out = {}
+    for name, value in batch.items():
+        if name == "key":
+            keys = value.numpy() if hasattr(value, "numpy") else value
+            out[name] = [k.decode() if isinstance(k, bytes) else k for k in keys]
+        else:
+            out[name] = tensor(value)
+    if "mask" not in out:
+        first = next(iter(out.values()))
+        n = len(first.lengths if isinstance(first, Padded) else first)
+        out["mask"] = torch.ones(n, dtype=torch.bool)
+    return out

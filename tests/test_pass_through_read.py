@@ -1,9 +1,10 @@
 """Pass-through records read back by every face (issue 42, item 2): the features parsed
-(``reader.examples``: the inferred schema's spec, nothing decoded), every record exactly
-once, in the reader's one order, resumable.
+(``reader.examples``: the inferred schema's spec, or ``features=``; nothing decoded),
+every record exactly once, in the reader's one order, resumable (also elastically),
+mixable; image options and DALI refused in one line.
 
-xfail until the lead hooks ``reader.examples.parse_batch`` / ``tf_parse_batch`` into the
-spine's decode stage; then this file is made real (the xfail dropped)."""
+The dataset is made once by a real convert of Examples TensorFlow wrote
+(``tests/dataset_writer.py`` writes no record inputs)."""
 
 from __future__ import annotations
 
@@ -14,78 +15,250 @@ import pytest
 from conftest import run_convert
 from test_pass_through import FLAGS, as_python, mixed, write_records
 
-from reader.examples import Padded
+import reader
+from reader.examples import Feature, Padded
 
-pytestmark = pytest.mark.xfail(strict=False, reason="hooked into the spine by the lead")
+N = 36  # records, in 6 shards: 3 workers read 2 shards each
 
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
     base = tmp_path_factory.mktemp("read")
-    recs = mixed(24)
+    recs = mixed(N)
     write_records(str(base / "in" / "a.tfrecord"), recs)
     out = str(base / "out")
-    run_convert(str(base / "in"), out, *FLAGS, "--label_feature=label", "--splits=train=1")
+    run_convert(
+        str(base / "in"),
+        out,
+        *FLAGS,
+        "--num_shards=6",
+        "--label_feature=label",
+        "--key_feature=id",
+        "--splits=train=1",
+    )
     return out, {as_python(r)["id"][0]: as_python(r) for r in recs}
 
 
+def _host(v):
+    return v.numpy() if hasattr(v, "numpy") else np.asarray(v)
+
+
 def _rows(batch: dict) -> list[dict]:
-    """A batch of parsed features as one {name: list of values} a record (padding and
-    the mask of a padded batch left out)."""
-
-    def host(v):
-        return v.numpy() if hasattr(v, "numpy") else np.asarray(v)
-
-    mask = host(batch["mask"]) if "mask" in batch else None
-    n = len(host(batch["id"]))
+    """A batch of parsed features as one {name: list of values} a record (the padding
+    rows of a masked batch left out); ``label`` the id, ``key`` the text."""
+    mask = _host(batch["mask"]) if "mask" in batch else None
+    keys = [k.decode() if isinstance(k, bytes) else k for k in _host(batch["key"])]
     rows = []
-    for i in range(n):
+    for i in range(len(keys)):
         if mask is not None and not mask[i]:
             continue
-        row = {}
+        row = {"key": keys[i]}
         for name, value in batch.items():
-            if name in ("mask", "label", "key"):
+            if name in ("mask", "key"):
                 continue
             if isinstance(value, Padded):
-                k = int(host(value.lengths)[i])
-                row[name] = host(value.values)[i][:k].tolist()
+                k = int(_host(value.lengths)[i])
+                row[name] = _host(value.values)[i][:k].tolist()
             else:
-                row[name] = host(value)[i].reshape(-1).tolist()
+                row[name] = _host(value)[i].reshape(-1).tolist()
         rows.append(row)
     return rows
 
 
+LABELS = ["cat", "dog"]  # labels.txt: the label feature's texts, sorted
+
+
 def _check_once(rows: list[dict], written: dict) -> None:
-    ids = collections.Counter(r["id"][0] for r in rows)
-    assert ids == collections.Counter(written)  # every record exactly once
+    ids = collections.Counter(r["key"] for r in rows)
+    assert ids == collections.Counter(k.decode() for k in written)  # every record once
     for r in rows:
-        expected = {k: v for k, v in written[r["id"][0]].items() if v}
-        assert {k: v for k, v in r.items() if v} == expected
+        expected = {k: v for k, v in written[r["key"].encode()].items() if v}
+        expected["label"] = [LABELS.index(expected["label"][0].decode())]  # the id
+        expected["key"] = r["key"]
+        assert {k: v for k, v in r.items() if v or k == "label"} == expected
+
+
+def _ids(rows: list[dict]) -> list[str]:
+    return [r["key"] for r in rows]
+
+
+def _tf_rows(out, **kw) -> list[dict]:
+    return [r for b in reader.make_dataset(out, "train", **kw) for r in _rows(b)]
 
 
 def test_make_dataset_gives_the_parsed_features_once(converted):
-    import reader
-
     out, written = converted
     ds = reader.make_dataset(out, "train", batch_size=5, shuffle=False, pad_final_batch=True)
-    _check_once([r for b in ds for r in _rows(b)], written)
+    batches = list(ds)
+    assert len(batches) == 8 and _host(batches[-1]["mask"]).tolist() == [True] + [False] * 4
+    assert _host(batches[-1]["tokens"].lengths)[1:].tolist() == [0] * 4  # padding: zeros
+    assert batches[0]["embedding"].shape == (5, 3) and batches[0]["label"].dtype.name == "int64"
+    _check_once([r for b in batches for r in _rows(b)], written)
 
 
-def test_numpy_reader_gives_the_same_order(converted):
-    import reader
+def test_numpy_and_torch_readers_give_the_same_order_and_values(converted):
+    from reader.torch import TorchReader
 
     out, written = converted
-    tf_rows = [r for b in reader.make_dataset(out, "train", batch_size=4, seed=3) for r in _rows(b)]
+    tf_rows = _tf_rows(out, batch_size=4, seed=3)
     np_rows = [r for b in reader.NumpyReader(out, "train", batch_size=4, seed=3) for r in _rows(b)]
-    assert [r["id"] for r in np_rows] == [r["id"] for r in tf_rows]
+    assert np_rows == tf_rows  # the same order, the same values
     _check_once(np_rows, written)
+    for backend in ("tf", "python"):
+        torch_batches = list(TorchReader(out, "train", 4, seed=3, backend=backend))
+        tokens = torch_batches[0]["tokens"]
+        assert isinstance(tokens, Padded) and tokens.lengths.dtype.is_floating_point is False
+        assert [r for b in torch_batches for r in _rows(b)] == tf_rows, backend
+
+
+def test_padded_evaluation_is_the_same_on_every_face(converted):
+    from reader.torch import TorchReader
+
+    out, _ = converted
+    kw = dict(shuffle=False, pad_final_batch=True, num_workers=4, worker_index=3)
+    tf_batches = list(reader.make_dataset(out, "train", 4, **kw))
+    np_batches = list(reader.NumpyReader(out, "train", 4, **kw))
+    torch_batches = list(TorchReader(out, "train", 4, backend="python", **kw))
+    assert len(tf_batches) == len(np_batches) == len(torch_batches) >= 2
+    for t, n, p in zip(tf_batches, np_batches, torch_batches):
+        assert _host(t["mask"]).tolist() == n["mask"].tolist() == p["mask"].tolist()
+        assert _rows(t) == _rows(n) == _rows(p)
+        assert (_host(t["tokens"].values) == n["tokens"].values).all()
+
+
+def test_single_examples_without_a_batch_size(converted):
+    out, written = converted
+    ds = reader.make_dataset(out, "train", batch_size=None, shuffle=False)
+    one = next(iter(ds))
+    assert one["embedding"].shape == (3,) and one["tokens"].values.shape.rank == 1
+    assert one["key"].numpy().decode() in {k.decode() for k in written}
 
 
 def test_a_resumed_read_continues_where_it_stopped(converted):
-    import reader
-
-    out, written = converted
-    whole = [r for b in reader.make_dataset(out, "train", batch_size=4, seed=1) for r in _rows(b)]
+    out, _ = converted
+    whole = _tf_rows(out, batch_size=4, seed=1)
     state = reader.ReadState(seed=1, batch_size=4).advance(2)
     ds, _ = reader.resume(out, "train", state)
-    assert [r["id"] for b in ds for r in _rows(b)] == [r["id"] for r in whole[8:]]
+    assert _ids(r for b in ds for r in _rows(b)) == _ids(whole[8:])
+    numpy = reader.NumpyReader(out, "train", 4, seed=1)
+    batches = iter(numpy)
+    [next(batches) for _ in range(2)]
+    saved = numpy.state_dict()
+    again = reader.NumpyReader(out, "train", 4, seed=1)
+    again.load_state_dict(saved)
+    assert _ids(r for b in again for r in _rows(b)) == _ids(whole[8:])
+
+
+def test_an_elastic_resume_from_3_to_2_workers_reads_each_record_once(converted):
+    out, written = converted
+    kw = dict(seed=4, cycle_length=2)
+    before = []
+    for w in range(3):  # each of 3 workers read 2 batches of 2, then the run stopped
+        ds = reader.make_dataset(out, "train", 2, num_workers=3, worker_index=w, **kw)
+        before += [r for b in list(ds)[:2] for r in _rows(b)]
+    state = reader.ReadState(seed=4, batch_size=2, step=2, num_workers=3)
+    after = []
+    for w in range(2):
+        ds, _ = reader.resume(out, "train", state, num_workers=2, worker_index=w, **kw)
+        after += [r for b in ds for r in _rows(b)]
+    numpy = reader.NumpyReader(out, "train", 2, num_workers=2, worker_index=1, state=state, **kw)
+    assert [r for b in numpy for r in _rows(b)] == [
+        r
+        for b in reader.resume(out, "train", state, num_workers=2, worker_index=1, **kw)[0]
+        for r in _rows(b)
+    ]
+    _check_once(before + after, written)
+
+
+def test_a_mix_of_a_pass_through_dataset_with_itself(converted, tmp_path):
+    out, written = converted
+    both = reader.mix([((out, "train"), 0.5), ((out, "train"), 0.5)])
+    rows = _tf_rows_of(both)
+    assert collections.Counter(_ids(rows)) == {k.decode(): 2 for k in written}
+    assert [r for b in reader.NumpyReader(both, batch_size=4, seed=0) for r in _rows(b)] == rows
+
+
+def _tf_rows_of(data) -> list[dict]:
+    return [r for b in reader.make_dataset(data, batch_size=4, seed=0) for r in _rows(b)]
+
+
+def test_a_mix_with_an_image_dataset_is_one_line(converted, tmp_path):
+    from dataset_writer import write_dataset
+
+    from evenshard import synthetic
+
+    out, _ = converted
+    synthetic.make_image_folder(str(tmp_path / "img"), num_labels=2, per_label=3)
+    write_dataset(str(tmp_path / "img"), str(tmp_path / "images"), "--splits=train=1.0")
+    mixed_kinds = reader.mix([((out, "train"), 0.5), ((str(tmp_path / "images"), "train"), 0.5)])
+    with pytest.raises(ValueError, match="record kind") as e:
+        reader.make_dataset(mixed_kinds, batch_size=4, seed=0)
+    assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match="features= parses records that are not images"):
+        reader.make_dataset(str(tmp_path / "images"), features={"id": Feature("bytes", (1,))})
+
+
+@pytest.mark.parametrize(
+    "face, option, value",
+    [
+        ("make_dataset", "image_size", 224),
+        ("NumpyReader", "random_flip", True),
+        ("TorchReader", "image_size", (8, 8)),
+        ("make_dataset", "as_supervised", True),
+    ],
+)
+def test_an_image_option_is_refused_in_one_line(converted, face, option, value):
+    from reader.torch import TorchReader
+
+    out, _ = converted
+    make = {"make_dataset": reader.make_dataset, "NumpyReader": reader.NumpyReader}
+    make["TorchReader"] = TorchReader
+    with pytest.raises(ValueError, match=f"not images.*does not honour {option}") as e:
+        make[face](out, "train", 4, **{option: value})
+    assert "\n" not in str(e.value)
+
+
+def test_dali_refuses_records_that_are_not_images(converted):
+    from reader.torch import TorchReader
+    from schemas.info import DatasetError
+
+    out, _ = converted
+    with pytest.raises(DatasetError, match="DALI decodes images.*not images"):
+        TorchReader(out, "train", 4, backend="dali")
+    with pytest.raises((DatasetError, ImportError), match="decodes images|DALI"):
+        reader.make_dali_pipeline(out, "train", 4)
+
+
+def test_features_given_are_the_features_read(converted):
+    import tensorflow as tf
+
+    out, written = converted
+    spec = {
+        "embedding": tf.io.FixedLenFeature([3], tf.float32),
+        "tags": tf.io.VarLenFeature(tf.string),
+        "weight": Feature("float"),
+    }
+    for batches in (
+        reader.make_dataset(out, "train", 6, shuffle=False, features=spec),
+        reader.NumpyReader(out, "train", 6, shuffle=False, features=spec),
+    ):
+        for b in batches:
+            assert set(b) - {"mask"} == {"embedding", "tags", "weight", "label", "key"}
+            for r in _rows(b):
+                record = written[r["key"].encode()]
+                assert r["tags"] == record["tags"] and r["weight"] == record.get("weight", [])
+                assert r["embedding"] == record["embedding"]
+    with pytest.raises(ValueError, match="feature 'mask'"):
+        reader.make_dataset(out, "train", 6, features={"mask": Feature("int64")})
+
+
+def test_excluded_keys_come_as_padding_rows(converted):
+    out, _ = converted
+    whole = _tf_rows(out, batch_size=4, seed=1)
+    gone = sorted(_ids(whole[8:12]))
+    state = reader.ReadState(seed=1, batch_size=4).advance(2).exclude(gone)
+    ds, _ = reader.resume(out, "train", state)
+    tf_rows = [r for b in ds for r in _rows(b)]
+    assert _ids(tf_rows) == [k for k in _ids(whole[8:]) if k not in gone]
+    numpy = reader.NumpyReader(out, "train", 4, state=state)
+    assert _ids(r for b in numpy for r in _rows(b)) == _ids(tf_rows)
