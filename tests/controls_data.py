@@ -72,12 +72,9 @@ def read_face(face: str, data, split, batch_size: int, state=None, **kw) -> list
 
 
 def plain(batch: dict) -> dict:
-    out = {}
-    for name, value in batch.items():
-        if name == "key":
-            out[name] = keys([batch])[0]
-        elif hasattr(value, "numpy"):
-            out[name] = value.numpy()
-        else:
-            out[name] = np.asarray(value)
+    out = {
+        name: value.numpy() if hasattr(value, "numpy") else value for name, value in batch.items()
+    }
+    out = {name: np.asarray(value) for name, value in out.items()}
+    out["key"] = keys([out])[0]
     return out

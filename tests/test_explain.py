@@ -13,10 +13,9 @@ import sys
 
 import numpy as np
 import pytest
-from dataset_writer import write_dataset
+from controls_data import controls_dataset, keys, same, told
 
 import reader
-from evenshard import synthetic
 from reader.explain import explain
 
 OPTS = dict(image_size=(8, 8), seed=4, shuffle_buffer=16, cycle_length=4)
@@ -25,23 +24,7 @@ OPTS = dict(image_size=(8, 8), seed=4, shuffle_buffer=16, cycle_length=4)
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     """72 images: train (4 shards: 3 workers read unequal counts) and val."""
-    root = tmp_path_factory.mktemp("explain") / "images"
-    synthetic.make_image_folder(str(root), num_labels=3, per_label=24, formats=("png",))
-    out = str(tmp_path_factory.mktemp("explain_out") / "ds")
-    write_dataset(str(root), out, "--splits=train=0.75,val=0.25", "--num_shards=4")
-    return out
-
-
-def same(example, rng):
-    return example
-
-
-def keys(batches) -> list[list[str]]:
-    return [[k.decode() if isinstance(k, bytes) else k for k in list(b["key"])] for b in batches]
-
-
-def told(batches) -> list[list[str]]:
-    return [b["key"] for b in batches]
+    return controls_dataset(tmp_path_factory)
 
 
 def numpy_reader(data, batch_size, state=None, **kw):
