@@ -50,7 +50,8 @@ class ReadState:
         skips: steps whose batches are not yielded, as [first, stop) ranges after
             ``step`` (``skip``); a read goes on with the batches that follow them.
         excluded: keys left out from here on (``exclude``): their rows come as
-            padding rows (``mask`` False, key "", label 0, image zeros).
+            padding rows (``mask`` False, key "", label 0; image zeros from tf.data's
+            graph and DALI, a kept row's pixels on the Python route).
     """
 
     seed: int

@@ -2,7 +2,8 @@
 batch of every face from the start, after a resume, after 3 -> 2 workers and with a mix;
 skipped steps are exactly the ones named on TorchReader (python, dali) and
 make_dali_pipeline; excluded keys never come again and the rest is read exactly once on
-every face (``pad_final_batch``, 2 workers).
+every face (``pad_final_batch``, 2 workers); with ``make_dataset``'s ``as_supervised`` their
+rows weigh 0; ``explain`` refuses gzip shards (README, "Which data was in step s").
 
 The cells already tested elsewhere are left out here: from the start, tf.data,
 TorchReader (tf) and NumpyReader (test_explain.py::test_explain_equals_every_batch_of_
@@ -16,8 +17,10 @@ from __future__ import annotations
 
 import pytest
 from controls_data import FACES, controls_dataset, read_face
+from dataset_writer import write_dataset
 
 import reader
+from evenshard import synthetic
 from reader.explain import explain
 from reader.state import ReadState
 
@@ -116,3 +119,25 @@ def evaluation(face, data, state, worker: int, **kw) -> list[dict]:
     if state is None:
         state = ReadState(0, 5)
     return read_face(face, data, "val", 5, state=state, num_workers=2, worker_index=worker, **kw)
+
+
+def test_excluded_rows_weigh_0_with_make_dataset_s_as_supervised(data):
+    """as_supervised with a state's excluded keys: (image, label, weight), weight 0 on the
+    excluded rows alone, their images zeros."""
+    whole = read_face("tf.data", data, "train", 4, state=ReadState(4, 4), **OPTS)
+    gone = [whole[0]["key"][1], whole[2]["key"][3]]
+    ds, _ = reader.resume(data, "train", ReadState(4, 4).exclude(gone), as_supervised=True, **OPTS)
+    weights = [(w.numpy(), i.numpy()) for i, _, w in ds]
+    want = [[0.0 if k in gone else 1.0 for k in b["key"]] for b in whole]
+    assert [list(w) for w, _ in weights] == want and sum(w.count(0.0) for w in want) == 4
+    assert all(not i[w == 0].any() for w, i in weights)
+
+
+def test_explain_refuses_gzip_shards_in_one_line(tmp_path):
+    """explain reads the keys by the DALI index, which gzip shards have not."""
+    root = tmp_path / "images"
+    synthetic.make_image_folder(str(root), num_labels=2, per_label=4, formats=("png",))
+    write_dataset(str(root), str(tmp_path / "ds"), "--splits=train=1.0", "--compression=gzip")
+    with pytest.raises(reader.DatasetError, match="gzip") as e:
+        explain(str(tmp_path / "ds"), "train", 4, [0], seed=0)
+    assert "\n" not in str(e.value)

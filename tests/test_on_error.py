@@ -57,7 +57,10 @@ def test_a_damaged_record_is_a_padding_row_written_once_to_the_ledger(damaged, t
     good, bad, path, offset = damaged
     with pytest.raises(reader.DatasetError, match="corrupt") as e:
         read(bad)
-    assert "\n" not in str(e.value)
+    assert "\n" not in str(e.value) and f"{path}: record 3 " in str(e.value)
+    with pytest.raises(Exception) as e:  # tf.data's graph: its error names the shard
+        list(reader.make_dataset(bad, "train", 4, **OPTS))
+    assert path in str(e.value)
     ledger = str(tmp_path / "ledger.jsonl")
     got = read(bad, on_error="skip", error_ledger=ledger)
     want = read(good)
