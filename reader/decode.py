@@ -266,3 +266,40 @@ def to_channels(image, channels):
         default=lambda: opaque,
     )
     return tf.concat([rgb, alpha], axis=-1)
+
+
+class ExampleDecoder:
+    """The decode stage for records that are not images (``record_kind: "example"``):
+    a batch parsed by ``tf.io.parse_example`` (``reader.examples.tf_parse_batch``),
+    nothing decoded; its ``label`` ids and ``key`` as ``reader.example_batches`` says.
+
+    Args:
+        spec: the features to parse (``reader.examples.Feature`` values).
+        fields: the read's ``example_batches.RecordFields``.
+    """
+
+    def __init__(self, spec: dict, fields):
+        self.spec, self.fields = spec, fields
+        self.parsed = {**spec, **fields.wanted()}
+
+    def batch(self, serialized, epochs=None):
+        """``{feature: tensor or Padded, "label", "key"}`` of a batch of records."""
+        from reader.examples import tf_parse_batch
+
+        parsed = tf_parse_batch(serialized, self.parsed)
+        out = {name: parsed[name] for name in self.spec}
+        f = self.fields
+        if f.label:
+            value = parsed[f.label][:, 0]
+            if f.label_kind == "bytes":  # a text label's id: its position in labels.txt
+                names = tf.constant(list(f.labels) or [""])
+                value = tf.argmax(tf.equal(value[:, None], names[None, :]), 1)
+            out["label"] = value
+        if f.key:
+            out["key"] = parsed[f.key][:, 0]
+        return out
+
+    def one(self, serialized, epoch=None):
+        """One record's values (``batch_size=None``), without a batch dimension."""
+        batch = self.batch(tf.reshape(serialized, [1]))
+        return tf.nest.map_structure(lambda v: v[0], batch)

@@ -6,7 +6,7 @@ features by name (``reader.examples``: arrays, variable-length ones ``Padded``),
 ``label`` (the label feature's id in ``labels.txt``: an int label is its own id; only
 when the dataset names a label feature), ``key`` (the key feature's text; only when it
 names one) and ``mask`` (False on padding rows, every value zero there). The tf graph
-parses with ``tf.io.parse_example`` (``GraphDecoder``), the Python route with the
+parses with ``tf.io.parse_example`` (``decode.ExampleDecoder``), the Python route with the
 protobuf codec (``python_batch``): the same arrays.
 """
 
@@ -65,41 +65,6 @@ def is_examples(info) -> bool:
     return info.record_kind == KIND
 
 
-def check_read(info, options, state, data_dir: str) -> None:
-    """A read of ``data_dir`` may ask this of its records: an image option (the images
-    group) or ``as_supervised`` for pass-through records, or ``features=`` for images,
-    is one line; so is excluding keys of records without a key feature, and a feature
-    of the spec named as a batch's own field."""
-    from reader.option_groups import refuse_untaken
-
-    if not is_examples(info):
-        if options.features is not None:
-            raise ValueError(
-                f"features= parses records that are not images: {data_dir} holds "
-                f"{info.record_kind} records; leave features out"
-            )
-        return
-    face = f"a read of {data_dir} (records that are not images, record_kind example)"
-    instead = {
-        "images": "its records are parsed as features= (or schema.pbtxt) says, "
-        "nothing decoded; leave the image options out",
-        "form": "its batches are dicts of features: take batch[name] and batch['label']",
-    }
-    takes = frozenset(g for g in _groups() if g not in instead)
-    refuse_untaken(options, takes, face, instead)
-    if state is not None and state.excluded and not info.key_feature:
-        raise ValueError(
-            f"the state excludes keys, and {data_dir} was converted without --key_feature: "
-            "its records have no key to exclude by; convert with --key_feature"
-        )
-
-
-def _groups():
-    from reader.option_groups import GROUPS
-
-    return GROUPS
-
-
 def read_spec(sources, features) -> tuple[dict[str, Feature], RecordFields]:
     """The spec a read's records are parsed by (``features``, the user's, else the
     first source's ``schema.pbtxt``) and their ``RecordFields``; the sources of a mix
@@ -135,41 +100,6 @@ def read_spec(sources, features) -> tuple[dict[str, Feature], RecordFields]:
                 f"and {name!r} is not it: leave it out of features= (give the others)"
             )
     return spec, fields
-
-
-class GraphDecoder:
-    """The tf graph stream's decode stage for pass-through records (``graph._decoder``):
-    a batch parsed by ``tf.io.parse_example``, nothing decoded."""
-
-    def __init__(self, spec: dict[str, Feature], fields: RecordFields):
-        self.spec, self.fields = spec, fields
-        self.parsed = {**spec, **fields.wanted()}
-
-    def batch(self, serialized, epochs=None):
-        """The features of a batch of records, its labels' ids and keys (module doc)."""
-        import tensorflow as tf
-
-        from reader.examples import tf_parse_batch
-
-        parsed = tf_parse_batch(serialized, self.parsed)
-        out = {name: parsed[name] for name in self.spec}
-        f = self.fields
-        if f.label:
-            value = parsed[f.label][:, 0]
-            if f.label_kind == "bytes":
-                names = tf.constant(list(f.labels) or [""])
-                value = tf.argmax(tf.equal(value[:, None], names[None, :]), 1)
-            out["label"] = value
-        if f.key:
-            out["key"] = parsed[f.key][:, 0]
-        return out
-
-    def one(self, serialized, epoch=None):
-        """One record's (``batch_size=None``): each value without its batch dimension."""
-        import tensorflow as tf
-
-        batch = self.batch(tf.reshape(serialized, [1]))
-        return tf.nest.map_structure(lambda v: v[0], batch)
 
 
 def python_batch(batch, spec: dict[str, Feature], fields: RecordFields) -> dict:

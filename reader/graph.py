@@ -15,8 +15,8 @@ from __future__ import annotations
 import schemas
 from reader import tfcall
 from reader.cache import open_cache
-from reader.decode import Decoder
-from reader.example_batches import GraphDecoder, read_spec
+from reader.decode import Decoder, ExampleDecoder
+from reader.example_batches import read_spec
 from reader.read import Read, Source
 from reader.read_options import ReadOptions
 from reader.split_shards import check_path_root, default_path_root
@@ -176,7 +176,7 @@ def _decoder(sources: tuple[Source, ...], o: ReadOptions, seed):
     source = sources[0]
     kind = source.info.record_kind
     if kind == "example":  # records that are not images: parsed, nothing decoded
-        return GraphDecoder(*read_spec(sources, o.features))
+        return ExampleDecoder(*read_spec(sources, o.features))
     root = default_path_root(source.info, o.path_root)
     if kind == "path":
         first = tf.train.Example.FromString(

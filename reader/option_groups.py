@@ -216,13 +216,9 @@ class RecordOptions:
 
     features: dict | None = None
 
-    def __post_init__(self) -> None:
-        if self.features is not None:
-            from reader.examples import as_spec
-
-            if not isinstance(self.features, dict) or not self.features:
-                raise TypeError(f"features must be a dict of feature specs, got {self.features!r}")
-            object.__setattr__(self, "features", as_spec(self.features))
+    def __post_init__(self) -> None:  # each spec is checked where it is parsed (as_spec)
+        if self.features is not None and (not isinstance(self.features, dict) or not self.features):
+            raise TypeError(f"features must be a dict of feature specs, got {self.features!r}")
 
 
 # group name -> its class, in the order the flat keywords are checked

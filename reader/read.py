@@ -14,13 +14,12 @@ import difflib
 import numbers
 import secrets
 
-from reader.example_batches import check_read
 from reader.mixture import Mixture
 from reader.order.batches import remaining, yielded
 from reader.order.mix import Schedule
 from reader.read_options import ReadOptions
 from reader.share import Share
-from reader.split_shards import split_fingerprint, split_shards
+from reader.split_shards import check_record_options, split_fingerprint, split_shards
 from reader.state import ReadState
 from schemas.dataset_info import DatasetInfo, load_dataset_info
 
@@ -134,7 +133,7 @@ def resolve(
     if isinstance(data, Mixture):
         return _mixed(data, batch_size, options, state)
     info = load_dataset_info(data)
-    check_read(info, options, state, data)  # what a read of its record kind may ask
+    check_record_options(info, options, state, data)
     shards = split_shards(info, data, split)
     shuffle = options.shuffles(split)
     _check(options, batch_size, shuffle)

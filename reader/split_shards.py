@@ -1,4 +1,5 @@
-"""The shards of a split, checked before reading; where path records point."""
+"""The shards of a split, checked before reading; where path records point; what a read
+of the dataset's record kind may ask."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import hashlib
 import json
 import os
 
+from reader.option_groups import GROUPS, refuse_untaken
 from schemas import layout, storage, tfrecord
 from schemas.dataset_info import DatasetInfo
 from schemas.info import DatasetError
@@ -132,3 +134,29 @@ def check_path_root(root: str, first_path: str, given: bool) -> None:
         f"({where} is {root}). If the images moved, pass path_root=THEIR_NEW_FOLDER "
         "(evenshard validate --path_root too)"
     )
+
+
+def check_record_options(info: DatasetInfo, options, state, data_dir: str) -> None:
+    """What a read of ``data_dir`` may ask of its record kind, refused in one line: an
+    image option (the images group) or ``as_supervised`` for records that are not images
+    (``record_kind: "example"``: parsed, nothing decoded), ``features=`` for images,
+    excluding keys of records converted without a key feature."""
+    if info.record_kind != "example":
+        if options.features is not None:
+            raise ValueError(
+                f"features= parses records that are not images: {data_dir} holds "
+                f"{info.record_kind} records; leave features out"
+            )
+        return
+    face = f"a read of {data_dir} (records that are not images, record_kind example)"
+    instead = {
+        "images": "its records are parsed as features= (or schema.pbtxt) says, "
+        "nothing decoded; leave the image options out",
+        "form": "its batches are dicts of features: take batch[name] and batch['label']",
+    }
+    refuse_untaken(options, frozenset(GROUPS) - set(instead), face, instead)
+    if state is not None and state.excluded and not info.key_feature:
+        raise ValueError(
+            f"the state excludes keys, and {data_dir} was converted without --key_feature: "
+            "its records have no key to exclude by; convert with --key_feature"
+        )

@@ -163,6 +163,7 @@ READER_FLOORS = {
     "reader/pixels.py": 3,
     "reader/decode.py": 3,
     "reader/examples.py": 3,
+    "reader/example_batches.py": 3,
     "reader/source.py": 3,
     "reader/shard_keys.py": 3,
     "reader/explain.py": 3,
