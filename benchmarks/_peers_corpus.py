@@ -60,7 +60,7 @@ def _cut(path: str, labels: list[int], count: int, root: str) -> None:
 
 def make_corpus(count: int) -> str:
     """``count`` real-photo JPEGs in LABELS label folders, label-sorted; cached."""
-    from near_bench import wallpapers
+    from _near_corpus import wallpapers
 
     root = os.path.join(WORK, f"peers_photos_{count}")
     if os.path.exists(os.path.join(root, ".done")):
