@@ -14,26 +14,29 @@ bands:
    an image below the quality gate matches only a closer one),
    thinned to the bucket's minimum spanning forest, each edge weighted (bits
    apart, then thumbnail levels apart). Memory: one band value's fingerprints.
-3. All edges -> one table of the lightest weight of each pair (a CombineFn),
-   then clusters joined lightest edge first, never past ``largest_allowed``
-   images (1 % of the inputs, at least 16): an edge that would pass it is
-   refused and its keys named in the summary (the bridges: weak links chain
-   unrelated pictures; a cluster grows by its strongest ones first). Each key
-   in a cluster -> (the cluster's smallest key, the split given to its
-   smallest key that has one). Memory: the keys that have a near-duplicate
-   (with ``--group_by``, also those in a group), never the dataset.
-4. Each image, with that table as a side input: in a cluster, its ``group``
-   becomes the cluster's smallest key (the split's hash then keeps the cluster
-   together, where its smallest key alone would land), and an image without a
-   given split takes the cluster's. ``--near_keep one`` keeps the cluster's
-   smallest key given a split by the manifest (else its smallest key) and
-   rejects the others as ``near_duplicate``.
+3. All edges -> their minimum spanning forest (a CombineFn whose accumulators are
+   thinned to their forest as they grow: about two edges a clustered key, never
+   every edge), then clusters joined along it lightest edge first, never past
+   ``largest_allowed`` images (1 % of the inputs, at least 16): an edge that
+   would pass it is refused and its keys named in the summary (the bridges: weak
+   links chain unrelated pictures; a cluster grows by its strongest ones first).
+   Each key in a cluster -> (the cluster's smallest key, the split given to its
+   smallest key that has one). Memory: the keys that have a near-duplicate (with
+   ``--group_by``, also those in a group), never the dataset.
+4. The clusters no split is given are dealt to the splits at their fractions
+   (``near_splits``: one record a cluster; the images in no cluster keep the
+   plain convert's split). Each image, with the table and the dealing as side
+   inputs: in a cluster, its ``group`` becomes the cluster's smallest key, and an
+   image without a given split takes the cluster's (given, else dealt).
+   ``--near_keep one`` keeps the cluster's smallest key given a split by the
+   manifest (else its smallest key) and rejects the others as ``near_duplicate``.
 
 A manifest ``split`` value still wins; a cluster whose members are given two
 splits keeps them as given (counted in the summary as ``given_two_splits``).
 With ``--group_by``, a cluster that joins two groups joins them whole.
 Deterministic on every runner: the table depends on the set of edges and the
-input count only, not on their order (ties in weight are broken by the keys).
+input count only, not on their order (ties in weight are broken by the keys), and
+the dealing on the table and the split counts.
 """
 
 from __future__ import annotations
@@ -54,32 +57,37 @@ BRIDGES_NAMED = 10  # the refused joins named in the summary (all are counted)
 
 
 def _in_bands(im: Image, distance: int):
+    raw = bytes.fromhex(im.near)  # half the hex: about 20 copies an image are shuffled
     for band in near.bands(near.parse(im.near), distance):
-        yield band, (im.key, im.near, im.split)
+        yield band, (im.key, raw, im.split)
 
 
 def _bucket_edges(element, distance: int):
-    """((band, value), [(key, fingerprint, split)]) -> (weight, key, split, key, split)
+    """((band, value), [(key, fingerprint's bytes, split)]) -> (weight, key, split, key, split)
     edges: the pairs that match (``near.matches``: hashes within ``distance`` and the
-    thumbnails alike), thinned to the bucket's minimum spanning forest (the lightest
-    edges that join what its pairs join: the clusters see every strong link)."""
-    _, members = element
+    thumbnails alike) and share no value of an earlier band (a pair is confirmed in
+    the buckets of the first band it shares only, not in each), thinned to the
+    bucket's minimum spanning forest (the lightest edges that join what its pairs
+    join: the forest of all the buckets' forests is that of all the pairs)."""
+    (band, _), members = element
     if len(members) < 2:
         return
     members = sorted(members)
-    unique = sorted({m[1] for m in members})  # in this order: thumbs_apart is not symmetric
+    unique = sorted({m[1] for m in members})  # as the hex sorts: thumbs_apart is not symmetric
     at = {fp: i for i, fp in enumerate(unique)}
     first = [-1] * len(unique)  # the first member of each distinct fingerprint
     pairs = [[], [], []]  # weight, member, member
     for i, (_, fp, _) in enumerate(members):  # identical fingerprints: weight 0
         if first[at[fp]] < 0:
             first[at[fp]] = i
-        else:
+        elif band == 0:  # they share every band
             for column, value in zip(pairs, (0, first[at[fp]], i)):
                 column.append(value)
     weight, a, b = (np.array(column, dtype=np.int64) for column in pairs)
     values, weak, quality, thumbs = near.parse_many(unique, distance)
     i, j, bits = near.close_pairs(values, distance, weak)
+    later = ~near.share_a_band(values[i], values[j], weak[i] | weak[j], distance, band)
+    i, j, bits = i[later], j[later], bits[later]
     if len(i):  # the second measure, for all of the bucket's candidates at once
         apart = near.thumbs_apart(thumbs[i], thumbs[j], quality[i], quality[j], bits)
         took = apart >= 0

@@ -268,6 +268,18 @@ def candidate_pairs(fps: list[Parsed], distance: int):
     return sorted(found)
 
 
+def share_a_band(a: np.ndarray, b: np.ndarray, weak: np.ndarray, distance: int, below: int):
+    """Whether each pair of hashes (uint64 arrays; ``weak``: the bits weak in either,
+    :func:`weak_bits`) shares a value (:func:`bands`) of one of the bands before band
+    ``below``: agrees on each of that band's bits weak in neither."""
+    differ = (a ^ b) & ~weak
+    out = np.zeros(len(a), dtype=bool)
+    for bits in band_bits(distance)[:below]:
+        mask = np.uint64(sum(1 << bit for bit in bits))
+        out |= (differ & mask) == 0
+    return out
+
+
 def band_values(values: np.ndarray, distance: int) -> list[np.ndarray]:
     """:func:`bands` of a uint64 array: one array of band values a band."""
     out = []
@@ -312,14 +324,15 @@ def close_pairs(values: np.ndarray, distance: int, weak: np.ndarray | None = Non
     return tuple(np.concatenate(parts) for parts in zip(*found))
 
 
-def parse_many(fps: list[str], distance: int):
-    """:func:`parse` of many fingerprints at once -> (hashes, their weak bits at
-    ``distance`` (:func:`weak_bits`), qualities, thumbnails: one row each)."""
-    values = as_array(fps)
-    weak = np.array([weak_bits(int(fp[16:32], 16), distance) for fp in fps], dtype=np.uint64)
-    tails = np.frombuffer(bytes.fromhex("".join(fp[32:] for fp in fps)), np.uint8)
-    tails = tails.reshape(len(fps), -1)
-    return values, weak, tails[:, 0].astype(np.int64), tails[:, 1:].astype(np.int16)
+def parse_many(fps: list[bytes], distance: int):
+    """:func:`parse` of many fingerprints at once (each ``bytes.fromhex`` of one) ->
+    (hashes, their weak bits at ``distance`` (:func:`weak_bits`), qualities,
+    thumbnails: one row each)."""
+    raw = np.frombuffer(b"".join(fps), np.uint8).reshape(len(fps), -1)
+    values = raw[:, :8].copy().view(">u8").ravel().astype(np.uint64)
+    weak = [weak_bits(int.from_bytes(fp[8:16], "big"), distance) for fp in fps]
+    thumbs = raw[:, 17:].astype(np.int16)
+    return values, np.array(weak, dtype=np.uint64), raw[:, 16].astype(np.int64), thumbs
 
 
 def describe(found: dict) -> str:
