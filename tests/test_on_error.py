@@ -199,11 +199,21 @@ def test_max_errors_stops_every_face_alike(damaged, tmp_path):
 
 
 def test_tf_data_with_on_error_skip_gives_keras_weights(damaged, tmp_path):
-    """as_supervised with on_error="skip": (image, label, weight), the damaged row's
-    weight 0, every other 1."""
+    """as_supervised with on_error="skip", decoded in 2 worker processes: (image, label,
+    weight), the damaged row's weight 0, every other 1, the images and labels those of
+    the dicts; prefetch_to_device is refused in one line."""
     _, bad, _, _ = damaged
-    kw = dict(OPTS, on_error="skip", error_ledger=str(tmp_path / "l"), num_processes=0)
+    kw = dict(OPTS, on_error="skip", error_ledger=str(tmp_path / "l"), num_processes=2)
     ds = reader.make_dataset(bad, "train", 4, as_supervised=True, **kw)
-    weights = np.concatenate([w.numpy() for _, _, w in ds])
+    dicts = read_face("tf.data", bad, "train", 4, **kw)
+    got = [tuple(v.numpy() for v in t) for t in ds]
+    assert all(
+        (i == d["image"]).all() and (y == d["label"]).all() for (i, y, _), d in zip(got, dicts)
+    )
+    weights = np.concatenate([w for _, _, w in got])
     assert weights.dtype == np.float32 and sorted(set(weights)) == [0.0, 1.0]
-    assert (weights == 0).sum() == 2
+    assert list(weights) == list(np.concatenate([d["mask"] for d in dicts]))
+    assert (weights == 0).sum() == 2 and len(got) == len(dicts)
+    with pytest.raises(ValueError, match="prefetch_to_device") as e:
+        reader.make_dataset(bad, "train", 4, prefetch_to_device="/gpu:0", **kw)
+    assert "\n" not in str(e.value)
