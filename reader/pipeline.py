@@ -14,6 +14,7 @@ import warnings
 import numpy as np
 
 from reader import graph, tfcall
+from reader.examples import Padded
 from reader.mixture import Mixture
 from reader.option_groups import GROUPS, refuse_untaken
 from reader.python_route import PythonRoute
@@ -21,6 +22,7 @@ from reader.read import check_sized, check_state, merge, resolve
 from reader.read_options import ReadOptions
 from reader.state import ReadState
 from schemas import storage
+from schemas.errors import InvalidTypeError, InvalidValueError, OperationError
 
 tf = storage.tensorflow()
 
@@ -121,7 +123,7 @@ def _preprocessed(data_dir, split, batch_size, o, state, python: dict, processes
     plain = python["transform"] is None and python["views"] == 1  # on_error="skip" alone
     face = 'make_dataset(on_error="skip")' if plain else "make_dataset(transform=...)"
     if batch_size is None:
-        raise ValueError(f"{face} reads the Python route's batches: give batch_size")
+        raise InvalidValueError(f"{face} reads the Python route's batches: give batch_size")
     refuse_untaken(o, PYTHON_TAKES | {"form"} if plain else PYTHON_TAKES, face, INSTEAD)
     route = PythonRoute(
         data_dir,
@@ -137,6 +139,11 @@ def _preprocessed(data_dir, split, batch_size, o, state, python: dict, processes
     first = next(batches)  # the signature: the transform's fields, types and shapes
 
     def signature(name, value):
+        if isinstance(value, Padded):  # records that are not images: a variable length
+            lengths = signature(name, value.lengths)
+            return Padded(tf.TensorSpec((None, None), signature(name, value.values).dtype), lengths)
+        if isinstance(value, np.ndarray) and value.dtype == object:  # bytes features
+            return tf.TensorSpec((None, *value.shape[1:]), tf.string)
         if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
             return tf.TensorSpec((None, *value.shape[1:]), value.dtype)
         if isinstance(value, list) and all(isinstance(v, (str, bytes)) for v in value):
@@ -145,7 +152,7 @@ def _preprocessed(data_dir, split, batch_size, o, state, python: dict, processes
         shapes = sorted({v.shape for v in value if isinstance(v, np.ndarray)})
         if held == "ndarray values" and len(shapes) > 1:
             held = f"arrays of {len(shapes)} shapes ({', '.join(map(str, shapes[:3]))})"
-        raise TypeError(
+        raise InvalidTypeError(
             f"transform output {name!r} holds {held}: make_dataset yields "
             "tensors (arrays of one shape, numbers or strings); reader.NumpyReader "
             "yields any values"
@@ -158,6 +165,8 @@ def _preprocessed(data_dir, split, batch_size, o, state, python: dict, processes
         float field to a first batch's ints (0.5 read as 0)."""
         for name, s in spec.items():
             value = batch[name]
+            if isinstance(s, Padded):  # parsed records: their spec's types, every batch
+                continue
             if s.dtype == tf.string or (
                 isinstance(value, np.ndarray)
                 and np.can_cast(value.dtype, s.dtype.as_numpy_dtype, "same_kind")
@@ -168,7 +177,7 @@ def _preprocessed(data_dir, split, batch_size, o, state, python: dict, processes
                 if isinstance(value, np.ndarray)
                 else " and ".join(sorted({type(v).__name__ for v in value})) + " values"
             )
-            raise TypeError(
+            raise InvalidTypeError(
                 f"transform output {name!r} holds {held} in the batch of key "
                 f"{batch['key'][0]!r}, {s.dtype.name} in the first batch: make_dataset "
                 "yields one type a field; return the same type for every example "
@@ -191,11 +200,11 @@ def _preprocessed(data_dir, split, batch_size, o, state, python: dict, processes
             # error from here would race it (TensorFlow then raises a RuntimeError), an
             # empty batch lets it out to raise it. Had it no Ctrl-C, it sees the batch,
             # then this error.
-            yield {
-                name: np.zeros((0, *s.shape[1:]), s.dtype.as_numpy_dtype)
-                for name, s in spec.items()
-            }
-            raise RuntimeError("the read was interrupted (Ctrl-C)") from None
+            yield tf.nest.map_structure(
+                lambda s: np.zeros((0, *[d or 0 for d in s.shape[1:]]), s.dtype.as_numpy_dtype),
+                spec,
+            )
+            raise OperationError("the read was interrupted (Ctrl-C)") from None
 
     ds = tf.data.Dataset.from_generator(generate, output_signature=spec)
     try:

@@ -262,3 +262,34 @@ def test_excluded_keys_come_as_padding_rows(converted):
     assert _ids(tf_rows) == [k for k in _ids(whole[8:]) if k not in gone]
     numpy = reader.NumpyReader(out, "train", 4, state=state)
     assert _ids(r for b in numpy for r in _rows(b)) == _ids(tf_rows)
+
+
+def test_a_damaged_record_is_skipped_alike_by_numpy_reader_and_make_dataset(converted, tmp_path):
+    import json
+    import shutil
+
+    from reader.split_shards import load_index, split_shards
+
+    out, written = converted
+    bad = str(tmp_path / "bad")
+    shutil.copytree(out, bad)
+    shard = {**split_shards(reader.load_info(bad), bad, "train")[0]}
+    offset, size = (int(v) for v in load_index(shard)[2])
+    with open(shard["path"], "r+b") as f:  # a flipped byte in record 2's data: its CRC fails
+        f.seek(offset + size // 2)
+        byte = f.read(1)
+        f.seek(offset + size // 2)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    whole = _tf_rows(out, batch_size=4, seed=2)
+    faces = (
+        ("numpy", lambda **kw: reader.NumpyReader(bad, "train", 4, seed=2, **kw)),
+        ("tf", lambda **kw: reader.make_dataset(bad, "train", 4, seed=2, num_processes=0, **kw)),
+    )
+    for name, face in faces:
+        ledger = str(tmp_path / f"{name}.jsonl")
+        rows = [r for b in face(on_error="skip", error_ledger=ledger) for r in _rows(b)]
+        with open(ledger) as f:
+            lines = [json.loads(line) for line in f]
+        assert [(x["shard"], x["offset"]) for x in lines] == [(shard["path"], offset)], name
+        assert len(rows) == len(whole) - 1 and all(r in whole for r in rows), name
+        assert [r for r in whole if r not in rows][0]["key"] not in _ids(rows)
