@@ -26,6 +26,7 @@ import json
 import numpy as np
 
 from schemas import features, layout, near, storage, tfrecord
+from schemas.errors import InvalidValueError, StorageError
 from schemas.example import parse_example
 from schemas.info import DatasetError, load_info
 
@@ -136,7 +137,7 @@ def find(
     side_of = np.array([i for i, s in enumerate(sides) for _ in s.keys], dtype=np.int64)
     names = list(dict.fromkeys(split_of))
     if len(names) > 63:
-        raise ValueError(f"{len(names)} splits: at most 63 can be audited together")
+        raise InvalidValueError(f"{len(names)} splits: at most 63 can be audited together")
     group = np.array([names.index(sp) for sp in split_of], dtype=np.int64)
     unique, inverse = np.unique(np.array([v for s in sides for v in s.values]), return_inverse=True)
     inverse = inverse.ravel()
@@ -223,10 +224,10 @@ def check_sheet(path: str) -> None:
     import os
 
     if not path.lower().endswith(".png") or os.path.isdir(path):
-        raise ValueError(f"--sheet {path}: name a .png file to write the contact sheet to")
+        raise InvalidValueError(f"--sheet {path}: name a .png file to write the contact sheet to")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
-        raise ValueError(f"--sheet {path}: folder {folder} does not exist")
+        raise InvalidValueError(f"--sheet {path}: folder {folder} does not exist")
 
 
 def contact_sheet(sides: list[Side], report: dict, path: str, rows: int = 12) -> bool:
@@ -261,7 +262,7 @@ def contact_sheet(sides: list[Side], report: dict, path: str, rows: int = 12) ->
     try:
         sheet.save(path, "PNG")
     except OSError as e:
-        raise OSError(f"--sheet {path}: {e.strerror or e}") from None
+        raise StorageError(f"--sheet {path}: {e.strerror or e}") from None
     return True
 
 

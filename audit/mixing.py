@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from schemas.errors import InvalidValueError
+
 
 def batch_tvd(labels: np.ndarray, batch_size: int) -> float:
     """Mean total-variation distance of full batches' label mix from the overall mix."""
@@ -23,7 +25,9 @@ def batch_tvd(labels: np.ndarray, batch_size: int) -> float:
     overall = np.bincount(codes, minlength=len(classes)) / len(codes)
     n_batches = len(codes) // batch_size
     if n_batches == 0:
-        raise ValueError(f"need at least one full batch of {batch_size}, got {len(codes)} labels")
+        raise InvalidValueError(
+            f"need at least one full batch of {batch_size}, got {len(codes)} labels"
+        )
     batches = codes[: n_batches * batch_size].reshape(n_batches, batch_size)
     counts = np.stack([np.bincount(b, minlength=len(classes)) for b in batches]) / batch_size
     return float(np.mean(0.5 * np.abs(counts - overall).sum(axis=1)))

@@ -20,6 +20,7 @@ import numpy as np
 
 from audit import mixing
 from schemas import features, layout, storage, tfrecord
+from schemas.errors import InvalidValueError
 
 
 def _read_order(ds) -> tuple[list[bytes], list[int]]:
@@ -151,7 +152,7 @@ def report(
 
     folder = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(folder):
-        raise ValueError(f"--out {out}: folder {folder} does not exist; create it first")
+        raise InvalidValueError(f"--out {out}: folder {folder} does not exist; create it first")
     info = reader.load_info(data_dir)
     if split not in info["splits"]:
         raise reader.DatasetError(
@@ -159,7 +160,7 @@ def report(
         )
     n = info["splits"][split]["num_examples"]
     if n < batch_size:
-        raise ValueError(
+        raise InvalidValueError(
             f"split {split} has {n} examples, fewer than one batch of {batch_size}: "
             f"pass --batch_size {max(n // 4, 1)} or less"
         )

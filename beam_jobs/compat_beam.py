@@ -10,6 +10,8 @@ with apache-beam 2.77.0.
 
 from __future__ import annotations
 
+from schemas.errors import OperationError
+
 
 def is_reshuffle(transform) -> bool:
     """Whether ``transform`` is Beam's Reshuffle as the Dask runner's overrides leave it
@@ -86,23 +88,23 @@ def check() -> None:
     side = beam.pvalue.AsSingleton(beam.Pipeline() | beam.Create([1]))
     view, options, mapping = side_input_view(side)
     if view is not beam.pvalue.AsSingleton or not isinstance(options, dict) or not mapping:
-        raise RuntimeError(f"{where}: side inputs changed _view_options/_window_mapping_fn")
+        raise OperationError(f"{where}: side inputs changed _view_options/_window_mapping_fn")
     for name in ("_credentials_lock", "_credentials_init", "_credentials"):
         if not hasattr(auth._Credentials, name):
-            raise RuntimeError(f"{where}: auth._Credentials has no {name}")
+            raise OperationError(f"{where}: auth._Credentials has no {name}")
     if not isinstance(bag_kwargs({"npartitions": 3}), dict):
-        raise RuntimeError(f"{where}: DaskOptions._extract_bag_kwargs changed")
+        raise OperationError(f"{where}: DaskOptions._extract_bag_kwargs changed")
     try:
         output_handler(None, te.OneReceiver())
     except TypeError as e:
-        raise RuntimeError(f"{where}: _OutputHandler changed its arguments: {e}") from None
+        raise OperationError(f"{where}: _OutputHandler changed its arguments: {e}") from None
     from apache_beam.runners.portability.fn_api_runner import fn_runner, worker_handlers
 
     runner = fn_runner.FnApiRunner()
     if not hasattr(runner, "_provision_info") or not hasattr(runner, "_default_environment"):
-        raise RuntimeError(f"{where}: FnApiRunner keeps no _provision_info/_default_environment")
+        raise OperationError(f"{where}: FnApiRunner keeps no _provision_info/_default_environment")
     handler = inspect.getsource(worker_handlers.SubprocessSdkWorkerHandler.__init__)
     if "self._worker_command_line = " not in handler:
-        raise RuntimeError(f"{where}: SubprocessSdkWorkerHandler has no _worker_command_line")
+        raise OperationError(f"{where}: SubprocessSdkWorkerHandler has no _worker_command_line")
     if not is_reshuffle(overrides._Reshuffle()):
-        raise RuntimeError(f"{where}: the Dask runner's overrides have no _Reshuffle")
+        raise OperationError(f"{where}: the Dask runner's overrides have no _Reshuffle")

@@ -22,6 +22,7 @@ from beam_jobs.paths import folder_files, write_atomically
 from beam_jobs.rejects import add_rejects
 from beam_jobs.write import FEATURE_STATS
 from schemas import inferred
+from schemas.errors import OperationError
 from schemas.layout import (
     FORMAT_VERSION,
     INFO_FILE,
@@ -138,7 +139,7 @@ class _Finalize(beam.DoFn):
         )
         written = sum(s["num_examples"] for s in info["splits"].values())
         if written + gate["rejects"] + len(changed) != gate["inputs"]:
-            raise RuntimeError(  # a bug, never a user error: say so loudly
+            raise OperationError(  # a bug, never a user error: say so loudly
                 f"counts do not reconcile: {gate['inputs']} inputs, {written} written, "
                 f"{gate['rejects']} rejected, {len(changed)} changed"
             )
@@ -155,7 +156,7 @@ class _Finalize(beam.DoFn):
             return
         for split, s in info["splits"].items():
             if s["num_examples"] != plan[split]["num_examples"]:
-                raise RuntimeError(
+                raise OperationError(
                     f"split {split}: planned {plan[split]['num_examples']} "
                     f"examples, wrote {s['num_examples']}"
                 )

@@ -37,7 +37,7 @@ import sys
 import tempfile
 
 from beam_jobs._fork_client import _ended, read_exactly
-from schemas.errors import Error
+from schemas.errors import Error, InvalidValueError
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +219,7 @@ def serve(listener: socket.socket) -> None:
                     head, fds, _, _ = socket.recv_fds(conn, 4, 3)
                     request = read_exactly(conn, struct.unpack("!I", head)[0])
                     if request is None or len(fds) != 3:
-                        raise ValueError("the client closed early, or sent no stdio")
+                        raise InvalidValueError("the client closed early, or sent no stdio")
                     request = json.loads(request)
                 except (OSError, ValueError, struct.error):
                     _close(fds)

@@ -29,6 +29,7 @@ from beam_jobs import paths
 from beam_jobs.record_rules import RecordFormat, RecordRules
 from beam_jobs.record_source import ReadRecordFile
 from beam_jobs.records import Image, make_reject
+from schemas.errors import InvalidValueError
 
 
 def is_parquet_file(rel: str) -> bool:
@@ -170,7 +171,7 @@ def _first(path: str) -> dict | None:
     except FileNotFoundError:
         raise
     except Exception as e:  # noqa: BLE001 - pyarrow's errors: a damaged file
-        raise ValueError(f"{path}: not a readable Parquet file ({e})") from None
+        raise InvalidValueError(f"{path}: not a readable Parquet file ({e})") from None
     if row is None:
         return None
     features = _features(row)
@@ -178,7 +179,7 @@ def _first(path: str) -> dict | None:
     held = {n for n, (kind, values) in features.items() if kind == "bytes" and values}
     if named and not held & set(named):
         name, where = sorted(named.items())[0]
-        raise ValueError(
+        raise InvalidValueError(
             f"column {name!r} holds paths ({where}), not the images: write the Parquet "
             "with the image bytes in it (datasets' push_to_hub embeds them; to_parquet "
             "writes the paths of a dataset made from files)"

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from typing import NamedTuple
 
+from schemas.errors import InvalidValueError
+
 # Reject reasons, each with the rule that produces it (also in docs/convert.md).
 REJECT_REASONS = {
     "missing": "the file does not exist (or a symlink points nowhere)",
@@ -118,7 +120,7 @@ class Reject(NamedTuple):
 def make_reject(key: str, source: str, reason: str, detail: str) -> Reject:
     """A Reject with printable key and source; the reason must be a known one."""
     if reason not in REJECT_REASONS:
-        raise ValueError(f"unknown reject reason {reason!r}")
+        raise InvalidValueError(f"unknown reject reason {reason!r}")
     return Reject(safe_text(key), safe_text(source), reason, detail)
 
 

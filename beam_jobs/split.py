@@ -18,6 +18,7 @@ import apache_beam as beam
 from beam_jobs.fingerprint import fp
 from beam_jobs.rank import LABEL_BUCKET_BITS, ExactRank, top_bucket
 from beam_jobs.records import Image
+from schemas.errors import InvalidValueError
 
 HASH_BUCKETS = 10_000
 
@@ -37,7 +38,7 @@ def pick(cuts: list[int], value: int) -> int:
     for i, cut in enumerate(cuts):
         if value < cut:
             return i
-    raise ValueError(f"value {value} beyond the last cut {cuts[-1]}")
+    raise InvalidValueError(f"value {value} beyond the last cut {cuts[-1]}")
 
 
 def hash_split(image: Image, names: tuple[str, ...], cuts: list[int], split_seed: int) -> str:

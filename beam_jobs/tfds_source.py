@@ -17,6 +17,7 @@ import json
 from beam_jobs import paths
 from beam_jobs.options import UserError
 from beam_jobs.tfrecord_source import FORMAT as TFRECORD
+from schemas.errors import InvalidValueError
 
 INFO, FEATURES = "dataset_info.json", "features.json"
 
@@ -26,7 +27,7 @@ def _json(root: str, name: str, what: str) -> dict:
         with paths.open_text(f"{root}/{name}") as f:
             found = json.load(f)
         if not isinstance(found, dict):
-            raise ValueError("not an object")
+            raise InvalidValueError("not an object")
         return found
     except (OSError, ValueError) as e:  # missing (BeamIOError), or not JSON
         missing = isinstance(e, OSError)

@@ -26,7 +26,7 @@ from beam_jobs import paths
 from beam_jobs.record_rules import RecordFormat
 from beam_jobs.record_source import ReadRecordFile
 from beam_jobs.records import Image, make_reject
-from schemas.errors import Error
+from schemas.errors import Error, InvalidValueError
 from schemas.images import IMAGE_EXTENSIONS
 
 SUFFIXES = (".tar", ".tar.gz", ".tgz")
@@ -184,7 +184,7 @@ def _first(path: str) -> dict | None:
             for key, members in _samples(raw):
                 return _features(key, members)
     except (tarfile.ReadError, EOFError, zlib.error, gzip.BadGzipFile) as e:
-        raise ValueError(f"{path}: sample 0: not a readable tar ({e})") from None
+        raise InvalidValueError(f"{path}: sample 0: not a readable tar ({e})") from None
     return None
 
 

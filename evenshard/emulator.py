@@ -43,6 +43,8 @@ import subprocess
 import sys
 import time
 
+from schemas.errors import OperationError
+
 
 def upload(bucket, local: str, prefix: str) -> str:
     """Copies every file under ``local`` to gs://BUCKET/prefix/...; returns that URL."""
@@ -133,7 +135,7 @@ def _wait_for(port: int, proc, what: str) -> None:
             return
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{what} did not start on port {port}") from None
+                raise OperationError(f"{what} did not start on port {port}") from None
             time.sleep(0.1)
 
 

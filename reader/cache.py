@@ -44,6 +44,7 @@ from reader.cache_folder import cache_folder, lock_shard, release_shard, sweep, 
 from reader.cache_policy import by_runs, check_limit, keys
 from reader.record_offsets import span
 from schemas import storage
+from schemas.errors import OperationError
 from schemas.info import SHA256, DatasetError
 
 AHEAD = 64  # groups the fetching may run ahead of the reader, at most
@@ -221,12 +222,12 @@ class ShardCache:
                 if self._error is not None:
                     raise self._error
                 if self._done:  # closed (a reader left at exit): nothing more comes
-                    raise RuntimeError(f"the bucket cache in {self.folder} was closed")
+                    raise OperationError(f"the bucket cache in {self.folder} was closed")
                 if self._next < len(self._ahead) and all(
                     i in self._held for i in self._ahead[self._next]
                 ):
                     if self._ahead[self._next] != group:
-                        raise RuntimeError("the cache's groups and the reader's differ")
+                        raise OperationError("the cache's groups and the reader's differ")
                     self._next += 1
                     self._lock.notify_all()  # the fetching may be waiting to run further
                     self._reading = True

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from schemas.errors import InvalidValueError
+
 RUNS_BELOW = 0.7  # of the worker's bytes: a tighter limit fetches runs, a larger whole shards
 
 
@@ -45,7 +47,7 @@ def check_limit(shards: list[dict], cycle: int, limit: int) -> None:
     at_once = min(cycle, len(shards))
     largest = sorted((s["num_bytes"] for s in shards), reverse=True)[:at_once]
     if sum(largest) > limit:
-        raise ValueError(
+        raise InvalidValueError(
             f"cache_limit {limit:,} bytes is smaller than the {at_once} largest shards a "
             f"group of runs may read at once ({sum(largest):,} bytes): raise it, or lower "
             "cycle_length"

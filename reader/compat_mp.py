@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from multiprocessing import forkserver
 
+from schemas.errors import OperationError
+
 # the fork server's preload list (multiprocessing.forkserver.ForkServer)
 _PRELOAD = "_preload_modules"
 _SERVER = "_forkserver"
@@ -27,7 +29,7 @@ def check() -> None:
 
     server = getattr(forkserver, _SERVER, None)
     if server is None or not isinstance(getattr(server, _PRELOAD, None), list):
-        raise RuntimeError(
+        raise OperationError(
             f"Python {sys.version.split()[0]}: multiprocessing.forkserver has no "
             f"{_SERVER}.{_PRELOAD} list (reader/compat_mp.py)"
         )

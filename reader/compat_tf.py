@@ -8,6 +8,8 @@ tensorflow 2.21.0.
 
 from __future__ import annotations
 
+from schemas.errors import OperationError
+
 # the eager context's handle on the runtime: None until the runtime starts
 _HANDLE = "_context_handle"
 
@@ -27,7 +29,7 @@ def check() -> None:
     from tensorflow.python.eager import context
 
     if not hasattr(context.context(), _HANDLE):
-        raise RuntimeError(
+        raise OperationError(
             f"tensorflow {tf.__version__}: the eager context has no {_HANDLE} "
             "(reader/compat_tf.py, checked with 2.21.0)"
         )

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import sys
 
+from schemas.errors import OperationError
+
 # the function of the DataLoader's pin-memory thread (torch.utils.data._utils.pin_memory)
 PIN_MEMORY_LOOP = "_pin_memory_loop"
 # a DataLoader iterator's count of the batches it yielded (_BaseDataLoaderIter)
@@ -65,10 +67,10 @@ def check() -> None:
     iterator = iter(loader)
     next(iterator)
     if not is_loader_iterator(iterator) or yielded(iterator) != 1:
-        raise RuntimeError(f"{where}: a DataLoader iterator counts no {_YIELDED}")
+        raise OperationError(f"{where}: a DataLoader iterator counts no {_YIELDED}")
     pin = sys.modules.get("torch.utils.data._utils.pin_memory")
     if pin is None or not inspect.isfunction(getattr(pin, PIN_MEMORY_LOOP, None)):
-        raise RuntimeError(f"{where}: the pin-memory thread no longer runs {PIN_MEMORY_LOOP}")
+        raise OperationError(f"{where}: the pin-memory thread no longer runs {PIN_MEMORY_LOOP}")
     source = inspect.getsource(dataloader._MultiProcessingDataLoaderIter.__init__)
     if f"self.{_IN_ORDER} = " not in source:
-        raise RuntimeError(f"{where}: a DataLoader iterator no longer keeps {_IN_ORDER}")
+        raise OperationError(f"{where}: a DataLoader iterator no longer keeps {_IN_ORDER}")

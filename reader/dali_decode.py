@@ -17,6 +17,7 @@ from reader.pydecode import image_shape
 from reader.read_options import ReadOptions
 from reader.source import Batch, RecordSource
 from schemas.dataset_info import DatasetInfo
+from schemas.errors import InvalidValueError
 from schemas.images import DALI_FORMATS
 from schemas.info import DatasetError
 
@@ -123,7 +124,7 @@ def build(source: RecordSource, device: str | None = None, num_threads: int = 2)
     if device is None:
         device = "gpu" if _gpus() else "cpu"
     if device not in ("gpu", "cpu"):
-        raise ValueError(f'device must be "gpu", "cpu" or None, got {device!r}')
+        raise InvalidValueError(f'device must be "gpu", "cpu" or None, got {device!r}')
     decoder_device = "mixed" if device == "gpu" else "cpu"
     seed = source.read.seed if source.read.seed is not None else 0
 
@@ -185,12 +186,14 @@ def build(source: RecordSource, device: str | None = None, num_threads: int = 2)
 def check_options(o: ReadOptions) -> None:
     """Options DALI cannot honour: a ``ValueError`` naming the option."""
     if o.image_size is None or not o.decode:
-        raise ValueError("make_dali_pipeline decodes and batches images: give image_size")
+        raise InvalidValueError("make_dali_pipeline decodes and batches images: give image_size")
     if o.deterministic is False:
-        raise ValueError("the DALI reader always reads in its one order: leave deterministic")
+        raise InvalidValueError(
+            "the DALI reader always reads in its one order: leave deterministic"
+        )
     refuse_untaken(o, TAKES, "the DALI reader", INSTEAD)
     if o.channels not in (1, 3):
-        raise ValueError(f"DALI decodes to 1 or 3 channels, got channels={o.channels}")
+        raise InvalidValueError(f"DALI decodes to 1 or 3 channels, got channels={o.channels}")
 
 
 def check_formats(data_dir: str, info: DatasetInfo) -> None:

@@ -6,6 +6,7 @@ import numpy as np
 
 from reader import tfcall
 from schemas import features, layout, storage
+from schemas.errors import InvalidValueError
 
 tf = storage.tensorflow()
 
@@ -166,10 +167,10 @@ def _pixels(channels, size, boxes, data, names, heights, widths, crops):
         try:
             image = pixels.decode(encoded, channels)
         except Exception as e:  # noqa: BLE001 - decoders raise many types on bad input
-            raise ValueError(f"evenshard: image {name} cannot be decoded: {e}") from None
+            raise InvalidValueError(f"evenshard: image {name} cannot be decoded: {e}") from None
         if boxes:
             if image.shape[:2] != (heights[i], widths[i]):
-                raise ValueError(
+                raise InvalidValueError(
                     f"evenshard: image {name} is {image.shape[0]}x{image.shape[1]} but was "
                     f"{heights[i]}x{widths[i]} when converted (replaced since?): convert it again"
                 )

@@ -18,6 +18,7 @@ import functools
 import numpy as np
 
 from reader.examples import Feature, Padded, load_spec, parse_batch
+from schemas.errors import InvalidValueError
 from schemas.info import DatasetError
 
 KIND = "example"
@@ -85,7 +86,7 @@ def read_spec(sources, features) -> tuple[dict[str, Feature], RecordFields]:
         if RecordFields.of(source.info, other) != fields or (
             features is None and other != schema_spec
         ):
-            raise ValueError(
+            raise InvalidValueError(
                 f"reader.mix: {source.data_dir} has another schema.pbtxt or other label and "
                 f"key features than {first.data_dir}: give features= (a spec every source "
                 "holds), and mix sources of the same label_feature and key_feature"
@@ -94,7 +95,7 @@ def read_spec(sources, features) -> tuple[dict[str, Feature], RecordFields]:
     given = {"label": fields.label, "key": fields.key, "mask": None}
     for name in RESERVED:
         if name in spec and given[name] != name:
-            raise ValueError(
+            raise InvalidValueError(
                 f"feature {name!r}: a batch's {name!r} is the "
                 f"{'mask' if name == 'mask' else name + ' feature named at conversion'}, "
                 f"and {name!r} is not it: leave it out of features= (give the others)"
@@ -153,7 +154,7 @@ def python_parser(read, transform, views: int):
     if not is_examples(read.sources[0].info):
         return None
     if transform is not None or views != 1:
-        raise ValueError(
+        raise InvalidValueError(
             f"transform= and views= run on decoded images, and {read.sources[0].data_dir} "
             "holds records that are not images (record_kind example): read its batches of "
             "features and map them yourself"

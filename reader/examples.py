@@ -28,6 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from schemas.errors import InvalidTypeError, InvalidValueError
 from schemas.info import DatasetError
 
 KINDS = ("int64", "float", "bytes")
@@ -45,11 +46,15 @@ class Feature:
 
     def __post_init__(self):
         if self.kind not in KINDS:
-            raise ValueError(f"Feature kind: expected one of {', '.join(KINDS)}, got {self.kind!r}")
+            raise InvalidValueError(
+                f"Feature kind: expected one of {', '.join(KINDS)}, got {self.kind!r}"
+            )
         if self.shape is not None:
             shape = tuple(self.shape)
             if not all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape):
-                raise ValueError(f"Feature shape: whole numbers >= 0 expected, got {self.shape}")
+                raise InvalidValueError(
+                    f"Feature shape: whole numbers >= 0 expected, got {self.shape}"
+                )
             object.__setattr__(self, "shape", tuple(int(d) for d in shape))
 
     @property
@@ -111,7 +116,7 @@ def as_spec(spec: dict) -> dict[str, Feature]:
             or type(f).__name__ not in ("FixedLenFeature", "VarLenFeature")
             and (not ragged)
         ):
-            raise TypeError(
+            raise InvalidTypeError(
                 f"feature {name!r}: expected a reader.examples.Feature, tf.io.FixedLenFeature, "
                 f"VarLenFeature or RaggedFeature of int64, float32 or string, got {f!r}"
             )

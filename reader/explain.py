@@ -23,6 +23,7 @@ from reader.read import Read, merge, resolve, start_state
 from reader.read_options import ReadOptions
 from reader.shard_keys import ShardKeys
 from reader.state import ReadState
+from schemas.errors import InvalidTypeError, InvalidValueError
 
 
 def explain(
@@ -64,14 +65,14 @@ def explain(
     """
     o = merge(options, overrides)
     if not isinstance(views, int) or isinstance(views, bool) or views < 1:
-        raise ValueError(f"views must be a whole number >= 1, got {views!r}")
+        raise InvalidValueError(f"views must be a whole number >= 1, got {views!r}")
     spread = None if view_spread == "together" or views == 1 else view_spread
     if spread is None and batch_size % views:
-        raise ValueError(f"batch_size {batch_size} must be a multiple of views={views}")
+        raise InvalidValueError(f"batch_size {batch_size} must be a multiple of views={views}")
     records = batch_size if spread is not None else batch_size // views
     if state is None:
         if o.seed is None and (o.shuffles(split) or o.augmenting):
-            raise ValueError("explain needs the seed of the read: give seed= (or its state)")
+            raise InvalidValueError("explain needs the seed of the read: give seed= (or its state)")
         (saved, o), skip = start_state(o, split, records), 0
     else:
         saved, skip = _state(state, o, views, spread)
@@ -83,7 +84,7 @@ def explain(
     out = []
     for s in steps:
         if s < base:
-            raise ValueError(
+            raise InvalidValueError(
                 f"step {s} is before the state's first step ({base}): explain it from an "
                 "earlier state, or from the read's start (no state)"
             )
@@ -104,13 +105,15 @@ def _state(state, o: ReadOptions, views: int, spread) -> tuple[ReadState, int]:
     if isinstance(state, str):
         state = ReadState.from_json(state)
     if not isinstance(state, ReadState):
-        raise TypeError(f"state must be a ReadState, its JSON or a state_dict(), got {state!r}")
+        raise InvalidTypeError(
+            f"state must be a ReadState, its JSON or a state_dict(), got {state!r}"
+        )
     mine = f"view_spread={spread or 'together'} views={views}"
     if order is not None and order.replace(" mirror_views=True", "") != mine:
-        raise ValueError(f"the state was saved reading {order}, explain is asked for {mine}")
+        raise InvalidValueError(f"the state was saved reading {order}, explain is asked for {mine}")
     workers = o.workers()[0]
     if skip and (handed is not None or state.num_workers not in (None, workers)):
-        raise ValueError(
+        raise InvalidValueError(
             "explain does not follow an elastic handover of views (a state saved between "
             "the views of its images, resumed by another worker count): explain from a "
             "state saved after it, or with the saved worker count"
@@ -127,7 +130,7 @@ class Explain:
         self.read, self.views, self.spread, self.skip = read, views, spread, skip
         self.augment = augment
         if spread is not None and read.skips:
-            raise ValueError("the state skips steps: skip with views together, not spread")
+            raise InvalidValueError("the state skips steps: skip with views together, not spread")
         self.records = read.batch_size or 1
         self.keys = [_SourceKeys(source.share) for source in read.sources]
         self._orders: list[dict] = [{} for _ in read.sources]
@@ -145,7 +148,7 @@ class Explain:
         counts steps: a step the state skips keeps its number and yields no batch)."""
         if self.spread is None:
             if skipped(k, self.read.skips):
-                raise ValueError(f"step {k} of the read is one its state skips: no batch")
+                raise InvalidValueError(f"step {k} of the read is one its state skips: no batch")
             rows = self._read_batch(k)
             n = len(rows["key"])
             return self._views(
@@ -159,7 +162,9 @@ class Explain:
         """(block, view) of output ``n`` of the spread rounds (``views.rounds``)."""
         blocks, views, spread = self.read.remaining, self.views, self.spread
         if blocks is not None and n >= blocks * views:
-            raise ValueError(f"batch {n} is past the end of the read ({blocks * views} batches)")
+            raise InvalidValueError(
+                f"batch {n} is past the end of the read ({blocks * views} batches)"
+            )
         low, high = 0, n + 1
         while emitted(high, views, spread, blocks) <= n:
             high *= 2
@@ -206,7 +211,7 @@ class Explain:
         """Rows of the read's batch ``k``: key, epoch, mask, height, width."""
         total = self.read.remaining
         if k < 0 or (total is not None and k >= total):
-            raise ValueError(f"batch {k} is past the end of the read ({total} batches)")
+            raise InvalidValueError(f"batch {k} is past the end of the read ({total} batches)")
         first = k * self.records
         stop = first + self.records
         if self.left is not None:

@@ -22,6 +22,7 @@ from reader.read_options import ReadOptions
 from reader.split_shards import check_path_root, default_path_root
 from reader.stream import CHUNK, Stream, lead
 from schemas import features, storage, tfrecord
+from schemas.errors import InvalidValueError, OperationError
 
 tf = storage.tensorflow()
 
@@ -49,10 +50,12 @@ def dataset(read: Read, resumed: bool = False, deal: tuple[int, int] = (1, 0)):
     parallel = {"num_parallel_calls": o.num_parallel_calls, "deterministic": deterministic}
     remaining = read.yields
     if deal != (1, 0) and batch_size is None:
-        raise ValueError("deal= shares batches: give batch_size")
+        raise InvalidValueError("deal= shares batches: give batch_size")
     if batch_size is None:
         if read.excluded:
-            raise ValueError("the state excludes keys, whose rows are masked: give batch_size")
+            raise InvalidValueError(
+                "the state excludes keys, whose rows are masked: give batch_size"
+            )
         ds = _skipping(records, read.skips).map(tfcall.graph(decoder.one), **parallel)
     else:
         # Parse whole batches at once (parse_example is vectorized: ~5x faster
@@ -222,7 +225,7 @@ def _pad_batches(ds, batch_size: int, real_batches: int, total_batches: int):
 
     def zeros(spec):
         if not spec.shape[:1].concatenate(spec.shape[2:]).is_fully_defined():
-            raise ValueError("pad_final_batch needs fixed shapes: give image_size")
+            raise InvalidValueError("pad_final_batch needs fixed shapes: give image_size")
         return tf.zeros([d or 0 for d in spec.shape], spec.dtype)  # a Padded: 0 wide
 
     if total_batches > real_batches:
@@ -241,7 +244,7 @@ def _prefetch_device(prefetch_to_device):
         return prefetch_to_device
     gpus = tf.config.list_logical_devices("GPU")
     if prefetch_to_device is True and not gpus:
-        raise ValueError("prefetch_to_device=True but no GPU is visible")
+        raise InvalidValueError("prefetch_to_device=True but no GPU is visible")
     return gpus[0].name if gpus else None
 
 
@@ -252,7 +255,7 @@ def check_not_forked() -> None:
     from reader.compat_tf import runtime_started
 
     if runtime_started():  # before the fork
-        raise RuntimeError(
+        raise OperationError(
             "TorchReader(backend='tf') in a DataLoader worker forked from a process that "
             "had already started TensorFlow (TensorFlow hangs after a fork): use "
             "DataLoader(..., num_workers=0), or multiprocessing_context='spawn', or "

@@ -28,6 +28,7 @@ import weakref
 from multiprocessing.reduction import ForkingPickler
 
 from reader import compat_torch
+from schemas.errors import OperationError
 
 _WORKER_FIRST = "worker_first"  # a DataLoader worker's state: its next batch
 PINNED = "pinned"  # received by the DataLoader's pin-memory thread, ahead of the loop
@@ -126,7 +127,7 @@ def _arrive(token: str, count: int, workers: int, batch):
 
 def _count_by(token: str, iterator, workers: int) -> None:
     if workers > 1 and not compat_torch.in_order(iterator):
-        raise RuntimeError(
+        raise OperationError(
             f"TorchReader in a DataLoader(in_order=False) with num_workers={workers}: it "
             "would hand the batches over as the workers finish them, out of the read's "
             "order; leave in_order=True (the default)"

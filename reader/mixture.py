@@ -15,6 +15,8 @@ import numbers
 
 import numpy as np
 
+from schemas.errors import InvalidValueError
+
 MAX_RATIO = 1e12  # of the largest weight to the smallest (the schedule's floats hold it)
 
 
@@ -27,16 +29,16 @@ class Mixture:
 
     def __post_init__(self) -> None:
         if not self.sources:
-            raise ValueError("reader.mix needs at least one source")
+            raise InvalidValueError("reader.mix needs at least one source")
         for w in self.weights:
             # numpy scalars (np.float32(0.3), np.int64(3)) are numbers too
             if isinstance(w, (bool, np.bool_)) or not isinstance(w, numbers.Real) or not w > 0:
-                raise ValueError(f"mixing weights must be numbers > 0, got {w!r}")
+                raise InvalidValueError(f"mixing weights must be numbers > 0, got {w!r}")
             if not math.isfinite(w):
-                raise ValueError(f"mixing weights must be finite, got {w!r}")
+                raise InvalidValueError(f"mixing weights must be finite, got {w!r}")
         weights = tuple(float(w) for w in self.weights)
         if max(weights) / min(weights) > MAX_RATIO:
-            raise ValueError(
+            raise InvalidValueError(
                 f"mixing weights {min(weights):g} and {max(weights):g} are more than "
                 f"{MAX_RATIO:g} apart: the smaller source would give one record in more "
                 "than that many; drop it from the mix, or raise its weight"
@@ -62,7 +64,9 @@ def mix(sources, split: str = "train") -> Mixture:
         try:
             source, weight = item
         except (TypeError, ValueError):
-            raise ValueError(f"reader.mix takes (source, weight) pairs, got {item!r}") from None
+            raise InvalidValueError(
+                f"reader.mix takes (source, weight) pairs, got {item!r}"
+            ) from None
         pairs.append((source, split) if isinstance(source, str) else tuple(source))
         weights.append(weight)
     return Mixture(tuple(pairs), tuple(weights))

@@ -15,6 +15,7 @@ import math
 import numbers
 
 from reader.order.augment import Augment
+from schemas.errors import InvalidTypeError, InvalidValueError
 
 AUTOTUNE = -1  # tf.data.AUTOTUNE, without importing TensorFlow here
 
@@ -30,7 +31,7 @@ def check_whole(group, *names: str) -> None:
     for name in names:
         value = getattr(group, name)
         if value is not None and not whole(value):
-            raise TypeError(f"{name} must be a whole number (int), got {value!r}")
+            raise InvalidTypeError(f"{name} must be a whole number (int), got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,13 +49,13 @@ class OrderOptions:
     def __post_init__(self) -> None:
         check_whole(self, "seed", "epochs", "shuffle_buffer", "cycle_length", "block_length")
         if self.epochs is not None and self.epochs < 1:
-            raise ValueError(f"epochs must be >= 1 or None, got {self.epochs}")
+            raise InvalidValueError(f"epochs must be >= 1 or None, got {self.epochs}")
         if self.shuffle_buffer < 0:
-            raise ValueError(f"shuffle_buffer must be >= 0, got {self.shuffle_buffer}")
+            raise InvalidValueError(f"shuffle_buffer must be >= 0, got {self.shuffle_buffer}")
         if self.cycle_length is not None and self.cycle_length < 1:
-            raise ValueError(f"cycle_length must be >= 1 or None, got {self.cycle_length}")
+            raise InvalidValueError(f"cycle_length must be >= 1 or None, got {self.cycle_length}")
         if self.block_length < 1:
-            raise ValueError(f"block_length must be >= 1, got {self.block_length}")
+            raise InvalidValueError(f"block_length must be >= 1, got {self.block_length}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,14 +71,14 @@ class ShardingOptions:
         check_whole(self, "num_workers", "worker_index")
         if self.input_context is not None:
             if self.num_workers is not None or self.worker_index is not None:
-                raise ValueError("give input_context or num_workers/worker_index, not both")
+                raise InvalidValueError("give input_context or num_workers/worker_index, not both")
         elif (self.num_workers is None) != (self.worker_index is None):
-            raise ValueError("num_workers and worker_index go together")
+            raise InvalidValueError("num_workers and worker_index go together")
         elif self.num_workers is not None:
             if self.num_workers < 1:
-                raise ValueError(f"num_workers must be >= 1, got {self.num_workers}")
+                raise InvalidValueError(f"num_workers must be >= 1, got {self.num_workers}")
             if not 0 <= self.worker_index < self.num_workers:
-                raise ValueError(
+                raise InvalidValueError(
                     f"worker_index must be in [0, {self.num_workers}), got {self.worker_index}"
                 )
 
@@ -107,14 +108,14 @@ class ImageOptions:
     def __post_init__(self) -> None:
         check_whole(self, "channels")
         if self.channels not in (1, 3, 4):
-            raise ValueError(f"channels must be 1, 3 or 4, got {self.channels}")
+            raise InvalidValueError(f"channels must be 1, 3 or 4, got {self.channels}")
         if self.image_size is not None:
             # an int is a square, as torchvision's Resize(32) and RandomResizedCrop(32)
             square = isinstance(self.image_size, numbers.Integral)
             iterable = square or hasattr(self.image_size, "__iter__")
             size = (self.image_size,) * 2 if square else tuple(self.image_size) if iterable else ()
             if len(size) != 2 or not all(whole(v) and v >= 1 for v in size):
-                raise ValueError(
+                raise InvalidValueError(
                     f"image_size must be (height, width), whole numbers >= 1, got {self.image_size}"
                 )
             object.__setattr__(self, "image_size", tuple(int(v) for v in size))
@@ -125,7 +126,7 @@ class ImageOptions:
             except (TypeError, ValueError):
                 low = high = math.nan
             if not 0 < low <= high <= top:
-                raise ValueError(
+                raise InvalidValueError(
                     f"{name} must be (min, max) with 0 < min <= max"
                     f"{' <= 1' if top == 1.0 else ''}, got {pair!r}"
                 )
@@ -169,7 +170,7 @@ class BucketOptions:
     def __post_init__(self) -> None:
         check_whole(self, "cache_limit")
         if self.cache_limit < 1:
-            raise ValueError(f"cache_limit must be >= 1 (bytes), got {self.cache_limit}")
+            raise InvalidValueError(f"cache_limit must be >= 1 (bytes), got {self.cache_limit}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,11 +203,13 @@ class ErrorOptions:
     def __post_init__(self) -> None:
         check_whole(self, "max_errors")
         if self.on_error not in ("raise", "skip"):
-            raise ValueError(f'on_error must be "raise" or "skip", got {self.on_error!r}')
+            raise InvalidValueError(f'on_error must be "raise" or "skip", got {self.on_error!r}')
         if self.on_error == "skip" and not isinstance(self.error_ledger, str):
-            raise ValueError('on_error="skip" writes each record skipped: give error_ledger=PATH')
+            raise InvalidValueError(
+                'on_error="skip" writes each record skipped: give error_ledger=PATH'
+            )
         if self.max_errors < 0:
-            raise ValueError(f"max_errors must be >= 0, got {self.max_errors}")
+            raise InvalidValueError(f"max_errors must be >= 0, got {self.max_errors}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,7 +221,9 @@ class RecordOptions:
 
     def __post_init__(self) -> None:  # each spec is checked where it is parsed (as_spec)
         if self.features is not None and (not isinstance(self.features, dict) or not self.features):
-            raise TypeError(f"features must be a dict of feature specs, got {self.features!r}")
+            raise InvalidTypeError(
+                f"features must be a dict of feature specs, got {self.features!r}"
+            )
 
 
 # group name -> its class, in the order the flat keywords are checked
@@ -257,4 +262,4 @@ def refuse_untaken(options, takes: frozenset, face: str, instead: dict[str, str]
             if getattr(group, f.name) != getattr(default, f.name)
         ]
         if changed:
-            raise ValueError(f"{face} does not honour {', '.join(changed)}: {instead[name]}")
+            raise InvalidValueError(f"{face} does not honour {', '.join(changed)}: {instead[name]}")

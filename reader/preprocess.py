@@ -43,6 +43,7 @@ from reader.preprocess_worker import (
     work,
 )
 from reader.shared_blocks import Blocks, sweep
+from schemas.errors import InvalidTypeError, OperationError
 
 __all__ = ["Preprocess", "TransformError", "check_transform", "default_processes", "example_rng"]
 
@@ -51,11 +52,13 @@ def check_transform(transform) -> bytes:
     """The transform, pickled for the worker processes; refused now when it cannot be
     (a lambda, a local function), not in a process later."""
     if transform is not None and not callable(transform):
-        raise TypeError(f"transform must be a function fn(example, rng) -> dict, got {transform!r}")
+        raise InvalidTypeError(
+            f"transform must be a function fn(example, rng) -> dict, got {transform!r}"
+        )
     try:
         return pickle.dumps(transform)
     except Exception as e:  # noqa: BLE001 - pickling can fail in many ways
-        raise TypeError(
+        raise InvalidTypeError(
             f"transform {getattr(transform, '__qualname__', transform)!r} cannot be sent to "
             f"worker processes ({type(e).__name__}: {e}): define it at the top level of a "
             "module (not a lambda or a local function), or pass num_processes=0"
@@ -190,7 +193,7 @@ def _broken(number: int, held):
 
 
 def _died(number: int):
-    raise RuntimeError(
+    raise OperationError(
         f"a preprocessing process died while batch {number} of this read was "
         "transformed (killed? out of memory? interrupted? or a script that iterates without "
         "'if __name__ == \"__main__\":', which worker processes need, as "

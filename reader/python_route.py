@@ -22,6 +22,7 @@ from reader.read_options import ReadOptions
 from reader.source import RecordSource
 from reader.state import ReadState, changes
 from reader.view_handover import ViewHandover, block_count, rows
+from schemas.errors import InvalidTypeError, InvalidValueError
 
 
 class PythonRoute:
@@ -52,43 +53,45 @@ class PythonRoute:
         refuse_untaken(options, self.takes, self.face, self.instead)
         check_state(state)
         if not options.decode:
-            raise ValueError(
+            raise InvalidValueError(
                 "NumpyReader decodes every image (a transform is given its pixels): "
                 "decode=False is not an option here; read the encoded bytes with "
                 "reader.make_dataset(decode=False)"
             )
         if transform is not None and not callable(transform):
-            raise TypeError(
+            raise InvalidTypeError(
                 f"transform must be a function fn(example, rng) -> dict, got {transform!r}"
             )
         if not isinstance(views, int) or isinstance(views, bool) or views < 1:
-            raise ValueError(f"views must be a whole number >= 1, got {views!r}")
+            raise InvalidValueError(f"views must be a whole number >= 1, got {views!r}")
         if mirror_views and views % 2:
-            raise ValueError(
+            raise InvalidValueError(
                 f"mirror_views pairs each view with its mirror: views must be even, got {views}"
             )
         if view_spread != "together" and not (
             isinstance(view_spread, int) and not isinstance(view_spread, bool) and view_spread > 0
         ):
-            raise ValueError(
+            raise InvalidValueError(
                 f'view_spread must be "together" or a whole number of batches >= 1, '
                 f"got {view_spread!r}"
             )
         self.spread = None if view_spread == "together" or views == 1 else view_spread
         together = self.spread is None
         if isinstance(batch_size, bool) or not isinstance(batch_size, int):
-            raise TypeError(f"batch_size must be a whole number (int), got {batch_size!r}")
+            raise InvalidTypeError(f"batch_size must be a whole number (int), got {batch_size!r}")
         if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+            raise InvalidValueError(f"batch_size must be >= 1, got {batch_size}")
         if together and batch_size % views:
-            raise ValueError(
+            raise InvalidValueError(
                 f"batch_size {batch_size!r} must be a multiple of views={views}: the views "
                 "of an image go in one batch (or spread them: view_spread=)"
             )
         if num_processes is None:
             num_processes = default_processes()
         if not isinstance(num_processes, int) or num_processes < 0:
-            raise ValueError(f"num_processes must be a whole number >= 0, got {num_processes}")
+            raise InvalidValueError(
+                f"num_processes must be a whole number >= 0, got {num_processes}"
+            )
         if num_processes:
             check_transform(transform)  # refused now, not in a process later
         self.transform, self.views, self.num_processes = transform, views, num_processes
@@ -106,7 +109,7 @@ class PythonRoute:
         if transform is None:  # the decoded images themselves are batched
             check_sized(options, batch_size, self.source.read)
         if started and self.spread and self._blocks is not None and self._blocks < self.spread:
-            raise ValueError(
+            raise InvalidValueError(
                 f"view_spread={self.spread} needs at least {self.spread} batches of "
                 f"images; this read has {self._blocks}: lower view_spread (or batch_size)"
             )
@@ -144,21 +147,21 @@ class PythonRoute:
         """Continues the read ``state_dict`` saved (any worker count)."""
         if not isinstance(state_dict, dict) or "read_state" not in state_dict:
             got = "no read_state" if isinstance(state_dict, dict) else type(state_dict).__name__
-            raise ValueError(
+            raise InvalidValueError(
                 f"not a NumpyReader state ({got}): load_state_dict takes a dict as "
                 "state_dict() gives it"
             )
         saved = ReadState.from_json(state_dict["read_state"])
         if saved.skips and self.spread is not None:
-            raise ValueError(
+            raise InvalidValueError(
                 "the state skips steps: with views spread a step is one view of a batch of "
                 "images, which is not skipped alone; skip with views together"
             )
         order, mine = state_dict.get("view_order"), self._view_order()
         if order is not None and order != mine:
             if not isinstance(order, str) or not all("=" in p for p in order.split()):
-                raise ValueError(f"view_order {order!r}: give it as state_dict() gave it")
-            raise ValueError(
+                raise InvalidValueError(f"view_order {order!r}: give it as state_dict() gave it")
+            raise InvalidValueError(
                 f"the state was saved reading other views ({changes(order, mine)}): some "
                 "views would be sent twice, others never; pass the views and view_spread "
                 "of the saved run, or start a new read"
@@ -166,14 +169,14 @@ class PythonRoute:
         skip = state_dict.get("view_skip", 0)
         most = 0 if self.spread is None else skip_limit(self.views, self.spread)
         if not isinstance(skip, int) or isinstance(skip, bool) or not 0 <= skip <= most:
-            raise ValueError(
+            raise InvalidValueError(
                 f"view_skip {skip!r}: a state of this read (views={self.views}, "
                 f"view_spread={self.spread or 'together'}) has a whole number at most {most}; "
                 "resume a state as state_dict() gave it, with the same views and view_spread"
             )
         handed = state_dict.get("view_handover")
         if "view_handover" in state_dict and (handed is None or not skip):
-            raise ValueError(
+            raise InvalidValueError(
                 f"view_handover {handed!r} with view_skip {skip!r}: a state saved while "
                 "handed-over views were sent has both, as state_dict() gave them"
             )
@@ -194,7 +197,9 @@ class PythonRoute:
         """Yields only batches ``first, first + every, ...`` of the read (a DataLoader
         worker's share), reading only their records; views together only."""
         if self.spread is not None and every > 1:
-            raise ValueError("views spread (view_spread=) are not dealt to DataLoader workers")
+            raise InvalidValueError(
+                "views spread (view_spread=) are not dealt to DataLoader workers"
+            )
         self.source.deal(every, first)
 
     def __len__(self) -> int:

@@ -22,6 +22,7 @@ from reader.share import Share
 from reader.split_shards import check_record_options, split_fingerprint, split_shards
 from reader.state import ReadState
 from schemas.dataset_info import DatasetInfo, load_dataset_info
+from schemas.errors import InvalidTypeError, InvalidValueError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +92,7 @@ def merge(options: ReadOptions | None, overrides: dict) -> ReadOptions:
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
             if name == "view_spread":
                 hint = ": views spread batches apart are reader.NumpyReader's alone"
-            raise TypeError(f"{name!r} is not a read option{hint}")
+            raise InvalidTypeError(f"{name!r} is not a read option{hint}")
     return dataclasses.replace(options or ReadOptions(), **overrides)
 
 
@@ -106,7 +107,7 @@ def start_state(options: ReadOptions, split: str, batch_size: int) -> tuple[Read
     it stands (``state_dict()``) reads so."""
     seeded = options.shuffles(split) or options.augmenting
     if options.seed is None and seeded and (options.start_step or options.start_epoch):
-        raise ValueError(
+        raise InvalidValueError(
             "start_step and start_epoch resume a seeded read: pass the seed of the "
             "run being resumed, or its state (state=, load_state_dict)"
         )
@@ -165,7 +166,7 @@ def _skips(state: ReadState | None, o: ReadOptions) -> tuple:
     """The state's skips as positions of this read; refused where steps do not fit."""
     skips = () if state is None else state.relative_skips()
     if skips and o.pad_final_batch:
-        raise ValueError(
+        raise InvalidValueError(
             "the state skips steps, and pad_final_batch is for evaluation, which reads "
             "every example: exclude keys instead, or drop the skips"
         )
@@ -176,7 +177,7 @@ def _advanced(saved: ReadState, share: Share, seed, batch_size, options, info, s
     """The state of this read, to advance by the batches consumed."""
     segment, unit = share.segment, batch_size or 1
     if segment.consumed % unit:
-        raise ValueError(
+        raise InvalidValueError(
             f"the state was saved after {segment.consumed} records a worker (batch size "
             f"{saved.batch_size}), not a whole number of batches of {unit}: resume with "
             "a batch size that divides it, or with another worker count"
@@ -200,7 +201,9 @@ def _mixed(mixture: Mixture, batch_size, o: ReadOptions, state) -> Read:
     infos = [load_dataset_info(d) for d, _ in mixture.sources]
     _check_sources(mixture, infos)
     if o.start_epoch:
-        raise ValueError("a mixed read starts by start_step (mixed batches), not start_epoch")
+        raise InvalidValueError(
+            "a mixed read starts by start_step (mixed batches), not start_epoch"
+        )
     unit = batch_size or 1
     n_workers, _ = o.workers()
     order = "weights=" + ",".join(f"{w:g}" for w in mixture.weights)
@@ -208,7 +211,7 @@ def _mixed(mixture: Mixture, batch_size, o: ReadOptions, state) -> Read:
     if state is not None and state.parts is None and state.num_workers is None:
         # a new state (``ReadState(seed, batch_size, step=k)``): a new read from step k
         if state.epoch:
-            raise ValueError("a mixed read starts by step (mixed batches), not epoch")
+            raise InvalidValueError("a mixed read starts by step (mixed batches), not epoch")
         o = dataclasses.replace(
             o, seed=state.seed, start_step=state.step * state.batch_size // unit
         )
@@ -219,13 +222,15 @@ def _mixed(mixture: Mixture, batch_size, o: ReadOptions, state) -> Read:
         consumed = o.start_step * unit
     else:
         if state.parts is None or len(state.parts) != len(infos):
-            raise ValueError("the state was not saved by a mixed read of these sources")
+            raise InvalidValueError("the state was not saved by a mixed read of these sources")
         if o.seed is not None and o.seed != state.seed:
-            raise ValueError(f"the state was saved with seed {state.seed}, options give {o.seed}")
+            raise InvalidValueError(
+                f"the state was saved with seed {state.seed}, options give {o.seed}"
+            )
         if o.start_step:
-            raise ValueError("resume takes the start from the state: leave start_step 0")
+            raise InvalidValueError("resume takes the start from the state: leave start_step 0")
         if state.order != order:
-            raise ValueError(
+            raise InvalidValueError(
                 f"the state was saved mixing with {state.order}, now {order}: the sources "
                 "would be read twice or skipped; mix with the saved weights"
             )
@@ -234,7 +239,7 @@ def _mixed(mixture: Mixture, batch_size, o: ReadOptions, state) -> Read:
         consumed = state.step * state.batch_size
         if (state.num_workers or n_workers) != n_workers:  # each source resumes elastically
             if o.epochs is not None:
-                raise ValueError(
+                raise InvalidValueError(
                     "a finite mixed read resumes with the saved worker count only (its "
                     "schedule depends on each worker's counts); read with epochs=None"
                 )
@@ -278,24 +283,28 @@ def _check_sources(mixture: Mixture, infos: list[DatasetInfo]) -> None:
     first = infos[0]
     for (d, split), info in zip(mixture.sources, infos):
         if split not in info.split_names:
-            raise ValueError(f"reader.mix: {d} has no split {split!r}")
+            raise InvalidValueError(f"reader.mix: {d} has no split {split!r}")
         if info.labels != first.labels or info.record_kind != first.record_kind:
-            raise ValueError(
+            raise InvalidValueError(
                 f"reader.mix: {d} has other labels or another record kind than "
                 f"{mixture.sources[0][0]}: mixed sources share labels.txt (the same label "
                 "ids) and the record kind"
             )
         if info.record_kind == "path" and info.path_root != first.path_root:
-            raise ValueError("reader.mix: path records of mixed sources share one path_root")
+            raise InvalidValueError("reader.mix: path records of mixed sources share one path_root")
 
 
 def _check_resumable(o: ReadOptions, state: ReadState, info: DatasetInfo, split: str) -> int:
     """A state resumes only the read it was saved from (the seed, the split's shards and
     the options that shape the order); the start comes from it. Returns the seed."""
     if o.seed is not None and o.seed != state.seed:
-        raise ValueError(f"the state was saved with seed {state.seed}, options give {o.seed}")
+        raise InvalidValueError(
+            f"the state was saved with seed {state.seed}, options give {o.seed}"
+        )
     if o.start_step or o.start_epoch:
-        raise ValueError("resume takes the start from the state: leave start_step/start_epoch 0")
+        raise InvalidValueError(
+            "resume takes the start from the state: leave start_step/start_epoch 0"
+        )
     state.check_same_read(split_fingerprint(info, split), o.order(split), split)
     return state.seed
 
@@ -311,7 +320,7 @@ def check_state(state) -> None:
             if isinstance(state, dict)
             else "ReadState.from_json(text) reads a saved one"
         )
-        raise TypeError(f"state= takes a ReadState, got {type(state).__name__}: {hint}")
+        raise InvalidTypeError(f"state= takes a ReadState, got {type(state).__name__}: {hint}")
 
 
 def check_sized(o: ReadOptions, batch_size: int | None, read: Read | None = None) -> None:
@@ -320,7 +329,7 @@ def check_sized(o: ReadOptions, batch_size: int | None, read: Read | None = None
     if read is not None and read.sources[0].info.record_kind == "example":
         return
     if o.decode and batch_size is not None and o.image_size is None:
-        raise ValueError(
+        raise InvalidValueError(
             "decoded images differ in size: give image_size=(height, width) to "
             "batch them, or batch_size=None, or decode=False"
         )
@@ -331,18 +340,20 @@ def _check(o: ReadOptions, batch_size: int | None, shuffle: bool) -> None:
     if batch_size is not None and (
         not isinstance(batch_size, numbers.Integral) or isinstance(batch_size, bool)
     ):
-        raise TypeError(f"batch_size must be a whole number (int) or None, got {batch_size!r}")
+        raise InvalidTypeError(
+            f"batch_size must be a whole number (int) or None, got {batch_size!r}"
+        )
     if batch_size is not None and batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1 or None, got {batch_size}")
+        raise InvalidValueError(f"batch_size must be >= 1 or None, got {batch_size}")
     if o.pad_final_batch and (batch_size is None or o.drop_remainder):
-        raise ValueError("pad_final_batch needs a batch_size and drop_remainder=False")
+        raise InvalidValueError("pad_final_batch needs a batch_size and drop_remainder=False")
     if o.pad_final_batch and (shuffle or o.epochs != 1 or o.start_epoch):
-        raise ValueError(
+        raise InvalidValueError(
             "pad_final_batch is for evaluation: use shuffle=False, epochs=1 (and start_step, "
             "not start_epoch, to resume)"
         )
     if (o.start_step or o.start_epoch) and (shuffle or o.augmenting) and o.seed is None:
-        raise ValueError(
+        raise InvalidValueError(
             "start_step and start_epoch resume a seeded read: pass the seed of the run "
             "being resumed (an unseeded shuffle cannot be repeated)"
         )

@@ -7,6 +7,7 @@ import dataclasses
 
 from reader.option_groups import AUTOTUNE, GROUPS, check_whole
 from reader.order.augment import Augment
+from schemas.errors import InvalidValueError
 
 DEFAULT_CYCLE = 16  # runs read at once when cycle_length is None
 MAX_POSITION = 2**62  # records and batches are counted in int64 (tf.data, numpy)
@@ -141,9 +142,9 @@ class ReadOptions:
         check_whole(self, "start_epoch", "start_step")
         for name in ("start_epoch", "start_step"):
             if getattr(self, name) >= MAX_POSITION:
-                raise ValueError(f"{name} must be below 2**62, got {getattr(self, name)}")
+                raise InvalidValueError(f"{name} must be below 2**62, got {getattr(self, name)}")
         if self.start_step < 0 or self.start_epoch < 0:
-            raise ValueError(
+            raise InvalidValueError(
                 f"start_epoch and start_step must be >= 0, got {self.start_epoch}, "
                 f"{self.start_step}"
             )

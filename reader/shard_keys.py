@@ -10,6 +10,7 @@ import numpy as np
 
 from reader.split_shards import open_shard
 from schemas import features, storage
+from schemas.errors import InvalidValueError
 from schemas.example import length_delimited, parse_example
 from schemas.info import DatasetError
 
@@ -53,7 +54,7 @@ def shard_keys(shard: dict) -> tuple[list[str], np.ndarray, np.ndarray]:
             "without --compression"
         )
     if storage.is_url(path):
-        raise ValueError(f"explain reads local shards: copy the dataset of {path} first")
+        raise InvalidValueError(f"explain reads local shards: copy the dataset of {path} first")
     keys, heights, widths = [], np.zeros(len(table), np.int64), np.zeros(len(table), np.int64)
     fd = open_shard(path, shard["num_bytes"])
     try:
@@ -83,7 +84,7 @@ def _fields(fd: int, start: int, length: int) -> bytes:
         if pos < at or pos + n > at + len(buf):
             buf, at = os.pread(fd, max(n, min(HEAD, length - pos)), start + pos), pos
         if pos + n > at + len(buf):
-            raise ValueError("the record ends inside a field")
+            raise InvalidValueError("the record ends inside a field")
         return buf[pos - at : pos - at + n]
 
     def varint(pos: int) -> tuple[int, int]:
@@ -95,18 +96,18 @@ def _fields(fd: int, start: int, length: int) -> bytes:
             if byte < 0x80:
                 return value, pos
             if shift > 63:
-                raise ValueError("a varint too long")
+                raise InvalidValueError("a varint too long")
 
     if need(0, 1) != b"\x0a":
-        raise ValueError("not a tf.train.Example")
+        raise InvalidValueError("not a tf.train.Example")
     body, pos = varint(1)
     end, kept = pos + body, []
     while pos < end:
         if need(pos, 1) != b"\x0a":
-            raise ValueError("not a feature map entry")
+            raise InvalidValueError("not a feature map entry")
         size, entry = varint(pos + 1)
         if need(entry, 1) != b"\x0a":
-            raise ValueError("a feature without a name")
+            raise InvalidValueError("a feature without a name")
         named, name_at = varint(entry + 1)
         if need(name_at, named) in _WANTED:
             kept.append(need(pos, entry - pos + size))

@@ -17,6 +17,7 @@ from reader.order.elastic import Position, Segment
 from reader.order.plan import ReadPlan
 from reader.read_options import DEFAULT_CYCLE, ReadOptions
 from reader.split_shards import load_index
+from schemas.errors import InvalidValueError
 from schemas.info import DatasetError
 
 log = logging.getLogger(__name__)
@@ -128,7 +129,7 @@ class Share:
                 left[index], most, batch_size, options.pad_final_batch, options.drop_remainder
             )
         except ValueError:
-            raise ValueError(
+            raise InvalidValueError(
                 f"start_epoch {options.start_epoch}, start_step {options.start_step} is past "
                 f"the end of this read ({options.epochs} epochs on this worker)"
             ) from None

@@ -31,6 +31,7 @@ from reader.read_options import ReadOptions
 from reader.record_offsets import Records
 from reader.split_shards import default_path_root
 from schemas import features, storage
+from schemas.errors import InvalidTypeError, InvalidValueError
 from schemas.example import parse_example
 from schemas.info import DatasetError
 
@@ -181,13 +182,15 @@ class RecordSource:
         others are skipped unread (from the bucket cache, unparsed), their batches
         never made, so nothing decodes them."""
         if not 0 <= first < every:
-            raise ValueError(f"deal(every, first) needs 0 <= first < every, got {every}, {first}")
+            raise InvalidValueError(
+                f"deal(every, first) needs 0 <= first < every, got {every}, {first}"
+            )
         self.every, self.first = every, first
 
     def __len__(self) -> int:
         """The batches iteration yields (this worker's of ``deal``)."""
         if self.read.yields is None:
-            raise TypeError("an endless read (epochs=None) has no length")
+            raise InvalidTypeError("an endless read (epochs=None) has no length")
         return len(range(self.first, self.read.yields, self.every))
 
     def __iter__(self):

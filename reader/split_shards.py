@@ -10,6 +10,7 @@ import os
 from reader.option_groups import GROUPS, refuse_untaken
 from schemas import layout, storage, tfrecord
 from schemas.dataset_info import DatasetInfo
+from schemas.errors import InvalidValueError
 from schemas.info import DatasetError
 
 
@@ -143,7 +144,7 @@ def check_record_options(info: DatasetInfo, options, state, data_dir: str) -> No
     excluding keys of records converted without a key feature."""
     if info.record_kind != "example":
         if options.features is not None:
-            raise ValueError(
+            raise InvalidValueError(
                 f"features= parses records that are not images: {data_dir} holds "
                 f"{info.record_kind} records; leave features out"
             )
@@ -156,7 +157,7 @@ def check_record_options(info: DatasetInfo, options, state, data_dir: str) -> No
     }
     refuse_untaken(options, frozenset(GROUPS) - set(instead), face, instead)
     if state is not None and state.excluded and not info.key_feature:
-        raise ValueError(
+        raise InvalidValueError(
             f"the state excludes keys, and {data_dir} was converted without --key_feature: "
             "its records have no key to exclude by; convert with --key_feature"
         )

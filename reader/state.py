@@ -13,6 +13,7 @@ import json
 
 from reader.order.batches import after
 from reader.read_options import MAX_POSITION
+from schemas.errors import InvalidTypeError, InvalidValueError
 
 
 def changes(saved: str, now: str) -> str:
@@ -70,11 +71,11 @@ class ReadState:
         for name in ("seed", "batch_size", "epoch", "step"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):
-                raise TypeError(f"ReadState.{name} must be an int, got {value!r}")
+                raise InvalidTypeError(f"ReadState.{name} must be an int, got {value!r}")
         if self.batch_size < 1 or self.epoch < 0 or self.step < 0:
-            raise ValueError(f"ReadState needs batch_size >= 1, epoch, step >= 0: {self}")
+            raise InvalidValueError(f"ReadState needs batch_size >= 1, epoch, step >= 0: {self}")
         if max(self.epoch, self.step * self.batch_size, self.batch_size) >= MAX_POSITION:
-            raise ValueError(
+            raise InvalidValueError(
                 f"ReadState counts records in int64: epoch, step x batch_size must be below "
                 f"2**62, got epoch {self.epoch}, step {self.step}, batch_size {self.batch_size}"
             )
@@ -83,18 +84,22 @@ class ReadState:
             if value is None:
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"ReadState.{name} must be a whole number >= 1, got {value!r}")
+                raise InvalidValueError(
+                    f"ReadState.{name} must be a whole number >= 1, got {value!r}"
+                )
 
         for name in ("dataset", "order"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
-                raise TypeError(f"ReadState.{name} must be a str or None")
+                raise InvalidTypeError(f"ReadState.{name} must be a str or None")
         if self.order is not None and not all("=" in pair for pair in self.order.split()):
-            raise ValueError(
+            raise InvalidValueError(
                 f"ReadState.order must be name=value pairs (ReadOptions.order), got {self.order!r}"
             )
         if self.elastic is not None:
             if not isinstance(self.elastic, (list, tuple)):
-                raise TypeError(f"ReadState.elastic must be 6 whole numbers, got {self.elastic!r}")
+                raise InvalidTypeError(
+                    f"ReadState.elastic must be 6 whole numbers, got {self.elastic!r}"
+                )
             elastic = tuple(self.elastic)
             if (
                 len(elastic) != 6
@@ -104,24 +109,26 @@ class ReadState:
                 )
                 or elastic[0] < 1
             ):
-                raise ValueError(
+                raise InvalidValueError(
                     "ReadState.elastic must be 6 whole numbers >= 0 (below 2**62), the first "
                     f"(the old worker count) >= 1, got {elastic}"
                 )
             object.__setattr__(self, "elastic", elastic)
         if self.parts is not None:
             if not isinstance(self.parts, (list, tuple)):
-                raise TypeError("ReadState.parts must be the sources' states as JSON text")
+                raise InvalidTypeError("ReadState.parts must be the sources' states as JSON text")
             parts = tuple(self.parts)
             if not parts or not all(isinstance(p, str) for p in parts):
-                raise TypeError("ReadState.parts must be the sources' states as JSON text")
+                raise InvalidTypeError("ReadState.parts must be the sources' states as JSON text")
             object.__setattr__(self, "parts", parts)
         if self.skips is not None:
             self._normalize_skips()
         if self.excluded is not None:
             keys = self.excluded
             if isinstance(keys, str) or not all(isinstance(k, str) and k for k in keys):
-                raise ValueError(f"ReadState.excluded must be a list of keys, got {keys!r:.80}")
+                raise InvalidValueError(
+                    f"ReadState.excluded must be a list of keys, got {keys!r:.80}"
+                )
             object.__setattr__(self, "excluded", tuple(sorted(set(keys))) or None)
 
     def _normalize_skips(self) -> None:
@@ -135,7 +142,7 @@ class ReadState:
             and 0 <= p[0] < p[1] < MAX_POSITION
             for p in pairs
         ):
-            raise ValueError(
+            raise InvalidValueError(
                 f"ReadState.skips must be [first, stop] step pairs, 0 <= first < stop, got "
                 f"{pairs!r}"
             )
@@ -188,7 +195,7 @@ class ReadState:
         never.
         """
         if self.dataset not in (None, dataset):
-            raise ValueError(
+            raise InvalidValueError(
                 f"the state was saved reading another version of split {split!r} (its "
                 "shards' checksums differ from those in dataset_info.json: re-converted "
                 "or replaced); resuming would read some examples twice and others never: "
@@ -196,7 +203,7 @@ class ReadState:
             )
         if self.order in (None, order):
             return
-        raise ValueError(
+        raise InvalidValueError(
             f"the state was saved reading with other order options ({changes(self.order, order)}"
             "): the order would differ and some examples would be read twice, others never; "
             "pass the options of the saved run, or start a new read"
@@ -214,16 +221,18 @@ class ReadState:
         try:
             fields = json.loads(text)
         except (TypeError, ValueError) as e:
-            raise ValueError(f"not a ReadState: not JSON text ({e})") from None
+            raise InvalidValueError(f"not a ReadState: not JSON text ({e})") from None
         if not isinstance(fields, dict):
-            raise ValueError(f"not a ReadState: a JSON object was expected, got {text!r:.80}")
+            raise InvalidValueError(
+                f"not a ReadState: a JSON object was expected, got {text!r:.80}"
+            )
         # saved before the split's fingerprint replaced it: what it checked, that does
         fields.pop("examples_per_worker", None)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(fields) - known
         if unknown:
-            raise ValueError(f"not a ReadState: unknown fields {sorted(unknown)}")
+            raise InvalidValueError(f"not a ReadState: unknown fields {sorted(unknown)}")
         missing = {"seed", "batch_size"} - set(fields)
         if missing:
-            raise ValueError(f"not a ReadState: no {' and no '.join(sorted(missing))}")
+            raise InvalidValueError(f"not a ReadState: no {' and no '.join(sorted(missing))}")
         return cls(**fields)

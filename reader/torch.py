@@ -31,6 +31,7 @@ from reader.read import check_sized, check_state, merge, resolve, start_state
 from reader.read_options import ReadOptions
 from reader.state import ReadState
 from reader.torch_tensors import from_dali, from_examples, from_numpy, from_tf
+from schemas.errors import InvalidTypeError, InvalidValueError, OperationError
 from schemas.images import DALI_FORMATS
 
 # the groups of options TorchReader takes (reader/option_groups.py): all but the device
@@ -133,14 +134,16 @@ class TorchReader(torch.utils.data.IterableDataset):
             if ranks:
                 o = dataclasses.replace(o, num_workers=ranks[0], worker_index=ranks[1])
         if layout not in ("NHWC", "NCHW"):
-            raise ValueError(f'layout must be "NHWC" or "NCHW", got {layout!r}')
+            raise InvalidValueError(f'layout must be "NHWC" or "NCHW", got {layout!r}')
         if backend not in ("dali", "tf", "python", None):
-            raise ValueError(f'backend must be "dali", "tf", "python" or None, got {backend!r}')
+            raise InvalidValueError(
+                f'backend must be "dali", "tf", "python" or None, got {backend!r}'
+            )
         python = transform is not None or views != 1 or mirror_views
         if o.image_size is None and transform is None and not holds_examples(data_dir):
-            raise ValueError("TorchReader batches decoded images: give image_size")
+            raise InvalidValueError("TorchReader batches decoded images: give image_size")
         if python and backend not in ("python", None):
-            raise ValueError(
+            raise InvalidValueError(
                 f'transform= and views= run on the Python route: backend="python" (or '
                 f"None), not {backend!r}"
             )
@@ -177,7 +180,7 @@ class TorchReader(torch.utils.data.IterableDataset):
         self.load_state_dict({"read_state": state.to_json()})  # the options and files checked
         self.backend = backend or _default_backend([s.info for s in self._sources])
         if self.backend == "tf" and o.on_error != "raise":
-            raise ValueError(
+            raise InvalidValueError(
                 'on_error="skip" is the Python faces\': TorchReader(backend="python" or '
                 '"dali"); with tf.data a record fails inside TensorFlow'
             )
@@ -216,20 +219,20 @@ class TorchReader(torch.utils.data.IterableDataset):
         if handover.seen(self._token):
             consumed = handover.received(self._token)
             if consumed == handover.PINNED:
-                raise RuntimeError(
+                raise OperationError(
                     "TorchReader.state_dict() under DataLoader(pin_memory=True): the pin "
                     "thread takes batches ahead of the training loop, so which were trained "
                     "on is unknown; use pin_memory=False and move batches with "
                     ".to(device, non_blocking=True) in the loop"
                 )
             if consumed == handover.UNORDERED:
-                raise RuntimeError(
+                raise OperationError(
                     "TorchReader.state_dict(): batches of several DataLoader workers "
                     "reached this process outside a DataLoader iterator, so which were "
                     "trained on is unknown; iterate the DataLoader itself"
                 )
         elif self._in_worker.value:
-            raise RuntimeError(
+            raise OperationError(
                 "TorchReader.state_dict(): a DataLoader worker reads this reader but none of "
                 "its batches reached this process counted (a collate_fn that rebuilds them?); "
                 "use DataLoader(reader, batch_size=None) without a collate_fn, or num_workers=0"
@@ -260,7 +263,7 @@ class TorchReader(torch.utils.data.IterableDataset):
 
     def __len__(self) -> int:
         if self._len is None:
-            raise TypeError("an endless read (epochs=None) has no length")
+            raise InvalidTypeError("an endless read (epochs=None) has no length")
         return self._len
 
     def _drop_pipeline(self) -> None:
@@ -345,7 +348,7 @@ class TorchReader(torch.utils.data.IterableDataset):
             handover.forget(self._token)  # counted here, not by a DataLoader's worker
         else:
             if self._loads.value != self._loaded:
-                raise RuntimeError(
+                raise OperationError(
                     "TorchReader.load_state_dict() after a DataLoader(persistent_workers="
                     "True) started its workers, which still hold the state they started "
                     "with: make the DataLoader after load_state_dict(), or use "

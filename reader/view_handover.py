@@ -13,6 +13,7 @@ from reader.order.batches import remaining
 from reader.order.views import handover
 from reader.source import RecordSource
 from reader.state import ReadState
+from schemas.errors import InvalidValueError
 
 
 class ViewHandover:
@@ -37,16 +38,16 @@ class ViewHandover:
                 or handed[0] < 1
                 or handed[1] < 0
             ):
-                raise ValueError(
+                raise InvalidValueError(
                     f"view_handover must be [workers >= 1, batches >= 0], got {handed!r}"
                 )
             if saved.num_workers is None:
-                raise ValueError(
+                raise InvalidValueError(
                     "view_handover with a read_state that names no num_workers: resume "
                     "the state as state_dict() gave it"
                 )
             if handed[0] != workers:
-                raise ValueError(
+                raise InvalidValueError(
                     f"this state was saved by {handed[0]} workers {handed[1]} batches into "
                     "sending the views an elastic resume handed over to them: resume it with "
                     f"{handed[0]} workers (a state saved once they are sent resumes with any)"
@@ -69,7 +70,7 @@ class ViewHandover:
         )
         self.start = 0 if handed is None else handed[1]
         if self.start > len(self.plan):
-            raise ValueError(
+            raise InvalidValueError(
                 f"view_handover {handed!r}: the handover of this state is {len(self.plan)} "
                 "batches long"
             )

@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib.resources
 
 from schemas import features, layout, storage
-from schemas.errors import Error
+from schemas.errors import Error, InvalidValueError
 from schemas.features import RECORD_KINDS
 from schemas.info import DatasetError, load_info
 
@@ -41,7 +41,7 @@ def base_schema(kind: str):
     from tensorflow_metadata.proto.v0 import schema_pb2
 
     if kind not in RECORD_KINDS:
-        raise ValueError(f"record kind must be one of {RECORD_KINDS}, got {kind!r}")
+        raise InvalidValueError(f"record kind must be one of {RECORD_KINDS}, got {kind!r}")
     text = importlib.resources.files(__name__).joinpath(f"{kind}.pbtxt").read_text("utf-8")
     return text_format.Parse(text, schema_pb2.Schema())
 

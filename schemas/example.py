@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 
 from schemas import features
+from schemas.errors import InvalidTypeError, InvalidValueError
 
 _ONE_BYTE = [bytes((i,)) for i in range(128)]
 
@@ -83,7 +84,9 @@ def serialize_example(features: dict[str, bytes | str | int]) -> bytes:
         value = features[name]
         key = _key_field(name)
         if isinstance(value, bool) or not isinstance(value, (bytes, str, int)):
-            raise TypeError(f"feature values are bytes, str or int, got {type(value).__name__}")
+            raise InvalidTypeError(
+                f"feature values are bytes, str or int, got {type(value).__name__}"
+            )
         if isinstance(value, int):
             v = _varint(value)
             inner = b"\x0a" + _ONE_BYTE[len(v)] + v  # Int64List.value, packed
@@ -211,7 +214,7 @@ def parse_features(data: bytes) -> dict[str, tuple[str, list]]:
     try:
         example = _example_class().FromString(data)
     except DecodeError as e:
-        raise ValueError(f"not a tf.train.Example ({e})") from None
+        raise InvalidValueError(f"not a tf.train.Example ({e})") from None
     out = {}
     for name, feature in example.features.feature.items():
         kind = feature.WhichOneof("kind")

@@ -8,6 +8,8 @@ names; nothing else spells them.
 
 from __future__ import annotations
 
+from schemas.errors import InvalidValueError
+
 ENCODED = "image/encoded"  # bytes: the image file as stored (image kind)
 PATH = "image/path"  # bytes: path relative to path_root (path kind)
 FORMAT = "image/format"  # bytes: jpeg, png, gif, bmp, webp
@@ -24,5 +26,5 @@ RECORD_KINDS = ("image", "path")
 def payload(kind: str) -> str:
     """The feature that carries the image: its bytes (image kind) or its path."""
     if kind not in RECORD_KINDS:
-        raise ValueError(f"record kind must be one of {RECORD_KINDS}, got {kind!r}")
+        raise InvalidValueError(f"record kind must be one of {RECORD_KINDS}, got {kind!r}")
     return ENCODED if kind == "image" else PATH

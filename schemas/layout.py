@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import re
 
+from schemas.errors import InvalidValueError
+
 FORMAT_VERSION = 1
 SUPPORTED_FORMAT_VERSIONS = (1,)
 
@@ -81,18 +83,18 @@ def is_temp_of_fixed_file(rel: str) -> bool:
 def shard_suffix(compression: str) -> str:
     """``.tfrecord`` or ``.tfrecord.gz``."""
     if compression not in _SUFFIXES:
-        raise ValueError(f"compression must be one of {COMPRESSIONS}, got {compression!r}")
+        raise InvalidValueError(f"compression must be one of {COMPRESSIONS}, got {compression!r}")
     return _SUFFIXES[compression]
 
 
 def shard_name(split: str, index: int, count: int, compression: str = "none") -> str:
     """The one shard-name rule: ``train-00003-of-00016.tfrecord``."""
     if not SPLIT_NAME_RE.match(split):
-        raise ValueError(
+        raise InvalidValueError(
             f"split name {split!r} may only use letters, digits and '_' (at most {MAX_SPLIT_NAME})"
         )
     if not 0 <= index < count:
-        raise ValueError(f"shard index {index} is not in [0, {count})")
+        raise InvalidValueError(f"shard index {index} is not in [0, {count})")
     return f"{split}-{index:05d}-of-{count:05d}{shard_suffix(compression)}"
 
 
@@ -104,7 +106,7 @@ def index_name(shard_file: str) -> str | None:
     of DALI's ``tfrecord2idx``); None for a compressed one: DALI reads uncompressed
     TFRecord only."""
     if not is_shard_name(shard_file):
-        raise ValueError(f"{shard_file!r} is not a shard file name")
+        raise InvalidValueError(f"{shard_file!r} is not a shard file name")
     return None if shard_file.endswith(".gz") else shard_file + INDEX_SUFFIX
 
 

@@ -46,6 +46,7 @@ from typing import NamedTuple
 import numpy as np
 
 from schemas import layout
+from schemas.errors import InvalidValueError
 
 BITS = 64
 SIZE = 32  # the grayscale image the DCT is taken of
@@ -378,7 +379,9 @@ def parse_sidecar(data: bytes) -> list[tuple[str, str]]:
             and all(isinstance(x, str) for x in found)
             and len(found[0]) == FINGERPRINT_CHARS
         ):
-            raise ValueError(f'line {number} is not ["<{FINGERPRINT_CHARS} hex digits>", "<key>"]')
+            raise InvalidValueError(
+                f'line {number} is not ["<{FINGERPRINT_CHARS} hex digits>", "<key>"]'
+            )
         bytes.fromhex(found[0])
         out.append((found[1], found[0]))
     return out

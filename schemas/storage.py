@@ -17,6 +17,7 @@ import os
 import sys
 
 from schemas import stores
+from schemas.errors import InvalidValueError
 
 
 def is_url(path: str) -> bool:
@@ -141,7 +142,7 @@ def put(path: str, data: bytes) -> None:
     """Writes an object of a bucket (gs://, s3://) in one request: all or nothing."""
     store = stores.store(path)
     if store is None:
-        raise ValueError(f"{path}: put writes objects of a bucket only")
+        raise InvalidValueError(f"{path}: put writes objects of a bucket only")
     store.put(path, data)
 
 

@@ -20,6 +20,8 @@ import io
 import logging
 import os
 
+from schemas.errors import MissingFileError, StorageError
+
 log = logging.getLogger(__name__)
 
 
@@ -77,15 +79,15 @@ class GCS:
         except exceptions.NotFound:
             bucket = split(url)[0]
             if not self.client().bucket(bucket).exists():
-                raise FileNotFoundError(f"{url}: bucket gs://{bucket} does not exist") from None
-            raise FileNotFoundError(f"{url} does not exist") from None
+                raise MissingFileError(f"{url}: bucket gs://{bucket} does not exist") from None
+            raise MissingFileError(f"{url} does not exist") from None
         except exceptions.Forbidden as e:
             raise PermissionError(f"{url}: access denied (403: {e.message})") from None
         except exceptions.GoogleAPICallError as e:
-            raise OSError(f"{url}: Google Cloud Storage error {e.code}: {e.message}") from None
+            raise StorageError(f"{url}: Google Cloud Storage error {e.code}: {e.message}") from None
         except (RequestException, exceptions.RetryError) as e:
             reason = type(e).__name__
-            raise OSError(f"{url}: cannot reach Google Cloud Storage ({reason})") from None
+            raise StorageError(f"{url}: cannot reach Google Cloud Storage ({reason})") from None
 
     def open(self, url: str):
         blob = self._blob(url)
@@ -199,13 +201,13 @@ class S3:
             if code in ("NoSuchBucket", "NoSuchKey", "404", "NotFound") or status == 404:
                 bucket = split(url)[0]
                 if code == "NoSuchBucket" or not self._bucket_exists(bucket):
-                    raise FileNotFoundError(f"{url}: bucket s3://{bucket} does not exist") from None
-                raise FileNotFoundError(f"{url} does not exist") from None
+                    raise MissingFileError(f"{url}: bucket s3://{bucket} does not exist") from None
+                raise MissingFileError(f"{url} does not exist") from None
             if code in ("AccessDenied", "403", "Forbidden") or status == 403:
                 raise PermissionError(f"{url}: access denied (403: {code})") from None
-            raise OSError(f"{url}: S3 error {status}: {code}") from None
+            raise StorageError(f"{url}: S3 error {status}: {code}") from None
         except BotoCoreError as e:
-            raise OSError(f"{url}: cannot reach S3 ({type(e).__name__})") from None
+            raise StorageError(f"{url}: cannot reach S3 ({type(e).__name__})") from None
 
     def _bucket_exists(self, bucket: str) -> bool:
         """Whether the bucket is there (a HEAD of a missing object cannot say)."""

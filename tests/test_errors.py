@@ -18,6 +18,13 @@ from beam_jobs.options import DatasetRefused, UserError
 from beam_jobs.paths import BadPath
 from beam_jobs.record_rules import RecordProblem
 from reader.preprocess import TransformError
+from schemas.errors import (
+    InvalidTypeError,
+    InvalidValueError,
+    MissingFileError,
+    OperationError,
+    StorageError,
+)
 from schemas.images import Rejected
 from schemas.info import DatasetError
 from schemas.tfrecord import CorruptRecord
@@ -36,6 +43,11 @@ ERRORS = {
     WorkerLost: RuntimeError,
     Rejected: Exception,
     RecordProblem: Exception,
+    InvalidValueError: ValueError,
+    InvalidTypeError: TypeError,
+    OperationError: RuntimeError,
+    MissingFileError: FileNotFoundError,
+    StorageError: OSError,
 }
 # raised and caught inside one module, as control flow: never reaches a caller
 INTERNAL = {"_TooLarge"}
@@ -85,3 +97,31 @@ def test_except_beam_jobs_error_catches_a_convert_mistake(tmp_path):
         convert.run(argv)
     assert isinstance(caught.value, UserError)
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.fast
+def test_no_module_raises_a_bare_built_in_error():
+    """Where evenshard raises a built-in kind (ValueError, TypeError, ...), it raises the
+    subclass of it under the root, so ``except reader.Error`` catches it too."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    bare = re.compile(r"raise (ValueError|TypeError|RuntimeError|FileNotFoundError|OSError)\(")
+    found = [
+        f"{path.relative_to(root)}:{number}"
+        for package in ("schemas", "beam_jobs", "reader", "audit", "evenshard")
+        for path in sorted((root / package).rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if bare.search(line)
+    ]
+    assert not found, f"raise the subclass in schemas/errors.py instead: {found}"
+
+
+@pytest.mark.fast
+def test_a_refused_option_is_a_reader_error_and_a_value_error():
+    import reader
+
+    with pytest.raises(reader.Error) as caught:
+        reader.ReadOptions(image_size=(0, 8))
+    assert isinstance(caught.value, ValueError)

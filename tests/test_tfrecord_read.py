@@ -4,7 +4,9 @@ in memory; a large one as a stream. Both give the same records and the same reje
 from __future__ import annotations
 
 import gzip
+import io
 import os
+import zlib
 
 import numpy as np
 import pytest
@@ -144,3 +146,111 @@ def test_a_buckets_files_read_ahead_give_what_each_read_alone_gives(bucket, tmp_
     assert [problem for _, problem in got] == [None] * 5
     assert [len(image) for image, _ in got] == sizes
     assert all(zlib.crc32(image) == im.crc32 for (image, _), (_, im) in zip(got, shard))
+
+
+def _payloads(n: int, size: int) -> list[bytes]:
+    """Examples of an image, a label and ``size`` random bytes (which deflate keeps as
+    they are: stored blocks)."""
+    rng = np.random.default_rng(1)
+    return [
+        serialize_example(
+            {
+                "image_raw": synthetic.image_bytes("png", 8, 8, rng),
+                "label": i,
+                "noise": rng.integers(0, 256, size, dtype=np.uint8).tobytes(),
+            }
+        )
+        for i in range(n)
+    ]
+
+
+def _gzip_a_block_a_record(records: list[bytes]) -> tuple[bytes, list[int]]:
+    """One gzip stream, each record's frame deflated and flushed to a byte boundary, so
+    record i's bytes are all out before compressed byte ``starts[i]``, where the deflate
+    block that holds its frame begins."""
+    z = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    out, starts = [], []
+    for r in records:
+        starts.append(sum(map(len, out)))
+        out.append(z.compress(tfrecord.frame(r)) + z.flush(zlib.Z_FULL_FLUSH))
+    out.append(z.flush())
+    return b"".join(out), starts
+
+
+def _kept_and_rejected(path: str, data: bytes) -> tuple[list[bytes], tfrecord.CorruptRecord]:
+    kept = []
+    with pytest.raises(tfrecord.CorruptRecord) as e:
+        for record in tfrecord.iter_records(path, io.BytesIO(data)):
+            kept.append(record)
+    return kept, e.value
+
+
+def _offsets(records: list[bytes]) -> list[int]:
+    return [sum(len(r) + tfrecord.FRAME_OVERHEAD for r in records[:i]) for i in range(len(records))]
+
+
+# (records, their size, the damaged one): 20 KB in all; 1.5 MB, damaged in its second MB
+_SIZES = {"small": (10, 2000, 6), "large": (15, 100_000, 12)}
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("size", _SIZES)
+@pytest.mark.parametrize("damage", ["block", "byte"])
+def test_a_damaged_gzip_file_keeps_the_records_before_the_damage(
+    tmp_path, monkeypatch, size, damage
+):
+    """A flipped byte in a .tfrecord.gz. ``block``: a deflate block made invalid, zlib
+    fails there; the record it holds is rejected as a damaged gzip stream. ``byte``: a
+    record's byte flipped in a stored block, zlib decodes on and fails only on the
+    trailer's CRC; the record is rejected by its own CRC. Either way the records before
+    it are kept (their bytes out of zlib before the damage), whatever the size of the
+    pieces fed to zlib: one at once lost them (a 1 MB read: every record of the file)."""
+    n, each, bad = _SIZES[size]
+    records = _payloads(n, each)
+    if damage == "block":
+        data, starts = _gzip_a_block_a_record(records)
+        cut = starts[bad]  # bits 1 and 2 (BTYPE) 11: no such block type
+    else:
+        stored = b"".join(tfrecord.frame(r) for r in records)
+        data = gzip.compress(stored, compresslevel=0, mtime=0)
+        middle = len(records[bad]) // 2  # in the noise
+        cut = data.index(records[bad][middle : middle + 64])
+    assert (cut > 1 << 20) == (size == "large")
+    damaged = bytearray(data)
+    damaged[cut] = 0xFF if damage == "block" else damaged[cut] ^ 0xFF
+    problem = "gzip stream is damaged: " if damage == "block" else "data checksum mismatch"
+    for piece in (1000, tfrecord._PIECE, 1 << 20):
+        monkeypatch.setattr(tfrecord, "_PIECE", piece)
+        kept, e = _kept_and_rejected("d.tfrecord.gz", bytes(damaged))
+        assert kept == records[:bad]
+        assert (e.index, e.offset) == (bad, _offsets(records)[bad])
+        assert e.problem.startswith(problem), e.problem
+    if damage == "block":
+        assert "invalid block type" in e.problem
+    # convert's reader, the file read whole or streamed: the records before, one reject
+    path = str(tmp_path / "d.tfrecord.gz")
+    with open(path, "wb") as f:
+        f.write(damaged)
+    places = list(zip(_offsets(records), map(len, records)))
+    want = [(f"d.tfrecord.gz#{i}", "", place) for i, place in enumerate(places[:bad])]
+    want.append((f"d.tfrecord.gz#{bad}", "corrupt", None))
+    from beam_jobs import tfrecord_source
+
+    for whole in (True, False):
+        monkeypatch.setattr(tfrecord_source, "WHOLE_FILE", 1 << 22 if whole else 1024)
+        assert _read(str(tmp_path), path) == want
+        [*_, reject] = _reader(str(tmp_path)).process(path)
+        assert reject.detail.startswith(f"record {bad} (byte {places[bad][0]}): {problem}")
+
+
+@pytest.mark.fast
+def test_a_gzip_file_whose_trailer_alone_is_damaged_keeps_every_record(tmp_path):
+    """Every record out and checked, the gzip trailer's CRC wrong: all kept, and the
+    reject names the place after the last."""
+    records = _payloads(4, 500)
+    damaged = bytearray(gzip.compress(b"".join(tfrecord.frame(r) for r in records), mtime=0))
+    damaged[-5] ^= 0xFF  # the CRC-32 of the uncompressed bytes
+    kept, e = _kept_and_rejected("t.tfrecord.gz", bytes(damaged))
+    assert kept == records
+    end = _offsets(records + [b""])[-1]
+    assert (e.index, e.offset) == (4, end) and "incorrect data check" in e.problem

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+from schemas.errors import InvalidValueError
+
 
 def remaining(
     left: int | None, most: int | None, batch_size: int | None, pad: bool, drop: bool
@@ -23,7 +25,7 @@ def remaining(
     else:
         elements = left // unit if drop else math.ceil(left / unit)
     if elements < 0:  # a start within the last partial batch is the end: 0
-        raise ValueError("the start is past the end of this read")
+        raise InvalidValueError("the start is past the end of this read")
     return elements, max(math.ceil(left / unit), 0) if batch_size else 0
 
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from reader.order.deal import split_ids
 from reader.order.plan import ReadPlan
+from schemas.errors import InvalidValueError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,7 +158,7 @@ class Segment:
             sizes = [plan_of(saved, w).size for w in range(saved)]
             left = max(n + (epochs - at.epoch) * s for n, s in zip(leads, sizes)) - consumed
             if left <= -unit:
-                raise ValueError(
+                raise InvalidValueError(
                     f"the state is past the end of this read (epoch {at.epoch}, {consumed} "
                     f"records a worker, of {epochs} epochs): it was saved by another read, "
                     "or edited; resume the state a run of this read saved"

@@ -16,6 +16,7 @@ import dataclasses
 import numpy as np
 
 from reader.order.draws import MIX, draws
+from schemas.errors import InvalidValueError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +58,9 @@ class Schedule:
     def counts(self, c: int) -> np.ndarray:
         """Records of each source among the first ``c`` of the mixed stream."""
         if self.size is not None and c > self.size:
-            raise ValueError(f"position {c} is past the end of the mix ({self.size} records)")
+            raise InvalidValueError(
+                f"position {c} is past the end of the mix ({self.size} records)"
+            )
         if c == 0:
             return np.zeros(len(self.weights), np.int64)
         lo, hi = 0.0, 1.0

@@ -38,6 +38,7 @@ import functools
 import numpy as np
 
 from reader.order.draws import CUTS, RUNS, WINDOW, draws, permutation
+from schemas.errors import InvalidValueError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,9 +95,9 @@ class ReadPlan:
     def __post_init__(self) -> None:
         object.__setattr__(self, "counts", tuple(int(c) for c in self.counts))
         if not self.counts or min(self.cycle, self.block, self.parts) < 1 or self.window < 0:
-            raise ValueError(f"invalid read plan {self}")
+            raise InvalidValueError(f"invalid read plan {self}")
         if not 0 <= self.offset < self.stride:
-            raise ValueError(f"offset {self.offset} outside stride {self.stride}")
+            raise InvalidValueError(f"offset {self.offset} outside stride {self.stride}")
 
     @functools.cached_property
     def _counts(self) -> np.ndarray:
@@ -196,7 +197,7 @@ class ReadPlan:
     def resume(self, epoch: int, position: int) -> Resume:
         """How to read epoch ``epoch`` from record ``position`` of the worker's order on."""
         if not 0 <= position < self.size:
-            raise ValueError(f"position {position} outside the epoch's {self.size} records")
+            raise InvalidValueError(f"position {position} outside the epoch's {self.size} records")
         first = position - position % self.window if self.windowed else position
         raw = self.offset + first * self.stride  # position in the interleaved stream
         runs, c = self.runs(epoch), self.cycle
