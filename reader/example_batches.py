@@ -92,9 +92,11 @@ def read_spec(sources, features) -> tuple[dict[str, Feature], RecordFields]:
                 "holds), and mix sources of the same label_feature and key_feature"
             )
     spec = schema_spec if features is None else as_spec(features)
-    given = {"label": fields.label, "key": fields.key, "mask": None}
+    # a batch's label and key are the features named at conversion (none named: a
+    # feature of that name is read as it is); its mask is always its own
+    given = {"label": fields.label, "key": fields.key, "mask": "a batch's own"}
     for name in RESERVED:
-        if name in spec and given[name] != name:
+        if name in spec and given[name] not in (None, name):
             raise InvalidValueError(
                 f"feature {name!r}: a batch's {name!r} is the "
                 f"{'mask' if name == 'mask' else name + ' feature named at conversion'}, "

@@ -97,6 +97,8 @@ def test_make_dataset_gives_the_parsed_features_once(converted):
 
 
 def test_numpy_and_torch_readers_give_the_same_order_and_values(converted):
+    import torch
+
     from reader.torch import TorchReader
 
     out, written = converted
@@ -108,6 +110,7 @@ def test_numpy_and_torch_readers_give_the_same_order_and_values(converted):
         torch_batches = list(TorchReader(out, "train", 4, seed=3, backend=backend))
         tokens = torch_batches[0]["tokens"]
         assert isinstance(tokens, Padded) and tokens.lengths.dtype.is_floating_point is False
+        assert isinstance(tokens.values, torch.Tensor) and torch_batches[0]["blob"].dtype == object
         assert [r for b in torch_batches for r in _rows(b)] == tf_rows, backend
 
 
@@ -293,3 +296,23 @@ def test_a_damaged_record_is_skipped_alike_by_numpy_reader_and_make_dataset(conv
         assert [(x["shard"], x["offset"]) for x in lines] == [(shard["path"], offset)], name
         assert len(rows) == len(whole) - 1 and all(r in whole for r in rows), name
         assert [r for r in whole if r not in rows][0]["key"] not in _ids(rows)
+
+
+def test_a_dataset_without_label_and_key_features_gives_neither(tmp_path):
+    recs = mixed(12, seed=1)
+    write_records(str(tmp_path / "in" / "a.tfrecord"), recs)
+    out = str(tmp_path / "out")
+    run_convert(str(tmp_path / "in"), out, *FLAGS, "--splits=train=1")
+    written = sorted(as_python(r)["id"][0] for r in recs)
+    tf_batches = list(reader.make_dataset(out, "train", 5, shuffle=False, pad_final_batch=True))
+    np_batches = list(reader.NumpyReader(out, "train", 5, shuffle=False, pad_final_batch=True))
+    for batches in (tf_batches, np_batches):
+        assert set(batches[0]) == {"id", "label", "tokens", "embedding", "blob", "tags"} | {
+            "weight",
+            "mask",
+        }  # "label" here is the feature of that name, as written (no label feature named)
+        ids = [i[0] for b in batches for i, m in zip(_host(b["id"]), _host(b["mask"])) if m]
+        assert sorted(ids) == written
+    assert [_host(b["id"]).tolist() for b in tf_batches] == [b["id"].tolist() for b in np_batches]
+    with pytest.raises(ValueError, match="without --key_feature"):
+        reader.resume(out, "train", reader.ReadState(0, 5).exclude(["ex-1"]), shuffle=False)
