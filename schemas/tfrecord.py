@@ -13,7 +13,7 @@ import struct
 import zlib
 from collections.abc import Iterator
 
-from schemas.errors import Error
+from schemas.errors import Error, InvalidValueError
 from schemas.storage import open_binary
 
 _MASK_DELTA = 0xA282EAD8
@@ -106,7 +106,7 @@ def parse_index(text: bytes, num_records: int, file_size: int, where: str):
 
     lines = text.splitlines()
     if len(lines) != num_records:
-        raise ValueError(
+        raise InvalidValueError(
             f"{where}: {len(lines)} records indexed, dataset_info.json lists {num_records}"
         )
     try:
@@ -130,16 +130,16 @@ def _name_the_wrong_line(lines: list[bytes], file_size: int, where: str) -> None
         line = raw.decode("ascii", errors="replace")
         parts = line.split()
         if len(parts) != 2 or not all(p.isdigit() for p in parts):
-            raise ValueError(f"{where}: line {number} is not 'offset size': {line[:40]!r}")
+            raise InvalidValueError(f"{where}: line {number} is not 'offset size': {line[:40]!r}")
         offset, size = int(parts[0]), int(parts[1])
         if offset != end or size <= FRAME_OVERHEAD:
-            raise ValueError(
+            raise InvalidValueError(
                 f"{where}: line {number} ({offset} {size}) does not follow the record "
                 f"before it (which ends at byte {end})"
             )
         end = offset + size
     if end != file_size:
-        raise ValueError(
+        raise InvalidValueError(
             f"{where}: the records indexed end at byte {end}, the shard at {file_size}"
         )
 
@@ -172,29 +172,65 @@ class HashingReader:
             pass
 
 
+# Compressed bytes fed to zlib at once: what a damaged piece costs to feed again a
+# byte at a time (about 0.1 s once a damaged file), never what is kept.
+_PIECE = 1 << 16
+
+
 class _GunzipReader:
-    """A minimal streaming gunzip with ``read(n)`` (the gzip module needs seekable input)."""
+    """A streaming gunzip with ``read(n)`` (the gzip module needs seekable input), fed
+    ``_PIECE`` bytes at a time. Damage keeps what came out before it: a piece zlib
+    fails on is fed again a byte at a time from before it, so every byte zlib gave
+    before the failing one is read first, the same bytes wherever the pieces fall; the
+    error is raised by the read those bytes cannot satisfy."""
 
     def __init__(self, stream):
         self._stream = stream
         self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        self._buf = b""
-        self._read_any = False
+        self._buf = bytearray()
+        self._pos = 0  # of the next byte of _buf to read
+        self._read_any = self._ended = self._cut = False
+        self._error: zlib.error | None = None
 
     def read(self, n: int) -> bytes:
-        while len(self._buf) < n:
-            chunk = self._stream.read(1 << 20)
-            if not chunk:
-                self._buf += self._z.flush()
-                if self._read_any and not self._z.eof and not self._buf:
-                    # cut short where a record ended: no gzip trailer (a zero-byte
-                    # file is no stream, and holds no records, as before)
-                    raise zlib.error("the file ends inside the gzip stream")
-                break
-            self._read_any = True
-            self._buf += self._z.decompress(chunk)
-        out, self._buf = self._buf[:n], self._buf[n:]
+        while len(self._buf) - self._pos < n and self._more():
+            pass
+        end = min(self._pos + n, len(self._buf))
+        if self._error is not None and end - self._pos < n:
+            raise self._error
+        if self._cut and end == self._pos:
+            # cut short where a record ended: no gzip trailer (a zero-byte file is
+            # no stream, and holds no records)
+            raise zlib.error("the file ends inside the gzip stream")
+        out = bytes(self._buf[self._pos : end])
+        self._pos = end
         return out
+
+    def _more(self) -> bool:
+        """Decompresses the next piece onto the buffer; False at the end or after damage."""
+        if self._ended or self._error is not None:
+            return False
+        del self._buf[: self._pos]
+        self._pos = 0
+        piece = self._stream.read(_PIECE)
+        if not piece:
+            self._ended = True
+            self._buf += self._z.flush()
+            self._cut = self._read_any and not self._z.eof
+            return False
+        self._read_any = True
+        before = self._z.copy()
+        try:
+            self._buf += self._z.decompress(piece)
+        except zlib.error as e:
+            self._error = e
+            view = memoryview(piece)
+            for i in range(len(piece)):  # the same piece from before it, a byte at a time
+                try:
+                    self._buf += before.decompress(view[i : i + 1])
+                except zlib.error:
+                    break
+        return True
 
 
 def iter_records(path: str, raw=None) -> Iterator[bytes]:
