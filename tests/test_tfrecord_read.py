@@ -1,5 +1,6 @@
 """How convert reads a TFRecord file (issue 42, item 4): a small file in one read, framed
-in memory; a large one as a stream. Both give the same records and the same rejects."""
+in memory; a large one as a stream. Both give the same records and the same rejects. A
+damaged gzip file keeps the records that came out of it before the damage."""
 
 from __future__ import annotations
 
@@ -254,3 +255,49 @@ def test_a_gzip_file_whose_trailer_alone_is_damaged_keeps_every_record(tmp_path)
     assert kept == records
     end = _offsets(records + [b""])[-1]
     assert (e.index, e.offset) == (4, end) and "incorrect data check" in e.problem
+
+
+@pytest.mark.slow
+def test_a_converted_gzip_file_with_a_flipped_byte_keeps_the_records_before_it(tmp_path):
+    """TensorFlow's GZIP writer, one byte flipped mid-file: convert keeps the records
+    before the damage (each byte for byte, as ``--record_kind example`` writes them) and
+    rejects the one at it, named by index and byte; one worker and two processes alike."""
+    from conftest import read_rejects, run_convert
+    from test_pass_through import FLAGS, mixed, shard_records, write_records
+
+    from audit.validate import validate
+
+    records = mixed(40)
+    path = str(tmp_path / "in" / "g.tfrecord.gz")
+    write_records(path, records)
+    write_records(str(tmp_path / "in" / "ok.tfrecord"), mixed(10, seed=1))
+    with open(path, "r+b") as f:
+        f.seek(os.path.getsize(path) // 2)
+        flipped = f.read(1)[0] ^ 0xFF
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([flipped]))
+    runs = []
+    for mode in (
+        ["--direct_running_mode=in_memory"],
+        ["--direct_running_mode=multi_processing", "--direct_num_workers=2"],
+    ):
+        out = str(tmp_path / mode[0].split("=")[1])
+        info = run_convert(
+            str(tmp_path / "in"), out, *FLAGS, *mode, "--max_reject_fraction=0.5", validated=False
+        )
+        [reject] = read_rejects(out)
+        kept = [r for split in shard_records(out).values() for r in split if r in records]
+        bad = len(kept)
+        assert 0 < bad < len(records) and sorted(kept) == sorted(records[:bad])
+        assert (reject["key"], reject["reason"]) == (f"g.tfrecord.gz#{bad}", "corrupt")
+        assert reject["detail"].startswith(f"record {bad} (byte {_offsets(records)[bad]}): ")
+        written = sum(s["num_examples"] for s in info["splits"].values())
+        assert (info["inputs"], written) == (bad + 1 + 10, bad + 10)
+        assert validate(out, full=True) == []
+        runs.append(
+            (
+                reject,
+                [s["sha256"] for n in sorted(info["splits"]) for s in info["splits"][n]["shards"]],
+            )
+        )
+    assert runs[0] == runs[1]
