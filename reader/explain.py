@@ -132,7 +132,7 @@ class Explain:
         if spread is not None and read.skips:
             raise InvalidValueError("the state skips steps: skip with views together, not spread")
         self.records = read.batch_size or 1
-        self.keys = [_SourceKeys(source.share) for source in read.sources]
+        self.keys = [_SourceKeys(source.share, _key_feature(source)) for source in read.sources]
         self._orders: list[dict] = [{} for _ in read.sources]
         o, index = read.options, read.options.workers()[1]
         if read.schedule is not None:
@@ -281,9 +281,9 @@ class Explain:
 class _SourceKeys:
     """A source's keys: of its own shards (ids over them) and of the split (the lead)."""
 
-    def __init__(self, share):
-        self.own = ShardKeys(share.shards)
-        self.split = ShardKeys(share.split) if share.split else None
+    def __init__(self, share, key: str):
+        self.own = ShardKeys(share.shards, key)
+        self.split = ShardKeys(share.split, key) if share.split else None
 
     def of(self, ids: np.ndarray, in_lead: np.ndarray):
         keys = [""] * len(ids)
@@ -318,3 +318,16 @@ def render(batches: list[dict]) -> str:
             shown = key if b["mask"][r] else "(excluded)" if b["excluded"][r] else "(padding)"
             lines.append("  ".join(f"{c:>4}" for c in cells) + "  " + shown)
     return "\n".join(lines)
+
+
+def _key_feature(source) -> str:
+    """The feature a source's keys are in: ``key``, or records that are not images' key
+    feature (refused in one line when they were converted without one)."""
+    if source.info.record_kind != "example":
+        return "key"
+    if not source.info.key_feature:
+        raise InvalidValueError(
+            f"explain names records by key, and {source.data_dir} was converted without "
+            "--key_feature (records that are not images): convert with --key_feature"
+        )
+    return source.info.key_feature

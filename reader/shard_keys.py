@@ -22,8 +22,8 @@ class ShardKeys:
     """The keys and image sizes of some shards' records (ids counted over the shards in
     order), each shard read once, when a record of it is first asked for."""
 
-    def __init__(self, shards: list[dict]):
-        self.shards = shards
+    def __init__(self, shards: list[dict], key: str = features.KEY):
+        self.shards, self.key = shards, key  # key: the feature (records not images: theirs)
         counts = [s["num_examples"] for s in shards]
         self.firsts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.keys = np.full(int(self.firsts[-1]), "", object)
@@ -34,7 +34,7 @@ class ShardKeys:
         """(keys, heights, widths) of records ``ids``."""
         files = np.searchsorted(self.firsts, ids, side="right") - 1
         for f in np.unique(files[~self.read[files]]):
-            self.fill(int(f), *shard_keys(self.shards[f]))
+            self.fill(int(f), *shard_keys(self.shards[f], self.key))
         return list(self.keys[ids]), self.sizes[ids, 0], self.sizes[ids, 1]
 
     def fill(self, f: int, keys, heights, widths) -> None:
@@ -44,7 +44,7 @@ class ShardKeys:
         self.read[f] = True
 
 
-def shard_keys(shard: dict) -> tuple[list[str], np.ndarray, np.ndarray]:
+def shard_keys(shard: dict, key: str = features.KEY) -> tuple[list[str], np.ndarray, np.ndarray]:
     """(keys, heights, widths) of a shard's records, read by its DALI index: the fields
     of each record but its image (which is skipped, never read)."""
     path, table = shard["path"], shard.get("table")
@@ -60,8 +60,8 @@ def shard_keys(shard: dict) -> tuple[list[str], np.ndarray, np.ndarray]:
     try:
         for r, (offset, size) in enumerate(table):
             try:  # the record's data: after its 12-byte header, before its 4-byte CRC
-                ex = parse_example(_fields(fd, int(offset) + 12, int(size) - 16))
-                keys.append(ex[features.KEY].decode())
+                ex = parse_example(_fields(fd, int(offset) + 12, int(size) - 16, key))
+                keys.append(ex[key].decode())
             except Exception as e:  # any damage: the record cannot be explained
                 raise DatasetError(
                     f"{path}: record {r} (byte {offset}) has no readable key ({e}): the shard "
@@ -73,7 +73,7 @@ def shard_keys(shard: dict) -> tuple[list[str], np.ndarray, np.ndarray]:
     return keys, heights, widths
 
 
-def _fields(fd: int, start: int, length: int) -> bytes:
+def _fields(fd: int, start: int, length: int, key: str = features.KEY) -> bytes:
     """A serialized tf.train.Example of the key and size features of the Example at
     ``start`` (``length`` bytes) of ``fd``: the map entries are walked by their lengths,
     and only the wanted ones read (the image's entry is jumped over)."""
@@ -109,7 +109,7 @@ def _fields(fd: int, start: int, length: int) -> bytes:
         if need(entry, 1) != b"\x0a":
             raise InvalidValueError("a feature without a name")
         named, name_at = varint(entry + 1)
-        if need(name_at, named) in _WANTED:
+        if need(name_at, named) in _WANTED | {key.encode()}:
             kept.append(need(pos, entry - pos + size))
         pos = entry + size
     return length_delimited(1, b"".join(kept))  # an Example of the kept map entries

@@ -316,3 +316,26 @@ def test_a_dataset_without_label_and_key_features_gives_neither(tmp_path):
     assert [_host(b["id"]).tolist() for b in tf_batches] == [b["id"].tolist() for b in np_batches]
     with pytest.raises(ValueError, match="without --key_feature"):
         reader.resume(out, "train", reader.ReadState(0, 5).exclude(["ex-1"]), shuffle=False)
+
+
+def test_explain_names_each_batch_s_records_by_their_key_feature(converted):
+    from reader.explain import explain
+
+    out, _ = converted
+    whole = [_ids(_rows(b)) for b in reader.make_dataset(out, "train", 4, seed=5)]
+    said = explain(out, "train", 4, steps=range(len(whole)), seed=5)
+    assert [s["key"] for s in said] == whole
+    state = reader.ReadState(seed=5, batch_size=4, step=2, num_workers=3)
+    for w in range(2):  # an elastic resume's batches too
+        ds, _ = reader.resume(out, "train", state, num_workers=2, worker_index=w)
+        got = [_ids(_rows(b)) for b in ds]
+        said = explain(
+            out,
+            "train",
+            4,
+            steps=range(2, 2 + len(got)),
+            state=state,
+            num_workers=2,
+            worker_index=w,
+        )
+        assert [s["key"] for s in said] == got
