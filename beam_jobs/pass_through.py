@@ -40,9 +40,10 @@ def choose_example_features(
     def named(flag: str, name: str, kinds: tuple[str, ...]) -> str:
         kind, values = found.get(name, ("", []))
         if kind not in kinds or len(values) != 1:
+            what = f" ({name!r} is {_described(kind, values)})" if name in found else ""
             raise UserError(
                 f"--{flag}: the first record has no {' or '.join(kinds)} feature {name!r} "
-                f"of one value; its features: {names}"
+                f"of one value{what}; its features: {names}"
             )
         return kind
 
@@ -52,3 +53,11 @@ def choose_example_features(
     if group:
         named("group_by", group, ("int64", "bytes"))
     return RecordFeatures(None, label, label_kind, key, group)
+
+
+def _described(kind: str, values: list) -> str:
+    """A feature's kind and length, as an error names them: 'a float list of 1 value'."""
+    if not kind:
+        return "a feature with no list"
+    n = len(values)
+    return f"{'an' if kind == 'int64' else 'a'} {kind} list of {n} value{'' if n == 1 else 's'}"

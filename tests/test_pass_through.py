@@ -265,6 +265,28 @@ def test_a_named_feature_the_first_record_lacks_is_one_line(tmp_path):
         convert.run([*argv, "--group_by=missing"])
 
 
+def test_a_named_feature_of_the_wrong_kind_says_its_kind(tmp_path):
+    """A feature the first record holds, but not as the flag needs it: the line says what
+    it is (it listed the feature among the record's, and no more)."""
+    root = str(tmp_path / "in")
+    many = np.array([1, 2, 3])
+    write_records(f"{root}/r.tfrecord", [example(id="a", label=0.5, ids=many, none=np.array([]))])
+    argv = [f"--input={root}", f"--output_dir={tmp_path / 'out'}", *FLAGS]
+    for flag, said in (
+        (
+            "--label_feature=label",
+            "no int64 or bytes feature 'label' of one value ('label' is a float list of 1 "
+            "value); its features: id, ids, label, none",
+        ),
+        ("--group_by=ids", "'ids' is an int64 list of 3 values"),
+        ("--key_feature=none", "'none' is a float list of 0 values"),
+        ("--key_feature=nope", "no bytes feature 'nope' of one value; its features"),
+    ):
+        with pytest.raises(UserError) as e:
+            convert.run([*argv, flag])
+        assert said in str(e.value) and str(e.value).startswith(flag.split("=")[0]), str(e.value)
+
+
 def test_dedupe_content_and_duplicate_keys_apply(tmp_path):
     root = str(tmp_path / "in")
     recs = mixed(6)
