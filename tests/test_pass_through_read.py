@@ -339,3 +339,20 @@ def test_explain_names_each_batch_s_records_by_their_key_feature(converted):
             worker_index=w,
         )
         assert [s["key"] for s in said] == got
+
+
+def test_a_transform_is_refused_and_torch_reads_them_through_tf_even_on_a_gpu(converted):
+    from reader.torch import _default_backend
+    from schemas.dataset_info import load_dataset_info
+
+    out, _ = converted
+    with pytest.raises(ValueError, match="transform= and views= run on decoded images") as e:
+        reader.NumpyReader(out, "train", 4, transform=_same, num_processes=0)
+    assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match="run on decoded images"):
+        reader.make_dataset(out, "train", 4, views=2, num_processes=0)
+    assert _default_backend([load_dataset_info(out)], gpu=True) == "tf"
+
+
+def _same(example, rng):
+    return example
