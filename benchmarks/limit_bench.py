@@ -1,6 +1,6 @@
 """The machine's limit against the readers: decode + resize from memory, one process a core.
 
-The limit: the encoded JPEGs of the peers corpus (``peers_bench.make_corpus``:
+The limit: the encoded JPEGs of the peers corpus (``_peers_corpus.make_corpus``:
 real-photo crops of about ImageNet's size) held in memory, split into one share a
 core, each share decoded and resized by a process of its own with the readers' own
 pixel functions (``reader.pixels.decode`` and ``reader.pixels.resize``: libjpeg-turbo
@@ -18,9 +18,14 @@ last batch, and "steady": from its first batch on.
 
 Every pass measures the limit and each reader at each size in turn (round-robin: the
 machine's noise hits them alike); a reader's ratio is its rate over the limit of the
-same pass, and the table shows the range over the passes.
+same pass, and the table shows the range over the passes. ``--baseline DIR``: another
+checkout of the project (``git archive REV | tar -x -C DIR``) whose readers are measured
+too, in the same passes (its rows marked "baseline"): a change's before and after
+under the same load. ``--data`` and ``--corpus``: a dataset converted already and its
+images (a machine that cannot convert, e.g. without Beam).
 
     .venv/bin/python benchmarks/limit_bench.py [--images 4000] [--passes 3] [--sizes 224,64]
+        [--readers numpy,make_dataset] [--baseline DIR] [--data DIR --corpus DIR]
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import queue
 import subprocess
 import sys
 import time
@@ -35,9 +41,10 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import BIN, WORK, bench_main, convert_once, list_images  # noqa: E402
+from _common import HERE, WORK, bench_main, convert_once, list_images  # noqa: E402
 
 BATCH = 128
+ROOT = os.path.dirname(HERE)  # this checkout: the readers measured
 READERS = {
     "make_dataset": "`make_dataset` (tf.data, AUTOTUNE)",
     "numpy": "`NumpyReader` (`num_processes` = cores)",
@@ -55,6 +62,10 @@ FLAGS = {
         "make_dataset,numpy",  # --smoke: TorchReader's tf backend is frameworks_bench's
     ),
     "processes": (int, os.cpu_count() or 1, "processes of the limit (one a core)"),
+    "epochs": (int, 1, "epochs each reader reads (the limit decodes each image as often)"),
+    "baseline": (str, "", "another checkout whose readers are measured too (before/after)"),
+    "data": (str, "", "a converted dataset of --corpus (else converted here)"),
+    "corpus": (str, "", "the image folder --data was converted from"),
 }
 
 # --------------------------------------------------------------------------- the limit
@@ -89,11 +100,15 @@ def limit(encoded: list[bytes], size: int, processes: int) -> float:
         p.start()
     time.sleep(0.5)  # every process has imported and decoded its first image
     go.set()
-    parts = [out.get() for _ in procs]
+    parts = []
+    while len(parts) < len(procs):  # a process that failed says nothing: not waited for
+        try:
+            parts.append(out.get(timeout=1))
+        except queue.Empty:
+            if any(p.exitcode for p in procs):
+                raise RuntimeError("a limit process failed (its traceback is above)") from None
     for p in procs:
         p.join()
-        if p.exitcode:
-            raise RuntimeError(f"a limit process failed ({p.exitcode})")
     done = sum(n for _, _, n, _ in parts)
     if done != len(encoded):
         raise RuntimeError(f"the limit decoded {done} of {len(encoded)} images")
@@ -103,10 +118,10 @@ def limit(encoded: list[bytes], size: int, processes: int) -> float:
 # ------------------------------------------------------------------------- the readers
 
 
-def _batches(name: str, data: str, size: int):
+def _batches(name: str, data: str, size: int, epochs: int):
     import reader
 
-    kw = dict(seed=0, epochs=1, image_size=(size, size))
+    kw = dict(seed=0, epochs=epochs, image_size=(size, size))
     if name == "make_dataset":
         for b in reader.make_dataset(data, "train", BATCH, **kw):
             yield b["image"].numpy(), _str(b["key"].numpy())
@@ -134,7 +149,7 @@ IMPORTS = {
 }
 
 
-def read_worker(name: str, data: str, size: int) -> dict:
+def read_worker(name: str, data: str, size: int, epochs: int) -> dict:
     """One epoch of one reader (in a process of its own): its rates and what it read."""
     import importlib
 
@@ -143,7 +158,7 @@ def read_worker(name: str, data: str, size: int) -> dict:
     start = time.perf_counter()
     first = None
     keys, shapes = [], set()
-    for images, batch_keys in _batches(name, data, size):
+    for images, batch_keys in _batches(name, data, size, epochs):
         if first is None:
             first = (time.perf_counter(), len(batch_keys))
         if images.dtype != np.uint8:
@@ -160,20 +175,31 @@ def read_worker(name: str, data: str, size: int) -> dict:
     }
 
 
-def read(name: str, data: str, size: int, count: int) -> dict:
+def read(name: str, data: str, size: int, count: int, epochs: int, tree: str = ROOT) -> dict:
+    """``epochs`` of reader ``name`` in a process of its own, importing the reader of the
+    checkout ``tree``: each of the ``count`` images read once an epoch."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore")
     out = subprocess.run(
-        [os.path.join(BIN, "python"), os.path.abspath(__file__), "--read", name, data, str(size)],
+        [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--read",
+            name,
+            data,
+            str(size),
+            str(epochs),
+            tree,
+        ],
         capture_output=True,
         text=True,
         env=env,
-        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        cwd=tree,
     )
     if out.returncode:
         raise RuntimeError(f"{name} at {size} failed:\n{out.stderr[-3000:]}")
     r = json.loads(out.stdout.strip().splitlines()[-1])
     keys = r.pop("keys")
-    if len(keys) != count or len(set(keys)) != count:
+    if len(keys) != count * epochs or len(set(keys)) != count:
         raise RuntimeError(
             f"{name}: {len(keys)} images read, {len(set(keys))} distinct, of {count}"
         )
@@ -186,16 +212,24 @@ def read(name: str, data: str, size: int, count: int) -> dict:
 
 
 def measure(a) -> dict:
-    from peers_bench import corpus_facts, make_corpus
+    from _peers_corpus import corpus_facts, make_corpus
 
-    src = make_corpus(a.images)
-    data = convert_once(src, os.path.join(WORK, f"limit_{a.images}_out"), "--splits=train=1.0")
+    if a.data:  # absolute: a baseline's readers run in its own folder
+        src, data = a.corpus, os.path.abspath(a.data)
+    else:
+        src = make_corpus(a.images)
+        out = os.path.join(WORK, f"limit_{a.images}_out")
+        data = convert_once(src, out, "--splits=train=1.0")
     encoded = []
     for path, _ in list_images(src):
         with open(path, "rb") as f:
             encoded.append(f.read())
     sizes = [int(s) for s in a.sizes.split(",")]
     names = [n for n in a.readers.split(",") if n]
+    trees = {n: ROOT for n in names}
+    if a.baseline:
+        trees.update({f"{n}@baseline": os.path.abspath(a.baseline) for n in names})
+        names = [m for n in names for m in (f"{n}@baseline", n)]
     limits = {s: [] for s in sizes}
     rates = {s: {n: [] for n in names} for s in sizes}
     steady = {s: {n: [] for n in names} for s in sizes}
@@ -203,9 +237,9 @@ def measure(a) -> dict:
     for _ in range(a.passes):
         loads.append(round(os.getloadavg()[0], 1))
         for s in sizes:
-            limits[s].append(limit(encoded, s, a.processes))
+            limits[s].append(limit(encoded * a.epochs, s, a.processes))
             for n in names:
-                r = read(n, data, s, len(encoded))
+                r = read(n.split("@")[0], data, s, len(encoded), a.epochs, trees[n])
                 rates[s][n].append(r["rate"])
                 steady[s][n].append(r["steady"])
     out = {}
@@ -225,7 +259,9 @@ def measure(a) -> dict:
         }
     return {
         "corpus": corpus_facts(src),
+        "baseline": a.baseline or None,
         "passes": a.passes,
+        "epochs": a.epochs,
         "processes": a.processes,
         "batch": BATCH,
         "load_at_passes": loads,
@@ -246,8 +282,9 @@ def render(r: dict) -> str:
             f"| {s}×{s} | **the limit** ({r['processes']} processes) | {span(at['limit'])} | | 1 | |"
         )
         for n, c in at["readers"].items():
+            name = READERS[n.split("@")[0]] + (" (baseline)" if n.endswith("@baseline") else "")
             rows.append(
-                f"| {s}×{s} | {READERS[n]} | {span(c['rate'])} | {span(c['steady'])} | "
+                f"| {s}×{s} | {name} | {span(c['rate'])} | {span(c['steady'])} | "
                 f"**{span(c['ratio'], '{:.2f}')}** | {span(c['steady_ratio'], '{:.2f}')} |"
             )
     c = r["corpus"]
@@ -257,7 +294,7 @@ The limit: {c["images"]:,} real-photo JPEGs (the peers corpus: {c["mean_kb"]} KB
 {c["mean_pixels"]:,} pixels on average) decoded and resized from memory by one process a
 core with the readers' own pixel functions (`reader.pixels`: simplejpeg, accurate IDCT,
 fancy upsampling; OpenCV's bilinear) and nothing else. Each reader reads the same images
-(converted, one split) in a process of its own, one shuffled epoch, batches of
+(converted, one split) in a process of its own, {r.get("epochs", 1)} shuffled epoch(s), batches of
 {r["batch"]}; its rate from making it to its last batch ("steady": from its first batch
 on). {r["passes"]} passes round-robin; the ratios are a reader's rate over the limit of
 the same pass, the range over the passes. Load average at each pass:
@@ -274,8 +311,8 @@ docs/design.md, "Where a reader's time goes".
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--read"]:
-        name, data, size = sys.argv[2:5]
-        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        print(json.dumps(read_worker(name, data, int(size))))
+        name, data, size, epochs, tree = sys.argv[2:7]
+        sys.path.insert(0, tree)
+        print(json.dumps(read_worker(name, data, int(size), int(epochs))))
     else:
         bench_main(measure, FLAGS, __doc__)
