@@ -23,6 +23,7 @@ from reader.read import Read, merge, resolve, start_state
 from reader.read_options import ReadOptions
 from reader.shard_keys import ShardKeys
 from reader.state import ReadState
+from schemas import features
 from schemas.errors import InvalidTypeError, InvalidValueError
 
 
@@ -324,7 +325,7 @@ def _key_feature(source) -> str:
     """The feature a source's keys are in: ``key``, or records that are not images' key
     feature (refused in one line when they were converted without one)."""
     if source.info.record_kind != "example":
-        return "key"
+        return features.KEY
     if not source.info.key_feature:
         raise InvalidValueError(
             f"explain names records by key, and {source.data_dir} was converted without "
