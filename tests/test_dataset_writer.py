@@ -101,6 +101,46 @@ def test_the_writer_writes_the_bytes_convert_writes(inputs, tmp_path, case):
     assert fast["rejects"]["total"] > 0  # the rejects file is compared too
 
 
+# The option sets the reader tests give write_dataset most (beside CASES), on the
+# folder of every format with broken files: what run_convert checked on each fixture.
+READER_CASES = {
+    "one split, 4 shards": ("--splits=train=1.0", "--num_shards=4"),
+    "one split, 2 shards, gzip": ("--splits=train=1.0", "--num_shards=2", "--compression=gzip"),
+    "path records": ("--splits=train=1.0", "--num_shards=2", "--record_kind=path"),
+    "path records, gzip": ("--num_shards=2", "--record_kind=path", "--compression=gzip"),
+    "eval only, 3 shards": ("--splits=eval=1.0", "--num_shards=3"),
+    "train and val, 6 shards": ("--splits=train=0.8,val=0.2", "--num_shards=6"),
+    "exact halves": ("--splits=train=0.5,eval=0.5", "--split_mode=exact"),
+    "default splits and shards": (),
+    "more shards than records": ("--splits=train=1.0", "--num_shards=60"),
+}
+
+
+@pytest.mark.parametrize(
+    "case",
+    [*CASES.values(), *(("images", *flags) for flags in READER_CASES.values())],
+    ids=[*CASES, *READER_CASES],
+)
+def test_the_writer_writes_what_validate_full_finds_nothing_in(inputs, tmp_path, case):
+    """``run_convert`` asserted ``validate --full`` finds nothing in each fixture it
+    wrote; ``write_dataset`` does not, so its option sets are checked here. With
+    ``--verify=header`` a cut image's body passes convert (docs/convert.md), and is what
+    ``--full`` finds."""
+    from audit.validate import validate
+
+    source, *flags = case
+    flags = [f.format(root=inputs) for f in flags] + ["--max_reject_fraction=0.5"]
+    out = str(tmp_path / "out")
+    info = write_dataset(str(inputs / source), out, *flags)
+    assert info["rejects"]["total"] > 0  # the broken files are in every one
+    findings = validate(out, full=True)
+    if "--verify=header" in flags:  # a cut body passes a header check (convert.md): --full
+        cut = "does not decode by convert's rules (truncated)"
+        assert findings and all(cut in f for f in findings)
+    else:
+        assert findings == []
+
+
 @pytest.mark.fast
 def test_the_writer_refuses_what_it_does_not_do(inputs, tmp_path):
     images = str(inputs / "images")
