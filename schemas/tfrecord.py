@@ -187,7 +187,7 @@ class _GunzipReader:
     def __init__(self, stream):
         self._stream = stream
         self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        self._buf = bytearray()
+        self._buf = b""
         self._pos = 0  # of the next byte of _buf to read
         self._read_any = self._ended = self._cut = False
         self._error: zlib.error | None = None
@@ -202,7 +202,7 @@ class _GunzipReader:
             # cut short where a record ended: no gzip trailer (a zero-byte file is
             # no stream, and holds no records)
             raise zlib.error("the file ends inside the gzip stream")
-        out = bytes(self._buf[self._pos : end])
+        out = self._buf[self._pos : end]
         self._pos = end
         return out
 
@@ -210,27 +210,28 @@ class _GunzipReader:
         """Decompresses the next piece onto the buffer; False at the end or after damage."""
         if self._ended or self._error is not None:
             return False
-        del self._buf[: self._pos]
-        self._pos = 0
         piece = self._stream.read(_PIECE)
         if not piece:
             self._ended = True
-            self._buf += self._z.flush()
+            self._add(self._z.flush())
             self._cut = self._read_any and not self._z.eof
             return False
         self._read_any = True
         before = self._z.copy()
         try:
-            self._buf += self._z.decompress(piece)
+            self._add(self._z.decompress(piece))
         except zlib.error as e:
-            self._error = e
-            view = memoryview(piece)
+            self._error, out, view = e, bytearray(), memoryview(piece)
             for i in range(len(piece)):  # the same piece from before it, a byte at a time
                 try:
-                    self._buf += before.decompress(view[i : i + 1])
+                    out += before.decompress(view[i : i + 1])
                 except zlib.error:
                     break
+            self._add(bytes(out))
         return True
+
+    def _add(self, data: bytes) -> None:
+        self._buf, self._pos = self._buf[self._pos :] + data, 0
 
 
 def iter_records(path: str, raw=None) -> Iterator[bytes]:
