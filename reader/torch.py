@@ -15,11 +15,9 @@ faster for the machine (``_default_backend``). Workers of ``torch.distributed`` 
 from __future__ import annotations
 
 import dataclasses
-import gc
 import multiprocessing
 import os
 import secrets
-import weakref
 
 import torch
 
@@ -30,9 +28,13 @@ from reader.option_groups import GROUPS, refuse_untaken
 from reader.read import check_sized, check_state, merge, resolve, start_state
 from reader.read_options import ReadOptions
 from reader.state import ReadState
+from reader.torch_backend import BUILT as _BUILT
+from reader.torch_backend import INHERITED as _INHERITED
+from reader.torch_backend import default_backend as _default_backend
+from reader.torch_backend import distributed_workers
+from reader.torch_passes import Passes
 from reader.torch_tensors import from_dali, from_examples, from_numpy, from_tf
 from schemas.errors import InvalidTypeError, InvalidValueError, OperationError
-from schemas.images import DALI_FORMATS
 
 # the groups of options TorchReader takes (reader/option_groups.py): all but the device
 TAKES = frozenset(GROUPS) - {"device"}
@@ -40,32 +42,6 @@ INSTEAD = {
     "device": "its batches are CPU tensors (or CUDA ones from DALI on a GPU): move them "
     "with .to(device)"
 }
-# pipelines a forked process inherited: kept, never destroyed (see TorchReader._pipeline)
-_INHERITED: list = []
-# DALI readers built in this process (see _collect_before_fork)
-_BUILT: weakref.WeakSet = weakref.WeakSet()
-
-
-def _collect_before_fork() -> None:
-    """A DALI pipeline is in a reference cycle (its external source is a method of its
-    reader), so one let go waits for the garbage collector; collected in a forked
-    DataLoader worker, whose fork did not copy the pipeline's threads, its ``__del__``
-    waits for them forever. While this process holds DALI readers it built, garbage is
-    collected before each fork, here, where the threads are."""
-    if len(_BUILT):
-        gc.collect()
-
-
-os.register_at_fork(before=_collect_before_fork)
-
-
-def distributed_workers() -> tuple[int, int] | None:
-    """(world size, rank) of torch.distributed, else of RANK/WORLD_SIZE, else None."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_world_size(), torch.distributed.get_rank()
-    if "WORLD_SIZE" in os.environ and "RANK" in os.environ:
-        return int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
-    return None
 
 
 class TorchReader(torch.utils.data.IterableDataset):
@@ -102,7 +78,10 @@ class TorchReader(torch.utils.data.IterableDataset):
     backend shards the batches before decoding too). ``state_dict()``
     counts the batches that reached the training process. In torchdata's
     ``StatefulDataLoader`` (any ``num_workers``), the loader's own ``state_dict()``
-    resumes it exactly: each worker's reader says where it stands.
+    resumes it exactly: each worker's reader says where it stands. Each pass
+    (``iter()``) reads from the beginning, but the one after a state is loaded, which
+    reads from that state (``reader.torch_passes``): a resumed run's later passes are
+    the uninterrupted run's; a state saved after a pass ended resumes a whole pass.
 
     Building checks the options and the split's files, and nothing more: the
     TensorFlow or DALI pipeline is built by the process that iterates, on
@@ -168,8 +147,15 @@ class TorchReader(torch.utils.data.IterableDataset):
         # (image, label) tuples are made here, from the backends' dicts
         self.as_supervised = o.as_supervised
         o = dataclasses.replace(o, as_supervised=False)
+        # a batch of the read: batch_size images, or batch_size / views of the Python
+        # route (its views together), as NumpyReader's state counts them
+        self._unit = batch_size // views if backend == "python" else batch_size
         if state is None:  # the read as a state from its start: state_dict() says where
-            state, o = start_state(o, split, batch_size)
+            state, o = start_state(o, split, self._unit)
+            beginning = state
+        else:
+            beginning = ReadState(state.seed, self._unit)
+        self._passes, self._beginning = Passes(beginning), None
         self.layout, self.options = layout, o
         self._args = (data_dir, split, batch_size, o)
         self._reader, self._built_by, self._token = None, None, None
@@ -215,9 +201,11 @@ class TorchReader(torch.utils.data.IterableDataset):
             self._loader_counts = True
             first = (self._first_dealt(info) - self._consumed) % info.num_workers
             return handover.worker_state(self._state.advance(self._consumed).to_json(), first)
-        consumed = self._consumed
+        consumed, state = self._consumed, self._state
         if handover.seen(self._token):
             consumed = handover.received(self._token)
+            if not self._passes.workers_took_loaded():  # their pass read from the start
+                state = self._beginning_read().state
             if consumed == handover.PINNED:
                 raise OperationError(
                     "TorchReader.state_dict() under DataLoader(pin_memory=True): the pin "
@@ -238,19 +226,21 @@ class TorchReader(torch.utils.data.IterableDataset):
                 "use DataLoader(reader, batch_size=None) without a collate_fn, or num_workers=0"
                 " (a StatefulDataLoader's state is its own state_dict())"
             )
-        return {"read_state": self._state.advance(consumed).to_json()}
+        return {"read_state": state.advance(consumed).to_json()}
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Continues the read ``state_dict`` saved (any worker count: the ranks of this
-        run read what the saved ones left, each record once; docs/design.md)."""
+        run read what the saved ones left, each record once; docs/design.md), on the
+        next pass only: later passes read from the beginning (``reader.torch_passes``)."""
         saved = ReadState.from_json(state_dict["read_state"])
         # the options and files checked, and the batch count, as the pipeline will
-        read = resolve(*self._args, saved)
-        self._sources = read.sources
-        self._len, self._state, self._consumed = read.yields, read.state, 0
+        data_dir, split, _, o = self._args
+        read = resolve(data_dir, split, self._unit, o, saved)
+        in_worker = torch.utils.data.get_worker_info() is not None
+        self._passes.load(read, handover.worker_first(state_dict), in_worker)
         self._drop_pipeline()
-        self._worker_first = handover.worker_first(state_dict)
-        if torch.utils.data.get_worker_info() is not None:
+        self._pass(read, handover.worker_first(state_dict))
+        if in_worker:
             return  # a StatefulDataLoader's worker resumes: the flags shared stay
         if self._token is not None:
             handover.forget(self._token)
@@ -260,6 +250,21 @@ class TorchReader(torch.utils.data.IterableDataset):
         self._in_worker.value = 0
         self._loads.value += 1
         self._loaded = self._loads.value
+
+    def _pass(self, read, worker_first: int | None) -> None:
+        """The next pass reads ``read``: its pipeline is built anew where it was another's."""
+        if self._reader is not None and self._state is not read.state:
+            self._drop_pipeline()
+        self._sources, self._len = read.sources, read.yields
+        self._state, self._consumed, self._worker_first = read.state, 0, worker_first
+
+    def _beginning_read(self):
+        """The read from its beginning (resolved once for each beginning)."""
+        state = self._passes.beginning
+        if self._beginning is None or self._beginning[0] != state:
+            data_dir, split, _, o = self._args
+            self._beginning = (state, resolve(data_dir, split, self._unit, o, state))
+        return self._beginning[1]
 
     def __len__(self) -> int:
         if self._len is None:
@@ -335,7 +340,13 @@ class TorchReader(torch.utils.data.IterableDataset):
         return info.id if self._worker_first is None else self._worker_first
 
     def __iter__(self):
-        self._consumed = 0  # iterating again starts the read again, from the state
+        # a pass: from the state loaded for it, else from the read's beginning (here, not
+        # in the generator: a StatefulDataLoader asks state_dict() before the first batch)
+        loaded = self._passes.start(torch.utils.data.get_worker_info())
+        if loaded is None:
+            self._pass(self._beginning_read(), None)
+        else:
+            self._pass(loaded.read, loaded.worker_first)
         return self._batches()
 
     def _batches(self):
@@ -378,30 +389,3 @@ class TorchReader(torch.utils.data.IterableDataset):
                 out = handover.sent(out, self._token, self._consumed, every)
             yield out
         self._left_early = False
-
-
-def _default_backend(infos: list, gpu: bool | None = None) -> str:
-    """The faster backend for this machine and these datasets: "dali" where a CUDA GPU
-    is visible (``gpu``), DALI is installed and decodes every dataset (its formats,
-    uncompressed shards), else "tf" (DALI on the CPU read 600 img/s against the tf
-    backend's 1,309, issue 31).
-
-    ``gpu`` None asks ``torch.cuda.device_count()``: it counts through NVML (where
-    NVML answers) without starting CUDA, so forked DataLoader workers can still use the GPU
-    (``torch.cuda.is_available()`` starts it unless PYTORCH_NVML_BASED_CUDA_CHECK=1),
-    and a CPU build of torch, which cannot take DALI's CUDA images, counts none.
-    """
-    if any(info.record_kind == "example" for info in infos):
-        return "tf"  # records that are not images: DALI decodes images
-    if gpu is None:
-        gpu = torch.cuda.device_count() > 0
-    if not gpu:
-        return "tf"
-    from reader.dali_decode import installed
-
-    if not installed():
-        return "tf"
-    fits = all(
-        set(info.formats) <= set(DALI_FORMATS) and info.compression == "none" for info in infos
-    )
-    return "dali" if fits else "tf"
