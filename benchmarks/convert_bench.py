@@ -13,14 +13,23 @@ tree at 5k and 20k images (growth must come from metadata only, at most 2 KB
 an example), and at 20k images four times larger (growth must not follow
 image size).
 
-    .venv/bin/python benchmarks/convert_bench.py [--images 20000]
+Photos, imports included (``--photos``, 0 to skip): the peers bench's real-photo
+JPEGs (about 22 KB), each contender a process of its own as a user runs it, wall and
+CPU seconds (user + system of the process tree), round-robin: the plain loop
+(``_plain_loop.py``), the same with Pillow's full decode of each image, and
+``evenshard convert`` with its defaults; with ``--baseline REF``, convert as of that
+git commit too (its tree exported to a folder), for a before/after in one sitting.
+
+    .venv/bin/python benchmarks/convert_bench.py [--images 20000] [--photos 4000]
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import resource
 import shutil
+import subprocess
 import sys
 import time
 
@@ -92,14 +101,76 @@ def timed(fn, *args) -> float:
     return time.perf_counter() - start
 
 
+def process_seconds(cmd: list[str], cwd: str | None = None) -> tuple[float, float]:
+    """(wall, CPU) seconds of a command run to its end: user + system of it and its
+    children, as ``time`` counts them."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    os.sync()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(cmd, check=True, cwd=cwd, env=env, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+_CLI = "import sys; sys.argv[0] = 'evenshard'; from evenshard.cli import run; run()"
+
+
+def photos_part(count: int, rounds: int, baseline: str) -> dict:
+    """The photos, imports included: the plain loop, with Pillow's decode, convert
+    (and convert at ``baseline``); best wall and best CPU of ``rounds`` round-robin."""
+    from _peers_corpus import make_corpus
+
+    src = make_corpus(count)
+    loop = [sys.executable, os.path.join(os.path.dirname(__file__), "_plain_loop.py"), src]
+    convert = ["convert", f"--input={src}", "--overwrite"]
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    contenders = {
+        "plain": (loop + [os.path.join(WORK, "plain.tfrecord")], None),
+        "plain_decode": (loop + [os.path.join(WORK, "plain.tfrecord"), "--verify"], None),
+        "convert": ([sys.executable, "-c", _CLI, *convert, f"--output_dir={WORK}/p_new"], here),
+    }
+    if baseline:
+        tree = os.path.join(WORK, "baseline_tree")
+        shutil.rmtree(tree, ignore_errors=True)
+        os.makedirs(tree)
+        archive = subprocess.run(["git", "archive", baseline], cwd=here, capture_output=True)
+        subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
+        cmd = [sys.executable, "-c", _CLI, *convert, f"--output_dir={WORK}/p_old"]
+        contenders["convert_baseline"] = (cmd, tree)
+    runs: dict[str, list[tuple[float, float]]] = {k: [] for k in contenders}
+    loads = [os.getloadavg()[0]]
+    for _ in range(rounds):
+        for name, (cmd, cwd) in contenders.items():
+            runs[name].append(process_seconds(cmd, cwd))
+        loads.append(os.getloadavg()[0])
+    return {
+        "photos": count,
+        "rounds": rounds,
+        "baseline": baseline,
+        "load_1min": [round(x, 1) for x in loads],
+        "runs": {k: [[round(w, 2), round(c, 2)] for w, c in v] for k, v in runs.items()},
+        "best_wall": {k: min(w for w, _ in v) for k, v in runs.items()},
+        "best_cpu": {k: min(c for _, c in v) for k, v in runs.items()},
+    }
+
+
 FLAGS = {
     "images": (int, 20_000, "JPEGs to generate and convert", 24),
     "small": (int, 5_000, "size of the RSS comparison run", 12),
+    "photos": (int, 4_000, "real photos for the imports-included part (0: skip it)", 0),
+    "photo_rounds": (int, 3, "round-robin rounds of the photos part", 1),
+    "baseline": (str, "", "a git commit whose convert the photos part runs too", ""),
+    "skip_synthetic": (int, 0, "1: the photos part only (a before/after sitting)", 0),
 }
 
 
 def measure(a) -> dict:
     os.makedirs(WORK, exist_ok=True)
+    photos = photos_part(a.photos, a.photo_rounds, a.baseline) if a.photos else None
+    if a.skip_synthetic:
+        return {"photos_part": photos}
     src = make_jpegs(os.path.join(WORK, f"jpegs_{a.images}"), a.images)
     small = make_jpegs(os.path.join(WORK, f"jpegs_{a.small}"), a.small)
     big_images = make_jpegs(os.path.join(WORK, f"jpegs_{a.images}_256px"), a.images, size=256)
@@ -158,14 +229,45 @@ def measure(a) -> dict:
         "mean_image_bytes_256px": round(size_of(big_images)),
         "rss_growth_bytes_per_example": (rss["big"] - rss["small"]) / (n - a.small),
         "rss_256px_minus_64px_bytes_per_example": (rss["big_256px"] - rss["big"]) / n,
+        "photos_part": photos,
     }
     return result
+
+
+def render_photos(part: dict) -> str:
+    """The photos part's table: wall and CPU seconds of each contender, imports included."""
+    names = {
+        "plain": "plain loop: read → tf.train.Example → TFRecordWriter",
+        "plain_decode": "the same, each image decoded by Pillow first (`open` + `load`)",
+        "convert": "`evenshard convert`, its defaults (`--verify full`)",
+        "convert_baseline": f"`evenshard convert` as of {part['baseline']}",
+    }
+    plain_wall, plain_cpu = part["best_wall"]["plain"], part["best_cpu"]["plain"]
+    rows = "\n".join(
+        f"| {names[k]} | {' / '.join(f'{w:.1f}' for w, _ in v)} | {part['best_wall'][k]:.1f} "
+        f"| {part['best_cpu'][k]:.1f} | {part['best_wall'][k] / plain_wall:.2f} "
+        f"| {part['best_cpu'][k] / plain_cpu:.2f} |"
+        for k, v in part["runs"].items()
+    )
+    return f"""{part["photos"]:,} real photos (the peers bench's crops, about 22 KB each), each
+contender a process of its own, imports included, {part["rounds"]} rounds round-robin; the
+1-minute load average at the start and after each round: {part["load_1min"]} (2 cores).
+
+| contender | wall s, each round | best wall s | best CPU s | wall / plain | CPU / plain |
+|---|---|---:|---:|---:|---:|
+{rows}
+"""
 
 
 def render(c: dict) -> str:
     """This benchmark's section of RESULTS.md, from its results alone."""
     cs, eps, rss = c["seconds"], c["examples_per_s"], c["peak_rss_mb"]
     small = next(k for k in cs if k.startswith("c_convert_full_"))
+    photos = (
+        "\n### Real photos, imports included\n\n" + render_photos(c["photos_part"])
+        if c.get("photos_part")
+        else ""
+    )
     rss_rows = "\n".join(f"| {k.replace('_', ' ')} | {v:,.0f} MB |" for k, v in rss.items())
     return f"""## convert — `benchmarks/convert_bench.py`
 
@@ -206,7 +308,7 @@ Why a wall-clock aim can be missed at this size: a Beam job pays a fixed
 start-up (import Beam, plan the graph, start 2 SDK worker processes) that is
 larger than the whole baseline on small images. Per example, convert costs
 {c["c_marginal_per_example_over_a_plus_b"]:.2f}× the unavoidable decode + write work, and that is what scales.
-"""
+{photos}"""
 
 
 if __name__ == "__main__":
