@@ -140,9 +140,18 @@ class _Part:
 
     def filler(self) -> tuple:
         """An example to stand in the padding rows (masked): the first of the worker's
-        first shard (from the bucket, a ranged read)."""
-        with Records(self.share.shards[:1]) as first:
-            return self.example(first.get(0))
+        first shard (from the bucket, a ranged read); with ``on_error="skip"``, the first
+        of its shards that can be read (a damaged record's own row is masked where it
+        is met, and it must not stand in for the padding too)."""
+        shards = self.share.shards
+        with Records(shards) as records:
+            for i in range(sum(s["num_examples"] for s in shards)):
+                try:
+                    return self.example(records.get(i))
+                except Exception:  # noqa: BLE001 - damage shows as any parse error
+                    if self.options.on_error != "skip":
+                        raise
+        raise DatasetError(f"no record of {shards[0]['path']} and the rest can be read")
 
 
 def _unchecked(path: str, offset: int, size: int) -> bytes:

@@ -217,3 +217,27 @@ def test_tf_data_with_on_error_skip_gives_keras_weights(damaged, tmp_path):
     with pytest.raises(ValueError, match="prefetch_to_device") as e:
         reader.make_dataset(bad, "train", 4, prefetch_to_device="/gpu:0", **kw)
     assert "\n" not in str(e.value)
+
+
+def test_a_damaged_first_record_does_not_stand_in_for_the_padding(tmp_path_factory, tmp_path):
+    """An all-padding batch takes its filler from the worker's shards: with
+    ``on_error="skip"``, a damaged first record is passed over there too (it used to
+    stop the read that was told to skip it)."""
+    root = tmp_path_factory.mktemp("first") / "images"
+    synthetic.make_image_folder(str(root), num_labels=2, per_label=6, formats=("png",))
+    data = str(tmp_path / "ds")
+    write_dataset(str(root), data, "--splits=train=1.0", "--num_shards=1")
+    shard = {**split_shards(reader.load_info(data), data, "train")[0]}
+    offset, size = (int(v) for v in load_index(shard)[0])
+    with open(shard["path"], "r+b") as f:
+        f.seek(offset + size // 2)
+        byte = f.read(1)
+        f.seek(offset + size // 2)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    kw = dict(transform=same, num_processes=0, image_size=(8, 8), seed=4, epochs=1)
+    kw.update(on_error="skip", error_ledger=str(tmp_path / "ledger.jsonl"))
+    first = next(iter(reader.NumpyReader(data, "train", 4, **kw)))
+    state = reader.ReadState(4, 4).exclude([k for k in first["key"] if k])
+    got = list(reader.NumpyReader(data, "train", 4, state=state, **kw))
+    assert not got[0]["mask"].any()  # every row excluded: the filler's batch
+    assert sum(int(b["mask"].sum()) for b in got) == 12 - 1 - len([k for k in first["key"] if k])
