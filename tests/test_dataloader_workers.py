@@ -306,3 +306,72 @@ def test_make_dataset_deals_undecoded_batches_to_workers(data, pad):
             got = [b["key"].numpy().tolist() for b in ds]
             assert got == whole[first::every]
             assert ds.cardinality().numpy() == len(got)
+
+
+PASSES = r"""
+import json, sys
+import torch
+import reader
+from reader.torch import TorchReader
+
+data_dir, workers, persistent = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+
+
+def make():
+    return TorchReader(data_dir, "train", 4, image_size=(8, 8), seed=0, epochs=2, backend="python")
+
+
+def loader(r):
+    return torch.utils.data.DataLoader(
+        r, batch_size=None, num_workers=workers, persistent_workers=persistent
+    )
+
+
+def keys(batches):
+    return [list(b["key"]) for b in batches]
+
+
+def step(r):
+    return reader.ReadState.from_json(r.state_dict()["read_state"]).step
+
+
+if __name__ == "__main__":
+    whole = keys(loader(make()))
+    r = make()
+    it = iter(loader(r))
+    got = keys(next(it) for _ in range(7))
+    saved = r.state_dict()
+    del it
+    again = make()
+    again.load_state_dict(saved)
+    resumed = loader(again)
+    passes = [got + keys(resumed)]
+    it = iter(resumed)  # a second pass: from the read's beginning, counted from there
+    second = keys(next(it) for _ in range(5))
+    at = again.state_dict()
+    passes.append(second + keys(it))
+    passes.append(keys(resumed))
+    last = make()
+    last.load_state_dict(at)
+    print(json.dumps({"whole": whole, "passes": passes, "step": step(again),
+                      "at": second + keys(loader(last))}))
+"""
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_loaded_state_is_read_by_the_next_pass_only(data, tmp_path, persistent):
+    """A reader given a state, in a DataLoader with 2 workers (new ones each pass, or
+    persistent ones): the first pass gives the rest of the read, the passes after it the
+    whole read (26 batches, 2 epochs), as the uninterrupted reader's do; state_dict()
+    mid-way through the second pass counts from the beginning, and resumes there."""
+    script = tmp_path / "passes.py"
+    script.write_text(PASSES)
+    args = [PY, str(script), data, "2", "1" if persistent else "0"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    whole = out["whole"]
+    assert len(whole) == 26
+    assert out["passes"] == [whole, whole, whole]
+    assert out["at"] == whole
+    assert out["step"] == 26  # the third pass, whole, counted from the beginning
