@@ -184,6 +184,7 @@ def measure(a) -> dict:
     # Best of two, measured round-robin: a slow spell of this noisy machine
     # should not land on one contender only.
     runs: dict[str, list[float]] = {k: [] for k in ("a", "b", "c", "d", "c_small")}
+    loads = [round(os.getloadavg()[0], 1)]
     rss_c = 0
     for _ in range(tiny(2, 1)):
         runs["a"].append(timed(naive_loop, files, os.path.join(WORK, "naive.tfrecord")))
@@ -198,6 +199,7 @@ def measure(a) -> dict:
             run_measured(convert_cmd(small, os.path.join(WORK, "conv_small"), "full"))[0]
         )
     t_a, t_b, t_c, t_d, t_c_small = (min(runs[k]) for k in ("a", "b", "c", "d", "c_small"))
+    loads = [loads[0], round(os.getloadavg()[0], 1)]
     # Peak RSS, in-memory DirectRunner (all workers in one process): small vs full
     # input, and the full count of 4x larger images (growth must not follow image size).
     rss = {}
@@ -229,6 +231,7 @@ def measure(a) -> dict:
         "mean_image_bytes_256px": round(size_of(big_images)),
         "rss_growth_bytes_per_example": (rss["big"] - rss["small"]) / (n - a.small),
         "rss_256px_minus_64px_bytes_per_example": (rss["big_256px"] - rss["big"]) / n,
+        "load_1min": loads,
         "photos_part": photos,
     }
     return result
@@ -256,6 +259,12 @@ contender a process of its own, imports included, {part["rounds"]} rounds round-
 | contender | wall s, each round | best wall s | best CPU s | wall / plain | CPU / plain |
 |---|---|---:|---:|---:|---:|
 {rows}
+
+CPU seconds are user + system of the process tree; on a loaded machine they move
+less than the wall. Where convert's time goes against the plain loop, the cost model
+behind these ratios (the loop's fixed cost is TensorFlow's import, convert's a photo
+is 12 times the loop's, half of it the check), and a sitting at 20,000 photos:
+docs/convert.md, "convert against the plain TFRecordWriter loop".
 """
 
 
@@ -263,6 +272,11 @@ def render(c: dict) -> str:
     """This benchmark's section of RESULTS.md, from its results alone."""
     cs, eps, rss = c["seconds"], c["examples_per_s"], c["peak_rss_mb"]
     small = next(k for k in cs if k.startswith("c_convert_full_"))
+    load = (
+        f" The 1-minute load average on the 2 cores before and after: {c['load_1min']}."
+        if c.get("load_1min")
+        else ""
+    )
     photos = (
         "\n### Real photos, imports included\n\n" + render_photos(c["photos_part"])
         if c.get("photos_part")
@@ -272,7 +286,7 @@ def render(c: dict) -> str:
     return f"""## convert — `benchmarks/convert_bench.py`
 
 {c["images"]:,} JPEGs of 64×64 (mean {c["mean_image_bytes"]:,} bytes), 10 labels. Times are
-the best of two runs each, measured round-robin.
+the best of two runs each, measured round-robin.{load}
 
 | | what | seconds | examples/s |
 |---|---|---:|---:|
