@@ -82,6 +82,7 @@ class InspectImage(beam.DoFn):
         # Our own pixel limit applies (too_large); Pillow's global guard would
         # raise before we can say why.
         PILImage.MAX_IMAGE_PIXELS = None
+        PILImage.preinit()  # the common formats' plugins, before any thread opens a file
         self._pool = ThreadPoolExecutor(self._threads) if self._threads > 1 else None
 
     def start_bundle(self):
