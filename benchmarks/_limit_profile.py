@@ -1,7 +1,9 @@
 """Where a reader's time goes: CPU microseconds an image, stage by stage, for
 ``make_dataset`` and ``NumpyReader`` (for docs/design.md, "Where a reader's time goes").
 
-    .venv/bin/python benchmarks/_limit_profile.py DATA SIZE [ROUNDS]   # JSON on stdout
+    .venv/bin/python benchmarks/_limit_profile.py DATA SIZE [ROUNDS [STAGES]]   # JSON on stdout
+
+STAGES: a comma list of the runs below (all by default), e.g. ``np_workers``.
 
 DATA: a converted dataset (one split, "train"), e.g. benchmarks/_work/limit_4000_out
 (``limit_bench.py`` makes it). Each stage is a whole epoch with the public API, its CPU
@@ -14,11 +16,11 @@ away). Stages are differences of these runs:
   ``.numpy()``), the decode + resize alone (``reader.pixels`` on one thread over the
   same bytes), the whole read at SIZE; the rest = whole - records - decode (the batch's
   crossing into Python and back, stacking, tf.data's threads).
-* NumpyReader: records (``num_processes=0, decode=False``: fetch by offset, parse in
-  Python, batch), in-process (``num_processes=0``: + decode, resize, stack), with
-  worker processes (the cores): crossing = that - in-process (pickling the bytes to
-  the workers, the shared-memory block, the copy out, the pool), and the consumer's own
-  share of it.
+* NumpyReader: in-process (``num_processes=0``: fetch by offset, parse in Python,
+  decode, resize, stack), with worker processes (the cores): crossing = that -
+  in-process (pickling the bytes to the workers, the shared-memory block, the pool),
+  and the consumer's own share of it. (Its records alone were ``decode=False``, which
+  ``NumpyReader`` now refuses.)
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ def _run(batches) -> tuple[float, float, float, int, float]:
     return last - cpu0, _self_cpu() - own0, time.perf_counter() - t0, n, steady
 
 
-def main(data: str, size: int, rounds: int) -> dict:
+def main(data: str, size: int, rounds: int, stages: str = "") -> dict:
     import numpy as np
 
     import reader
@@ -100,10 +102,11 @@ def main(data: str, size: int, rounds: int) -> dict:
         "tf_whole": tf_whole,
         "decode_resize_1_thread": decode_only,
         "batch_copy": copy_only,
-        "np_records": lambda: np_reader(0, decode=False, **kw),
         "np_in_process": lambda: np_reader(0, **sized),
         "np_workers": lambda: np_reader(os.cpu_count(), **sized),
     }
+    if stages:
+        runs = {name: runs[name] for name in stages.split(",")}
     best: dict = {}
     for _ in range(rounds):
         for name, fn in runs.items():
@@ -120,13 +123,11 @@ def main(data: str, size: int, rounds: int) -> dict:
         "consumer_us_per_image": {k: round(v[1]) for k, v in best.items()},
         "steady_cpu_us_per_image": {k: round(v[3]) for k, v in best.items()},
         "images_per_s": {k: round(v[2]) for k, v in best.items()},
-        "tf_rest": cpu["tf_whole"] - cpu["tf_records"] - cpu["decode_resize_1_thread"],
-        "np_batching": cpu["np_in_process"] - cpu["np_records"] - cpu["decode_resize_1_thread"],
-        "np_crossing": cpu["np_workers"] - cpu["np_in_process"],
         "load": round(os.getloadavg()[0], 1),
     }
 
 
 if __name__ == "__main__":
     data, size, *rest = sys.argv[1:]
-    print(json.dumps(main(data, int(size), int(rest[0]) if rest else 2)))
+    rounds, stages = (rest + ["2", ""])[:2]
+    print(json.dumps(main(data, int(size), int(rounds), stages)))

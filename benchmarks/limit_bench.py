@@ -269,6 +269,10 @@ def measure(a) -> dict:
     }
 
 
+def _epochs(count: int) -> str:
+    return "one shuffled epoch" if count == 1 else f"{count} shuffled epochs"
+
+
 def render(r: dict) -> str:
     """This benchmark's section of RESULTS.md, from its results alone."""
 
@@ -294,7 +298,7 @@ The limit: {c["images"]:,} real-photo JPEGs (the peers corpus: {c["mean_kb"]} KB
 {c["mean_pixels"]:,} pixels on average) decoded and resized from memory by one process a
 core with the readers' own pixel functions (`reader.pixels`: simplejpeg, accurate IDCT,
 fancy upsampling; OpenCV's bilinear) and nothing else. Each reader reads the same images
-(converted, one split) in a process of its own, {r.get("epochs", 1)} shuffled epoch(s), batches of
+(converted, one split) in a process of its own, {_epochs(r.get("epochs", 1))}, batches of
 {r["batch"]}; its rate from making it to its last batch ("steady": from its first batch
 on). {r["passes"]} passes round-robin; the ratios are a reader's rate over the limit of
 the same pass, the range over the passes. Load average at each pass:
@@ -304,7 +308,7 @@ the same pass, the range over the passes. Load average at each pass:
 |---|---|---:|---:|---:|---:|
 {chr(10).join(rows)}
 
-Where the rest of the time goes, and the design that would close the gap:
+{"".join(n + chr(10) + chr(10) for n in r.get("notes", []))}Where the rest of the time goes, and the design that would close the gap:
 docs/design.md, "Where a reader's time goes".
 """
 
