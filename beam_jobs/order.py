@@ -1,4 +1,4 @@
-"""OrderAndShard: the global shuffle and exact balance, given the plan (``beam_jobs.plan``).
+"""OrderAndShard: the global shuffle and exact balance, given the plan (``beam_jobs.plan_shards``).
 
 Per split, r = fp(seed, "order", key). ``balance="none"``: exact global rank
 of r (see rank.py), shard = floor(rank * S / N), and the shard keeps rank

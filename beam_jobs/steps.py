@@ -19,7 +19,7 @@ from beam_jobs.inspect_images import InspectImages
 from beam_jobs.job import Job
 from beam_jobs.near import NearDuplicates, SplitRule
 from beam_jobs.order import OrderAndShard
-from beam_jobs.plan import PlanShards
+from beam_jobs.plan_shards import PlanShards
 from beam_jobs.record_formats import record_format
 from beam_jobs.record_rules import RecordRules, is_glob
 from beam_jobs.record_source import ReadRecordFiles

@@ -37,7 +37,7 @@ from beam_jobs.fingerprint import fp, unit
 from beam_jobs.inspect_images import InspectImage
 from beam_jobs.job import Job
 from beam_jobs.options import parse_args
-from beam_jobs.plan import estimated_record_bytes, shard_count
+from beam_jobs.plan_shards import estimated_record_bytes, shard_count
 from beam_jobs.preflight import preflight
 from beam_jobs.records import Candidate, Image, Reject, make_reject
 from beam_jobs.split import HASH_BUCKETS, cut_points, hash_split, pick
