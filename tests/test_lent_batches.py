@@ -176,3 +176,27 @@ def test_torch_reader_python_batches_held_stay_themselves(data, copies):
     gc.collect()
     assert _blocks() == []
     np.testing.assert_array_equal(held["image"].numpy(), copies[0]["image"])
+
+
+def same_example(example, rng):
+    """A transform that changes nothing (the read goes through the Python route)."""
+    return example
+
+
+def test_make_dataset_tensors_of_lent_batches_stay_themselves(data, copies):
+    tf = pytest.importorskip("tensorflow")
+    ds = reader.make_dataset(
+        data, "train", B, num_processes=P, transform=same_example, prefetch=2, **OPTS
+    )
+    batches = iter(ds)
+    held = next(batches)["image"]
+    for number in range(1, 21):
+        np.testing.assert_array_equal(next(batches)["image"].numpy(), copies[number]["image"])
+    np.testing.assert_array_equal(held.numpy(), copies[0]["image"])
+    rest = list(batches)
+    assert len(rest) == 3
+    del batches, rest, ds
+    gc.collect()
+    assert _blocks() == []
+    assert isinstance(held, tf.Tensor)
+    np.testing.assert_array_equal(held.numpy(), copies[0]["image"])
