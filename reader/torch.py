@@ -42,6 +42,7 @@ INSTEAD = {
     "device": "its batches are CPU tensors (or CUDA ones from DALI on a GPU): move them "
     "with .to(device)"
 }
+_TF_BUILT: set[int] = set()  # processes that built a tf pipeline (started TensorFlow)
 
 
 class TorchReader(torch.utils.data.IterableDataset):
@@ -311,8 +312,10 @@ class TorchReader(torch.utils.data.IterableDataset):
             else:
                 from reader import graph
 
-                if torch.utils.data.get_worker_info() is not None:  # a DataLoader worker
+                # a DataLoader worker, unless TensorFlow started here (a later pass)
+                if torch.utils.data.get_worker_info() and os.getpid() not in _TF_BUILT:
                     graph.check_not_forked()
+                _TF_BUILT.add(os.getpid())
                 data_dir, split, batch_size, options = self._args
                 options = dataclasses.replace(options, prefetch_to_device=False)
                 read = resolve(data_dir, split, batch_size, options, self._state)

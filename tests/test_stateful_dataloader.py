@@ -108,3 +108,73 @@ def test_a_stateful_dataloader_resumes_exactly_mid_epoch(data, tmp_path, workers
     assert out["passes"] == [whole, whole]
     assert out["size"] < 4096, out["size"]
     assert out["walked"] == 0 and out["tagged"] == 0
+
+
+PASSES = r"""
+import hashlib, json, pickle, sys
+from torchdata.stateful_dataloader import StatefulDataLoader
+from reader.torch import TorchReader
+
+data_dir, workers, persistent, backend = sys.argv[1:]
+workers, persistent = int(workers), persistent == "1"
+
+
+def make():
+    return TorchReader(data_dir, "train", 4, image_size=(8, 8), seed=0, epochs=2, backend=backend)
+
+
+def loader(reader, **kw):
+    return StatefulDataLoader(reader, batch_size=None, num_workers=workers, **kw)
+
+
+def sig(batch):
+    arrays = [batch[k].numpy().tobytes() for k in ("image", "label", "mask")]
+    return [list(batch["key"]), hashlib.sha256(b"".join(arrays)).hexdigest()]
+
+
+def resumed(saved, passes):
+    again = loader(make(), persistent_workers=persistent)
+    again.load_state_dict(pickle.loads(pickle.dumps(saved)))
+    return [[sig(b) for b in again] for _ in range(passes)]
+
+
+if __name__ == "__main__":
+    whole = [sig(b) for b in loader(make())]
+    out = {"whole": whole, "mid": {}}
+    for stop in (1, 7):
+        first = loader(make())
+        it = iter(first)
+        got = [sig(next(it)) for _ in range(stop)]
+        saved = first.state_dict()
+        del it, first
+        passes = resumed(saved, 3)
+        out["mid"][stop] = [got + passes[0], *passes[1:]]
+    first = loader(make(), persistent_workers=persistent)
+    out["ended"] = [[sig(b) for b in first]]  # the pass ended: StopIteration
+    out["ended"] += resumed(first.state_dict(), 2)
+    print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize(
+    "workers, persistent, backend", [(0, False, "python"), (2, False, "python"), (3, True, "tf")]
+)
+def test_a_loaded_state_is_the_next_pass_only(data, tmp_path, workers, persistent, backend):
+    """Resumed after 1 and 7 of 26 batches, the loader's pass gives the rest of the
+    read, and the two passes after it the whole read, as an uninterrupted loader's
+    passes do (never the resumed pass again: 0 workers read 19 a pass, persistent
+    workers fewer each pass). A state saved after a pass ended resumes a whole pass,
+    with any worker count, then another. Persistent workers on the tf backend build
+    each pass's pipeline where TensorFlow started (not refused as after a fork)."""
+    script = tmp_path / "passes.py"
+    script.write_text(PASSES)
+    args = [sys.executable, str(script), data, str(workers), "1" if persistent else "0", backend]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    whole = out["whole"]
+    assert len(whole) == 26
+    for stop, passes in out["mid"].items():
+        assert [len(p) for p in passes] == [26, 26, 26], stop
+        assert passes == [whole, whole, whole], stop
+    assert out["ended"] == [whole, whole, whole]
