@@ -17,7 +17,7 @@ from beam_jobs.dedupe import DedupeContent
 from beam_jobs.finalize import Finalize, settings
 from beam_jobs.inspect_images import InspectImages
 from beam_jobs.job import Job
-from beam_jobs.near import NearDuplicates, SplitRule
+from beam_jobs.near_duplicates import NearDuplicates, SplitRule
 from beam_jobs.order import OrderAndShard
 from beam_jobs.plan_shards import PlanShards
 from beam_jobs.record_formats import record_format

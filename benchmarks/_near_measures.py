@@ -61,7 +61,7 @@ def rule_labels(keys: list[str], hexes: list[str]) -> dict[int, np.ndarray]:
     (``near.matches``: the hashes within the distance with the weak bits left out, the
     thumbnails alike), joined as convert joins them (``clusters_of``: lightest edge
     first, a cluster bounded at 1 % of the inputs)."""
-    from beam_jobs.near import clusters_of
+    from beam_jobs.near_duplicates import clusters_of
     from schemas import near
 
     n = len(keys)

@@ -114,7 +114,7 @@ The first seven columns: the 64-bit hash alone, its connected components (the
 rule before issue 46). The last three: the rule `--dedupe near` uses now
 (`schemas.near.matches`: the hash with its weak bits left out, the 8x8 gray
 thumbnails and 2x2 colours alike, the quality gate), its pairs joined as convert
-joins them (`beam_jobs.near.clusters_of`: lightest edge first, a cluster bounded
+joins them (`beam_jobs.near_duplicates.clusters_of`: lightest edge first, a cluster bounded
 at 1 % of the inputs). At the default distance ({default}) the rule's variant
 recall is **{rule.get("variant_recall", 0):.3f}** (aim ≥ 0.97 —
 {verdict(rule.get("variant_recall", 0), 0.97, below=False)}), precision

@@ -1,5 +1,5 @@
 """convert --dedupe near: the clusters' CombineFn keeps a minimum spanning forest, not
-every edge (beam_jobs/near.py ``_Forest``): the same forest whatever the order and
+every edge (beam_jobs/near_duplicates.py ``_Forest``): the same forest whatever the order and
 bundling of the edges, an accumulator never much over two edges a key, and the same
 clusters as every edge gives."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from beam_jobs import near
+from beam_jobs import near_duplicates as near
 
 
 def _edges(rng, keys: int, count: int) -> list[tuple]:
