@@ -254,7 +254,7 @@ class TorchReader(torch.utils.data.IterableDataset):
 
     def _pass(self, read, worker_first: int | None) -> None:
         """The next pass reads ``read``: its pipeline is built anew where it was another's."""
-        if self._reader is not None and self._state is not read.state:
+        if self._reader is not None and self._state != read.state:
             self._drop_pipeline()
         self._sources, self._len = read.sources, read.yields
         self._state, self._consumed, self._worker_first = read.state, 0, worker_first
