@@ -121,16 +121,20 @@ class Blocks:
         made = _listed(self.prefix) if self.prefix else []
         with self.lock:
             self.ended = True
+            # ``.get``, ``.pop(name, None)``: a collection here may run a ``_back``
             for name in self.known.union(made):
-                if name in self.lent:
+                memory = self.mapped.get(name)
+                if name in self.lent and memory is not None:
                     with contextlib.suppress(FileNotFoundError):
-                        self.mapped[name].unlink()
+                        memory.unlink()
                 else:
                     self.address.pop(name, None)
                     _unlink(name, self.mapped.pop(name, None))
             for name in [n for n in self.mapped if n not in self.lent]:
                 self.address.pop(name, None)
-                self.mapped.pop(name).close()
+                memory = self.mapped.pop(name, None)
+                if memory is not None:
+                    memory.close()
             self.known.clear()
             self.free.clear()
 
