@@ -154,7 +154,15 @@ def _leaks(args: argparse.Namespace, _) -> int:
     leaked = report["leaked_images"]
     if args.gate == "convert":  # the wider rule's own pairs are shown, not counted
         leaked -= report["beyond_convert_rule"]
-    return 1 if leaked > args.max_leaked else 0
+    if leaked > args.max_leaked:  # the gate: said on stderr, the report stays clean JSON
+        rule = "by convert's rule" if args.gate == "convert" else "by either rule"
+        print(
+            f"evenshard leaks: exit 1: {leaked} images leaked {rule}, more than "
+            f"--max_leaked {args.max_leaked}",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
 
 
 def _inspect(args: argparse.Namespace, _) -> int:
