@@ -79,10 +79,12 @@ class TorchReader(torch.utils.data.IterableDataset):
     backend shards the batches before decoding too). ``state_dict()``
     counts the batches that reached the training process. In torchdata's
     ``StatefulDataLoader`` (any ``num_workers``), the loader's own ``state_dict()``
-    resumes it exactly: each worker's reader says where it stands. Each pass
-    (``iter()``) reads from the beginning, but the one after a state is loaded, which
-    reads from that state (``reader.torch_passes``): a resumed run's later passes are
-    the uninterrupted run's; a state saved after a pass ended resumes a whole pass.
+    resumes it exactly: each worker's reader says where it stands. A pass (``iter()``)
+    in the process that loaded a state reads from it, later ones from the beginning
+    (0 workers, StatefulDataLoader workers: a resumed run's later passes are the
+    uninterrupted run's; a state saved after a pass ended resumes a whole pass); plain
+    DataLoader workers that copied a reader given a state read from it each pass
+    (``reader.torch_passes``).
 
     Building checks the options and the split's files, and nothing more: the
     TensorFlow or DALI pipeline is built by the process that iterates, on
@@ -205,8 +207,8 @@ class TorchReader(torch.utils.data.IterableDataset):
         consumed, state = self._consumed, self._state
         if handover.seen(self._token):
             consumed = handover.received(self._token)
-            if not self._passes.workers_took_loaded():  # their pass read from the start
-                state = self._beginning_read().state
+            # the workers' passes read from the state they copied, else from the start
+            state = self._passes.workers_read() or self._beginning_read().state
             if consumed == handover.PINNED:
                 raise OperationError(
                     "TorchReader.state_dict() under DataLoader(pin_memory=True): the pin "
@@ -231,17 +233,16 @@ class TorchReader(torch.utils.data.IterableDataset):
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Continues the read ``state_dict`` saved (any worker count: the ranks of this
-        run read what the saved ones left, each record once; docs/design.md), on the
-        next pass only: later passes read from the beginning (``reader.torch_passes``)."""
+        run read what the saved ones left, each record once; docs/design.md): this
+        process's next pass, later ones from the beginning (``reader.torch_passes``)."""
         saved = ReadState.from_json(state_dict["read_state"])
         # the options and files checked, and the batch count, as the pipeline will
         data_dir, split, _, o = self._args
         read = resolve(data_dir, split, self._unit, o, saved)
-        in_worker = torch.utils.data.get_worker_info() is not None
-        self._passes.load(read, handover.worker_first(state_dict), in_worker)
+        self._passes.load(read, handover.worker_first(state_dict))
         self._drop_pipeline()
         self._pass(read, handover.worker_first(state_dict))
-        if in_worker:
+        if torch.utils.data.get_worker_info() is not None:
             return  # a StatefulDataLoader's worker resumes: the flags shared stay
         if self._token is not None:
             handover.forget(self._token)
@@ -345,7 +346,7 @@ class TorchReader(torch.utils.data.IterableDataset):
     def __iter__(self):
         # a pass: from the state loaded for it, else from the read's beginning (here, not
         # in the generator: a StatefulDataLoader asks state_dict() before the first batch)
-        loaded = self._passes.start(torch.utils.data.get_worker_info())
+        loaded = self._passes.start()
         if loaded is None:
             self._pass(self._beginning_read(), None)
         else:
