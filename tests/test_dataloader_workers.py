@@ -131,7 +131,7 @@ def persistent():
         [sig(b) for b in batches]
         out["refused"] = None
     except RuntimeError as e:
-        out["refused"] = str(e).strip().splitlines()[-1].removeprefix("RuntimeError: ")
+        out["refused"] = str(e).strip().splitlines()[-1].split("Error: ", 1)[-1]
     fresh = loader(r, 3, persistent_workers=True)  # made after load_state_dict: reads
     out["fresh"] = [[sig(b) for b in fresh] for _ in range(2)]
     try:  # batches as the workers finish them
