@@ -175,6 +175,8 @@ READER_FLOORS = {
     "reader/view_handover.py": 4,
     "reader/dali_decode.py": 4,
     "reader/torch_tensors.py": 4,
+    "reader/torch_backend.py": 4,  # TorchReader's backend choice and fork bookkeeping
+    "reader/torch_passes.py": 4,  # which state each pass of a TorchReader reads from
     "reader/pipeline.py": 5,  # the faces
     "reader/dali.py": 5,
     "reader/torch.py": 5,
@@ -194,7 +196,12 @@ ENGINES = {
         "reader/compat_tf.py",
         "reader/examples.py",  # pass-through records: tf.io.parse_example
     },
-    "torch": {"reader/torch.py", "reader/torch_tensors.py", "reader/compat_torch.py"},
+    "torch": {
+        "reader/torch.py",
+        "reader/torch_tensors.py",
+        "reader/torch_backend.py",
+        "reader/compat_torch.py",
+    },
     "nvidia": {"reader/dali_decode.py"},
 }
 # The faces: thin adapters over the one spine, side by side (docs/design.md, "One spine").
