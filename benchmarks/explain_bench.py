@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import types
 
 import numpy as np
 
@@ -58,7 +59,8 @@ def _read(records: int, options, state=None):
         for f in range(SHARDS)
     ]
     share = Share.of("synthetic", "train", shards, BATCH, options, 0, state)
-    source = Source({}, "synthetic", "train", share)
+    info = types.SimpleNamespace(record_kind="image", key_feature=None)  # images' keys
+    source = Source(info, "synthetic", "train", share)
     return Read((source,), None, 0, share.remaining, share.real_batches, None, 0, options, BATCH)
 
 

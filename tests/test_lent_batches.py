@@ -45,10 +45,25 @@ def copies(data):
     ]
 
 
-def _blocks() -> list[str]:
-    """The shared memory blocks of this process's reads."""
+def _all_blocks() -> set[str]:
     owner = re.compile(rf"evenshard-[0-9a-f]{{12}}-{os.getpid()}-")
-    return [n for n in os.listdir("/dev/shm") if owner.match(n)]
+    return {n for n in os.listdir("/dev/shm") if owner.match(n)}
+
+
+_BEFORE: set[str] = set()
+
+
+@pytest.fixture(autouse=True)
+def _only_this_tests_blocks():
+    """Blocks this process held before the test (a read another test file of this
+    pytest worker left open) are not this test's to count."""
+    _BEFORE.clear()
+    _BEFORE.update(_all_blocks())
+
+
+def _blocks() -> list[str]:
+    """The shared memory blocks of this test's reads."""
+    return sorted(_all_blocks() - _BEFORE)
 
 
 def _same(batch: dict, copy: dict) -> None:

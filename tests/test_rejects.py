@@ -206,6 +206,9 @@ def test_an_input_rewritten_while_convert_runs_is_a_changed_reject(tmp_path, mon
             victim.write_bytes(victim.read_bytes()[::-1])
 
     monkeypatch.setattr(InspectImage, "process", inspect_then_rewrite)
+    # one inspection at a time: with threads the rewrite could land before the victim's
+    # inspection reads it, a corrupt reject there rather than the writer's `changed`
+    monkeypatch.setattr("beam_jobs.inspect_images.local_threads", lambda options: 1)
     out = tmp_path / "out"
     argv = ["convert", f"--input={root}", f"--output_dir={out}", "--max_reject_fraction=1"]
     argv.append("--direct_running_mode=in_memory")  # the same process: the rewrite runs
