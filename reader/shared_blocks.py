@@ -21,6 +21,7 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
+from reader import compat_mp
 from reader.cache_folder import dead, this_owner
 
 
@@ -125,8 +126,7 @@ class Blocks:
             for name in self.known.union(made):
                 memory = self.mapped.get(name)
                 if name in self.lent and memory is not None:
-                    with contextlib.suppress(FileNotFoundError):
-                        memory.unlink()
+                    _unlink_name(memory)
                 else:
                     self.address.pop(name, None)
                     _unlink(name, self.mapped.pop(name, None))
@@ -173,8 +173,16 @@ def _unlink(name: str, memory: shared_memory.SharedMemory | None = None) -> None
             os.unlink(os.path.join(_SHM, name))
         return
     memory.close()
-    with contextlib.suppress(FileNotFoundError):
+    _unlink_name(memory)
+
+
+def _unlink_name(memory: shared_memory.SharedMemory) -> None:
+    """Unlinks a mapped block's name; one another process unlinked first is untracked
+    (else Python's resource tracker warns of a leak at exit)."""
+    try:
         memory.unlink()
+    except FileNotFoundError:
+        compat_mp.untrack(memory)
 
 
 def sweep() -> None:
