@@ -34,14 +34,21 @@ def damaged(tmp_path_factory):
     write_dataset(str(root), good, "--splits=train=1.0", "--num_shards=2")
     bad = str(tmp_path_factory.mktemp("errors_bad") / "ds")
     shutil.copytree(good, bad)
-    shard = {**split_shards(reader.load_info(bad), bad, "train")[0]}
-    offset, size = (int(v) for v in load_index(shard)[3])
+    path, offset = flip_a_byte(bad, 3)
+    return good, bad, path, offset
+
+
+def flip_a_byte(data: str, record: int) -> tuple[str, int]:
+    """Flips the middle byte of ``record`` of the train split's first shard: its
+    (path, offset)."""
+    shard = {**split_shards(reader.load_info(data), data, "train")[0]}
+    offset, size = (int(v) for v in load_index(shard)[record])
     with open(shard["path"], "r+b") as f:
         f.seek(offset + size // 2)
         byte = f.read(1)
         f.seek(offset + size // 2)
         f.write(bytes([byte[0] ^ 0xFF]))
-    return good, bad, shard["path"], offset
+    return shard["path"], offset
 
 
 def same(example, rng):
@@ -227,13 +234,7 @@ def test_a_damaged_first_record_does_not_stand_in_for_the_padding(tmp_path_facto
     synthetic.make_image_folder(str(root), num_labels=2, per_label=6, formats=("png",))
     data = str(tmp_path / "ds")
     write_dataset(str(root), data, "--splits=train=1.0", "--num_shards=1")
-    shard = {**split_shards(reader.load_info(data), data, "train")[0]}
-    offset, size = (int(v) for v in load_index(shard)[0])
-    with open(shard["path"], "r+b") as f:
-        f.seek(offset + size // 2)
-        byte = f.read(1)
-        f.seek(offset + size // 2)
-        f.write(bytes([byte[0] ^ 0xFF]))
+    flip_a_byte(data, 0)
     kw = dict(transform=same, num_processes=0, image_size=(8, 8), seed=4, epochs=1)
     kw.update(on_error="skip", error_ledger=str(tmp_path / "ledger.jsonl"))
     first = next(iter(reader.NumpyReader(data, "train", 4, **kw)))

@@ -10,6 +10,7 @@ import os
 import numpy as np
 import pytest
 from conftest import assert_multi_process_gives_the_same_bytes, load_info, read_rejects, run_convert
+from test_tfrecord_input import write_records  # the TensorFlow writer the record tests share
 
 from audit.validate import validate
 from beam_jobs import convert
@@ -34,16 +35,6 @@ def example(**features) -> bytes:
 
     found = {name: feature(v) for name, v in features.items()}
     return tf.train.Example(features=tf.train.Features(feature=found)).SerializeToString()
-
-
-def write_records(path: str, records: list[bytes]) -> None:
-    import tensorflow as tf
-
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    options = tf.io.TFRecordOptions("GZIP") if path.endswith(".gz") else None
-    with tf.io.TFRecordWriter(path, options) as w:
-        for r in records:
-            w.write(r)
 
 
 def mixed(n: int, seed: int = 0) -> list[bytes]:
