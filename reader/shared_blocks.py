@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import mmap
 import os
 import re
 import threading
@@ -21,7 +22,6 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
-from reader import compat_mp
 from reader.cache_folder import dead, this_owner
 
 
@@ -44,7 +44,7 @@ class Blocks:
         self.free: list[str] = []  # back from the caller, ready for another batch
         self.lent: set[str] = set()  # a batch's arrays still live: neither reused nor closed
         self.known: set[str] = set()  # every block this read has seen: unlinked at its end
-        self.mapped: dict[str, shared_memory.SharedMemory] = {}
+        self.mapped: dict[str, _Block | shared_memory.SharedMemory] = {}
         self.address: dict[str, int] = {}  # where each block is mapped here
         self.ended = False
         # a block comes back when its last array goes, in whichever thread drops it
@@ -87,7 +87,7 @@ class Blocks:
             back.atexit = False  # at exit the mapping goes with the process, arrays or not
         return out
 
-    def _attach(self, name: str, dropped: str | None) -> shared_memory.SharedMemory:
+    def _attach(self, name: str, dropped: str | None) -> _Block | shared_memory.SharedMemory:
         with self.lock:
             if dropped is not None:  # free, but too small: unlinked by the process
                 self.known.discard(dropped)
@@ -97,13 +97,13 @@ class Blocks:
                     old.close()
             self.known.add(name)
             if name not in self.mapped:
-                memory = shared_memory.SharedMemory(name)
+                memory = attach(name)
                 probe = np.frombuffer(memory.buf, np.uint8).__array_interface__
                 self.address[name] = probe["data"][0]
                 self.mapped[name] = memory  # the probe array is gone: the block closable
             return self.mapped[name]
 
-    def _back(self, name: str, memory: shared_memory.SharedMemory) -> None:
+    def _back(self, name: str, memory: _Block | shared_memory.SharedMemory) -> None:
         """Block ``name``'s arrays are gone: free again, or unmapped once the read ended."""
         with self.lock:
             self.lent.discard(name)
@@ -162,27 +162,61 @@ def _listed(start: str) -> list[str]:
         return []
 
 
-def _unlink(name: str, memory: shared_memory.SharedMemory | None = None) -> None:
-    """Unlinks block ``name`` (``memory``: this process's map of it) when still there."""
-    try:
-        memory = memory or shared_memory.SharedMemory(name)
-    except FileNotFoundError:
-        return
-    except ValueError:  # made but not yet sized by a process that ended: it cannot be mapped
+class _Block:
+    """A block in ``/dev/shm`` made or mapped by name with no claim of Python's resource
+    tracker: before Python 3.13 every process that maps a block registers it, and the
+    messages of a worker making one and of the reader unlinking it at its end can reach
+    the tracker in either order (a leak warned of at exit, a ``KeyError`` printed). The
+    reader unlinks its blocks when the read ends, and a reader starting removes those
+    of readers that died (``sweep``).
+
+    Args:
+        size: the size of a new block (None: map the block that is there).
+    """
+
+    def __init__(self, name: str, size: int | None = None):
+        self.name = name
+        flags = os.O_RDWR if size is None else os.O_RDWR | os.O_CREAT | os.O_EXCL
+        fd = os.open(os.path.join(_SHM, name), flags, 0o600)
+        try:
+            if size is not None:
+                os.ftruncate(fd, size)
+            self.size = os.fstat(fd).st_size
+            self._map = mmap.mmap(fd, self.size)  # ValueError: made, not yet sized
+        finally:
+            os.close(fd)
+        self.buf = memoryview(self._map)
+
+    def close(self) -> None:
+        self.buf.release()
+        self._map.close()
+
+    def unlink(self) -> None:
+        """FileNotFoundError: another process unlinked it first."""
+        os.unlink(os.path.join(_SHM, self.name))
+
+
+def attach(name: str):
+    """Block ``name`` mapped here (a ``_Block`` where blocks are files in ``/dev/shm``)."""
+    return _Block(name) if _NAMED else shared_memory.SharedMemory(name)
+
+
+def _unlink(name: str, memory=None) -> None:
+    """Unlinks block ``name`` of this read (``memory``: this process's map of it, closed)
+    when still there."""
+    if memory is not None:
+        memory.close()
+    if _NAMED:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(_SHM, name))
-        return
-    memory.close()
-    _unlink_name(memory)
+    elif memory is not None:
+        _unlink_name(memory)
 
 
-def _unlink_name(memory: shared_memory.SharedMemory) -> None:
-    """Unlinks a mapped block's name; one another process unlinked first is untracked
-    (else Python's resource tracker warns of a leak at exit)."""
-    try:
+def _unlink_name(memory) -> None:
+    """Unlinks a mapped block's name, unless another process did first."""
+    with contextlib.suppress(FileNotFoundError):
         memory.unlink()
-    except FileNotFoundError:
-        compat_mp.untrack(memory)
 
 
 def sweep() -> None:
@@ -197,23 +231,24 @@ def sweep() -> None:
 
 def new_block(
     spare: str | None, size: int, worker: dict
-) -> tuple[shared_memory.SharedMemory, str | None]:
+) -> tuple[_Block | shared_memory.SharedMemory, str | None]:
     """(a block of at least ``size`` bytes, the name of ``spare`` when it was too small
     and is unlinked here). Blocks stay mapped (``worker["blocks"]``) for the next batch;
     a new one is named after the read (``worker["prefix"]``) and this process."""
     mapped, dropped = worker["blocks"], None
     if spare is not None:
-        memory = mapped.get(spare) or shared_memory.SharedMemory(spare)
+        memory = mapped.get(spare) or attach(spare)
         if memory.size >= size:
             mapped[spare] = memory
             return memory, None
         mapped.pop(spare, None)
-        memory.close()
-        memory.unlink()
+        _unlink(spare, memory)
         dropped = spare
     prefix = worker["prefix"]
-    name = None if prefix is None else f"{prefix}{os.getpid()}-{next(_BLOCKS)}"
-    memory = shared_memory.SharedMemory(name, create=True, size=max(size, 1))
+    if prefix is None:
+        memory = shared_memory.SharedMemory(None, create=True, size=max(size, 1))
+    else:
+        memory = _Block(f"{prefix}{os.getpid()}-{next(_BLOCKS)}", max(size, 1))
     mapped[memory.name] = memory
     return memory, dropped
 

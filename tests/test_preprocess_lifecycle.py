@@ -194,14 +194,21 @@ def test_one_ctrl_c_ends_a_read_whatever_the_transform_does(data, tmp_path, rout
     """Ctrl-C (SIGINT to the process group, as a terminal sends it) while a transform
     sleeps 30 s: the script's own KeyboardInterrupt at once, no line of the read's
     processes, no process or block left (it waited for the transform, then took three
-    Ctrl-C and left both)."""
+    Ctrl-C and left both). Through TensorFlow the script's KeyboardInterrupt can be
+    lost: raised in ``Executor.__del__`` (TensorFlow's, run on the main thread after a
+    step), Python prints it as "Exception ignored" and drops it; the read ends all the
+    same, with its own error saying so."""
     run, mark = _start(data, tmp_path, route)
     try:
         said = _wait_for(run.stderr, "transforming")
         os.killpg(run.pid, signal.SIGINT)
-        assert run.wait(timeout=10) == 130, "".join(said) + run.stderr.read()
+        code = run.wait(timeout=10)
         rest = [line for line in run.stderr.read().splitlines() if line != "transforming"]
-        assert rest == ["interrupted"], "\n".join(rest)
+        if code == 1 and route == "make_dataset" and "Executor.__del__" in "\n".join(rest):
+            assert "OperationError: the read was interrupted (Ctrl-C)" in "\n".join(rest)
+        else:
+            assert code == 130, "".join(said) + "\n".join(rest)
+            assert rest == ["interrupted"], "\n".join(rest)
         assert _gone(mark), "a process of the interrupted reader is still running"
         assert _blocks_of(run.pid) == []
     finally:
