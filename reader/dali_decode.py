@@ -88,6 +88,10 @@ class DaliReader:
                 (images,) = self.pipeline.run()
             except StopIteration:
                 return
+            except RuntimeError as e:
+                if "decoders.image" not in str(e):
+                    raise
+                raise _undecodable(e, self._fed) from None
             yield self._output(images, self._fed.popleft())
 
     def _output(self, images, batch: Batch) -> dict:
@@ -99,6 +103,27 @@ class DaliReader:
                 image = image.copy()
                 image[~batch.mask] = 0
         return {"image": image, "label": batch.label, "key": batch.key, "mask": batch.mask}
+
+
+def _undecodable(error: RuntimeError, fed) -> DatasetError:
+    """One line for DALI's decoder failing a batch (its message names no image): the
+    keys whose images Python cannot decode either, among the batches fed to it."""
+    from reader import pixels
+
+    bad = []
+    for batch in fed:
+        for encoded, key, real in zip(batch.encoded, batch.key, batch.mask):
+            try:
+                pixels.decode(bytes(encoded), 3)
+            except Exception:  # noqa: BLE001 - a damaged image fails in many ways
+                bad.append(key if real else "(a padding row)")
+    said = [line for line in str(error).splitlines() if "failure" in line or "rror" in line]
+    return DatasetError(
+        f"DALI could not decode the image of {', '.join(map(repr, bad)) or 'a batch'} "
+        f"({said[-1].strip() if said else 'its decoder failed'}): on_error=\"skip\" skips "
+        'such an image on the Python route (NumpyReader, TorchReader(backend="python")); '
+        "or convert the shards again"
+    )
 
 
 def modules() -> tuple:

@@ -80,13 +80,25 @@ class Preprocess:
         augment: ``ReadOptions.augment()``: each view cropped and flipped as every
             reader does (``reader/order/augment.py``) and resized to ``image_size``,
             before ``transform`` sees it.
+        skip: ``fn(batch, row, reason)`` for an image that fails to decode, its row
+            then masked (``on_error="skip"``; ``RecordSource.skip`` writes the ledger),
+            or None: the read raises.
     """
 
     def __init__(
-        self, transform, processes: int, channels, image_size, seed, views=1, augment=None
+        self,
+        transform,
+        processes: int,
+        channels,
+        image_size,
+        seed,
+        views=1,
+        augment=None,
+        skip=None,
     ):
         self.transform = transform
-        self.config = (channels, image_size, seed, views, augment)
+        self.config = (channels, image_size, seed, views, augment, skip is not None)
+        self.skip = skip
         self.processes = processes
         self.decoded = 0  # images decoded (tests count them: one a record, whatever views)
         self.first = None  # the first batch's fields, and its first key
@@ -102,7 +114,8 @@ class Preprocess:
             worker["prefix"] = blocks.prefix
             try:
                 for batch in batches:
-                    yield self._collect(run(_task(batch), blocks.spare(), worker), blocks)
+                    done = run(_task(batch), blocks.spare(), worker)
+                    yield self._collect(done, blocks, _named(batch))
             finally:
                 blocks.unlink()
                 for memory in worker["blocks"].values():  # this read's maps
@@ -130,13 +143,15 @@ class Preprocess:
             for number, batch in enumerate(batches):
                 try:
                     future = pool.submit(work, _task(batch), blocks.spare())
-                    pending.append((number, future))
+                    pending.append((number, future, _named(batch)))
                 except BrokenProcessPool:  # a process died before its batch was asked for
                     _broken(pending[0][0] if pending else number, held)
                 if len(pending) >= 2 * self.processes:  # bounded: 2 batches a process
-                    yield self._collect(_result(*pending.popleft(), held), blocks)
+                    number, future, named = pending.popleft()
+                    yield self._collect(_result(number, future, held), blocks, named)
             while pending:
-                yield self._collect(_result(*pending.popleft(), held), blocks)
+                number, future, named = pending.popleft()
+                yield self._collect(_result(number, future, held), blocks, named)
             finished = True
         finally:  # left early (Ctrl-C, an error, a break): the processes end now, unwaited
             if not finished:
@@ -144,14 +159,18 @@ class Preprocess:
             pool.shutdown(wait=True, cancel_futures=True)
             held.close()
             lifeline.close()
-            for _, future in pending:  # blocks handed over but never read
+            for _, future, _ in pending:  # blocks handed over but never read
                 if future.done() and not future.cancelled() and future.exception() is None:
                     blocks.known.add(future.result()["block"])
             blocks.unlink()
             atexit.unregister(blocks.unlink)
 
-    def _collect(self, done: dict, blocks: Blocks) -> dict:
+    def _collect(self, done: dict, blocks: Blocks, named) -> dict:
+        """A worker's batch as arrays lent from its block; its images that failed to
+        decode handed to ``skip`` with ``named`` (the batch's step and fetches)."""
         self.decoded += done.pop("decoded")
+        for row, key, reason in done.pop("failed"):
+            self.skip(*named, row, key, reason)
         out = dict(done.pop("lists"))
         out.update(blocks.arrays(done["block"], done["dropped"], done.pop("arrays")))
         if self.first is None:
@@ -199,6 +218,11 @@ def _died(number: int):
         "'if __name__ == \"__main__\":', which worker processes need, as "
         "PyTorch's DataLoader workers do): the read stops here"
     ) from None
+
+
+def _named(batch) -> tuple:
+    """What names a batch's row in the ledger: (the batch's step, its rows' fetches)."""
+    return batch.step, batch.fetches
 
 
 def _task(batch) -> tuple:

@@ -15,6 +15,7 @@ import collections.abc
 import contextlib
 import os
 import pickle
+import re
 import signal
 import threading
 
@@ -98,11 +99,14 @@ def run(task: tuple, spare: str | None = None, worker: dict | None = None) -> di
     enough."""
     worker = _WORKER if worker is None else worker
     transform = worker["transform"]
-    channels, image_size, seed, views, augment = worker["config"]
-    rows = []
+    channels, image_size, seed, views, augment, skip = worker["config"]
+    rows, failed = [], []
     for chunk in range(0, len(task[0]), _CHUNK):
         part = [column[chunk : chunk + _CHUNK] for column in task]
-        images = [pixels.decode(encoded, channels) for encoded in part[0]]
+        if skip:
+            images = _decoded_or_stood_in(task, chunk, part, channels, image_size, failed)
+        else:
+            images = [pixels.decode(encoded, channels) for encoded in part[0]]
         boxes = None
         if augment is not None:  # one call for the chunk's views (a call costs ~0.3 ms)
             keys, epochs = part[2], part[3]
@@ -132,10 +136,41 @@ def run(task: tuple, spare: str | None = None, worker: dict | None = None) -> di
                 if rows and example.keys() != rows[0].keys():
                     raise fields_differ(transform, rows[0], example["key"], example)
                 rows.append(example)
-    return {**_stack(rows, spare, worker), "decoded": len(task[0])}
+    return {**_stack(rows, spare, worker), "decoded": len(task[0]), "failed": failed}
 
 
 _CHUNK = 16  # images decoded at a time: their boxes drawn in one call, memory bounded
+
+
+def _decoded_or_stood_in(task, chunk: int, part: list, channels, image_size, failed) -> list:
+    """``part``'s images (rows ``chunk`` on of ``task``), an image that fails to decode
+    (``on_error="skip"``) made a padding row: masked, keyless, its pixels the first of
+    the batch that decode (zeros where none does), its row and reason in ``failed``."""
+    images = []
+    for row, encoded in enumerate(part[0], chunk):
+        try:
+            images.append(pixels.decode(encoded, channels))
+            continue
+        except Exception as e:  # noqa: BLE001 - a damaged image fails in many ways
+            if task[4][row]:  # a padding row's image is a real row's: named there
+                said = _ADDRESS.sub("", f"{type(e).__name__}: {e}".splitlines()[0])
+                failed.append((row, task[2][row], said))  # the same words on every read
+        for column, blank in zip(part[1:], (0, "", 0, False)):
+            column[row - chunk] = blank
+        images.append(_stand_in(task[0], channels, image_size))
+    return images
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-f]+")  # in "<_io.BytesIO object at 0x7f...>"
+
+
+def _stand_in(encoded: list, channels, image_size) -> np.ndarray:
+    """The first of a batch's images that decodes, else zeros (``image_size``'s, else
+    one pixel): a failed row's pixels, the same on every read."""
+    for one in encoded:
+        with contextlib.suppress(Exception):
+            return pixels.decode(one, channels)
+    return np.zeros((*(image_size or (1, 1)), channels or 3), np.uint8)
 
 
 def _transformed(transform, example: dict, seed: int) -> dict:

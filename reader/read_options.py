@@ -82,10 +82,12 @@ class ReadOptions:
             GPU, False for none; default: the first GPU when one is visible.
         num_parallel_calls: parallelism of interleave and decode.
         on_error: a record that cannot be read (damaged, or a path record's file
-            gone): "raise" (default) stops the read; "skip" (the Python faces:
-            ``NumpyReader``, ``TorchReader`` python or dali, ``make_dali_pipeline``)
-            gives its row as a padding row (``mask`` False) and writes it once to
-            ``error_ledger`` (a JSON line: key, shard, offset, reason, epoch, step).
+            gone, or its image not decodable): "raise" (default) stops the read;
+            "skip" (the Python route: ``NumpyReader``, ``make_dataset``,
+            ``TorchReader`` python, its default then; and DALI, for records that fail
+            to parse, its decoder meeting the image first) gives its row as a padding
+            row (``mask`` False) and writes it once to ``error_ledger`` (a JSON line:
+            key, shard, offset, reason, epoch, step).
         max_errors: with "skip", the read stops (one line naming the ledger) at the
             record after this many.
         error_ledger: the file the skipped records are appended to.

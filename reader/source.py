@@ -50,6 +50,8 @@ class Batch:
     key: list[str]
     mask: np.ndarray
     epoch: np.ndarray  # of each row (its augmentations are seeded by it); 0 on padding
+    step: int = -1  # the read's step of the batch (-1: padding alone)
+    fetches: list | None = None  # each row's fetch (``RecordSource.skip``), None on padding
 
 
 class _Part:
@@ -212,23 +214,27 @@ class RecordSource:
         index, rows = 0, 0  # the batch being filled, and its rows so far
         dealt = 0  # batches of the read yielded before it (by this worker or another)
         pending: list[tuple] = []  # its examples, when it is kept
+        fetches: list = []  # and their fetches (a row skipped at decode is named by its)
         keep = self._kept(index, dealt)
         for fetch in self._stream():
             if keep:  # called now, before the stream moves on
                 pending.append(self._fetched(fetch, index))
+                fetches.append(fetch)
             rows += 1
             if rows == size:
                 if keep:
-                    yield self._batch(pending, size)
+                    yield self._batch(pending, size, self._step(index), fetches)
                 dealt += not skipped(index, self.read.skips)
-                pending, rows, index = [], 0, index + 1
+                pending, fetches, rows, index = [], [], 0, index + 1
                 left = None if left is None else left - 1
                 if left == 0:
                     return
                 keep = self._kept(index, dealt)
         if rows and not o.drop_remainder:
             if keep:
-                yield self._batch(pending, size if o.pad_final_batch else rows)
+                yield self._batch(
+                    pending, size if o.pad_final_batch else rows, self._step(index), fetches
+                )
             index, left = index + 1, left - 1
         while o.pad_final_batch and left > 0:  # all-padding batches, as every worker
             if index % self.every == self.first:
@@ -241,33 +247,45 @@ class RecordSource:
         try:
             return fetch()
         except Exception as e:  # noqa: BLE001 - damage shows as any parse error
-            o = self.options
-            if o.on_error != "skip":
+            if self.options.on_error != "skip":
                 raise
-            if len(fetch.args) == 3:  # by offset: (records, i, epoch)
-                records, i, epoch = fetch.args
-                shard, offset, size = records.where(i)
-                data = functools.partial(_unchecked, shard, offset, size)
-            else:  # from the bucket cache: (serialized record, epoch); its place unknown
-                (serial, epoch), shard, offset = fetch.args, "", -1
-                data = functools.partial(bytes, serial)
+            self.skip(fetch, self._step(index), one_line(e))
+            return None
+
+    def _step(self, index: int) -> int:
+        """The step of the read's batch ``index`` (counted from the state's)."""
+        return index + (self.read.state.step if self.read.state is not None else 0)
+
+    def skip(self, fetch, step: int, reason: str, key: str | None = None) -> None:
+        """Writes to the ledger the record ``fetch`` (a row's of ``Batch.fetches``; None:
+        its place unknown) gives, left out of step ``step`` (it failed to parse, or
+        ``key``'s image to decode: ``reason``), and stops the read once more than
+        ``max_errors`` were."""
+        o = self.options
+        shard, offset, epoch, data = "", -1, -1, None
+        if fetch is not None and len(fetch.args) == 3:  # by offset: (records, i, epoch)
+            records, i, epoch = fetch.args
+            shard, offset, size = records.where(i)
+            data = functools.partial(_unchecked, shard, offset, size)
+        elif fetch is not None:  # from the bucket cache: (serialized record, epoch)
+            serial, epoch = fetch.args
+            data = functools.partial(bytes, serial)
+        if key is None:
             try:
                 key = parse_example(data())[features.KEY].decode()
             except Exception:  # noqa: BLE001 - a record too damaged to name: its place does
                 key = ""
-            step = index + (self.read.state.step if self.read.state is not None else 0)
-            line = dict(key=key, shard=shard, offset=offset, epoch=epoch, step=step)
-            line["reason"] = one_line(e)
-            with open(o.error_ledger, "a") as ledger:
-                ledger.write(json.dumps(line) + "\n")
-            self.errors += 1
-            if self.errors > o.max_errors:
-                raise DatasetError(
-                    f"{self.errors} records could not be read (max_errors={o.max_errors}), "
-                    f"the last {shard} at byte {offset}: {line['reason']}; each is in "
-                    f"{o.error_ledger}: repair or convert the shards again, or raise max_errors"
-                ) from None
-            return None
+        line = dict(key=key, shard=shard, offset=offset, epoch=epoch, step=step)
+        line["reason"] = reason
+        with open(o.error_ledger, "a") as ledger:
+            ledger.write(json.dumps(line) + "\n")
+        self.errors += 1
+        if self.errors > o.max_errors:
+            raise DatasetError(
+                f"{self.errors} records could not be read (max_errors={o.max_errors}), "
+                f"the last {shard} at byte {offset}: {line['reason']}; each is in "
+                f"{o.error_ledger}: repair or convert the shards again, or raise max_errors"
+            ) from None
 
     def _kept(self, index: int, dealt: int) -> bool:
         """Whether batch ``index`` of the read is made here: not skipped, and this
@@ -295,7 +313,7 @@ class RecordSource:
                 yield next(streams[i])
             at += len(chunk)
 
-    def _batch(self, rows: list[tuple], size: int) -> Batch:
+    def _batch(self, rows: list[tuple], size: int, step: int = -1, fetches=None) -> Batch:
         """``rows`` padded to ``size``; rows of the state's excluded keys are padding
         rows too (their image never given: the filler is a kept row's, else the first
         record of the worker's first shard)."""
@@ -310,4 +328,6 @@ class RecordSource:
             key=[r[2] for r in rows],
             mask=np.array(kept + [False] * (size - len(kept)), bool),
             epoch=np.array([r[3] for r in rows], np.int64),
+            step=step,
+            fetches=fetches,
         )

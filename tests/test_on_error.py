@@ -51,6 +51,23 @@ def flip_a_byte(data: str, record: int) -> tuple[str, int]:
     return shard["path"], offset
 
 
+def spoil_an_image(data: str, record: int) -> tuple[str, int]:
+    """Overwrites the image bytes of ``record`` of the train split's first shard with
+    zeros, its CRC made good: a record that parses and an image that does not decode.
+    Its (path, offset)."""
+    shard = {**split_shards(reader.load_info(data), data, "train")[0]}
+    offset, size = (int(v) for v in load_index(shard)[record])
+    with open(shard["path"], "r+b") as f:
+        f.seek(offset)
+        framed = f.read(size)
+        body = framed[12:-4]
+        image = parse_example(body)[features.ENCODED]
+        body = body.replace(image, bytes(len(image)))
+        f.seek(offset)
+        f.write(tfrecord.frame(body))
+    return shard["path"], offset
+
+
 def same(example, rng):
     return example
 
@@ -99,6 +116,8 @@ def test_on_error_is_checked_and_refused_where_it_cannot_hold(damaged, tmp_path)
         read(good, on_error="ignore")
     with pytest.raises(ValueError, match="give batch_size"):  # the Python route batches
         reader.make_dataset(good, "train", None, on_error="skip", error_ledger=str(tmp_path))
+    kw = dict(image_size=8, on_error="skip", error_ledger=str(tmp_path / "l"))
+    assert reader.TorchReader(good, "train", 4, **kw).backend == "python"  # by default
     with pytest.raises(ValueError, match='backend="python" or "dali"'):
         reader.TorchReader(
             good,
@@ -132,6 +151,16 @@ def removed(tmp_path_factory):
 FACES = ("tf.data", "numpy", "torch-python", "torch-dali", "dali")
 
 
+@pytest.fixture(scope="module")
+def spoiled(tmp_path_factory, damaged):
+    """The damaged fixture's dataset with record 3 of shard 0 whole but its image zeros."""
+    good = damaged[0]
+    bad = str(tmp_path_factory.mktemp("errors_spoiled") / "ds")
+    shutil.copytree(good, bad)
+    path, offset = spoil_an_image(bad, 3)
+    return good, bad, path, offset
+
+
 def skipping(face, data, ledger, state=None, **kw):
     """Every batch ``face`` yields reading ``data`` with on_error="skip" into ``ledger``,
     and the ledger's lines."""
@@ -142,24 +171,31 @@ def skipping(face, data, ledger, state=None, **kw):
     return got, [json.loads(line) for line in open(ledger)]
 
 
-@pytest.mark.parametrize("damage", ["flipped byte", "file removed"])
+@pytest.mark.parametrize("damage", ["flipped byte", "file removed", "image spoiled"])
 def test_every_face_skips_a_damaged_record_alike_and_so_does_a_resumed_read(
-    damaged, removed, damage, tmp_path
+    damaged, removed, spoiled, damage, tmp_path
 ):
     """tf.data, NumpyReader, TorchReader (python, dali) and make_dali_pipeline (CPU): the
     same keys, masks and labels, the pixels of every good row those of the undamaged
     read (the Python faces; DALI's own decoder: its padding rows zeros), the damaged
     record's row a padding row in each epoch, and the same ledger: the record once an
     epoch. Resumed at step 3, each face yields the uninterrupted read's batches from
-    there and writes the ledger's lines of those steps."""
+    there and writes the ledger's lines of those steps. An image that does not decode
+    in a record that parses is skipped the same way (DALI decodes where Python cannot
+    look first: ``faces`` leaves them out there)."""
+    faces = FACES
     if damage == "flipped byte":
         good, bad, path, offset = damaged
         undamaged = {}
+    elif damage == "image spoiled":
+        good, bad, path, offset = spoiled
+        undamaged = {}
+        faces = tuple(f for f in FACES if not f.endswith("dali"))
     else:
         bad, whole, path, offset = removed
         good, undamaged = bad, dict(path_root=whole)
     want = read_face("numpy", good, "train", 4, **OPTS, **undamaged)
-    reads = {f: skipping(f, bad, str(tmp_path / f"{f}.jsonl")) for f in FACES}
+    reads = {f: skipping(f, bad, str(tmp_path / f"{f}.jsonl")) for f in faces}
     got, ledger = reads["numpy"]
     lost = [
         (s, i) for s, b in enumerate(want) for i, k in enumerate(b["key"]) if got[s]["key"][i] != k
@@ -179,7 +215,18 @@ def test_every_face_skips_a_damaged_record_alike_and_so_does_a_resumed_read(
                 assert not b["image"][~b["mask"]].any()
             else:
                 assert (b["image"][b["mask"]] == w["image"][b["mask"]]).all(), face
-    for face in FACES:
+    if damage == "image spoiled":
+        assert all(x["reason"].startswith("the image does not decode") for x in ledger)
+        ledger2 = str(tmp_path / "processes.jsonl")  # skipped in worker processes alike
+        kw = dict(OPTS, on_error="skip", error_ledger=ledger2)
+        two = reader.NumpyReader(bad, "train", 4, transform=same, num_processes=2, **kw)
+        assert [list(b["key"]) for b in two] == [b["key"] for b in got]
+        assert [json.loads(line) for line in open(ledger2)] == ledger
+        for face in ("dali", "torch-dali"):  # DALI's decoder meets it: one line naming it
+            with pytest.raises(reader.DatasetError, match="DALI could not decode") as e:
+                skipping(face, bad, str(tmp_path / f"{face}.jsonl"))
+            assert repr(ledger[0]["key"]) in str(e.value) and "\n" not in str(e.value)
+    for face in faces:
         state = reader.ReadState(OPTS["seed"], 4).advance(3)
         again, lines = skipping(face, bad, str(tmp_path / f"{face}-resumed.jsonl"), state=state)
         assert [b["key"] for b in again] == [b["key"] for b in got[3:]], face
