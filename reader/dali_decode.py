@@ -120,7 +120,7 @@ def _undecodable(error: RuntimeError, fed) -> DatasetError:
     said = [line for line in str(error).splitlines() if "failure" in line or "rror" in line]
     return DatasetError(
         f"DALI could not decode the image of {', '.join(map(repr, bad)) or 'a batch'} "
-        f"({said[-1].strip() if said else 'its decoder failed'}): on_error=\"skip\" skips "
+        f'({said[-1].strip() if said else "its decoder failed"}): on_error="skip" skips '
         'such an image on the Python route (NumpyReader, TorchReader(backend="python")); '
         "or convert the shards again"
     )
