@@ -1,7 +1,16 @@
-"""Datasets in a bucket, gs:// and s3://, against API servers on loopback (issue 20):
-every test runs on each store. Convert writes there (locked), the one IO layer
-(schemas/storage.py) reads there for inspect, validate and shuffle-report, the
-readers stream shards through the bounded cache, and what is wrong is one line."""
+"""Datasets in a bucket, gs:// and s3://, against API servers on loopback (issue 20).
+Convert writes there (locked), the one IO layer (schemas/storage.py) reads there for
+inspect, validate and shuffle-report, the readers stream shards through the bounded
+cache, and what is wrong is one line.
+
+What differs between the stores runs on each store (``bucket``: gs and s3): the IO
+layer's calls (schemas/stores.py: reads, listings, missing buckets and objects, the
+conditional writes of convert's lock), convert's reads and writes through Beam's GCS
+and S3 file systems, and the command that serves a folder. The readers' and the
+cache's logic sits above that layer (storage.read_range, download, size, exists: the
+same code whichever store answers), so each of those tests runs on one store
+(``on("gs")``, ``on("s3")``), alternating, so that each store still serves ranged
+reads, whole downloads, errors and converts of the readers' tests."""
 
 from __future__ import annotations
 
@@ -25,6 +34,11 @@ from schemas import layout, storage
 from schemas.info import DatasetError, load_info
 
 pytestmark = pytest.mark.slow
+
+
+def on(store: str):
+    """One store for a test of logic above the IO layer (the module's docstring)."""
+    return pytest.mark.parametrize("bucket", [store], indirect=True)
 
 
 @pytest.fixture(scope="module")
@@ -192,6 +206,7 @@ def test_convert_into_a_bucket_clears_the_incomplete_folder(bucket, tmp_path):
     assert storage.listdir(incomplete) == []
 
 
+@on("gs")
 def test_make_dataset_streams_a_bucket_through_a_bounded_cache(bucket, local_dataset, tmp_path):
     """Through the cache, the read is the local read, record for record; a limit below
     what a group reads at once is an error when the dataset is built."""
@@ -236,6 +251,7 @@ def downloads(monkeypatch):
     return fetched
 
 
+@on("s3")
 def test_a_tight_cache_downloads_each_byte_once_an_epoch(
     bucket, local_dataset, tmp_path, downloads, monkeypatch
 ):
@@ -288,6 +304,7 @@ def test_a_tight_cache_downloads_each_byte_once_an_epoch(
     assert [k for b in source for k in b.key] == [k.decode() for k in later]
 
 
+@on("gs")
 def test_a_run_that_does_not_match_its_index_is_fetched_again_then_named(
     bucket, local_dataset, tmp_path
 ):
@@ -311,6 +328,7 @@ def test_a_run_that_does_not_match_its_index_is_fetched_again_then_named(
     assert f"{url}/{name}: records 0-" in line and "twice: the object in the bucket" in line, line
 
 
+@on("s3")
 def test_the_cache_fetches_ahead_in_plan_order_within_its_limit(bucket, local_dataset, tmp_path):
     """The cache alone, against the bucket: a reader entering groups finds their shards
     local; the folder (sampled at every group) never holds more than the limit; two
@@ -361,6 +379,7 @@ def test_the_cache_fetches_ahead_in_plan_order_within_its_limit(bucket, local_da
         c.close()
 
 
+@on("gs")
 def test_a_dataset_from_a_bucket_is_iterated_again_as_keras_does(bucket, local_dataset, tmp_path):
     """Each pass over the dataset (each Keras epoch, each ``for`` over it) starts the
     cache's fetching over: the same records as the local dataset's passes, with a limit
@@ -393,6 +412,7 @@ def test_a_dataset_from_a_bucket_is_iterated_again_as_keras_does(bucket, local_d
     assert len(model.fit(train, epochs=3, verbose=0).history["loss"]) == 3
 
 
+@on("s3")
 def test_an_endless_read_that_the_cache_holds_does_not_walk_the_plan_ahead(
     bucket, local_dataset, tmp_path
 ):
@@ -429,6 +449,7 @@ def test_an_endless_read_that_the_cache_holds_does_not_walk_the_plan_ahead(
         cache.close()
 
 
+@on("gs")
 def test_a_shard_that_does_not_match_its_listing_is_fetched_again_then_named(
     bucket, local_dataset, tmp_path, capsys
 ):
@@ -460,6 +481,7 @@ def test_a_shard_that_does_not_match_its_listing_is_fetched_again_then_named(
     assert len(err) == 1 and f"{url}/{shard} listed in dataset_info.json is missing" in err[0]
 
 
+@on("s3")
 def test_a_sha256_naming_a_path_is_refused_and_the_users_files_stay(
     bucket, local_dataset, tmp_path
 ):
@@ -501,6 +523,7 @@ def test_a_sha256_naming_a_path_is_refused_and_the_users_files_stay(
         shutil.rmtree(far)
 
 
+@on("gs")
 def test_a_dataset_converted_again_at_the_same_url_is_not_read_from_stale_copies(bucket, tmp_path):
     """Cached copies are named by content: a dataset converted again into the same URL
     (another seed: a shard of the same name and size, other bytes) reads its new shards,
@@ -530,6 +553,7 @@ def test_a_dataset_converted_again_at_the_same_url_is_not_read_from_stale_copies
     assert keys(url)[0] == keys(local[2])[0] != first
 
 
+@on("s3")
 def test_shuffle_report_reads_a_bucket_through_the_default_cache(
     bucket, local_dataset, tmp_path, monkeypatch, capsys
 ):
@@ -545,6 +569,7 @@ def test_shuffle_report_reads_a_bucket_through_the_default_cache(
     assert os.listdir(tmp_path / f"evenshard-cache-{os.getuid()}")  # the user's own
 
 
+@on("gs")
 def test_a_read_resumed_with_another_worker_count_from_a_bucket(bucket, local_dataset, tmp_path):
     """Elastic resume from a bucket: the lead (what the old workers left) is fetched by
     offset, one ranged request a record; the read equals the local one, on tf.data
@@ -567,6 +592,7 @@ def test_a_read_resumed_with_another_worker_count_from_a_bucket(bucket, local_da
     assert [k.encode() for b in source for k in b.key] == want
 
 
+@on("gs")
 def test_path_records_whose_images_are_in_a_bucket(bucket, tmp_path):
     """Convert to path records from a bucket; the readers fetch the images through the
     store, a batch's at once: the same images as image records of the same input."""
@@ -597,6 +623,7 @@ def test_path_records_whose_images_are_in_a_bucket(bucket, tmp_path):
     assert torch_keys == [[k.decode() for k in b["key"].numpy()] for b in want]
 
 
+@on("s3")
 def test_torch_reader_reads_a_bucket_through_the_cache(bucket, local_dataset, tmp_path):
     from reader.torch import TorchReader
 
@@ -611,15 +638,28 @@ def test_torch_reader_reads_a_bucket_through_the_cache(bucket, local_dataset, tm
 
 
 @pytest.mark.parametrize(
-    "opts",
+    "opts, bucket",
     [
-        dict(seed=1, epochs=2, cycle_length=2, shuffle_buffer=8),
-        dict(seed=2, epochs=3, cycle_length=3, shuffle_buffer=5, num_workers=2, worker_index=1),
-        dict(seed=3, epochs=2, cycle_length=2, shuffle_buffer=8, start_epoch=1, start_step=1),
-        dict(seed=4, epochs=2, cycle_length=1, num_workers=8, worker_index=5),
-        dict(shuffle=False, epochs=1, cycle_length=2, pad_final_batch=True),
+        (dict(seed=1, epochs=2, cycle_length=2, shuffle_buffer=8), "s3"),
+        (
+            dict(seed=2, epochs=3, cycle_length=3, shuffle_buffer=5, num_workers=2, worker_index=1),
+            "gs",
+        ),
+        (
+            dict(seed=3, epochs=2, cycle_length=2, shuffle_buffer=8, start_epoch=1, start_step=1),
+            "s3",
+        ),
+        (dict(seed=4, epochs=2, cycle_length=1, num_workers=8, worker_index=5), "gs"),
+        (dict(shuffle=False, epochs=1, cycle_length=2, pad_final_batch=True), "s3"),
     ],
-    ids=["windows", "two-workers", "resumed-mid-window", "shared-shards", "unshuffled"],
+    ids=[
+        "windows-s3",
+        "two-workers-gs",
+        "resumed-mid-window-s3",
+        "shared-shards-gs",
+        "unshuffled-s3",
+    ],
+    indirect=["bucket"],
 )
 def test_the_record_source_reads_a_bucket_through_the_cache_as_it_reads_the_folder(
     opts, bucket, local_dataset, tmp_path
@@ -645,6 +685,7 @@ def test_the_record_source_reads_a_bucket_through_the_cache_as_it_reads_the_fold
         keys(url, cache_dir=str(tmp_path), cache_limit=limit - 1)
 
 
+@on("gs")
 def test_the_readmes_bucket_workflow_as_written(bucket, tmp_path, monkeypatch):
     """README, "Train from the bucket": its commands and its code, with the bucket, the
     image folder and the cache folder of this test in place of the README's."""
@@ -677,24 +718,33 @@ def test_the_readmes_bucket_workflow_as_written(bucket, tmp_path, monkeypatch):
     assert os.listdir(tmp_path / "cache")
 
 
-@pytest.mark.parametrize("backend, context", [("dali", "fork"), ("tf", "spawn")])
-def test_a_dataloader_worker_reads_a_bucket(bucket, local_dataset, tmp_path, backend, context):
+@pytest.mark.parametrize(
+    "bucket, contexts",
+    [("gs", [("dali", "fork"), ("tf", "spawn")]), ("s3", [("dali", "fork")])],
+    ids=["gs-fork-spawn", "s3-fork"],
+    indirect=["bucket"],
+)
+def test_a_dataloader_worker_reads_a_bucket(bucket, local_dataset, tmp_path, contexts):
     """The reader read in the parent first, then in a DataLoader worker: the worker
     starts a cache of its own (its fetching thread is not inherited) and reads the same
-    batches."""
+    batches. A forked worker inherits the parent's store client: forked on each store;
+    spawned (a fresh process, above the IO layer) once, in the same script."""
     from test_frameworks import DATALOADER_RECIPE
 
     url = bucket.upload(local_dataset, "loader/out")
     script = tmp_path / "loader.py"
     script.write_text(DATALOADER_RECIPE)
+    cases = [(backend, "1", "1", context) for backend, context in contexts]
     done = subprocess.run(
-        [sys.executable, str(script), url, backend, "1", "1", context],
+        [sys.executable, str(script), url, json.dumps(cases)],
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip().splitlines()[-1].startswith("read"), done.stdout
+    outcomes = json.loads(done.stdout.strip().splitlines()[-1])
+    assert sorted(outcomes) == sorted(" ".join(c) for c in cases), done.stdout
+    assert all(got.startswith("read") for got in outcomes.values()), outcomes
 
 
 def test_the_servers_own_log_shows_a_tight_cache_fetching_the_split_once_an_epoch(
