@@ -23,6 +23,28 @@ WORK = os.environ.get("EVENSHARD_BENCH_WORK") or os.path.join(
     HERE, "_work", *(["smoke"] if SMOKE else [])
 )
 BIN = os.path.dirname(sys.executable)
+# ``--smoke`` with EVENSHARD_BENCH_SHARED (tests/test_benchmarks_smoke.py sets it): a
+# folder the smoke runs share, where a generated JPEG folder or a conversion that two
+# benchmarks ask for alike (the same images, the same flags) is made once, under a lock
+SHARED = os.environ.get("EVENSHARD_BENCH_SHARED") if SMOKE else None
+
+
+class _shared_lock:
+    """An exclusive lock on ``path`` + ".lock" (another smoke run may make it now)."""
+
+    def __init__(self, path: str):
+        self.path = path + ".lock"
+
+    def __enter__(self):
+        import fcntl
+
+        os.makedirs(WORK, exist_ok=True)  # as a benchmark's own corpus would have made it
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        self.f = open(self.path, "w")
+        fcntl.flock(self.f, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc):
+        self.f.close()  # the lock goes with the file
 
 
 def machine() -> str:
@@ -36,7 +58,17 @@ def machine() -> str:
 def make_jpegs(
     root: str, count: int, num_labels: int = 10, size: int = 64, sorted_labels: bool = True
 ) -> str:
-    """``count`` small JPEGs (about 2-3 KB) over ``num_labels`` label folders; cached."""
+    """``count`` small JPEGs (about 2-3 KB) over ``num_labels`` label folders; cached.
+    Under ``SHARED``, in that folder (the same arguments give the same images): its
+    path is returned."""
+    if SHARED:
+        root = os.path.join(SHARED, f"jpegs_{count}_{num_labels}_{size}_{int(sorted_labels)}")
+        with _shared_lock(root):
+            return _make_jpegs(root, count, num_labels, size, sorted_labels)
+    return _make_jpegs(root, count, num_labels, size, sorted_labels)
+
+
+def _make_jpegs(root: str, count: int, num_labels: int, size: int, sorted_labels: bool) -> str:
     from evenshard.synthetic import image_bytes
 
     done = os.path.join(root, ".done")
@@ -64,7 +96,18 @@ def list_images(root: str) -> list[tuple[str, str]]:
 
 def convert_once(src: str, out: str, *flags: str) -> str:
     """Converts ``src`` into ``out`` with ``evenshard convert`` unless a conversion by this
-    version is there (one from before DALI indexes is converted again)."""
+    version is there (one from before DALI indexes is converted again); returns where
+    the conversion is. Under ``SHARED``, a shared source's conversion is in that folder,
+    one for each source and flags, and read only by the benchmarks."""
+    if SHARED and os.path.dirname(os.path.abspath(src)) == os.path.abspath(SHARED):
+        name = "__".join([os.path.basename(src), *(f.strip("-") for f in flags)])
+        out = os.path.join(SHARED, "converted", name.replace("/", "_").replace("=", "-"))
+        with _shared_lock(out):
+            return _convert_once(src, out, *flags)
+    return _convert_once(src, out, *flags)
+
+
+def _convert_once(src: str, out: str, *flags: str) -> str:
     import schemas
     from schemas import layout
 

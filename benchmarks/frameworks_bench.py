@@ -23,7 +23,7 @@ from _common import WORK, bench_main, convert_once, make_jpegs, tiny  # noqa: E4
 
 SIZE = (64, 64)
 BATCH = tiny(256, 8)
-IMAGES = tiny(20_000, 40)
+IMAGES = tiny(20_000, 64)  # --smoke: the JPEGs and conversion other smokes read
 
 
 def one_pass(make, n_expected: int) -> float:

@@ -54,7 +54,7 @@ def best_rates(pipelines: dict, n_expected: int, rounds: int = 3) -> dict:
 
 
 FLAGS = {
-    "images": (int, 20_000, "JPEGs to generate and read", 40),
+    "images": (int, 20_000, "JPEGs to generate and read", 64),
 }
 
 

@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import HERE, SMOKE, WORK, bench_main, convert_once, make_jpegs, tiny, verdict  # noqa: E402
 
 FLAGS = {
-    "images": (int, 20_000, "JPEGs in the label-sorted folder", 40),
+    "images": (int, 20_000, "JPEGs in the label-sorted folder", 64),
 }
 
 
@@ -32,8 +32,8 @@ def measure(a) -> dict:
     src = make_jpegs(os.path.join(WORK, f"jpegs_{a.images}"), a.images)
     default = os.path.join(WORK, f"shuffle_default_{a.images}")
     balanced = os.path.join(WORK, f"shuffle_balanced_{a.images}")
-    convert_once(src, default)
-    convert_once(src, balanced, "--balance=label")
+    default = convert_once(src, default)
+    balanced = convert_once(src, balanced, "--balance=label")
     png = os.path.join(WORK if SMOKE else HERE, "shuffle_report.png")
     batch = dict(batch_size=tiny(256, 8))
     runs = {
