@@ -314,14 +314,14 @@ import torch
 import reader
 from reader.torch import TorchReader
 
-data_dir, how = sys.argv[1], sys.argv[2]
+data_dir = sys.argv[1]
 
 
 def make():
     return TorchReader(data_dir, "train", 4, image_size=(8, 8), seed=0, epochs=2, backend="python")
 
 
-def loader(r):
+def loader(r, how):
     # the reader itself, or a DataLoader without workers: passes in this process
     return r if how == "reader" else torch.utils.data.DataLoader(r, batch_size=None)
 
@@ -334,16 +334,16 @@ def step(r):
     return reader.ReadState.from_json(r.state_dict()["read_state"]).step
 
 
-if __name__ == "__main__":
-    whole = keys(loader(make()))
+def read_passes(how):
+    whole = keys(loader(make(), how))
     r = make()
-    it = iter(loader(r))
+    it = iter(loader(r, how))
     got = keys(next(it) for _ in range(7))
     saved = r.state_dict()
     del it
     again = make()
     again.load_state_dict(saved)
-    resumed = loader(again)
+    resumed = loader(again, how)
     passes = [got + keys(resumed)]
     it = iter(resumed)  # a second pass: from the read's beginning, counted from there
     second = keys(next(it) for _ in range(5))
@@ -352,24 +352,32 @@ if __name__ == "__main__":
     passes.append(keys(resumed))
     last = make()
     last.load_state_dict(at)
-    print(json.dumps({"whole": whole, "passes": passes, "step": step(again),
-                      "at": second + keys(loader(last))}))
+    return {"whole": whole, "passes": passes, "step": step(again),
+            "at": second + keys(loader(last, how))}
+
+
+if __name__ == "__main__":  # both ways in one process: one start of torch and the pool's
+    print(json.dumps({how: read_passes(how) for how in ("reader", "loader")}))
 """
 
 
+@pytest.fixture(scope="module")
+def passes(data, tmp_path_factory) -> dict:
+    script = tmp_path_factory.mktemp("passes") / "passes.py"
+    script.write_text(PASSES)
+    done = subprocess.run([PY, str(script), data], capture_output=True, text=True, timeout=480)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.parametrize("how", ["reader", "loader"])
-def test_a_loaded_state_is_read_by_the_next_pass_only(data, tmp_path, how):
+def test_a_loaded_state_is_read_by_the_next_pass_only(passes, how):
     """A reader given a state, iterated in the training process (itself, or in a
     DataLoader without workers): the first pass gives the rest of the read, the passes
     after it the whole read (26 batches, 2 epochs), as the uninterrupted reader's do
     (was: the rest again, each pass); state_dict() mid-way through the second pass
     counts from the beginning, and resumes there."""
-    script = tmp_path / "passes.py"
-    script.write_text(PASSES)
-    args = [PY, str(script), data, how]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out = passes[how]
     whole = out["whole"]
     assert len(whole) == 26
     assert out["passes"] == [whole, whole, whole]

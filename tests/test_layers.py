@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # package -> its floor; a module may import only packages on a lower floor (and its own).
 FLOORS = {"schemas": 0, "beam_jobs": 1, "reader": 1, "audit": 2, "evenshard": 3}
@@ -94,42 +96,58 @@ def test_reader_exports_every_entry_point_lazily():
     assert reader.TorchReader.__module__ == "reader.torch"
 
 
-def test_training_never_imports_beam(tmp_path):
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory) -> str:
+    """A dataset converted from 8 images (Beam runs here, in the test process)."""
     from evenshard.synthetic import make_image_folder
 
-    make_image_folder(str(tmp_path / "images"), num_labels=2, per_label=4)
+    tmp = tmp_path_factory.mktemp("layers")
+    make_image_folder(str(tmp / "images"), num_labels=2, per_label=4)
     from beam_jobs import convert
 
-    convert.run([f"--input={tmp_path / 'images'}", f"--output_dir={tmp_path / 'out'}"])
-    loaded = _loaded_after(
-        "import reader\n"
-        f"ds = reader.make_dataset({str(tmp_path / 'out')!r}, 'train', 2, image_size=(8, 8))\n"
-        "next(iter(ds))"
-    )
-    assert "tensorflow" in loaded and "apache_beam" not in loaded
+    convert.run([f"--input={tmp / 'images'}", f"--output_dir={tmp / 'out'}"])
+    return str(tmp / "out")
 
 
-def test_reading_and_validating_print_no_tensorflow_start_up_lines(tmp_path):
-    """No absl, CUDA or cuInit lines on a machine without a GPU (TF's C++ writes them to fd 2)."""
-    from evenshard.synthetic import make_image_folder
+ENV = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
 
-    make_image_folder(str(tmp_path / "images"), num_labels=2, per_label=4)
-    from beam_jobs import convert
 
-    out = str(tmp_path / "out")
-    convert.run([f"--input={tmp_path / 'images'}", f"--output_dir={out}"])
-    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+def _read(out: str, first: str = "") -> subprocess.CompletedProcess:
+    """A training script reading the dataset (after ``first``): it prints the batch
+    count, then the modules it loaded."""
     code = (
         "import reader\n"
         f"ds = reader.make_dataset({out!r}, 'train', 2, image_size=(8, 8))\n"
-        "print(len(list(ds)))"
+        "print(len(list(ds)))\n"
+        "import sys\n"
+        "print(' '.join(sorted(sys.modules)))"
     )
+    return subprocess.run(
+        [sys.executable, "-c", first + code], capture_output=True, text=True, env=ENV, cwd=ROOT
+    )
+
+
+@pytest.fixture(scope="module")
+def plain_read(converted) -> subprocess.CompletedProcess:
+    """One read by a script that imports nothing else (TensorFlow starts once for both
+    tests that look at it)."""
+    return _read(converted)
+
+
+def test_training_never_imports_beam(plain_read):
+    assert plain_read.returncode == 0, plain_read.stderr[-3000:]
+    loaded = {m.split(".")[0] for m in plain_read.stdout.splitlines()[-1].split()}
+    assert "tensorflow" in loaded and "apache_beam" not in loaded
+
+
+def test_reading_and_validating_print_no_tensorflow_start_up_lines(converted, plain_read, tmp_path):
+    """No absl, CUDA or cuInit lines on a machine without a GPU (TF's C++ writes them to fd 2)."""
+    out = converted
+    env = ENV
     # JAX first: absl starts before TensorFlow, whose log level filter then misses cuInit
-    for first in ("", "import jax\n"):
-        read = subprocess.run(
-            [sys.executable, "-c", first + code], capture_output=True, text=True, env=env, cwd=ROOT
-        )
+    for first, read in (("", plain_read), ("import jax\n", _read(out, "import jax\n"))):
         assert read.returncode == 0 and read.stderr == "", (first, read.stderr)
+        assert int(read.stdout.splitlines()[0]) > 0, (first, read.stdout[:200])
     evenshard = os.path.join(os.path.dirname(sys.executable), "evenshard")
     report = ["shuffle-report", out, "--batch_size=2", f"--out={tmp_path / 'r.png'}"]
     for argv in (["validate", out, "--full"], ["inspect", out], ["--version"], report):

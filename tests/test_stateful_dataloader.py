@@ -9,8 +9,8 @@ reader says where its read stands and which batch it yields next
 in order; the batches travel untagged, so ``reader.handover`` never looks for the
 DataLoader's iterator on the stack (``reader.compat_torch``).
 
-Each test runs a script (DataLoader workers are forked from it, as in a training
-script) over 51 images in batches of 4, 2 epochs: 26 batches.
+One script runs every test's case in turn (DataLoader workers are forked from it, as in a
+training script) over 51 images in batches of 4, 2 epochs: 26 batches.
 """
 
 from __future__ import annotations
@@ -42,16 +42,16 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from reader import compat_torch, handover
 from reader.torch import TorchReader
 
-data_dir, workers, backend = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+data_dir = sys.argv[1]
 walked = []
-compat_torch.caller_frames = lambda *a: walked.append(a) or iter(())
+frames = compat_torch.caller_frames
 
 
-def make():
+def make(backend):
     return TorchReader(data_dir, "train", 4, image_size=(8, 8), seed=0, epochs=2, backend=backend)
 
 
-def loader(reader, **kw):
+def loader(reader, workers, **kw):
     return StatefulDataLoader(reader, batch_size=None, num_workers=workers, **kw)
 
 
@@ -60,47 +60,101 @@ def sig(batch):
     return [list(batch["key"]), hashlib.sha256(b"".join(arrays)).hexdigest()]
 
 
-whole = [sig(b) for b in loader(make())]
-out = {"whole": whole, "resumed": {}}
-for stop in (1, 7, 25):  # 7: with 2 workers, one has sent a batch more than the other
-    first = loader(make())
-    it = iter(first)
-    got = [sig(next(it)) for _ in range(stop)]
-    saved = first.state_dict()
-    del it, first
-    again = loader(make())
-    again.load_state_dict(pickle.loads(pickle.dumps(saved)))
-    out["resumed"][stop] = got + [sig(b) for b in again]
-    out["size"] = len(pickle.dumps(saved))
-# each pass (of persistent workers too) reads the whole read again
-steady = loader(make(), persistent_workers=workers > 0)
-out["passes"] = [[sig(b) for b in steady] for _ in range(2)]
-out["walked"] = len(walked)
-out["tagged"] = len(handover._RECEIVED)
-print(json.dumps(out))
+def resumes(backend, workers):
+    walked.clear()
+    compat_torch.caller_frames = lambda *a: walked.append(a) or iter(())
+    whole = [sig(b) for b in loader(make(backend), workers)]
+    out = {"whole": whole, "resumed": {}}
+    for stop in (1, 7, 25):  # 7: with 2 workers, one has sent a batch more than the other
+        first = loader(make(backend), workers)
+        it = iter(first)
+        got = [sig(next(it)) for _ in range(stop)]
+        saved = first.state_dict()
+        del it, first
+        again = loader(make(backend), workers)
+        again.load_state_dict(pickle.loads(pickle.dumps(saved)))
+        out["resumed"][stop] = got + [sig(b) for b in again]
+        out["size"] = len(pickle.dumps(saved))
+    # each pass (of persistent workers too) reads the whole read again
+    steady = loader(make(backend), workers, persistent_workers=workers > 0)
+    out["passes"] = [[sig(b) for b in steady] for _ in range(2)]
+    out["walked"] = len(walked)
+    out["tagged"] = len(handover._RECEIVED)
+    compat_torch.caller_frames = frames
+    return out
+
+
+def next_pass(backend, workers, persistent, stops):
+    def resumed(saved, passes):
+        again = loader(make(backend), workers, persistent_workers=persistent)
+        again.load_state_dict(pickle.loads(pickle.dumps(saved)))
+        return [[sig(b) for b in again] for _ in range(passes)]
+
+    whole = [sig(b) for b in loader(make(backend), workers)]
+    out = {"whole": whole, "mid": {}}
+    for stop in stops:
+        first = loader(make(backend), workers)
+        it = iter(first)
+        got = [sig(next(it)) for _ in range(stop)]
+        saved = first.state_dict()
+        del it, first
+        passes = resumed(saved, 3)
+        out["mid"][stop] = [got + passes[0], *passes[1:]]
+    first = loader(make(backend), workers, persistent_workers=persistent)
+    out["ended"] = [[sig(b) for b in first]]  # the pass ended: StopIteration
+    out["ended"] += resumed(first.state_dict(), 2)
+    return out
+
+
+if __name__ == "__main__":  # the jobs in order, in one training script
+    out = {}
+    for name, job, *args in json.loads(sys.argv[2]):
+        out[name] = globals()[job](*args)
+        print(json.dumps(out), flush=True)
 """
 
+# (name, function, its arguments): run in this order by one script, which forks the
+# DataLoader workers (the training process never starts TensorFlow: its workers do).
+RESUMES = [0, 2]
+PASSES = [(0, False, "python"), (3, False, "python"), (2, True, "tf")]
+JOBS = [(f"resumes {w}", "resumes", "dali", w) for w in RESUMES] + [
+    # stop 1 (a worker that has sent nothing) on the python backend; 7 on each
+    (f"passes {w} {p} {b}", "next_pass", b, w, p, [7] if b == "tf" else [1, 7])
+    for w, p, b in PASSES
+]
 
-def run(tmp_path, data, workers: int, backend: str = "dali") -> dict:
-    script = tmp_path / "stateful.py"
+
+@pytest.fixture(scope="module")
+def outcomes(data, tmp_path_factory) -> dict:
+    script = tmp_path_factory.mktemp("stateful_script") / "stateful.py"
     script.write_text(SCRIPT)
-    done = subprocess.run(
-        [sys.executable, str(script), data, str(workers), backend],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    try:  # a hang fails here (TimeoutExpired)
+        done = subprocess.run(
+            [sys.executable, str(script), data, json.dumps(JOBS)],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+    except subprocess.TimeoutExpired as e:
+        return {"rc": f"hung: {e}"}
+    lines = done.stdout.strip().splitlines()
+    out = json.loads(lines[-1]) if lines else {}
+    out["rc"] = f"{done.returncode}: {done.stderr[-3000:]}"
+    return out
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_a_stateful_dataloader_resumes_exactly_mid_epoch(data, tmp_path, workers):
+def outcome(outcomes, name: str) -> dict:
+    assert outcomes["rc"].startswith("0: "), outcomes["rc"]
+    return outcomes[name]
+
+
+@pytest.mark.parametrize("workers", RESUMES)
+def test_a_stateful_dataloader_resumes_exactly_mid_epoch(outcomes, workers):
     """Saved after 1, 7 and 25 of 26 batches (mid first epoch, mid second, the last one
     to come), a new loader given the state yields the rest of the uninterrupted read:
     the same keys and bytes, in order, none twice. Persistent workers read each pass
     whole. The state is a few ints a worker; no stack walked, no batch tagged."""
-    out = run(tmp_path, data, workers)
+    out = outcome(outcomes, f"resumes {workers}")
     whole = out["whole"]
     assert len(whole) == 26
     for stop, got in out["resumed"].items():
@@ -110,70 +164,18 @@ def test_a_stateful_dataloader_resumes_exactly_mid_epoch(data, tmp_path, workers
     assert out["walked"] == 0 and out["tagged"] == 0
 
 
-PASSES = r"""
-import hashlib, json, pickle, sys
-from torchdata.stateful_dataloader import StatefulDataLoader
-from reader.torch import TorchReader
-
-data_dir, workers, persistent, backend = sys.argv[1:]
-workers, persistent = int(workers), persistent == "1"
-
-
-def make():
-    return TorchReader(data_dir, "train", 4, image_size=(8, 8), seed=0, epochs=2, backend=backend)
-
-
-def loader(reader, **kw):
-    return StatefulDataLoader(reader, batch_size=None, num_workers=workers, **kw)
-
-
-def sig(batch):
-    arrays = [batch[k].numpy().tobytes() for k in ("image", "label", "mask")]
-    return [list(batch["key"]), hashlib.sha256(b"".join(arrays)).hexdigest()]
-
-
-def resumed(saved, passes):
-    again = loader(make(), persistent_workers=persistent)
-    again.load_state_dict(pickle.loads(pickle.dumps(saved)))
-    return [[sig(b) for b in again] for _ in range(passes)]
-
-
-if __name__ == "__main__":
-    whole = [sig(b) for b in loader(make())]
-    out = {"whole": whole, "mid": {}}
-    for stop in (1, 7):
-        first = loader(make())
-        it = iter(first)
-        got = [sig(next(it)) for _ in range(stop)]
-        saved = first.state_dict()
-        del it, first
-        passes = resumed(saved, 3)
-        out["mid"][stop] = [got + passes[0], *passes[1:]]
-    first = loader(make(), persistent_workers=persistent)
-    out["ended"] = [[sig(b) for b in first]]  # the pass ended: StopIteration
-    out["ended"] += resumed(first.state_dict(), 2)
-    print(json.dumps(out))
-"""
-
-
-@pytest.mark.parametrize(
-    "workers, persistent, backend", [(0, False, "python"), (2, False, "python"), (3, True, "tf")]
-)
-def test_a_loaded_state_is_the_next_pass_only(data, tmp_path, workers, persistent, backend):
-    """Resumed after 1 and 7 of 26 batches, the loader's pass gives the rest of the
+@pytest.mark.parametrize("workers, persistent, backend", PASSES)
+def test_a_loaded_state_is_the_next_pass_only(outcomes, workers, persistent, backend):
+    """Resumed after 1 (python backend) and 7 of 26 batches, the loader's pass gives the rest of the
     read, and the two passes after it the whole read, as an uninterrupted loader's
     passes do (never the resumed pass again: 0 workers read 19 a pass, persistent
     workers fewer each pass). A state saved after a pass ended resumes a whole pass,
     with any worker count, then another. Persistent workers on the tf backend build
     each pass's pipeline where TensorFlow started (not refused as after a fork)."""
-    script = tmp_path / "passes.py"
-    script.write_text(PASSES)
-    args = [sys.executable, str(script), data, str(workers), "1" if persistent else "0", backend]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out = outcome(outcomes, f"passes {workers} {persistent} {backend}")
     whole = out["whole"]
     assert len(whole) == 26
+    assert "7" in out["mid"], out["mid"].keys()
     for stop, passes in out["mid"].items():
         assert [len(p) for p in passes] == [26, 26, 26], stop
         assert passes == [whole, whole, whole], stop
