@@ -100,6 +100,25 @@ def read_rejects(output_dir: str) -> list[dict]:
         return [json.loads(line) for line in f]
 
 
+def script_outcomes(script, *args: str, timeout: float) -> dict:
+    """The JSON object a test's script prints last, with its exit status and the tail
+    of its stderr under "rc" ("0: ..." when it ran through; "hung: ..." past
+    ``timeout`` seconds)."""
+    import subprocess
+    import sys
+
+    try:
+        done = subprocess.run(
+            [sys.executable, str(script), *args], capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired as e:
+        return {"rc": f"hung: {e}: {e.stdout!r}"}
+    lines = done.stdout.strip().splitlines()
+    out = json.loads(lines[-1]) if lines else {}
+    out["rc"] = f"{done.returncode}: {done.stderr[-3000:]}"
+    return out
+
+
 def write_manifest(path: str, rows: list[dict], columns: list[str]) -> str:
     import csv
 

@@ -10,6 +10,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import script_outcomes
 from dataset_writer import write_dataset
 
 import reader
@@ -335,19 +336,7 @@ def dataloader_outcomes(data_761, tmp_path_factory) -> dict:
     script = tmp_path_factory.mktemp("loader") / "loader.py"
     script.write_text(DATALOADER_RECIPE)
     cases = json.dumps([c[:-1] for c in DATALOADER_CASES])
-    try:  # a hang fails here (TimeoutExpired)
-        done = subprocess.run(
-            [sys.executable, str(script), data_761[1], cases],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-    except subprocess.TimeoutExpired as e:
-        return {"hung": f"{e}: {e.stdout!r}"}
-    lines = done.stdout.strip().splitlines()
-    outcomes = json.loads(lines[-1]) if lines else {}
-    outcomes["rc"] = f"{done.returncode}: {done.stderr[-3000:]}"
-    return outcomes
+    return script_outcomes(script, data_761[1], cases, timeout=600)  # a hang: "hung: "
 
 
 @pytest.mark.parametrize("backend, parent_first, workers, context, outcome", DATALOADER_CASES)

@@ -16,10 +16,9 @@ training script) over 51 images in batches of 4, 2 epochs: 26 batches.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
+from conftest import script_outcomes
 from dataset_writer import write_dataset
 
 from evenshard import synthetic
@@ -128,19 +127,7 @@ JOBS = [(f"resumes {w}", "resumes", "dali", w) for w in RESUMES] + [
 def outcomes(data, tmp_path_factory) -> dict:
     script = tmp_path_factory.mktemp("stateful_script") / "stateful.py"
     script.write_text(SCRIPT)
-    try:  # a hang fails here (TimeoutExpired)
-        done = subprocess.run(
-            [sys.executable, str(script), data, json.dumps(JOBS)],
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-    except subprocess.TimeoutExpired as e:
-        return {"rc": f"hung: {e}"}
-    lines = done.stdout.strip().splitlines()
-    out = json.loads(lines[-1]) if lines else {}
-    out["rc"] = f"{done.returncode}: {done.stderr[-3000:]}"
-    return out
+    return script_outcomes(script, data, json.dumps(JOBS), timeout=900)  # a hang: "hung: "
 
 
 def outcome(outcomes, name: str) -> dict:
