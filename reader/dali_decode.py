@@ -105,6 +105,11 @@ class DaliReader:
         return {"image": image, "label": batch.label, "key": batch.key, "mask": batch.mask}
 
 
+class UndecodableError(DatasetError, RuntimeError):
+    """DALI's decoder failed an image: a ``DatasetError`` naming it, and still the
+    ``RuntimeError`` DALI raised (an ``except RuntimeError`` catches it as before)."""
+
+
 def _undecodable(error: RuntimeError, fed) -> DatasetError:
     """One line for DALI's decoder failing a batch (its message names no image): the
     keys whose images Python cannot decode either, among the batches fed to it."""
@@ -118,7 +123,7 @@ def _undecodable(error: RuntimeError, fed) -> DatasetError:
             except Exception:  # noqa: BLE001 - a damaged image fails in many ways
                 bad.append(key if real else "(a padding row)")
     said = [line for line in str(error).splitlines() if "failure" in line or "rror" in line]
-    return DatasetError(
+    return UndecodableError(
         f"DALI could not decode the image of {', '.join(map(repr, bad)) or 'a batch'} "
         f'({said[-1].strip() if said else "its decoder failed"}): on_error="skip" skips '
         'such an image on the Python route (NumpyReader, TorchReader(backend="python")); '

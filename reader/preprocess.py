@@ -42,7 +42,7 @@ from reader.preprocess_worker import (
     run,
     work,
 )
-from reader.shared_blocks import Blocks, sweep
+from reader.shared_blocks import Blocks, sweep, unlink_block
 from schemas.errors import InvalidTypeError, OperationError
 
 __all__ = ["Preprocess", "TransformError", "check_transform", "default_processes", "example_rng"]
@@ -80,9 +80,10 @@ class Preprocess:
         augment: ``ReadOptions.augment()``: each view cropped and flipped as every
             reader does (``reader/order/augment.py``) and resized to ``image_size``,
             before ``transform`` sees it.
-        skip: ``fn(batch, row, reason)`` for an image that fails to decode, its row
-            then masked (``on_error="skip"``; ``RecordSource.skip`` writes the ledger),
-            or None: the read raises.
+        skip: ``RecordSource.skip`` (``on_error="skip"``): the ledger's lines of a
+            batch's rows that failed to parse (``Batch.failed``) or whose image failed
+            to decode (its row then masked), in row order as the batch is taken; or
+            None: the read raises.
     """
 
     def __init__(
@@ -116,10 +117,10 @@ class Preprocess:
                 for batch in batches:
                     done = run(_task(batch), blocks.spare(), worker)
                     yield self._collect(done, blocks, _named(batch))
-            finally:
+            finally:  # the blocks made here first: unlinked and unregistered
+                for name, memory in worker["blocks"].items():
+                    unlink_block(name, memory)
                 blocks.unlink()
-                for memory in worker["blocks"].values():  # this read's maps
-                    memory.close()
             return
         context = _context()
         held, lifeline = context.Pipe()  # ``held``: this process's alone (``_watch``)
@@ -169,8 +170,13 @@ class Preprocess:
         """A worker's batch as arrays lent from its block; its images that failed to
         decode handed to ``skip`` with ``named`` (the batch's step and fetches)."""
         self.decoded += done.pop("decoded")
+        step, fetches, parsed = named
+        lines = [(row, fetch, None, reason) for row, fetch, reason in parsed or ()]
         for row, key, reason in done.pop("failed"):
-            self.skip(*named, row, key, reason)
+            fetch = fetches[row] if fetches is not None else None
+            lines.append((row, fetch, key, f"the image does not decode: {reason}"))
+        for _, fetch, key, reason in sorted(lines, key=lambda line: line[0]):
+            self.skip(fetch, step, reason, key)
         out = dict(done.pop("lists"))
         out.update(blocks.arrays(done["block"], done["dropped"], done.pop("arrays")))
         if self.first is None:
@@ -221,8 +227,9 @@ def _died(number: int):
 
 
 def _named(batch) -> tuple:
-    """What names a batch's row in the ledger: (the batch's step, its rows' fetches)."""
-    return batch.step, batch.fetches
+    """What names a batch's rows in the ledger: (the batch's step, its rows' fetches,
+    those that failed to parse)."""
+    return batch.step, batch.fetches, batch.failed
 
 
 def _task(batch) -> tuple:

@@ -23,7 +23,7 @@ import numpy as np
 
 from reader import pixels
 from reader.order.draws import AUGMENT, draws, key_digest
-from reader.shared_blocks import new_block
+from reader.shared_blocks import new_block, unlink_all
 from schemas.errors import Error
 
 
@@ -65,9 +65,7 @@ def _watch(lifeline) -> None:
     with contextlib.suppress(EOFError, OSError):
         lifeline.recv_bytes()
     with _LEAVING:
-        for memory in list(_WORKER["blocks"].values()):
-            with contextlib.suppress(OSError):
-                memory.unlink()
+        unlink_all(_WORKER)
         os._exit(0)
 
 
@@ -100,11 +98,13 @@ def run(task: tuple, spare: str | None = None, worker: dict | None = None) -> di
     worker = _WORKER if worker is None else worker
     transform = worker["transform"]
     channels, image_size, seed, views, augment, skip = worker["config"]
-    rows, failed = [], []
+    rows, failed, stand_in = [], [], {}
     for chunk in range(0, len(task[0]), _CHUNK):
         part = [column[chunk : chunk + _CHUNK] for column in task]
         if skip:
-            images = _decoded_or_stood_in(task, chunk, part, channels, image_size, failed)
+            images = _decoded_or_stood_in(
+                task, chunk, part, (channels, image_size), failed, stand_in
+            )
         else:
             images = [pixels.decode(encoded, channels) for encoded in part[0]]
         boxes = None
@@ -142,22 +142,28 @@ def run(task: tuple, spare: str | None = None, worker: dict | None = None) -> di
 _CHUNK = 16  # images decoded at a time: their boxes drawn in one call, memory bounded
 
 
-def _decoded_or_stood_in(task, chunk: int, part: list, channels, image_size, failed) -> list:
+def _decoded_or_stood_in(task, chunk: int, part: list, shape, failed, stand_in: dict) -> list:
     """``part``'s images (rows ``chunk`` on of ``task``), an image that fails to decode
     (``on_error="skip"``) made a padding row: masked, keyless, its pixels the first of
-    the batch that decode (zeros where none does), its row and reason in ``failed``."""
+    the batch that decode (zeros where none does; found once, in ``stand_in``), its row
+    and reason in ``failed`` (a real row's: a padding row's image is a real row's)."""
+    channels, image_size = shape
     images = []
     for row, encoded in enumerate(part[0], chunk):
         try:
             images.append(pixels.decode(encoded, channels))
             continue
+        except (MemoryError, ImportError):
+            raise
         except Exception as e:  # noqa: BLE001 - a damaged image fails in many ways
-            if task[4][row]:  # a padding row's image is a real row's: named there
+            if task[4][row]:
                 said = _ADDRESS.sub("", f"{type(e).__name__}: {e}".splitlines()[0])
                 failed.append((row, task[2][row], said))  # the same words on every read
         for column, blank in zip(part[1:], (0, "", 0, False)):
             column[row - chunk] = blank
-        images.append(_stand_in(task[0], channels, image_size))
+        if "image" not in stand_in:
+            stand_in["image"] = _stand_in(task[0], channels, image_size)
+        images.append(stand_in["image"].copy())  # a transform may write to its own
     return images
 
 

@@ -222,16 +222,14 @@ class PythonRoute:
             self._state.seed,
             self.views,
             o.augment(self.mirror),
-            skip=self._skip_image if o.on_error == "skip" else None,
+            skip=self.source.skip if o.on_error == "skip" else None,
         )
-
-    def _skip_image(self, step: int, fetches, row: int, key: str, reason: str) -> None:
-        """An image of batch ``step`` that failed to decode, left out (``on_error``)."""
-        fetch = fetches[row] if fetches is not None else None
-        self.source.skip(fetch, step, f"the image does not decode: {reason}", key=key)
 
     def __iter__(self):
         preprocess = self._preprocess(self.num_processes)
+        # a record that fails to parse goes to the ledger with its batch, after the
+        # images that fail to decode before it: the same lines for any processes
+        self.source.deferred = self._parse is None
         self._consumed = self._own = 0
         hand = self._handover
         batches = iter(self.source)

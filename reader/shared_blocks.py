@@ -129,7 +129,7 @@ class Blocks:
                     _unlink_name(memory)
                 else:
                     self.address.pop(name, None)
-                    _unlink(name, self.mapped.pop(name, None))
+                    unlink_block(name, self.mapped.pop(name, None))
             for name in [n for n in self.mapped if n not in self.lent]:
                 self.address.pop(name, None)
                 memory = self.mapped.pop(name, None)
@@ -201,16 +201,22 @@ def attach(name: str):
     return _Block(name) if _NAMED else shared_memory.SharedMemory(name)
 
 
-def _unlink(name: str, memory=None) -> None:
+def unlink_block(name: str, memory=None) -> None:
     """Unlinks block ``name`` of this read (``memory``: this process's map of it, closed)
-    when still there."""
+    when still there; one this process made as a ``SharedMemory`` is unregistered too."""
     if memory is not None:
         memory.close()
-    if _NAMED:
+    if _NAMED and not isinstance(memory, shared_memory.SharedMemory):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(_SHM, name))
-    elif memory is not None:
-        _unlink_name(memory)
+        return
+    if memory is None:  # no /dev/shm to unlink by name: map it to unlink it
+        try:
+            memory = shared_memory.SharedMemory(name)
+        except (FileNotFoundError, ValueError):
+            return
+        memory.close()
+    _unlink_name(memory)
 
 
 def _unlink_name(memory) -> None:
@@ -226,7 +232,7 @@ def sweep() -> None:
     for name in _listed("evenshard-"):
         owner = _OWNER.match(name)
         if owner and dead(owner[1]):
-            _unlink(name)
+            unlink_block(name)
 
 
 def new_block(
@@ -242,15 +248,32 @@ def new_block(
             mapped[spare] = memory
             return memory, None
         mapped.pop(spare, None)
-        _unlink(spare, memory)
+        unlink_block(spare, memory)
         dropped = spare
     prefix = worker["prefix"]
-    if prefix is None:
-        memory = shared_memory.SharedMemory(None, create=True, size=max(size, 1))
+    if prefix is None or not worker.get("process"):
+        # the reader's own process (num_processes=0): the resource tracker, which no
+        # other process tells of this block, unlinks it if the reader is killed
+        name = None if prefix is None else f"{prefix}{os.getpid()}-{next(_BLOCKS)}"
+        memory = shared_memory.SharedMemory(name, create=True, size=max(size, 1))
     else:
-        memory = _Block(f"{prefix}{os.getpid()}-{next(_BLOCKS)}", max(size, 1))
+        worker["making"] = f"{prefix}{os.getpid()}-{next(_BLOCKS)}"  # ``unlink_all``'s too
+        memory = _Block(worker["making"], max(size, 1))
     mapped[memory.name] = memory
+    worker.pop("making", None)
     return memory, dropped
+
+
+def unlink_all(worker: dict) -> None:
+    """Unlinks every block a worker process made (``worker["blocks"]``), and the one it
+    is making, if any: the process is ending."""
+    making = worker.get("making")
+    if making is not None and _NAMED:
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(_SHM, making))
+    for memory in list(worker["blocks"].values()):
+        with contextlib.suppress(OSError):
+            memory.unlink()
 
 
 _BLOCKS = itertools.count()  # the blocks this process made (their names)

@@ -52,6 +52,8 @@ class Batch:
     epoch: np.ndarray  # of each row (its augmentations are seeded by it); 0 on padding
     step: int = -1  # the read's step of the batch (-1: padding alone)
     fetches: list | None = None  # each row's fetch (``RecordSource.skip``), None on padding
+    failed: list | None = None  # (row, fetch, reason) of rows that failed to parse, when
+    # the ledger is written as the batch is taken (``RecordSource.deferred``)
 
 
 class _Part:
@@ -186,6 +188,10 @@ class RecordSource:
         self.infos = [source.info for source in self.read.sources]
         self.every, self.first = 1, 0  # the batches yielded (``deal``)
         self.errors = 0  # records skipped (``on_error="skip"``)
+        # the rows that fail to parse go with their batch (``Batch.failed``), written to
+        # the ledger as it is taken, after its decode: the same order for any processes
+        self.deferred = False
+        self._failed: list[tuple] = []  # the batch being filled's
 
     def deal(self, every: int, first: int) -> None:
         """Yield only batches ``first``, ``first + every``, ... of the read (counted
@@ -218,7 +224,7 @@ class RecordSource:
         keep = self._kept(index, dealt)
         for fetch in self._stream():
             if keep:  # called now, before the stream moves on
-                pending.append(self._fetched(fetch, index))
+                pending.append(self._fetched(fetch, index, len(pending)))
                 fetches.append(fetch)
             rows += 1
             if rows == size:
@@ -241,15 +247,19 @@ class RecordSource:
                 yield self.padding()
             index, left = index + 1, left - 1
 
-    def _fetched(self, fetch, index: int) -> tuple | None:
+    def _fetched(self, fetch, index: int, row: int) -> tuple | None:
         """The example ``fetch`` gives; with ``on_error="skip"``, None for one that
-        cannot be read (written to the ledger), until more than ``max_errors``."""
+        cannot be read (written to the ledger, now or with its batch), until more
+        than ``max_errors``."""
         try:
             return fetch()
         except Exception as e:  # noqa: BLE001 - damage shows as any parse error
             if self.options.on_error != "skip":
                 raise
-            self.skip(fetch, self._step(index), one_line(e))
+            if self.deferred:
+                self._failed.append((row, fetch, one_line(e)))
+            else:
+                self.skip(fetch, self._step(index), one_line(e))
             return None
 
     def _step(self, index: int) -> int:
@@ -330,4 +340,9 @@ class RecordSource:
             epoch=np.array([r[3] for r in rows], np.int64),
             step=step,
             fetches=fetches,
+            failed=self._take_failed(),
         )
+
+    def _take_failed(self) -> list:
+        failed, self._failed = self._failed, []
+        return failed

@@ -234,6 +234,36 @@ def test_every_face_skips_a_damaged_record_alike_and_so_does_a_resumed_read(
         assert lines == [x for x in ledger if x["step"] >= 3] and lines, face
 
 
+def test_both_kinds_of_damage_give_one_ledger_for_any_processes(damaged, tmp_path):
+    """A record that does not parse and an image that does not decode in one read: the
+    same batches and the same ledger, in step order, with 0 and 2 worker processes
+    (a parse failure was written as its batch was made, ahead of the decode), and
+    max_errors stops both after the same batches."""
+    good = damaged[0]
+    bad = str(tmp_path / "ds")
+    shutil.copytree(good, bad)
+    spoil_an_image(bad, 1)
+    flip_a_byte(bad, 4)
+    got = {}
+    for processes in (0, 2):
+        ledger = str(tmp_path / f"{processes}.jsonl")
+        kw = dict(OPTS, on_error="skip", error_ledger=ledger, num_processes=processes)
+        batches = reader.NumpyReader(bad, "train", 4, transform=same, **kw)
+        keys = [list(b["key"]) for b in batches]
+        lines = [json.loads(line) for line in open(ledger)]
+        stopped = []
+        kw.update(max_errors=2, error_ledger=str(tmp_path / f"{processes}-max.jsonl"))
+        with pytest.raises(reader.DatasetError, match="max_errors=2"):
+            for b in reader.NumpyReader(bad, "train", 4, transform=same, **kw):
+                stopped.append(list(b["key"]))
+        got[processes] = keys, lines, stopped
+    assert got[0] == got[2]
+    keys, lines, stopped = got[0]
+    assert len(lines) == 4 and [x["step"] for x in lines] == sorted(x["step"] for x in lines)
+    assert {x["reason"].startswith("the image does not decode") for x in lines} == {True, False}
+    assert stopped == keys[: len(stopped)] and len(stopped) < len(keys)
+
+
 def test_max_errors_stops_every_face_alike(damaged, tmp_path):
     """max_errors=1: the second occurrence stops each face in one line naming the ledger,
     which holds the same two lines on every face."""

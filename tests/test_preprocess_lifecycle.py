@@ -52,7 +52,7 @@ SCRIPT = textwrap.dedent(
     if __name__ == "__main__":
         data, route = sys.argv[1], sys.argv[2]
         kw = dict(image_size=(12, 12), seed=0, epochs=None, transform=slow_later,
-                  num_processes=2)
+                  num_processes=int(sys.argv[3]) if sys.argv[3:] else 2)
         if route == "numpy":
             batches = reader.NumpyReader(data, "train", 4, **kw)
         else:
@@ -67,7 +67,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def _start(data, tmp_path, route: str) -> tuple[subprocess.Popen, str]:
+def _start(data, tmp_path, route: str, *more: str) -> tuple[subprocess.Popen, str]:
     """The script running in a session of its own, every process it starts marked by
     an environment variable (``_marked``)."""
     script = tmp_path / "train.py"
@@ -75,7 +75,7 @@ def _start(data, tmp_path, route: str) -> tuple[subprocess.Popen, str]:
     mark = uuid.uuid4().hex
     env = dict(os.environ, EVENSHARD_TEST_MARK=mark, PYTHONPATH=os.getcwd())
     run = subprocess.Popen(
-        [sys.executable, str(script), data, route],
+        [sys.executable, str(script), data, route, *more],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -140,6 +140,27 @@ def test_kill_9_of_the_training_process_leaves_no_process_and_no_block(data, tmp
         assert _gone(mark), "a process of the killed reader is still running"
         if _blocks_of(run.pid):  # the rare block caught in the making: the next start's
             next(iter(reader.NumpyReader(data, "train", B, num_processes=0, **OPTS)))
+        assert _blocks_of(run.pid) == []
+    finally:
+        run.kill()
+        run.wait()
+
+
+@pytest.mark.slow
+def test_kill_9_of_a_reader_decoding_in_its_own_process_leaves_no_block(data, tmp_path):
+    """num_processes=0: the reader makes its blocks itself, and Python's resource
+    tracker, which outlives it, unlinks them when it is killed (kill -9, or the OOM
+    killer's; they were left when the tracker was kept out of every block)."""
+    run, _ = _start(data, tmp_path, "numpy", "0")
+    try:
+        for _ in range(3):
+            _wait_for(run.stdout, "batch")
+        assert _blocks_of(run.pid)
+        os.kill(run.pid, signal.SIGKILL)
+        run.wait(timeout=10)
+        deadline = time.monotonic() + 15  # the tracker sees its pipe close, then unlinks
+        while _blocks_of(run.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert _blocks_of(run.pid) == []
     finally:
         run.kill()
