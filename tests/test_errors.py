@@ -17,6 +17,7 @@ from beam_jobs.forked_workers import WorkerLost
 from beam_jobs.options import DatasetRefused, UserError
 from beam_jobs.paths import BadPath
 from beam_jobs.record_rules import RecordProblem
+from reader.dali_decode import UndecodableError
 from reader.preprocess import TransformError
 from schemas.errors import (
     InvalidTypeError,
@@ -40,6 +41,7 @@ ERRORS = {
     CorruptRecord: ValueError,
     DatasetRefused: RuntimeError,
     TransformError: RuntimeError,
+    UndecodableError: RuntimeError,  # and a DatasetError: ValueError
     WorkerLost: RuntimeError,
     Rejected: Exception,
     RecordProblem: Exception,
