@@ -33,6 +33,15 @@ def same(example, rng):
     return example
 
 
+def saved_after(r, batches: int) -> dict:
+    """``r``'s ``state_dict()`` after ``batches`` of its batches, its iteration left."""
+    it = iter(r)
+    for _ in range(batches):
+        next(it)
+    it.close()
+    return r.state_dict()
+
+
 def keys(batches) -> list[list[str]]:
     return [[k.decode() if isinstance(k, bytes) else k for k in list(b["key"])] for b in batches]
 

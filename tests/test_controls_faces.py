@@ -16,7 +16,7 @@ views_spread: views spread are the Python route's alone); skips on tf.data, Torc
 from __future__ import annotations
 
 import pytest
-from controls_data import FACES, controls_dataset, read_face, same
+from controls_data import FACES, controls_dataset, read_face, same, saved_after
 from dataset_writer import write_dataset
 
 import reader
@@ -150,11 +150,7 @@ def test_explain_refuses_views_spread_handed_over_to_2_workers(data):
     views from a state with the same worker count: test_explain.py.)"""
     kw = dict(OPTS, views=2, view_spread=2)
     r = numpy(data, num_workers=3, worker_index=1, **kw)
-    it = iter(r)
-    for _ in range(3):
-        next(it)
-    it.close()
-    state = r.state_dict()
+    state = saved_after(r, 3)
     assert state["view_skip"] > 0
     explain(
         data, "train", 4, [6 + state["view_skip"]], state=state, num_workers=3, worker_index=1, **kw

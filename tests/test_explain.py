@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 import pytest
-from controls_data import controls_dataset, keys, same, told
+from controls_data import controls_dataset, keys, same, saved_after, told
 
 import reader
 from reader.explain import explain
@@ -108,11 +108,7 @@ def test_explain_a_mix_and_views_spread(data):
     assert told(said) == keys(whole)
     assert [list(s["view"]) for s in said] == [list(b["view"]) for b in whole]
     r = numpy_reader(data, 4, **kw)
-    it = iter(r)
-    for _ in range(7):
-        next(it)
-    it.close()
-    state = r.state_dict()
+    state = saved_after(r, 7)
     assert state["view_skip"] > 0
     said = explain(data, "train", 4, range(7, len(whole)), state=state, **kw)
     assert told(said) == keys(whole[7:])

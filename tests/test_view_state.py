@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from controls_data import saved_after
 from dataset_writer import write_dataset
 
 import reader
@@ -35,14 +36,6 @@ def read(data, batch_size=8, state=None, **kw):
     if state is not None:
         r.load_state_dict(state)
     return r
-
-
-def saved_after(r, batches: int) -> dict:
-    it = iter(r)
-    for _ in range(batches):
-        next(it)
-    it.close()
-    return r.state_dict()
 
 
 def one_line(error) -> str:
