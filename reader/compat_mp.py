@@ -2,6 +2,8 @@
 
 ``set_forkserver_preload`` replaces the list of modules the fork server imports; there
 is no public way to read it, to add to what another library (or the user) set.
+``pool_processes`` gives a ``concurrent.futures.ProcessPoolExecutor``'s processes, which
+a read left early ends itself rather than wait on the pool (``reader.preprocess``).
 ``check()`` says, naming the Python version, when a release changes that
 (tests/test_compat.py runs it). Checked with Python 3.11 and 3.12.
 """
@@ -15,6 +17,13 @@ from schemas.errors import OperationError
 # the fork server's preload list (multiprocessing.forkserver.ForkServer)
 _PRELOAD = "_preload_modules"
 _SERVER = "_forkserver"
+# a ProcessPoolExecutor's processes: {pid: multiprocessing.Process}
+_PROCESSES = "_processes"
+
+
+def pool_processes(pool) -> list:
+    """The processes ``pool`` (a ``ProcessPoolExecutor``) has started so far."""
+    return list((getattr(pool, _PROCESSES, None) or {}).values())
 
 
 def forkserver_preload() -> list[str]:
@@ -24,7 +33,9 @@ def forkserver_preload() -> list[str]:
 
 def check() -> None:
     """Raises RuntimeError, naming the name and the Python version, unless the fork
-    server keeps its preload list where ``forkserver_preload`` reads it."""
+    server keeps its preload list where ``forkserver_preload`` reads it, and a
+    ``ProcessPoolExecutor`` its processes where ``pool_processes`` does."""
+    import concurrent.futures
     import sys
 
     server = getattr(forkserver, _SERVER, None)
@@ -33,3 +44,12 @@ def check() -> None:
             f"Python {sys.version.split()[0]}: multiprocessing.forkserver has no "
             f"{_SERVER}.{_PRELOAD} list (reader/compat_mp.py)"
         )
+    pool = concurrent.futures.ProcessPoolExecutor(1)  # starts no process before a submit
+    try:
+        if not isinstance(getattr(pool, _PROCESSES, None), dict):
+            raise OperationError(
+                f"Python {sys.version.split()[0]}: concurrent.futures.ProcessPoolExecutor "
+                f"has no {_PROCESSES} dict (reader/compat_mp.py)"
+            )
+    finally:
+        pool.shutdown()

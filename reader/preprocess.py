@@ -27,9 +27,13 @@ from __future__ import annotations
 import atexit
 import collections
 import concurrent.futures
+import contextlib
 import multiprocessing
+import multiprocessing.connection
 import os
 import pickle
+import signal
+import time
 from concurrent.futures.process import BrokenProcessPool
 
 from reader import compat_mp
@@ -154,10 +158,11 @@ class Preprocess:
                 number, future, named = pending.popleft()
                 yield self._collect(_result(number, future, held), blocks, named)
             finished = True
-        finally:  # left early (Ctrl-C, an error, a break): the processes end now, unwaited
-            if not finished:
-                held.close()
-            pool.shutdown(wait=True, cancel_futures=True)
+        finally:  # left early (Ctrl-C, an error, a break): the processes end now
+            if finished:
+                pool.shutdown(wait=True)
+            else:
+                _leave(pool, held)
             held.close()
             lifeline.close()
             for _, future, _ in pending:  # blocks handed over but never read
@@ -200,6 +205,37 @@ def _context():
     preload = compat_mp.forkserver_preload()
     context.set_forkserver_preload(preload + [m for m in _PRELOAD if m not in preload])
     return context
+
+
+LEAVE_WAIT = 10.0  # seconds a process has to end once its read is left (ms, as a rule)
+
+
+def _leave(pool, held) -> None:
+    """The read left early: ``held`` closed, each process's watcher ends it (its
+    transform unwaited); one not ended in ``LEAVE_WAIT`` s is killed. The pool itself is
+    never waited on (its manager thread ends once its processes have): a pool that lost
+    a process's end would hold the read, and the caller, for ever."""
+    processes = compat_mp.pool_processes(pool)
+    held.close()
+    pool.shutdown(wait=False, cancel_futures=True)
+    alive = {process.sentinel: process for process in processes}
+    deadline, killed = time.monotonic() + LEAVE_WAIT, False
+    while alive:  # ended, or killed and ended (so no block is made after the read)
+        left = deadline - time.monotonic()
+        if left <= 0 and killed:
+            break
+        if left <= 0:
+            for process in alive.values():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGKILL)
+            deadline, killed = time.monotonic() + LEAVE_WAIT, True
+            continue
+        try:
+            ended = multiprocessing.connection.wait(list(alive), left)
+        except (OSError, ValueError):  # a sentinel closed meanwhile: its process ended
+            ended = list(alive)
+        for sentinel in ended:
+            alive.pop(sentinel)
 
 
 def _result(number: int, future, held):

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import uuid
@@ -285,3 +287,53 @@ def test_a_transform_that_cannot_be_rebuilt_in_a_process_is_one_line(data):
         list(r)
     assert "ValueError: made for process only" in str(e.value)
     assert "\n" not in str(e.value)
+
+
+MARKS = os.path.join(tempfile.gettempdir(), "evenshard-leave-test")
+
+
+def never_lets_its_process_end(example, rng):
+    """From epoch 1 on: holds the lock a worker process ends under, so its watcher cannot
+    end it (as if the read's end never reached it), and sleeps; says when it starts and
+    when it wakes."""
+    from reader import preprocess_worker
+
+    if example["epoch"] >= 1:
+        with preprocess_worker._LEAVING:
+            os.makedirs(MARKS, exist_ok=True)
+            open(os.path.join(MARKS, f"started-{os.getpid()}"), "w").close()
+            time.sleep(60)
+        open(os.path.join(MARKS, f"woke-{os.getpid()}"), "w").close()
+    return example
+
+
+def test_a_process_that_does_not_end_with_the_read_is_killed_not_waited_for(data, monkeypatch):
+    from reader import preprocess
+
+    shutil.rmtree(MARKS, ignore_errors=True)
+    monkeypatch.setattr(preprocess, "LEAVE_WAIT", 1.0)
+    kw = {**OPTS, "epochs": None}
+    r = reader.NumpyReader(
+        data, "train", B, transform=never_lets_its_process_end, num_processes=2, **kw
+    )
+    batches = iter(r)
+    next(batches), next(batches)  # epoch 0's (4 batches); epoch 1's first is sent now
+    deadline = time.monotonic() + 60  # a bound for a hang: it comes in ms
+    while not (os.path.isdir(MARKS) and os.listdir(MARKS)) and time.monotonic() < deadline:
+        time.sleep(0.05)  # until a process is in the transform that holds its end
+    started = os.listdir(MARKS) if os.path.isdir(MARKS) else []
+    assert started, "no batch of epoch 1 reached a process"
+    batches.close()  # the read left: not waited for the 60 s sleep
+    pids = [int(name.split("-")[1]) for name in started]
+    assert all(not os.path.exists(f"/proc/{pid}") or _zombie(pid) for pid in pids)
+    assert not [n for n in os.listdir(MARKS) if n.startswith("woke-")]
+    assert _blocks_of(os.getpid()) == []
+    shutil.rmtree(MARKS, ignore_errors=True)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
