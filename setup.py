@@ -37,6 +37,7 @@ setup(
         "dev": [
             "pytest>=8",
             "pytest-xdist>=3.5",  # make test runs the test files on every core
+            "pytest-timeout>=2.3",  # a test that hangs fails, its threads' stacks shown
             "ruff>=0.6",
             "scipy>=1.11",
             "apache-beam[dask]>=2.60,<3",
