@@ -327,7 +327,7 @@ def test_a_process_that_does_not_end_with_the_read_is_killed_not_waited_for(data
     pids = [int(name.split("-")[1]) for name in started]
     assert all(not os.path.exists(f"/proc/{pid}") or _zombie(pid) for pid in pids)
     assert not [n for n in os.listdir(MARKS) if n.startswith("woke-")]
-    assert _blocks_of(os.getpid()) == []
+    assert set(_blocks_of(os.getpid())) <= before
     shutil.rmtree(MARKS, ignore_errors=True)
 
 
