@@ -313,6 +313,7 @@ def test_a_process_that_does_not_end_with_the_read_is_killed_not_waited_for(data
     shutil.rmtree(MARKS, ignore_errors=True)
     monkeypatch.setattr(preprocess, "LEAVE_WAIT", 1.0)
     kw = {**OPTS, "epochs": None}
+    before = set(_blocks_of(os.getpid()))  # a read of another test may be alive still
     r = reader.NumpyReader(
         data, "train", B, transform=never_lets_its_process_end, num_processes=2, **kw
     )
