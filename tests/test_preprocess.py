@@ -6,11 +6,21 @@ errors and a killed process are one line, never a hang."""
 from __future__ import annotations
 
 import os
-import signal
 
 import numpy as np
 import pytest
 from dataset_writer import write_dataset
+from preprocess_transforms import (
+    augment,
+    dies_on_one,
+    fails_on_one,
+    plain,
+    ragged,
+    ragged_object,
+    tag_one,
+    tag_two,
+    unsendable,
+)
 
 import reader
 from evenshard import synthetic
@@ -28,26 +38,6 @@ def data(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("pre_out") / "ds")
     write_dataset(str(root), out, "--splits=train=1.0", "--num_shards=4")
     return out
-
-
-def augment(example, rng):
-    """Flip half the time and add noise: every byte depends on the rng."""
-    draw = rng.random()
-    image = example["image"][:, ::-1] if draw < 0.5 else example["image"]
-    noise = rng.integers(0, 4, size=image.shape, dtype=np.uint8)
-    return {**example, "image": image + noise, "flip": draw, "meta": {"k": 1}}
-
-
-def fails_on_one(example, rng):
-    if example["key"].endswith("img_00003.png"):
-        raise ValueError("no good\nsecond line")
-    return example
-
-
-def dies_on_one(example, rng):
-    if example["key"].endswith("img_00003.png"):
-        os.kill(os.getpid(), signal.SIGKILL)
-    return example
 
 
 def batches(data, processes, **kw):
@@ -174,26 +164,6 @@ def test_a_transform_that_cannot_be_sent_is_refused_when_the_reader_is_built(dat
         data, "train", B, transform=lambda ex, rng: ex, num_processes=0, **OPTS
     )
     assert len(list(here)) == len(here)
-
-
-def tag_one(example, rng):
-    return {**example, "tag": 1}
-
-
-def tag_two(example, rng):
-    return {**example, "tag": 2}
-
-
-def unsendable(example, rng):
-    return {**example, "bad": lambda: None}
-
-
-def ragged(example, rng):
-    return {**example, "ragged": np.full((1 + int(rng.integers(3)), 2), 7, np.uint8)}
-
-
-def ragged_object(example, rng):
-    return {**ragged(example, rng), "bad": np.array([None, lambda: None], dtype=object)[1:]}
 
 
 def test_ragged_arrays_come_as_lists_and_arrays_of_objects_are_still_checked(data):
@@ -414,11 +384,6 @@ def test_views_spread_state_saved_during_a_handover(data):
     for w in range(3):
         sent_views(list(spread_read(data, 3, w, after[0])), 4 + len(got), sent, pixels)
     check_every_view_once_and_apart(sent, pixels, whole)
-
-
-def plain(example, rng):
-    """A transform of arrays only (make_dataset yields tensors)."""
-    return {"image": example["image"], "label": example["label"], "draw": rng.random()}
 
 
 def test_make_dataset_with_a_transform_is_the_numpy_readers_batches_and_trains(data):
