@@ -1,9 +1,10 @@
-"""The transforms test_preprocess.py sends to worker processes.
+"""The transforms test_preprocess.py and test_reader.py send to worker processes.
 
 A transform is pickled by reference: each worker process imports the module that
-defines it. In test_preprocess.py that import took Beam (through dataset_writer) and
-pytest with it, 2-3 CPU-s a process and about 20 pools in the file; this module
-imports numpy only, which the fork server has already imported.
+defines it. In a test file that import took Beam (through dataset_writer), pytest and
+(test_reader.py) TensorFlow with it, 2-8 CPU-s a process and about 20 pools in
+test_preprocess.py; this module imports numpy only, which the fork server has already
+imported.
 """
 
 from __future__ import annotations
@@ -57,3 +58,7 @@ def ragged_object(example, rng):
 def plain(example, rng):
     """A transform of arrays only (make_dataset yields tensors)."""
     return {"image": example["image"], "label": example["label"], "draw": rng.random()}
+
+
+def flip(example, rng):
+    return {"image": example["image"][:, ::-1], "label": example["label"]}

@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 from conftest import load_info, write_manifest
 from dataset_writer import write_dataset
+from preprocess_transforms import flip
 
 import reader
 from evenshard import synthetic
@@ -238,10 +239,6 @@ def test_shapes_and_dtypes(train_760):
     assert single["image"].shape.rank == 3 and single["image"].shape[-1] == 3
 
 
-def _flip(example, rng):
-    return {"image": example["image"][:, ::-1], "label": example["label"]}
-
-
 def test_no_autotuning_thread_to_wait_for_when_an_iterator_is_deleted(train_760):
     """tf.data's autotuning model thread made deleting an iterator (a loop's end) wait
     for its next wake-up: 0 to 10 s at the end of a read of 20,000 photos
@@ -250,7 +247,7 @@ def test_no_autotuning_thread_to_wait_for_when_an_iterator_is_deleted(train_760)
     for ds in (
         reader.make_dataset(d, "train", 4, image_size=(8, 8), seed=0),
         reader.make_dataset(d, "train", None, seed=0, shuffle=False),
-        reader.make_dataset(d, "train", 4, image_size=(8, 8), seed=0, transform=_flip),
+        reader.make_dataset(d, "train", 4, image_size=(8, 8), seed=0, transform=flip),
     ):
         assert ds.options().autotune.enabled is False
     seeded = reader.make_dataset(d, "train", 4, image_size=(8, 8), seed=0)
