@@ -167,6 +167,57 @@ def _tree_cpu(pid: int) -> dict[int, float]:
     return out
 
 
+def in_process(cmd: list[str]) -> bool:
+    """Whether ``cmd`` runs in this process (``run_here``): under ``--smoke`` only, an
+    ``evenshard`` command or a script (or ``-c``) of this interpreter. A smoke checks
+    each contender's code and its results, not its process; a fresh process would
+    import TensorFlow (3-6 CPU seconds) or Beam (2) again for a few images."""
+    python = (sys.executable, os.path.join(BIN, "python"))
+    return SMOKE and (cmd[0] == os.path.join(BIN, "evenshard") or cmd[0] in python)
+
+
+def run_here(cmd: list[str]) -> str:
+    """Runs ``cmd`` (``in_process``) here as its own process would run it: its argv,
+    TF_CPP_MIN_LOG_LEVEL=3, its exit code checked; returns what it printed."""
+    import runpy
+    import tempfile
+
+    argv, env, code = sys.argv, dict(os.environ), 0
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with tempfile.TemporaryFile("w+") as printed:
+        os.dup2(printed.fileno(), 1)  # what it prints is its own, as from a process
+        try:
+            if cmd[0] == os.path.join(BIN, "evenshard"):
+                from beam_jobs import runners
+                from evenshard.cli import main
+
+                if cmd[1] == "convert" and runners.runs_locally(cmd[2:]):
+                    runners.lean_imports()  # as the command does (evenshard.cli.run)
+                code = main(cmd[1:])
+            elif cmd[1] == "-c":
+                sys.argv = ["-c", *cmd[3:]]
+                exec(cmd[2], {"__name__": "__main__"})
+            else:
+                sys.argv = cmd[1:]
+                runpy.run_path(cmd[1], run_name="__main__")
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else int(e.code is not None)
+        finally:
+            sys.stdout.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
+            sys.argv = argv
+            os.environ.clear()
+            os.environ.update(env)
+        printed.seek(0)
+        out = printed.read()
+    if code:
+        raise RuntimeError(f"{' '.join(cmd)} failed: exit code {code}")
+    return out
+
+
 def run_measured(cmd: list[str], phases: dict | None = None) -> tuple[float, int]:
     """Runs a command; returns (seconds, peak RSS of its process tree in bytes).
 
@@ -174,7 +225,16 @@ def run_measured(cmd: list[str], phases: dict | None = None) -> tuple[float, int
     ``one_core_seconds`` (intervals using under 1.25 cores), of which
     ``main_alone_seconds`` (only the command's own process busy) and
     ``one_child_seconds`` (one child process busy, e.g. one Beam worker).
+    Under ``--smoke`` a command ``in_process`` runs here: the peak RSS is this
+    process's, the phases are zeros (figures that mean nothing at a tiny size).
     """
+    if in_process(cmd):
+        start = time.perf_counter()
+        run_here(cmd)
+        seconds = time.perf_counter() - start
+        if phases is not None:
+            phases.update(one_core_seconds=0.0, main_alone_seconds=0.0, one_child_seconds=0.0)
+        return seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     os.sync()  # the previous contender's writes are flushed before this one starts
     start = time.perf_counter()
@@ -215,10 +275,11 @@ def measured(cmd: list[str], phases: bool = False) -> dict:
     """Wall seconds, CPU seconds (the process and every child it waited for), peak RSS;
     with ``phases``, where the cores went (``run_measured``)."""
     where: dict | None = {} if phases else None
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    who = (resource.RUSAGE_CHILDREN, *([resource.RUSAGE_SELF] if in_process(cmd) else []))
+    before = [resource.getrusage(w) for w in who]
     seconds, rss = run_measured(cmd, where)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    after = [resource.getrusage(w) for w in who]
+    cpu = sum(a.ru_utime - b.ru_utime + a.ru_stime - b.ru_stime for a, b in zip(after, before))
     return {
         "seconds": round(seconds, 1),
         "cpu_seconds": round(cpu, 1),

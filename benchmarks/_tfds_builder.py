@@ -28,7 +28,8 @@ def _items(src: str) -> list[tuple[str, dict]]:
 def make_builder(src: str, beam: bool):
     labels = sorted(d for d in os.listdir(src) if os.path.isdir(os.path.join(src, d)))
 
-    class Folder(tfds.core.GeneratorBasedBuilder):
+    # not registered: a smoke run builds one more than once in a process (_common.run_here)
+    class Folder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
         VERSION = tfds.core.Version("1.0.0")
 
         def _info(self):
@@ -48,7 +49,7 @@ def make_builder(src: str, beam: bool):
         def _generate_examples(self, folder):
             yield from _items(folder)
 
-    class FolderBeam(Folder):
+    class FolderBeam(Folder, skip_registration=True):
         def _generate_examples(self, folder):
             import apache_beam as b
 

@@ -53,7 +53,18 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import BIN, HERE, SMOKE, WORK, bench_main, measured, replace_section, tiny  # noqa: E402
+from _common import (  # noqa: E402
+    BIN,
+    HERE,
+    SMOKE,
+    WORK,
+    bench_main,
+    in_process,
+    measured,
+    replace_section,
+    run_here,
+    tiny,
+)
 from _peers_corpus import LABELS, corpus_facts, make_corpus  # noqa: E402
 from _peers_tools import PEERS_VENV, TOOLS, peers_venv, project_versions  # noqa: E402
 
@@ -114,16 +125,16 @@ def read(tool: str, data: str, count: int, label_of: np.ndarray) -> dict:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore")
     load = os.getloadavg()[0]  # the machine is shared: what ran just before, roughly
     start = time.perf_counter()
-    out = subprocess.run(
-        [_python(TOOLS[tool][1]), WORKER, "read", tool, data, str(count)],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
+    cmd = [_python(TOOLS[tool][1]), WORKER, "read", tool, data, str(count)]
+    if in_process(cmd):  # --smoke: the project's readers in this process
+        printed = run_here(cmd)
+    else:
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if out.returncode:
+            raise RuntimeError(f"{tool} read failed:\n{out.stderr[-3000:]}")
+        printed = out.stdout
     wall = time.perf_counter() - start
-    if out.returncode:
-        raise RuntimeError(f"{tool} read failed:\n{out.stderr[-3000:]}")
-    r = json.loads(out.stdout.strip().splitlines()[-1])
+    r = json.loads(printed.strip().splitlines()[-1])
     indices = np.concatenate([np.asarray(b, dtype=np.int64) for b in r["indices"]])
     labels = np.concatenate([np.asarray(b, dtype=np.int64) for b in r["labels"]])
     seen = np.bincount(indices, minlength=count) if len(indices) else np.zeros(count, int)
