@@ -116,19 +116,11 @@ def _convert_once(src: str, out: str, *flags: str) -> str:
         info = schemas.load_info(out)
         shards = [sh for s in info["splits"].values() for sh in s["shards"]]
         done = info["compression"] != "none" or all("dali_index" in sh for sh in shards)
-    if not done:
-        run = subprocess.run(
-            [
-                os.path.join(BIN, "evenshard"),
-                "convert",
-                f"--input={src}",
-                f"--output_dir={out}",
-                "--overwrite",
-                *flags,
-            ],
-            capture_output=True,
-            text=True,
-        )
+    cmd = [os.path.join(BIN, "evenshard"), "convert", f"--input={src}", f"--output_dir={out}"]
+    if not done and in_process(cmd):
+        run_here([*cmd, "--overwrite", *flags])
+    elif not done:
+        run = subprocess.run([*cmd, "--overwrite", *flags], capture_output=True, text=True)
         if run.returncode:
             raise RuntimeError(f"evenshard convert {src} failed:\n{run.stderr[-3000:]}")
     return out
