@@ -7,6 +7,8 @@ dealt to the new workers (docs/design.md, "Elastic resume")."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 
 import pytest
@@ -36,18 +38,25 @@ def keys(ds) -> list[str]:
     return [k.decode() for b in ds for k in b["key"].numpy()]
 
 
-def worker_stream(data_dir: str, workers: int, w: int, **kw) -> list[str]:
-    """Worker ``w``'s uninterrupted stream of keys, all epochs."""
-    return keys(
-        reader.make_dataset(
-            data_dir, "train", B, num_workers=workers, worker_index=w, epochs=EPOCHS, **OPTS, **kw
+@functools.cache
+def streams(data_dir: str, workers: int, start_epoch: int = 0) -> list[list[str]]:
+    """Every worker's uninterrupted stream of keys, all epochs (from ``start_epoch``):
+    read once a module, as several tests' oracle (not to be changed by a caller)."""
+    return [
+        keys(
+            reader.make_dataset(
+                data_dir,
+                "train",
+                B,
+                num_workers=workers,
+                worker_index=w,
+                epochs=EPOCHS,
+                start_epoch=start_epoch,
+                **OPTS,
+            )
         )
-    )
-
-
-def streams(data_dir: str, workers: int, **kw) -> list[list[str]]:
-    """Every worker's uninterrupted stream of keys, all epochs."""
-    return [worker_stream(data_dir, workers, w, **kw) for w in range(workers)]
+        for w in range(workers)
+    ]
 
 
 def leads(old: list[list[str]], consumed: int, per_epoch: list[int], new: int):
@@ -82,16 +91,23 @@ def test_every_example_once_across_old_and_new_workers(data_240, old_n, new_n):
     _check_elastic(data_240[0], old_n, new_n)
 
 
-def test_the_lead_is_fetched_in_parallel_chunks_safely(data_240, monkeypatch):
-    """tf.data runs the lead's fetches in parallel (its map parallelization): with
-    chunks of 4 records, many at once, each must use descriptors of its own."""
+@contextlib.contextmanager
+def _small_chunks():
     from reader import stream
 
-    monkeypatch.setattr(stream, "CHUNK", 4)
-    _check_elastic(data_240[0], 1, 2)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(stream, "CHUNK", 4)
+        yield
 
 
-def _check_elastic(data_dir: str, old_n: int, new_n: int) -> None:
+def test_the_lead_is_fetched_in_parallel_chunks_safely(data_240):
+    """tf.data runs the lead's fetches in parallel (its map parallelization): with
+    chunks of 4 records, many at once, each must use descriptors of its own. (The
+    resumed reads run with 4-record chunks; the oracle's plain reads are shared.)"""
+    _check_elastic(data_240[0], 1, 2, during=_small_chunks)
+
+
+def _check_elastic(data_dir: str, old_n: int, new_n: int, during=contextlib.nullcontext) -> None:
     old = streams(data_dir, old_n)
     n = len(old[0]) // EPOCHS  # equal counts: 240 / workers
     plain = {}  # the new workers' own streams from an epoch on, by that epoch
@@ -100,7 +116,8 @@ def _check_elastic(data_dir: str, old_n: int, new_n: int) -> None:
         consumed = step * B
         state = reader.ReadState(seed=3, batch_size=B, step=step, num_workers=old_n)
         want, top = leads(old, consumed, [n] * old_n, new_n)
-        got = resumed(data_dir, state, new_n)
+        with during():
+            got = resumed(data_dir, state, new_n)
         read_before = [k for s in old for k in s[top * n : consumed]]
         read_after = []
         for j, (stream, new) in enumerate(got):
@@ -122,13 +139,13 @@ def test_resizing_again_during_and_after_the_lead(data_240):
     old = streams(data_dir, 2)
     first = reader.ReadState(seed=3, batch_size=B, step=5, num_workers=2)
     three = resumed(data_dir, first, 3)
-    lead3 = len(three[0][0]) - len(worker_stream(data_dir, 3, 0, start_epoch=1))
+    lead3 = len(three[0][0]) - len(streams(data_dir, 3, start_epoch=1)[0])
     assert lead3 > 2 * B
     second = three[0][1].advance(2)  # 2 batches of the lead each
     two = resumed(data_dir, second, 2)
     assert two[0][1].elastic == (2, 0, 5 * B, 0, 0, 3 * 2 * B)  # same old position, offset
     epoch0 = [k for s in old for k in s[: 5 * B]] + [k for s, _ in three for k in s[: 2 * B]]
-    rest = len(two[0][0]) - len(worker_stream(data_dir, 2, 0, start_epoch=1))
+    rest = len(two[0][0]) - len(streams(data_dir, 2, start_epoch=1)[0])
     epoch0 += [k for s, _ in two for k in s[:rest]]
     assert sorted(epoch0) == sorted(set(old[0]) | set(old[1]))
     # after the lead: the 2 workers' own epoch 1, 3 batches in, then 4 workers
@@ -188,17 +205,8 @@ def test_torch_reader_state_dict_resumes_elastically(data_240, backend, old_n, n
         want = keys(ds)
         got = [k for b in r for k in b["key"]]
         assert got == want
-        after = reader.make_dataset(
-            data_dir,
-            "train",
-            B,
-            num_workers=new_n,
-            worker_index=j,
-            epochs=EPOCHS,
-            start_epoch=1,
-            **OPTS,
-        )
-        seen += got[: len(want) - len(keys(after))]
+        after = streams(data_dir, new_n, start_epoch=1)[j]  # the new workers' own epoch 1 on
+        seen += got[: len(want) - len(after)]
     assert len(seen) == len(set(seen)) == 240
 
 
@@ -218,6 +226,33 @@ def test_gzip_shards_refuse_another_worker_count(tmp_path):
     assert len(keys(ds)) == 10 - 2
 
 
+def _real_keys(ds, pad: bool) -> list[str]:
+    out = []
+    for b in ds:
+        mask = b["mask"].numpy() if pad else [True] * len(b["key"])
+        out += [k.decode() for k, m in zip(b["key"].numpy(), mask) if m]
+    return out
+
+
+@functools.cache
+def _ended_read(data_dir: str, pad: bool):
+    """The 2 workers' one-epoch read (real keys) and its state 2 batches after the smaller
+    worker's last: read once for the 3 new worker counts."""
+    opts = dict(OPTS, shuffle=False, epochs=1, pad_final_batch=pad)
+    old = [
+        _real_keys(
+            reader.make_dataset(data_dir, "train", B, num_workers=2, worker_index=w, **opts), pad
+        )
+        for w in range(2)
+    ]
+    small = min(len(s) for s in old)
+    step = -(-small // B) + 2  # the smaller worker finished 2 batches ago
+    _, state = reader.make_dataset(
+        data_dir, "train", B, state=reader.ReadState(3, B), num_workers=2, worker_index=0, **opts
+    )
+    return opts, old, step, state.advance(step)
+
+
 @pytest.mark.parametrize("pad", [True, False])
 @pytest.mark.parametrize("new_n", [1, 2, 3])
 def test_a_worker_whose_read_has_ended_is_done_not_in_its_next_epoch(data_240, pad, new_n):
@@ -225,31 +260,13 @@ def test_a_worker_whose_read_has_ended_is_done_not_in_its_next_epoch(data_240, p
     last real batch (padding, or waiting for the other). Resumed by 1, 2 or 3 workers,
     every example is read once in all, and none twice (185 were, counted into epoch 1)."""
     data_dir = data_240[1]
-    opts = dict(OPTS, shuffle=False, epochs=1, pad_final_batch=pad)
-
-    def real_keys(ds) -> list[str]:
-        out = []
-        for b in ds:
-            mask = b["mask"].numpy() if pad else [True] * len(b["key"])
-            out += [k.decode() for k, m in zip(b["key"].numpy(), mask) if m]
-        return out
-
-    old = [
-        real_keys(reader.make_dataset(data_dir, "train", B, num_workers=2, worker_index=w, **opts))
-        for w in range(2)
-    ]
-    small = min(len(s) for s in old)
-    step = -(-small // B) + 2  # the smaller worker finished 2 batches ago
+    opts, old, step, state = _ended_read(data_dir, pad)
     assert step * B < max(len(s) for s in old)
-    _, state = reader.make_dataset(
-        data_dir, "train", B, state=reader.ReadState(3, B), num_workers=2, worker_index=0, **opts
-    )
-    state = state.advance(step)
     before = [k for s in old for k in s[: step * B]]
     after = []
     for j in range(new_n):
         ds, _ = reader.resume(
             data_dir, "train", state, reader.ReadOptions(**opts), num_workers=new_n, worker_index=j
         )
-        after += real_keys(ds)
+        after += _real_keys(ds, pad)
     assert len(before + after) == len(set(before + after)) == 240
