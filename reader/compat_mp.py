@@ -3,7 +3,9 @@
 ``set_forkserver_preload`` replaces the list of modules the fork server imports; there
 is no public way to read it, to add to what another library (or the user) set.
 ``pool_processes`` gives a ``concurrent.futures.ProcessPoolExecutor``'s processes, which
-a read left early ends itself rather than wait on the pool (``reader.preprocess``).
+a read left early ends itself rather than wait on the pool (``reader.preprocess``);
+``before_pools_join`` runs a function at exit before ``concurrent.futures`` waits on
+every pool still running (a read never finished ends its processes first).
 ``check()`` says, naming the Python version, when a release changes that
 (tests/test_compat.py runs it). Checked with Python 3.11 and 3.12.
 """
@@ -19,6 +21,19 @@ _PRELOAD = "_preload_modules"
 _SERVER = "_forkserver"
 # a ProcessPoolExecutor's processes: {pid: multiprocessing.Process}
 _PROCESSES = "_processes"
+
+
+# threading's exit hooks (run last registered first, before threads are joined)
+_AT_EXIT = "_register_atexit"
+
+
+def before_pools_join(fn) -> None:
+    """Runs ``fn`` at interpreter exit before ``concurrent.futures`` joins the threads
+    of the process pools still running (which waits on their processes' work)."""
+    import concurrent.futures.process  # noqa: F401 - its hook is registered first
+    import threading
+
+    getattr(threading, _AT_EXIT)(fn)
 
 
 def pool_processes(pool) -> list:
@@ -43,6 +58,12 @@ def check() -> None:
         raise OperationError(
             f"Python {sys.version.split()[0]}: multiprocessing.forkserver has no "
             f"{_SERVER}.{_PRELOAD} list (reader/compat_mp.py)"
+        )
+    import threading
+
+    if not callable(getattr(threading, _AT_EXIT, None)):
+        raise OperationError(
+            f"Python {sys.version.split()[0]}: threading has no {_AT_EXIT} (reader/compat_mp.py)"
         )
     pool = concurrent.futures.ProcessPoolExecutor(1)  # starts no process before a submit
     try:

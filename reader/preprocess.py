@@ -143,7 +143,8 @@ class Preprocess:
         )
         pending: collections.deque = collections.deque()
         finished = False
-        atexit.register(blocks.unlink)  # a read never finished (tf.data's, at Ctrl-C)
+        _RUNNING[id(pool)] = (pool, held)  # a read never finished: ended at exit
+        atexit.register(blocks.unlink)  # (tf.data's, at Ctrl-C), its blocks unlinked
         try:
             for number, batch in enumerate(batches):
                 try:
@@ -159,6 +160,7 @@ class Preprocess:
                 yield self._collect(_result(number, future, held), blocks, named)
             finished = True
         finally:  # left early (Ctrl-C, an error, a break): the processes end now
+            _RUNNING.pop(id(pool), None)
             if finished:
                 pool.shutdown(wait=True)
             else:
@@ -205,6 +207,20 @@ def _context():
     preload = compat_mp.forkserver_preload()
     context.set_forkserver_preload(preload + [m for m in _PRELOAD if m not in preload])
     return context
+
+
+_RUNNING: dict = {}  # id(pool) -> (pool, held) of the reads not ended
+
+
+def _end_running_reads() -> None:
+    """At exit, before ``concurrent.futures`` waits on every pool still running: the
+    reads never finished (a dataset's iterator kept to the end) are left, their
+    processes ended, not waited for."""
+    for pool, held in list(_RUNNING.values()):
+        _leave(pool, held)
+
+
+compat_mp.before_pools_join(_end_running_reads)
 
 
 LEAVE_WAIT = 10.0  # seconds a process has to end once its read is left (ms, as a rule)

@@ -338,3 +338,43 @@ def _zombie(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+# A script that exits with a read's iterator still held: a process of its read is inside
+# ``never_lets_its_process_end``.
+UNFINISHED = textwrap.dedent(
+    """
+    import os, sys, time
+    import reader
+    from reader import preprocess
+    from test_preprocess_lifecycle import MARKS, never_lets_its_process_end
+
+    if __name__ == "__main__":
+        preprocess.LEAVE_WAIT = 1.0
+        kw = dict(image_size=(12, 12), seed=4, epochs=None, num_processes=2)
+        r = reader.NumpyReader(sys.argv[1], "train", 4, transform=never_lets_its_process_end, **kw)
+        batches = iter(r)
+        next(batches), next(batches)
+        while not (os.path.isdir(MARKS) and os.listdir(MARKS)):
+            time.sleep(0.05)
+        print("exiting", flush=True)
+    """
+)
+
+
+def test_a_read_never_finished_does_not_hold_the_exit(data, tmp_path):
+    """The process exits with the read's iterator alive: ``concurrent.futures`` would
+    wait, at exit, for the batch a process is transforming; the read's processes are
+    ended first (killed here, as their end is held)."""
+    shutil.rmtree(MARKS, ignore_errors=True)
+    script = tmp_path / "unfinished.py"
+    script.write_text(UNFINISHED)
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), tests]))
+    done = subprocess.run(
+        [sys.executable, str(script), data], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0 and done.stdout == "exiting\n", done.stderr[-2000:]
+    assert [n for n in os.listdir(MARKS) if n.startswith("started-")]
+    assert not [n for n in os.listdir(MARKS) if n.startswith("woke-")]
+    shutil.rmtree(MARKS, ignore_errors=True)
