@@ -11,7 +11,8 @@ from __future__ import annotations
 import ast
 import concurrent.futures
 import json
-import os
+import queue
+import select
 import subprocess
 import sys
 from pathlib import Path
@@ -69,33 +70,91 @@ def test_run_all_runs_every_benchmark():
     assert sorted(run_all.BENCHES) == NAMES
 
 
-def _smoke(name: str, work: Path) -> tuple[int, str, str]:
-    env = dict(
-        os.environ,
-        EVENSHARD_BENCH_WORK=str(work / name),
-        # JPEG folders and conversions two benchmarks ask for alike are made once
-        EVENSHARD_BENCH_SHARED=str(work / "shared"),
-        TF_CPP_MIN_LOG_LEVEL="3",
-    )
-    done = subprocess.run(
-        [sys.executable, str(BENCHMARKS / f"{name}_bench.py"), "--smoke"],
-        capture_output=True,
+# A runner process runs smokes one after another, each named on its stdin, and
+# answers each with its exit code: every benchmark imports TensorFlow or Beam (3-6 CPU
+# seconds), once a runner instead of once a smoke. Each smoke gets what its own
+# process would: its argv and environment, the benchmarks' modules imported afresh
+# (``_common`` reads them when imported), its stdout and stderr in files of its own.
+RUNNER = r"""
+import os, runpy, sys, traceback
+bench, work = sys.argv[1:3]
+env, path, answer = dict(os.environ), list(sys.path), os.fdopen(os.dup(1), "w")
+names = os.fdopen(os.dup(0))  # this process's own: no process a smoke starts reads it
+os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+for name in iter(names.readline, ""):
+    name = name.strip()
+    os.environ.clear()
+    os.environ.update(env, TF_CPP_MIN_LOG_LEVEL="3", EVENSHARD_BENCH_WORK=f"{work}/{name}")
+    # JPEG folders and conversions two benchmarks ask for alike are made once
+    os.environ["EVENSHARD_BENCH_SHARED"] = f"{work}/shared"
+    for module in [m for m, v in sys.modules.items() if getattr(v, "__file__", None)]:
+        if os.path.dirname(sys.modules[module].__file__) == bench:
+            del sys.modules[module]
+    sys.path[:] = [bench, *path[1:]]  # a script's folder first, in place of -c's ""
+    sys.argv, code = [f"{bench}/{name}_bench.py", "--smoke"], 0
+    for fd, suffix in ((1, "out"), (2, "err")):
+        (sys.stdout, sys.stderr)[fd - 1].flush()
+        with open(f"{work}/{name}.{suffix}", "w") as f:
+            os.dup2(f.fileno(), fd)
+    try:
+        runpy.run_path(sys.argv[0], run_name="__main__")
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else int(e.code is not None)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    print(code, file=answer, flush=True)
+"""
+
+
+def _runner(work: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", RUNNER, str(BENCHMARKS), str(work)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
         text=True,
-        env=env,
         cwd=BENCHMARKS.parent,
-        timeout=300,
     )
-    return done.returncode, done.stdout, done.stderr
+
+
+def _smokes(names: queue.Queue, work: Path) -> dict[str, tuple[int, str, str]]:
+    """Smokes taken from ``names`` until none is left, one at a time in a runner; one
+    that does not answer in 300 s, or ends the runner, fails and a new runner goes on."""
+    runs, proc = {}, _runner(work)
+    while True:
+        try:
+            name = names.get_nowait()
+        except queue.Empty:
+            break
+        proc.stdin.write(name + "\n")
+        proc.stdin.flush()
+        ready = select.select([proc.stdout], [], [], 300)[0]
+        answer = proc.stdout.readline() if ready else ""
+        if not answer:
+            proc.kill()
+            proc.wait()
+            proc = _runner(work)
+        out, err = ((work / f"{name}.{s}").read_text() for s in ("out", "err"))
+        runs[name] = (int(answer) if answer else -1, out, err + ("" if ready else "timed out"))
+    proc.stdin.close()
+    proc.wait()
+    return runs
 
 
 @pytest.fixture(scope="module")
 def smoke_runs(tmp_path_factory):
-    """Every benchmark's smoke run, two at a time (the machine has 2 cores), the
-    longest first."""
+    """Every benchmark's smoke run, two runners at a time (the machine has 2 cores),
+    the longest first."""
     work, before = tmp_path_factory.mktemp("bench"), _written()
-    order = sorted(NAMES, key=lambda name: name not in ("convert", "peers", "dask", "bucket"))
+    names: queue.Queue = queue.Queue()
+    for name in sorted(NAMES, key=lambda name: name not in ("convert", "peers", "dask", "bucket")):
+        names.put(name)
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        runs = dict(zip(order, pool.map(lambda name: _smoke(name, work), order)))
+        runs = {}
+        for done in pool.map(lambda _: _smokes(names, work), range(2)):
+            runs.update(done)
     return runs, before, _written()
 
 
