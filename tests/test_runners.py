@@ -18,14 +18,44 @@ def shas(info):
     return [s["sha256"] for name in sorted(info["splits"]) for s in info["splits"][name]["shards"]]
 
 
+def valid_as_the_direct_output(out: str, info: dict, direct_out: str, direct: dict) -> None:
+    """What ``validate --full`` of a Dask output (``run_convert(validated=False)``) checks,
+    when it is the DirectRunner's, whose full validation passed: its folder (validate
+    without --full: the files, their sizes and sha256s), every file but the info the
+    DirectRunner's bytes (shards, DALI indexes, schema, labels, rejects), and the info's
+    splits (records and labels a shard) the same: each record checked against them
+    again would be the same check on the same bytes."""
+    from audit.validate import validate
+    from schemas import layout
+
+    def files(folder):
+        return sorted(
+            os.path.relpath(os.path.join(d, f), folder)
+            for d, _, names in os.walk(folder)
+            for f in names
+            if f != layout.INFO_FILE
+        )
+
+    assert validate(out) == []
+    assert info["splits"] == direct["splits"]
+    assert files(out) == files(direct_out)
+    for name in files(direct_out):
+        with (
+            open(os.path.join(out, name), "rb") as a,
+            open(os.path.join(direct_out, name), "rb") as b,
+        ):
+            assert a.read() == b.read(), name
+
+
 @pytest.fixture(scope="module")
-def direct(folder_500, tmp_path_factory):
+def direct_out(folder_500, tmp_path_factory):
+    """The DirectRunner's output folder and info (validated --full)."""
     out = str(tmp_path_factory.mktemp("direct"))
-    return run_convert(folder_500[0], out, "--num_shards=3", "--seed=11", "--balance=label")
+    return out, run_convert(folder_500[0], out, "--num_shards=3", "--seed=11", "--balance=label")
 
 
 @pytest.mark.slow
-def test_dask_cluster_gives_the_direct_runner_bytes(folder_500, direct, tmp_path):
+def test_dask_cluster_gives_the_direct_runner_bytes(folder_500, direct_out, tmp_path):
     from dask.distributed import LocalCluster
 
     with LocalCluster(
@@ -39,9 +69,12 @@ def test_dask_cluster_gives_the_direct_runner_bytes(folder_500, direct, tmp_path
             "--balance=label",
             f"--runner={convert_runner()}",
             f"--dask_client_address={cluster.scheduler_address}",
+            validated=False,
         )
+    out, direct = direct_out
     assert shas(info) == shas(direct)
     assert info["inputs"] == direct["inputs"]
+    valid_as_the_direct_output(str(tmp_path / "dask"), info, out, direct)
 
 
 def test_an_unreachable_dask_scheduler_is_one_line_at_once(folder_500, tmp_path):
@@ -76,8 +109,14 @@ def test_dask_manifest_with_rejects_gives_the_direct_runner_bytes(folder_500, tm
     direct = run_convert(manifest, str(tmp_path / "direct"), *flags)
     caplog.set_level(logging.INFO)
     dask = run_convert(
-        manifest, str(tmp_path / "dask"), *flags, "--runner=dask", "--dask_workers=2"
+        manifest,
+        str(tmp_path / "dask"),
+        *flags,
+        "--runner=dask",
+        "--dask_workers=2",
+        validated=False,
     )
+    valid_as_the_direct_output(str(tmp_path / "dask"), dask, str(tmp_path / "direct"), direct)
     assert re.fullmatch(r"DaskRunner \(tcp://127\.0\.0\.1:\d+, 2 workers\)", dask["runner"])
     chatter = [r for r in caplog.records if r.name.startswith("distributed")]
     assert all(r.levelno >= logging.WARNING for r in chatter), [r.getMessage() for r in chatter]
