@@ -6,19 +6,15 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
+from conftest import script_outcomes
 from dataset_writer import write_dataset
 
 import reader
 from evenshard import synthetic
 from reader.order.mix import Schedule
-
-PY = sys.executable
 
 
 @pytest.fixture(scope="module")
@@ -54,33 +50,55 @@ READERS = {
 }
 
 
-@pytest.mark.parametrize("face", sorted(READERS))
-def test_a_shard_removed_under_a_running_read_stops_it_naming_the_shard(data, tmp_path, face):
-    """Issue 27.3: tf.data's reader spun at 100% CPU forever on a shard it could not open
-    (``convert --overwrite`` into a folder being read). Every reader stops in seconds."""
+REMOVED_SCRIPT = r"""
+import glob, json, os, sys
+import reader
+
+
+def removed_under(face, code, D):
+    ns = {"reader": reader, "D": D}
+    exec(code, ns)  # builds the reader as ``it``
+    for path in glob.glob(os.path.join(D, "train-*.tfrecord")):
+        os.remove(path)
+    try:
+        for _ in ns["it"]:
+            pass
+    except Exception as e:
+        return "ERROR " + reader.one_line(e)
+    return "no error"
+
+
+if __name__ == "__main__":  # each face in turn, on a copy of its own, in one process
+    out = {}
+    for face, code, D in json.loads(sys.argv[1]):
+        out[face] = removed_under(face, code, D)
+        print(json.dumps(out), flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def removed_outcomes(data, tmp_path_factory) -> dict:
+    """Each face's outcome, the shards removed under its running read (one script)."""
     import shutil
 
-    copy = str(tmp_path / "ds")
-    shutil.copytree(data, copy)
-    script = "import glob, os, sys\nimport reader\nD = sys.argv[1]\n" + READERS[face]
-    script += textwrap.dedent(
-        """
-        for path in glob.glob(os.path.join(D, "train-*.tfrecord")):
-            os.remove(path)
-        try:
-            for _ in it:
-                pass
-        except Exception as e:
-            print("ERROR", reader.one_line(e))
-            sys.exit(3)
-        print("no error")
-        """
-    )
-    done = subprocess.run(
-        [PY, "-c", script, copy], capture_output=True, text=True, timeout=120
-    )  # a hang fails here (TimeoutExpired)
-    assert done.returncode == 3, done.stdout + done.stderr[-2000:]
-    line = done.stdout.strip().splitlines()[-1]
+    folder = tmp_path_factory.mktemp("removed")
+    faces = []
+    for i, face in enumerate(sorted(READERS)):
+        copy = str(folder / f"ds{i}")
+        shutil.copytree(data, copy)
+        faces.append((face, READERS[face], copy))
+    script = folder / "removed.py"
+    script.write_text(REMOVED_SCRIPT)
+    # 120 s a face: a hang fails here ("hung: ")
+    return script_outcomes(script, json.dumps(faces), timeout=120 * len(faces))
+
+
+@pytest.mark.parametrize("face", sorted(READERS))
+def test_a_shard_removed_under_a_running_read_stops_it_naming_the_shard(removed_outcomes, face):
+    """Issue 27.3: tf.data's reader spun at 100% CPU forever on a shard it could not open
+    (``convert --overwrite`` into a folder being read). Every reader stops in seconds."""
+    line = removed_outcomes.get(face)
+    assert line is not None and line.startswith("ERROR "), removed_outcomes
     assert "train-0000" in line and "is missing" in line, line
 
 
@@ -170,20 +188,18 @@ def test_options_a_user_types_are_one_line_and_an_int_size_is_a_square(data):
 
 
 LOADER_RECIPE = r"""
-import sys
+import json, sys
 import torch
 import reader
 from reader.torch import TorchReader
-
-data_dir, backend, context, supervised = sys.argv[1:]
-kw = dict(image_size=(8, 8), seed=0, backend=backend, as_supervised=supervised == "1")
 
 
 def keys(batches):
     return [k for b in batches for k in b["key"]]
 
 
-def main():
+def case(data_dir, backend, context, supervised):
+    kw = dict(image_size=(8, 8), seed=0, backend=backend, as_supervised=supervised == "1")
     r = TorchReader(data_dir, "train", 4, **kw)
     loader = torch.utils.data.DataLoader(
         r, batch_size=None, num_workers=1, multiprocessing_context=context
@@ -200,37 +216,46 @@ def main():
     del again
     if supervised == "1":
         assert [len(b) for b in got] == [2] * 5  # the DataLoader's lists, as for any tuples
-        raise SystemExit(print("ok"))
+        return "ok"
     rest = TorchReader(data_dir, "train", 4, **kw)
     rest.load_state_dict(saved)
     whole = keys(TorchReader(data_dir, "train", 4, **kw))
     assert keys(got) + keys(rest) == whole, (len(keys(got)), len(keys(rest)), len(whole))
-    print("ok")
+    return "ok"
 
 
-if __name__ == "__main__":  # spawned workers import this file
-    main()
+if __name__ == "__main__":  # the cases in order, in one process (spawned workers import it)
+    out = {}
+    for args in json.loads(sys.argv[2]):
+        try:
+            out[" ".join(args)] = case(sys.argv[1], *args)
+        except Exception as e:
+            out[" ".join(args)] = f"{type(e).__name__}: {e}"
+        print(json.dumps(out), flush=True)
 """
 
+# In this order: the forks first, the training process building no pipeline before the
+# first of them (the supervised case reads only in its worker); spawn last.
+LOADER_CASES = [("dali", "fork", "1"), ("dali", "fork", "0"), ("dali", "spawn", "0")]
 
-@pytest.mark.parametrize(
-    "backend, context, supervised",
-    [("dali", "fork", "0"), ("dali", "spawn", "0"), ("dali", "fork", "1")],
-)
+
+@pytest.fixture(scope="module")
+def loader_outcomes(data, tmp_path_factory) -> dict:
+    script = tmp_path_factory.mktemp("loader") / "loader.py"
+    script.write_text(LOADER_RECIPE)
+    # 240 s a case: a hang fails here ("hung: ")
+    return script_outcomes(script, data, json.dumps(LOADER_CASES), timeout=240 * 3)
+
+
+@pytest.mark.parametrize("backend, context, supervised", LOADER_CASES)
 def test_state_dict_counts_the_batches_a_dataloader_worker_handed_over(
-    data, tmp_path, backend, context, supervised
+    loader_outcomes, backend, context, supervised
 ):
     """Issue 27.5: under DataLoader(num_workers=1) the state never advanced (the batches
     were counted in the worker): a run killed at step 70 resumed at batch 0."""
-    script = tmp_path / "loader.py"
-    script.write_text(LOADER_RECIPE)
-    done = subprocess.run(
-        [PY, str(script), data, backend, context, supervised],
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+    got = loader_outcomes.get(" ".join([backend, context, supervised]))
+    assert got == "ok", loader_outcomes
+    assert loader_outcomes["rc"].startswith("0: "), loader_outcomes["rc"]
 
 
 def test_batches_the_pin_memory_thread_took_make_state_dict_refuse(data):
