@@ -267,13 +267,14 @@ def measured(cmd: list[str], phases: bool = False) -> dict:
     """Wall seconds, CPU seconds (the process and every child it waited for), peak RSS;
     with ``phases``, where the cores went (``run_measured``)."""
     where: dict | None = {} if phases else None
-    who = (resource.RUSAGE_CHILDREN, *([resource.RUSAGE_SELF] if in_process(cmd) else []))
+    here = in_process(cmd)  # --smoke: a run here may take under 0.05 s
+    who = (resource.RUSAGE_CHILDREN, *([resource.RUSAGE_SELF] if here else []))
     before = [resource.getrusage(w) for w in who]
     seconds, rss = run_measured(cmd, where)
     after = [resource.getrusage(w) for w in who]
     cpu = sum(a.ru_utime - b.ru_utime + a.ru_stime - b.ru_stime for a, b in zip(after, before))
     return {
-        "seconds": round(seconds, 1),
+        "seconds": round(seconds, 3 if here else 1),
         "cpu_seconds": round(cpu, 1),
         "cores_used": round(cpu / seconds, 2),
         "peak_rss_mb": round(rss / 1e6),

@@ -10,7 +10,7 @@ import subprocess
 from collections import Counter
 
 import numpy as np
-from _common import BIN
+from _common import BIN, in_process, run_here
 from _near_corpus import EDGES, VARIANTS
 
 MAX_DISTANCE = 20
@@ -279,18 +279,12 @@ def convert(src: str, out: str, *flags: str) -> dict:
     import schemas
 
     shutil.rmtree(out, ignore_errors=True)
-    subprocess.run(
-        [
-            os.path.join(BIN, "evenshard"),
-            "convert",
-            f"--input={src}",
-            f"--output_dir={out}",
-            *flags,
-        ],
-        check=True,
-        capture_output=True,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
-    )
+    cmd = [os.path.join(BIN, "evenshard"), "convert", f"--input={src}", f"--output_dir={out}"]
+    if in_process(cmd):  # --smoke
+        run_here([*cmd, *flags])
+    else:
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+        subprocess.run([*cmd, *flags], check=True, capture_output=True, env=env)
     return schemas.load_info(out)
 
 
