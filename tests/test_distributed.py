@@ -22,14 +22,16 @@ import json, os, sys
 import torch.distributed as dist
 from reader.torch import TorchReader
 
-data_dir, mode, saved = sys.argv[1], sys.argv[2], sys.argv[3]
+data_dir, modes, saved = sys.argv[1], sys.argv[2], sys.argv[3]
 dist.init_process_group("gloo", init_method="env://")  # RANK, WORLD_SIZE, MASTER_* from env
 kw = dict(image_size=(8, 8), backend="dali")
-if mode == "eval":
-    r = TorchReader(data_dir, "train", 16, shuffle=False, pad_final_batch=True, **kw)
-    out = {"keys": [k for b in r for k, m in zip(b["key"], b["mask"].tolist()) if m],
-           "steps": len(r)}
-else:
+out = {}
+for mode in modes.split(","):  # the modes in turn, in one process group
+    if mode == "eval":
+        r = TorchReader(data_dir, "train", 16, shuffle=False, pad_final_batch=True, **kw)
+        out[mode] = {"keys": [k for b in r for k, m in zip(b["key"], b["mask"].tolist()) if m],
+                     "steps": len(r)}
+        continue
     r = TorchReader(data_dir, "train", 16, seed=4, epochs=None, **kw)
     if saved != "-":
         r.load_state_dict(json.load(open(saved)))
@@ -38,7 +40,7 @@ else:
         keys += b["key"]
         if i + 1 == steps:
             break
-    out = {"keys": keys, "state": r.state_dict()}
+    out[mode] = {"keys": keys, "state": r.state_dict()}
 every = [None] * dist.get_world_size()
 dist.all_gather_object(every, out)  # the ranks agree, through the process group
 if dist.get_rank() == 0:
@@ -54,7 +56,8 @@ def _free_port() -> int:
 
 
 def run_ranks(world: int, *args: str) -> list[dict]:
-    """``world`` processes in one gloo group on 127.0.0.1; rank 0's gathered results."""
+    """``world`` processes in one gloo group on 127.0.0.1; rank 0's gathered results
+    (each rank's, by mode)."""
     env = dict(
         os.environ,
         MASTER_ADDR="127.0.0.1",
@@ -95,22 +98,28 @@ def data_200(tmp_path_factory):
     return out
 
 
-def test_ranks_evaluate_every_example_once_with_equal_steps(data_200):
-    ranks = run_ranks(3, data_200, "eval", "-")
+@pytest.fixture(scope="module")
+def three_ranks(data_200) -> list[dict]:
+    """3 ranks, one process group: the evaluation, then 4 batches of the training read."""
+    return run_ranks(3, data_200, "eval,train", "-")
+
+
+def test_ranks_evaluate_every_example_once_with_equal_steps(three_ranks):
+    ranks = [r["eval"] for r in three_ranks]
     keys = [k for r in ranks for k in r["keys"]]
     assert len(keys) == len(set(keys)) == 200
     assert len({r["steps"] for r in ranks}) == 1
 
 
-def test_a_read_saved_by_three_ranks_resumes_on_two(data_200, tmp_path):
-    three = run_ranks(3, data_200, "train", "-")
+def test_a_read_saved_by_three_ranks_resumes_on_two(data_200, three_ranks, tmp_path):
+    three = [r["train"] for r in three_ranks]
     states = {json.dumps(r["state"]) for r in three}
     assert len(states) == 1  # every rank stands at the same place: any rank's state will do
     saved = tmp_path / "read_state.json"
     saved.write_text(states.pop())
     before = [k for r in three for k in r["keys"]]  # 3 ranks x 4 batches of 16
     assert len(before) == len(set(before)) == 192
-    two = run_ranks(2, data_200, "train", str(saved))
+    two = [r["train"] for r in run_ranks(2, data_200, "train", str(saved))]
     assert len({json.dumps(r["state"]) for r in two}) == 1
     # the 8 records the 3 ranks left, 4 a rank, first; then the 2 ranks' own epoch 1
     firsts = [k for r in two for k in r["keys"][:4]]
