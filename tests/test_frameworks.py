@@ -46,13 +46,20 @@ def tf_keys(data_dir, split, batch_size, **kw) -> list[list[str]]:
     return [[k.decode() for k in b["key"].numpy()] for b in ds]
 
 
+NAMES = ("dali", "torch-dali", "torch-tf")
+
+
+def reader_named(name, data_dir, split, batch_size, **kw):
+    """The DALI pipeline ("dali") or a TorchReader ("torch-BACKEND")."""
+    if name == "dali":
+        return make_dali_pipeline(data_dir, split, batch_size, image_size=SIZE, **kw)
+    backend = name.split("-")[1]
+    return TorchReader(data_dir, split, batch_size, image_size=SIZE, backend=backend, **kw)
+
+
 def readers(data_dir, split, batch_size, **kw):
-    yield "dali", make_dali_pipeline(data_dir, split, batch_size, image_size=SIZE, **kw)
-    for backend in ("dali", "tf"):
-        yield (
-            f"torch-{backend}",
-            TorchReader(data_dir, split, batch_size, image_size=SIZE, backend=backend, **kw),
-        )
+    for name in NAMES:
+        yield name, reader_named(name, data_dir, split, batch_size, **kw)
 
 
 def as_numpy(batch) -> dict:
@@ -62,11 +69,15 @@ def as_numpy(batch) -> dict:
 @pytest.mark.parametrize("workers", [1, 3])
 def test_exact_once_evaluation(data_761, workers):
     """761 keys once, no more: padded batches, masks, equal batch counts per worker."""
-    for name in ("dali", "torch-dali", "torch-tf"):
+    kws = [
+        dict(shuffle=False, pad_final_batch=True, num_workers=workers, worker_index=w)
+        for w in range(workers)
+    ]
+    wants = [tf_keys(data_761[0], "eval", 32, **kw) for kw in kws]  # read once, for each face
+    for name in NAMES:
         seen, counts = [], []
-        for w in range(workers):
-            kw = dict(shuffle=False, pad_final_batch=True, num_workers=workers, worker_index=w)
-            r = dict(readers(data_761[0], "eval", 32, **kw))[name]
+        for kw, want in zip(kws, wants):
+            r = reader_named(name, data_761[0], "eval", 32, **kw)
             batches = [as_numpy(b) for b in r]
             counts.append(len(batches))
             assert len(batches) == len(r)
@@ -76,7 +87,6 @@ def test_exact_once_evaluation(data_761, workers):
                 seen += [k for k, m in zip(b["key"], b["mask"]) if m]
                 assert not b["image"][~b["mask"]].any()  # padding is zeros
             # the same keys, in the same order, as the tf.data reader
-            want = tf_keys(data_761[0], "eval", 32, **kw)
             assert [[k for k in b["key"] if k] for b in batches] == [
                 [k for k in b if k] for b in want
             ]
@@ -85,22 +95,23 @@ def test_exact_once_evaluation(data_761, workers):
 
 
 def test_seeded_order_repeats_and_changes_every_epoch(data_761):
+    want = [
+        k
+        for b in tf_keys(data_761[1], "train", 64, seed=4, epochs=2, drop_remainder=True)
+        for k in b
+    ]
     for name, r in readers(data_761[1], "train", 64, seed=4, epochs=2, drop_remainder=True):
         keys = [k for b in r for k in b["key"]]
         again = [
             k
-            for b in dict(readers(data_761[1], "train", 64, seed=4, epochs=2))[name]
+            for b in reader_named(name, data_761[1], "train", 64, seed=4, epochs=2)
             for k in b["key"]
         ]
         assert keys == again[: len(keys)], name
         first, second = again[:761], again[761:]
         assert collections.Counter(first) == collections.Counter(second), name
         assert first != second, name
-        assert keys == [
-            k
-            for b in tf_keys(data_761[1], "train", 64, seed=4, epochs=2, drop_remainder=True)
-            for k in b
-        ]
+        assert keys == want, name
 
 
 def test_workers_read_disjoint_files_with_equal_steps(data_761):
@@ -146,9 +157,7 @@ def test_dali_and_torch_resume_mid_epoch(data_761):
     kw = dict(seed=9, epochs=2)
     for name, r in readers(data_761[1], "train", 32, **kw):
         whole = [b["key"] for b in r]
-        tail = [
-            b["key"] for b in dict(readers(data_761[1], "train", 32, start_step=30, **kw))[name]
-        ]
+        tail = [b["key"] for b in reader_named(name, data_761[1], "train", 32, start_step=30, **kw)]
         assert tail == whole[30:], name
 
 
@@ -291,6 +300,7 @@ def test_backends_refuse_the_options_they_do_not_honour(data_761):
 
 DATALOADER_RECIPE = r"""
 import json, sys, torch
+import tensorflow  # imported, not started: the forked tf worker need not import it again
 from reader.torch import TorchReader
 
 
@@ -320,7 +330,8 @@ if __name__ == "__main__":  # the cases in order, in one training script
 
 # Run in this order by one script (one start of torch, and of TensorFlow in it): the
 # training process starts DALI, then TensorFlow (in the spawn case) before the last
-# case, where a fork after it is refused; the first case forks before either started.
+# case, where a fork after it is refused; the first case forks before either started
+# (TensorFlow imported, its runtime not started).
 DATALOADER_CASES = [
     ("tf", "0", "1", "fork", "read"),
     ("dali", "0", "1", "fork", "read"),
