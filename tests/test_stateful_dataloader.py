@@ -36,7 +36,7 @@ def data(tmp_path_factory):
 
 
 SCRIPT = r"""
-import hashlib, json, pickle, sys
+import hashlib, json, multiprocessing, pickle, sys
 from torchdata.stateful_dataloader import StatefulDataLoader
 from reader import compat_torch, handover
 from reader.torch import TorchReader
@@ -106,6 +106,12 @@ def next_pass(backend, workers, persistent, stops):
 
 
 if __name__ == "__main__":  # the jobs in order, in one training script
+    import tensorflow  # noqa: F401 - imported, never started here: each forked worker
+    # starts its runtime, none imports it again (a preprocessing process does not import
+    # it: it runs this file's top, as __mp_main__, and the fork server has those modules
+    # already; the reader adds its own to these)
+    top = ["torchdata.stateful_dataloader", "reader.torch"]
+    multiprocessing.set_forkserver_preload(["__main__", *top])
     out = {}
     for name, job, *args in json.loads(sys.argv[2]):
         out[name] = globals()[job](*args)
@@ -113,7 +119,8 @@ if __name__ == "__main__":  # the jobs in order, in one training script
 """
 
 # (name, function, its arguments): run in this order by one script, which forks the
-# DataLoader workers (the training process never starts TensorFlow: its workers do).
+# DataLoader workers (the training process never starts TensorFlow: its workers do; it
+# imports it once, so that the tf workers' 10 forks do not each import it again).
 RESUMES = [0, 2]
 PASSES = [(0, False, "python"), (3, False, "python"), (2, True, "tf")]
 JOBS = [(f"resumes {w}", "resumes", "dali", w) for w in RESUMES] + [
