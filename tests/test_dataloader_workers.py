@@ -38,7 +38,7 @@ def data(tmp_path_factory):
 
 
 RECIPE = r"""
-import hashlib, json, sys
+import hashlib, json, multiprocessing, sys
 import torch
 import reader
 from reader.torch import TorchReader
@@ -157,6 +157,9 @@ def tf_workers():
 
 
 if __name__ == "__main__":  # spawned workers import this file
+    # forkserver workers fork from a server that imported this file's modules and
+    # TensorFlow (never started there) once, rather than each importing them again
+    multiprocessing.set_forkserver_preload(["__main__", "reader.torch", "tensorflow"])
     print(json.dumps(globals()[case]()))
 """
 
@@ -309,7 +312,7 @@ def test_make_dataset_deals_undecoded_batches_to_workers(data, pad):
 
 
 PASSES = r"""
-import json, sys
+import json, multiprocessing, sys
 import torch
 import reader
 from reader.torch import TorchReader
@@ -357,6 +360,9 @@ def read_passes(how):
 
 
 if __name__ == "__main__":  # both ways in one process: one start of torch and the pool's
+    # the pool's processes run this file's top (as __mp_main__): forked from a server
+    # that has its modules, none imports torch again; the reader adds its own to these
+    multiprocessing.set_forkserver_preload(["__main__", "reader.torch"])
     print(json.dumps({how: read_passes(how) for how in ("reader", "loader")}))
 """
 
