@@ -13,6 +13,7 @@ import itertools
 import os
 
 from beam_jobs import paths
+from beam_jobs.candidates import CandidateRules
 from beam_jobs.options import ConvertOptions, is_csv
 from beam_jobs.record_rules import RecordFeatures, glob_root, is_glob
 from schemas.layout import INCOMPLETE_DIR, REJECTS_FILE, join
@@ -88,6 +89,17 @@ class Job:
             path_root=path_root,
             labels_folder=paths.normalize_root(paths.posix_dirname(labels)) if labels else None,
             records=records,
+        )
+
+    def candidate_rules(self) -> CandidateRules:
+        """The rules each input is listed by (its key, label, group and path)."""
+        o = self.options
+        return CandidateRules(
+            root=self.input_root,
+            path_root=self.path_root,
+            kind=o.record_kind,
+            vocabulary=frozenset(self.vocabulary) if self.vocabulary else None,
+            group_by=o.group_by,
         )
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from beam_jobs.candidates import CandidateRules
 from beam_jobs.dedupe import DedupeContent
 from beam_jobs.finalize import Finalize, settings
 from beam_jobs.inspect_images import InspectImages
@@ -59,14 +58,7 @@ def build(pipeline, job: Job):
         )
         images, rejected = inputs["main"], [inputs["rejects"]]
     else:
-        rules = CandidateRules(
-            root=job.input_root,
-            path_root=job.path_root,
-            kind=o.record_kind,
-            vocabulary=frozenset(job.vocabulary) if job.vocabulary else None,
-            group_by=o.group_by,
-        )
-        inputs = pipeline | "ReadInputs" >> ReadInputs(rules, job.manifest)
+        inputs = pipeline | "ReadInputs" >> ReadInputs(job.candidate_rules(), job.manifest)
         # Candidate -> Image | Reject
         inspected = inputs["main"] | "InspectImages" >> inspect
         images = inspected["main"]

@@ -32,7 +32,7 @@ import zlib
 
 import schemas
 from beam_jobs import finalize, paths, walk
-from beam_jobs.candidates import CandidateRules, rows_of
+from beam_jobs.candidates import rows_of
 from beam_jobs.fingerprint import fp, unit
 from beam_jobs.inspect_images import InspectImage
 from beam_jobs.job import Job
@@ -132,14 +132,7 @@ def _check_supported(options, beam_args: list[str]) -> None:
 
 def _listing(job: Job) -> list[Candidate | Reject]:
     """Every input, as convert's ReadInputs lists it (before duplicates are dropped)."""
-    o = job.options
-    rules = CandidateRules(
-        root=job.input_root,
-        path_root=job.path_root,
-        kind=o.record_kind,
-        vocabulary=frozenset(job.vocabulary) if job.vocabulary else None,
-        group_by=o.group_by,
-    )
+    rules = job.candidate_rules()
     if job.manifest is not None:
         with paths.open_text(job.manifest, errors="surrogateescape") as f:
             return [rules.row(number, row) for number, row in rows_of(job.manifest, f)]

@@ -809,25 +809,12 @@ def test_the_servers_own_log_shows_a_tight_cache_fetching_the_split_once_an_epoc
 # Beam's S3 file system starts a boto3 session a call, and each parsed botocore's JSON
 # models again (some 20 CPU-s for the 8 images of the test below). What is sent to the
 # server does not change; botocore only, nothing that convert imports, before the command.
-_EVENSHARD_ONE_BOTOCORE_LOADER = """
+_EVENSHARD_ONE_BOTOCORE_LOADER = f"""
 import sys
-from botocore import loaders, session
-
-made = {}
-
-class Paths(list):  # boto3 appends its data folder to each new session's loader
-    def append(self, path):
-        if path not in self:
-            super().append(path)
-
-def create_loader(search_path_string=None):
-    if search_path_string not in made:
-        loader = loaders.create_loader(search_path_string)
-        loader._search_paths = Paths(loader.search_paths)
-        made[search_path_string] = loader
-    return made[search_path_string]
-
-session.create_loader = create_loader
+sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+from botocore import session
+from botocore_loader import one_loader_a_data_path
+session.create_loader = one_loader_a_data_path()
 sys.argv[0] = "evenshard"
 from evenshard.cli import run
 run()
