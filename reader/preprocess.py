@@ -221,6 +221,8 @@ def _end_running_reads() -> None:
 
 
 compat_mp.before_pools_join(_end_running_reads)
+# a forked child (a DataLoader worker) inherits the reads, not their ending
+os.register_at_fork(after_in_child=_RUNNING.clear)
 
 
 LEAVE_WAIT = 10.0  # seconds a process has to end once its read is left (ms, as a rule)
@@ -264,7 +266,7 @@ def _result(number: int, future, held):
 def _broken(number: int, held):
     """A process of the pool ended: Ctrl-C (the processes said so on ``held``: raised
     here, where tf.data waits, as the caller's Ctrl-C is not), or it died."""
-    if held.poll():
+    if not held.closed and held.poll():  # (closed: the read was left at exit)
         raise KeyboardInterrupt from None
     _died(number)
 

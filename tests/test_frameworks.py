@@ -299,8 +299,7 @@ def test_backends_refuse_the_options_they_do_not_honour(data_761):
 
 
 DATALOADER_RECIPE = r"""
-import json, sys, torch
-import tensorflow  # imported, not started: the forked tf worker need not import it again
+import json, sys, torch  # not TensorFlow: a forked tf worker imports and starts it itself
 from reader.torch import TorchReader
 
 

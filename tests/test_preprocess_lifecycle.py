@@ -378,3 +378,24 @@ def test_a_read_never_finished_does_not_hold_the_exit(data, tmp_path):
     assert [n for n in os.listdir(MARKS) if n.startswith("started-")]
     assert not [n for n in os.listdir(MARKS) if n.startswith("woke-")]
     shutil.rmtree(MARKS, ignore_errors=True)
+
+
+def _noop():
+    pass
+
+
+def test_a_forked_child_exiting_leaves_the_parents_read_running(data):
+    """A process forked while a read runs (a DataLoader worker of a validation loader)
+    inherits the read: its exit must not end the read's processes."""
+    import multiprocessing
+
+    kw = {**OPTS, "epochs": 4}  # 16 batches: more than the 4 in flight at the fork
+    r = reader.NumpyReader(data, "train", B, transform=None, num_processes=2, **kw)
+    batches = iter(r)
+    first = next(batches)
+    child = multiprocessing.get_context("fork").Process(target=_noop)
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0
+    assert 1 + len(list(batches)) == len(r)  # the read goes on: no process of it died
+    assert first["image"].shape[0] == B
