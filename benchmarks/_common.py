@@ -116,13 +116,9 @@ def _convert_once(src: str, out: str, *flags: str) -> str:
         info = schemas.load_info(out)
         shards = [sh for s in info["splits"].values() for sh in s["shards"]]
         done = info["compression"] != "none" or all("dali_index" in sh for sh in shards)
-    cmd = [os.path.join(BIN, "evenshard"), "convert", f"--input={src}", f"--output_dir={out}"]
-    if not done and in_process(cmd):
-        run_here([*cmd, "--overwrite", *flags])
-    elif not done:
-        run = subprocess.run([*cmd, "--overwrite", *flags], capture_output=True, text=True)
-        if run.returncode:
-            raise RuntimeError(f"evenshard convert {src} failed:\n{run.stderr[-3000:]}")
+    if not done:
+        cmd = [os.path.join(BIN, "evenshard"), "convert", f"--input={src}", f"--output_dir={out}"]
+        run_command([*cmd, "--overwrite", *flags], what=f"evenshard convert {src}")
     return out
 
 
@@ -208,6 +204,19 @@ def run_here(cmd: list[str]) -> str:
     if code:
         raise RuntimeError(f"{' '.join(cmd)} failed: exit code {code}")
     return out
+
+
+def run_command(cmd: list[str], what: str | None = None, env: dict | None = None) -> str:
+    """What ``cmd`` prints: run here under ``--smoke`` (``in_process``), else in its own
+    process (TF_CPP_MIN_LOG_LEVEL=3, and ``env``); a failure raises, naming ``what``
+    (the command by default) and, from a process, the tail of its stderr."""
+    if in_process(cmd):
+        return run_here(cmd)
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **(env or {})}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if done.returncode:
+        raise RuntimeError(f"{what or ' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
+    return done.stdout
 
 
 def run_measured(cmd: list[str], phases: dict | None = None) -> tuple[float, int]:

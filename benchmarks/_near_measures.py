@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from collections import Counter
 
 import numpy as np
-from _common import BIN, in_process, run_here
+from _common import BIN, run_command
 from _near_corpus import EDGES, VARIANTS
 
 MAX_DISTANCE = 20
@@ -280,11 +279,7 @@ def convert(src: str, out: str, *flags: str) -> dict:
 
     shutil.rmtree(out, ignore_errors=True)
     cmd = [os.path.join(BIN, "evenshard"), "convert", f"--input={src}", f"--output_dir={out}"]
-    if in_process(cmd):  # --smoke
-        run_here([*cmd, *flags])
-    else:
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-        subprocess.run([*cmd, *flags], check=True, capture_output=True, env=env)
+    run_command([*cmd, *flags])
     return schemas.load_info(out)
 
 

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -59,10 +58,9 @@ from _common import (  # noqa: E402
     SMOKE,
     WORK,
     bench_main,
-    in_process,
     measured,
     replace_section,
-    run_here,
+    run_command,
     tiny,
 )
 from _peers_corpus import LABELS, corpus_facts, make_corpus  # noqa: E402
@@ -122,17 +120,10 @@ def write(tool: str, src: str, out: str) -> dict:
 
 def read(tool: str, data: str, count: int, label_of: np.ndarray) -> dict:
     """One read in a process of its own, checked; its rate and batches' labels."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore")
     load = os.getloadavg()[0]  # the machine is shared: what ran just before, roughly
     start = time.perf_counter()
     cmd = [_python(TOOLS[tool][1]), WORKER, "read", tool, data, str(count)]
-    if in_process(cmd):  # --smoke: the project's readers in this process
-        printed = run_here(cmd)
-    else:
-        out = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        if out.returncode:
-            raise RuntimeError(f"{tool} read failed:\n{out.stderr[-3000:]}")
-        printed = out.stdout
+    printed = run_command(cmd, what=f"{tool} read", env={"PYTHONWARNINGS": "ignore"})
     wall = time.perf_counter() - start
     r = json.loads(printed.strip().splitlines()[-1])
     indices = np.concatenate([np.asarray(b, dtype=np.int64) for b in r["indices"]])

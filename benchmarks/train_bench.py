@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import WORK, bench_main, convert_once, in_process, make_jpegs, run_here, tiny  # noqa: E402
+from _common import WORK, bench_main, convert_once, make_jpegs, run_command, tiny  # noqa: E402
 
 IMAGES = tiny(5_000, 32)
 
@@ -55,12 +54,7 @@ print(json.dumps({"images_per_s": n / (time.perf_counter() - start), "build_s": 
 
 
 def run(backend: str, threads: int, data_dir: str) -> dict:
-    cmd = [sys.executable, "-c", ONE_RUN, backend, str(threads), data_dir]
-    if in_process(cmd):  # --smoke: in this process
-        printed = run_here(cmd)
-    else:
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-        printed = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stdout
+    printed = run_command([sys.executable, "-c", ONE_RUN, backend, str(threads), data_dir])
     return json.loads(printed.strip().splitlines()[-1])
 
 
