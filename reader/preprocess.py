@@ -237,23 +237,18 @@ def _leave(pool, held) -> None:
     held.close()
     pool.shutdown(wait=False, cancel_futures=True)
     alive = {process.sentinel: process for process in processes}
-    deadline, killed = time.monotonic() + LEAVE_WAIT, False
-    while alive:  # ended, or killed and ended (so no block is made after the read)
-        left = deadline - time.monotonic()
-        if left <= 0 and killed:
-            break
-        if left <= 0:
-            for process in alive.values():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(process.pid, signal.SIGKILL)
-            deadline, killed = time.monotonic() + LEAVE_WAIT, True
-            continue
-        try:
-            ended = multiprocessing.connection.wait(list(alive), left)
-        except (OSError, ValueError):  # a sentinel closed meanwhile: its process ended
-            ended = list(alive)
-        for sentinel in ended:
-            alive.pop(sentinel)
+    for kill in (False, True):  # ended, or killed and ended (no block made after the read)
+        for process in alive.values() if kill else ():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGKILL)
+        deadline = time.monotonic() + LEAVE_WAIT
+        while alive and (left := deadline - time.monotonic()) > 0:
+            try:
+                ended = multiprocessing.connection.wait(list(alive), left)
+            except (OSError, ValueError):  # a sentinel closed meanwhile: its process ended
+                ended = list(alive)
+            for sentinel in ended:
+                alive.pop(sentinel)
 
 
 def _result(number: int, future, held):
