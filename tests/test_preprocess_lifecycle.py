@@ -399,3 +399,41 @@ def test_a_forked_child_exiting_leaves_the_parents_read_running(data):
     assert child.exitcode == 0
     assert 1 + len(list(batches)) == len(r)  # the read goes on: no process of it died
     assert first["image"].shape[0] == B
+
+
+def test_the_scripts_own_imports_are_made_once_in_the_fork_server(data, tmp_path):
+    """Each process re-runs the training script's top (Python before 3.13 never preloads
+    it in the fork server): what the script imports (torch, TensorFlow: seconds each)
+    is imported once, by the server the processes fork from, not once a process."""
+    lib, log = tmp_path / "lib", tmp_path / "imported_by"
+    lib.mkdir()
+    (lib / "heavy_stand_in.py").write_text(
+        "import os\n"
+        "with open(os.environ['IMPORTED_BY'], 'a') as f:\n"
+        "    f.write(f'{os.getpid()}\\n')\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import os, sys
+            import heavy_stand_in
+            import reader
+
+            if __name__ == "__main__":
+                batches = reader.NumpyReader(sys.argv[1], "train", 4, image_size=(12, 12),
+                                             seed=0, epochs=1, num_processes=2)
+                print(os.getpid(), sum(1 for _ in batches))
+            """
+        )
+    )
+    env = dict(os.environ, IMPORTED_BY=str(log), PYTHONPATH=f"{lib}{os.pathsep}{os.getcwd()}")
+    done = subprocess.run(
+        [sys.executable, str(script), data], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    pid, batches = map(int, done.stdout.split())
+    imported_by = [int(line) for line in log.read_text().split()]
+    assert batches == 4
+    # the script's process, then the fork server; neither of the read's 2 processes
+    assert len(imported_by) == 2 and imported_by[0] == pid, imported_by
