@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import resource
+import shutil
 import subprocess
 import sys
 import threading
@@ -83,6 +84,45 @@ def _make_jpegs(root: str, count: int, num_labels: int, size: int, sorted_labels
             f.write(image_bytes("jpeg", size, size, rng))
     open(done, "w").close()
     return root
+
+
+def make_photos(root: str, count: int, num_labels: int, size: tuple[int, int]) -> str:
+    """``count`` photo-like JPEGs of ``size`` (height, width) in ``num_labels`` label
+    folders (label-sorted, as ``make_jpegs``); cached. Under ``SHARED``, in that folder
+    (as ``make_jpegs``): its path is returned."""
+    if SHARED:
+        root = os.path.join(SHARED, f"photos_{count}_{size[1]}x{size[0]}_{num_labels}")
+        with _shared_lock(root):
+            return _make_photos(root, count, num_labels, size)
+    return _make_photos(root, count, num_labels, size)
+
+
+def _make_photos(root: str, count: int, num_labels: int, size: tuple[int, int]) -> str:
+    from evenshard.synthetic import photo_bytes
+
+    done = os.path.join(root, ".done")
+    if os.path.exists(done):
+        return root
+    rng = np.random.default_rng(0)
+    for i in range(count):
+        d = os.path.join(root, f"label_{i * num_labels // count:03d}")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, f"img_{i:06d}.jpg"), "wb") as f:
+            f.write(photo_bytes(rng, *size))
+    open(done, "w").close()
+    return root
+
+
+def git_tree(ref: str, tree: str) -> str:
+    """The project as of git commit ``ref``, exported to the folder ``tree`` (emptied
+    first: ``git archive REF | tar -x -C TREE``), for a before/after in one sitting: a
+    contender run there (cwd or PYTHONPATH) imports that commit's code. Returns ``tree``."""
+    shutil.rmtree(tree, ignore_errors=True)
+    os.makedirs(tree)
+    root = os.path.dirname(HERE)
+    archive = subprocess.run(["git", "archive", ref], cwd=root, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
+    return tree
 
 
 def list_images(root: str) -> list[tuple[str, str]]:

@@ -39,6 +39,7 @@ from _common import (  # noqa: E402
     SMOKE,
     WORK,
     bench_main,
+    git_tree,
     list_images,
     make_jpegs,
     run_measured,
@@ -133,11 +134,7 @@ def photos_part(count: int, rounds: int, baseline: str) -> dict:
         "convert": ([sys.executable, "-c", _CLI, *convert, f"--output_dir={WORK}/p_new"], here),
     }
     if baseline:
-        tree = os.path.join(WORK, "baseline_tree")
-        shutil.rmtree(tree, ignore_errors=True)
-        os.makedirs(tree)
-        archive = subprocess.run(["git", "archive", baseline], cwd=here, capture_output=True)
-        subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
+        tree = git_tree(baseline, os.path.join(WORK, "baseline_tree"))
         cmd = [sys.executable, "-c", _CLI, *convert, f"--output_dir={WORK}/p_old"]
         contenders["convert_baseline"] = (cmd, tree)
     runs: dict[str, list[tuple[float, float]]] = {k: [] for k in contenders}

@@ -54,11 +54,10 @@ from _common import (  # noqa: E402
     convert_once,
     list_images,
     make_jpegs,
+    make_photos,
     tiny,
     verdict,
 )
-
-from evenshard.synthetic import photo_bytes  # noqa: E402
 
 BATCH = 64
 VIEWS = 5
@@ -113,22 +112,6 @@ class FolderDataset:
         with Image.open(path) as im:
             image = np.asarray(im.convert("RGB"))
         return resize(busy(image), self.size), self.index[label]
-
-
-def make_photos(root: str, count: int, num_labels: int, size: tuple[int, int]) -> str:
-    """``count`` photo-like JPEGs of ``size`` (height, width) in ``num_labels`` label
-    folders (label-sorted, as ``make_jpegs``); cached."""
-    done = os.path.join(root, ".done")
-    if os.path.exists(done):
-        return root
-    rng = np.random.default_rng(0)
-    for i in range(count):
-        d = os.path.join(root, f"label_{i * num_labels // count:03d}")
-        os.makedirs(d, exist_ok=True)
-        with open(os.path.join(d, f"img_{i:06d}.jpg"), "wb") as f:
-            f.write(photo_bytes(rng, *size))
-    open(done, "w").close()
-    return root
 
 
 def expected_distinct(counts: np.ndarray, n: int) -> float:

@@ -47,6 +47,7 @@ BENCHES = (
     "near",
     "near_icons",
     "explain",
+    "script",
 )
 
 
