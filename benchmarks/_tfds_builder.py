@@ -1,11 +1,11 @@
 """TFDS builders over an image folder: the competitor in tfds_bench.py (benchmark tooling only).
 
-    python _tfds_builder.py SRC OUT single|beam
+    python _tfds_builder.py SRC OUT single|beam [WORKERS]
 
 ``single``: a ``GeneratorBasedBuilder`` whose generator yields paths (TFDS
 reads the bytes, hashes keys to shuffle, writes TFRecord shards; no decode).
 ``beam``: the same builder with ``_generate_examples`` returning a Beam
-PTransform, run by TFDS on the DirectRunner with 2 worker processes.
+PTransform, run by TFDS on the DirectRunner with 2 worker processes (WORKERS).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def make_builder(src: str, beam: bool):
 
 
 def main(argv: list[str]) -> None:
-    src, out, mode = argv
+    src, out, mode, *workers = argv  # workers: the Beam path's (2; --smoke's bench: 1)
     beam = mode == "beam"
     builder = make_builder(src, beam)(data_dir=out)
     config = None
@@ -68,7 +68,10 @@ def main(argv: list[str]) -> None:
 
         config = tfds.download.DownloadConfig(
             beam_options=PipelineOptions(
-                ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
+                [
+                    f"--direct_num_workers={workers[0] if workers else 2}",
+                    "--direct_running_mode=multi_processing",
+                ]
             )
         )
     builder.download_and_prepare(download_config=config)

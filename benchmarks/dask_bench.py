@@ -14,7 +14,7 @@ import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import BIN, WORK, bench_main, make_jpegs, run_measured, verdict  # noqa: E402
+from _common import BIN, WORK, bench_main, make_jpegs, run_measured, tiny, verdict  # noqa: E402
 
 FLAGS = {
     "images": (int, 35_000, "JPEGs to generate and convert", 24),
@@ -26,9 +26,15 @@ def measure(a) -> dict:
 
     src = make_jpegs(os.path.join(WORK, f"jpegs_{a.images}"), a.images)
     runs, shas = {}, {}
+    # --smoke: one worker process each (the same paths: Beam's multi_processing worker,
+    # a Dask LocalCluster of worker processes), not two, each importing Beam afresh
+    workers = tiny(2, 1)
     for name, flags in {
-        "direct_2_workers": ["--direct_num_workers=2", "--direct_running_mode=multi_processing"],
-        "dask_2_workers": ["--runner=dask"],
+        "direct_2_workers": [
+            f"--direct_num_workers={workers}",
+            "--direct_running_mode=multi_processing",
+        ],
+        "dask_2_workers": ["--runner=dask", *tiny([], ["--dask_workers=1"])],
     }.items():
         out = os.path.join(WORK, f"dask_bench_{name}")
         cmd = [os.path.join(BIN, "evenshard"), "convert", f"--input={src}", f"--output_dir={out}"]

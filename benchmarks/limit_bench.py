@@ -41,7 +41,15 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import HERE, WORK, bench_main, convert_once, list_images  # noqa: E402
+from _common import (  # noqa: E402
+    HERE,
+    WORK,
+    bench_main,
+    convert_once,
+    in_process,
+    list_images,
+    run_here,
+)
 
 BATCH = 128
 ROOT = os.path.dirname(HERE)  # this checkout: the readers measured
@@ -179,25 +187,24 @@ def read(name: str, data: str, size: int, count: int, epochs: int, tree: str = R
     """``epochs`` of reader ``name`` in a process of its own, importing the reader of the
     checkout ``tree``: each of the ``count`` images read once an epoch."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore")
-    out = subprocess.run(
-        [
-            sys.executable,
-            os.path.abspath(__file__),
-            "--read",
-            name,
-            data,
-            str(size),
-            str(epochs),
-            tree,
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tree,
-    )
-    if out.returncode:
-        raise RuntimeError(f"{name} at {size} failed:\n{out.stderr[-3000:]}")
-    r = json.loads(out.stdout.strip().splitlines()[-1])
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--read",
+        name,
+        data,
+        str(size),
+        str(epochs),
+        tree,
+    ]
+    if in_process(cmd) and tree == ROOT:  # --smoke: this checkout's reader, run here
+        printed = run_here(cmd)  # (the same --read entry; a process would import TF again)
+    else:
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tree)
+        if out.returncode:
+            raise RuntimeError(f"{name} at {size} failed:\n{out.stderr[-3000:]}")
+        printed = out.stdout
+    r = json.loads(printed.strip().splitlines()[-1])
     keys = r.pop("keys")
     if len(keys) != count * epochs or len(set(keys)) != count:
         raise RuntimeError(

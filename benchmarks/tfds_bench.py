@@ -76,7 +76,8 @@ def measure(a) -> dict:
             f"naive_loop(list_images({src!r}), {outs + '/a.tfrecord'!r})",
         ],
         "b_tfds_single": [PY, builder, src, f"{outs}/b", "single"],
-        "c_tfds_beam": [PY, builder, src, f"{outs}/c", "beam"],
+        # --smoke: one Beam worker process, not two (each imports TF and TFDS afresh)
+        "c_tfds_beam": [PY, builder, src, f"{outs}/c", "beam", *tiny([], ["1"])],
         "d_evenshard_header": [*evenshard, f"--output_dir={outs}/d", "--verify=header"],
         "e_evenshard_full": [*evenshard, f"--output_dir={outs}/e", "--verify=full"],
     }
