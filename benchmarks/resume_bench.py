@@ -26,7 +26,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import WORK, bench_main, convert_once, make_jpegs, tiny, verdict  # noqa: E402
+from _common import SMOKE, WORK, bench_main, convert_once, make_jpegs, tiny, verdict  # noqa: E402
 
 BATCH = tiny(256, 4)
 SIZE = (64, 64)
@@ -74,7 +74,8 @@ def measure(a) -> dict:
             pass
         return time.perf_counter() - start
 
-    first_batch(0)  # warm up: imports, graph tracing, file cache
+    if not SMOKE:  # --smoke times nothing: fresh_k0 below runs the same first batch
+        first_batch(0)  # warm up: imports, graph tracing, file cache
     best: dict[str, float] = {}
     for _ in range(tiny(5, 1)):
         for name, fn in [("fresh_k0", lambda: first_batch(0)), ("one_shard_raw", one_shard_raw)]:
