@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import collections
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -319,12 +316,25 @@ def case(data_dir, backend, parent_first, workers, context):
     return f"read {len(got)}"
 
 
-if __name__ == "__main__":  # the cases in order, in one training script
-    data_dir, cases = sys.argv[1], json.loads(sys.argv[2])
+def jax_case(recipe, data_dir):  # JAX_RECIPE, after the DataLoader cases
+    import os, traceback
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    names = {"data_dir": data_dir, "JAX_OUT": []}
+    try:
+        exec(compile(recipe, "jax_recipe", "exec"), names)
+    except Exception:
+        return "error: " + traceback.format_exc()[-3000:]
+    return names["JAX_OUT"][0]
+
+
+if __name__ == "__main__":  # the cases in order, in one training script; then JAX's
+    data_dir, cases, jax_recipe, eval_dir = sys.argv[1], json.loads(sys.argv[2]), *sys.argv[3:]
     out = {}
     for args in cases:
         out[" ".join(args)] = case(data_dir, *args)
         print(json.dumps(out), flush=True)
+    out["jax"] = jax_case(jax_recipe, eval_dir)
+    print(json.dumps(out), flush=True)
 """
 
 # Run in this order by one script (one start of torch, and of TensorFlow in it): the
@@ -341,12 +351,38 @@ DATALOADER_CASES = [
 ]
 
 
+# Run by the DataLoader cases' script after them, in its interpreter, TensorFlow
+# started, JAX not yet imported (jax_case: data_dir given; what it found, in JAX_OUT).
+JAX_RECIPE = r"""
+import os
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+import jax, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+import reader
+
+mesh = Mesh(np.array(jax.devices()), ("data",))
+sharding = NamedSharding(mesh, P("data"))  # batch rows split across devices
+ds = reader.make_dataset(data_dir, "eval", 32, image_size=(16, 16), shuffle=False,
+                         pad_final_batch=True)
+seen, total = [], 0
+for batch in ds.as_numpy_iterator():
+    images = jax.device_put(batch["image"], sharding)
+    mask = jax.device_put(batch["mask"], sharding)
+    assert len(images.sharding.device_set) == 2
+    total += int(jax.numpy.sum(mask))   # a stand-in for a masked metric
+    seen += [k for k, m in zip(batch["key"], batch["mask"]) if m]
+JAX_OUT.append(f"{total} {len(seen)} {len(set(seen))}")
+"""
+
+
 @pytest.fixture(scope="module")
 def dataloader_outcomes(data_761, tmp_path_factory) -> dict:
+    """The DataLoader cases' outcomes, and under "jax" the JAX recipe's (one script)."""
     script = tmp_path_factory.mktemp("loader") / "loader.py"
     script.write_text(DATALOADER_RECIPE)
     cases = json.dumps([c[:-1] for c in DATALOADER_CASES])
-    return script_outcomes(script, data_761[1], cases, timeout=600)  # a hang: "hung: "
+    args = (data_761[1], cases, JAX_RECIPE, data_761[0])
+    return script_outcomes(script, *args, timeout=600)  # a hang: "hung: "
 
 
 @pytest.mark.parametrize("backend, parent_first, workers, context, outcome", DATALOADER_CASES)
@@ -359,37 +395,7 @@ def test_dataloader_workers_read_or_refuse_never_hang(
     assert dataloader_outcomes["rc"].startswith("0: "), dataloader_outcomes["rc"]
 
 
-JAX_RECIPE = r"""
-import os, sys
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
-import jax, numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-import reader
-
-data_dir = sys.argv[1]
-mesh = Mesh(np.array(jax.devices()), ("data",))
-sharding = NamedSharding(mesh, P("data"))  # batch rows split across devices
-ds = reader.make_dataset(data_dir, "eval", 32, image_size=(16, 16), shuffle=False,
-                         pad_final_batch=True)
-seen, total = [], 0
-for batch in ds.as_numpy_iterator():
-    images = jax.device_put(batch["image"], sharding)
-    mask = jax.device_put(batch["mask"], sharding)
-    assert len(images.sharding.device_set) == 2
-    total += int(jax.numpy.sum(mask))   # a stand-in for a masked metric
-    seen += [k for k, m in zip(batch["key"], batch["mask"]) if m]
-print(total, len(seen), len(set(seen)))
-"""
-
-
-def test_jax_recipe_shards_batches_across_devices_exactly_once(data_761, tmp_path):
-    script = tmp_path / "jax_recipe.py"
-    script.write_text(JAX_RECIPE)
-    out = subprocess.run(
-        [sys.executable, str(script), data_761[0]],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=dict(os.environ, JAX_PLATFORMS="cpu"),
-    )
-    assert out.stdout.split() == ["761", "761", "761"]
+def test_jax_recipe_shards_batches_across_devices_exactly_once(dataloader_outcomes):
+    """JAX_RECIPE (2 CPU devices, JAX's first import in the process), run by the
+    DataLoader cases' script after them: one start of the interpreter and TensorFlow."""
+    assert dataloader_outcomes.get("jax") == "761 761 761", dataloader_outcomes
