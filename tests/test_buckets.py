@@ -805,16 +805,19 @@ def test_the_servers_own_log_shows_a_tight_cache_fetching_the_split_once_an_epoc
 
 
 # The `evenshard` command (its entry point, evenshard.cli:run) with botocore's loader
-# shared by its sessions, as conftest's s3_server fixture shares it in this process:
-# Beam's S3 file system starts a boto3 session a call, and each parsed botocore's JSON
-# models again (some 20 CPU-s for the 8 images of the test below). What is sent to the
-# server does not change; botocore only, nothing that convert imports, before the command.
+# shared by its sessions and boto3's sessions and clients made once a configuration, as
+# conftest's s3_server fixture shares them in this process: Beam's S3 file system starts
+# a boto3 session and client a call, and each parsed botocore's JSON models again (some
+# 20 CPU-s for the 8 images of the test below). What is sent to the server does not
+# change; botocore and boto3 only, nothing else convert imports, before the command.
 _EVENSHARD_ONE_BOTOCORE_LOADER = f"""
 import sys
 sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+import boto3.session
 from botocore import session
-from botocore_loader import one_loader_a_data_path
+from botocore_loader import one_client_a_configuration, one_loader_a_data_path
 session.create_loader = one_loader_a_data_path()
+boto3.session.Session = one_client_a_configuration()
 sys.argv[0] = "evenshard"
 from evenshard.cli import run
 run()
