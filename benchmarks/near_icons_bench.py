@@ -61,6 +61,7 @@ FLAGS = {
         str,
         "elementary-xfce,gnome",
         "icon themes under /usr/share/icons, comma-separated (the first: the one tuned on)",
+        "elementary-xfce",  # --smoke: one theme, each step once (a second repeats them)
     )
 }
 TITLE = "## near-duplicates on icon themes — `benchmarks/near_icons_bench.py`"
