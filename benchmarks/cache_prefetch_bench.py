@@ -68,8 +68,10 @@ def measure(a) -> dict:
     import reader
 
     src = make_jpegs(os.path.join(WORK, f"jpegs_{a.images}"), a.images)
+    # --smoke: in 8 shards, train_bench's conversion of the same 32 JPEGs (shared)
+    shards = tiny((), ("--num_shards=8",))
     data_dir = convert_once(
-        src, os.path.join(WORK, f"cache_prefetch_{a.images}"), "--splits=train=1.0"
+        src, os.path.join(WORK, f"cache_prefetch_{a.images}"), "--splits=train=1.0", *shards
     )
     n = reader.load_info(data_dir)["splits"]["train"]["num_examples"]
     step_s = a.step_ms / 1000
