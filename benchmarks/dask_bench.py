@@ -26,14 +26,10 @@ def measure(a) -> dict:
 
     src = make_jpegs(os.path.join(WORK, f"jpegs_{a.images}"), a.images)
     runs, shas = {}, {}
-    # --smoke: one worker process each (the same paths: Beam's multi_processing worker,
-    # a Dask LocalCluster of worker processes), not two, each importing Beam afresh
-    workers = tiny(2, 1)
     for name, flags in {
-        "direct_2_workers": [
-            f"--direct_num_workers={workers}",
-            "--direct_running_mode=multi_processing",
-        ],
+        "direct_2_workers": ["--direct_num_workers=2", "--direct_running_mode=multi_processing"],
+        # --smoke: a LocalCluster of one worker process (the same path), not two, each
+        # importing Beam afresh
         "dask_2_workers": ["--runner=dask", *tiny([], ["--dask_workers=1"])],
     }.items():
         out = os.path.join(WORK, f"dask_bench_{name}")
