@@ -75,6 +75,8 @@ def one_client_a_configuration():
                 return made[key]
 
         def __getattr__(self, name):  # get_credentials, region_name, ...
+            if name.startswith("_"):  # nothing of boto3's private state, nor _own unset
+                raise AttributeError(name)
             return getattr(self._session()[1], name)
 
     return SharedSession
