@@ -8,6 +8,8 @@ it the same way (docs/design.md, "Object stores"); its servers come with the
 ``gs://local/photos/``, prints the variables that point another shell's clients
 (evenshard, the readers, google-cloud-storage and boto3) at it, and serves until
 Ctrl-C, which stops it. The objects live in the server's memory and go with it.
+Each server ends with the process that started it, however that one ends (a
+``kill -9`` or a crash runs no ``finally``): it watches a pipe only that process held.
 
 GCS (``gcp-storage-emulator``):
 ``with gcs_emulator() as client:`` starts the server on a free port of 127.0.0.1,
@@ -63,12 +65,7 @@ def gcs_emulator(log: str | None = None, port: int = 0):
     from schemas import storage, stores
 
     port = port or _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "evenshard.emulator", "serve-gcs", str(port), *([log] * bool(log))],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        process_group=0,  # Ctrl-C at a terminal reaches the caller, which stops it
-    )
+    proc = _server(["-m", "evenshard.emulator", "serve-gcs", str(port), *([log] * bool(log))])
     before = os.environ.get("STORAGE_EMULATOR_HOST")
     try:
         _wait_for(port, proc, "the GCS emulator")
@@ -78,6 +75,7 @@ def gcs_emulator(log: str | None = None, port: int = 0):
     finally:
         proc.kill()
         proc.wait()
+        proc.stdin.close()
         stores.GCS._client = None
         if before is None:
             os.environ.pop("STORAGE_EMULATOR_HOST", None)
@@ -91,13 +89,7 @@ def s3_server(port: int = 0):
     from schemas import stores
 
     port = port or _free_port()
-    server = os.path.join(os.path.dirname(sys.executable), "moto_server")
-    proc = subprocess.Popen(
-        [server, "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        process_group=0,
-    )
+    proc = _server(["-c", _MOTO, "-H", "127.0.0.1", "-p", str(port)])
     names = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
     before = {n: os.environ.get(n) for n in names}
     try:
@@ -113,12 +105,50 @@ def s3_server(port: int = 0):
     finally:
         proc.kill()
         proc.wait()
+        proc.stdin.close()
         stores.S3._client = None
         for n, v in before.items():
             if v is None:
                 os.environ.pop(n, None)
             else:
                 os.environ[n] = v
+
+
+# moto's own server (its moto_server command), ended with the process that started it
+_MOTO = """
+import sys
+from evenshard.emulator import end_with_parent
+end_with_parent()
+from moto.server import main
+sys.argv[0] = "moto_server"
+main()
+"""
+
+
+def _server(args: list[str]) -> subprocess.Popen:
+    """A server process of this interpreter: its own process group (Ctrl-C at a
+    terminal reaches the caller, which stops it), and the read end of a pipe only the
+    caller holds as its stdin, so that it ends with the caller however the caller
+    ends (a ``kill -9`` or a crash runs no ``finally``)."""
+    return subprocess.Popen(
+        [sys.executable, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        process_group=0,
+    )
+
+
+def end_with_parent() -> None:
+    """In a server process (``_server``): exits once its stdin ends, that is when the
+    process that started it has ended or closed the pipe."""
+    import threading
+
+    def watch() -> None:
+        sys.stdin.buffer.read()
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def _free_port() -> int:
@@ -287,6 +317,7 @@ def _upload_folder(store: str, client, bucket: str, folder: str) -> str:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["serve-gcs"]:  # the GCS server's own process (gcs_emulator)
+        end_with_parent()
         _serve(int(sys.argv[2]), *sys.argv[3:4])
     else:
         sys.exit(main())

@@ -859,3 +859,34 @@ def test_one_command_serves_a_folder_in_a_bucket_until_ctrl_c(store, tmp_path):
     watchdog.cancel()
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
+
+
+def test_the_servers_end_with_the_process_that_started_them():
+    """A process killed with kill -9 runs no ``finally``: its GCS and S3 servers end
+    anyway (each watches a pipe only that process held), no server left behind."""
+    import signal
+    import time
+
+    script = (
+        "import os, signal\n"
+        "from evenshard.emulator import gcs_emulator, s3_server\n"
+        "with gcs_emulator(), s3_server():\n"
+        "    print(os.environ['STORAGE_EMULATOR_HOST'].rsplit(':', 1)[1],\n"
+        "          os.environ['AWS_ENDPOINT_URL'].rsplit(':', 1)[1], flush=True)\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    ports = [int(port) for port in done.stdout.split()]
+    assert len(ports) == 2
+    deadline = time.monotonic() + 30  # they end in well under a second
+    for port in ports:
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            except OSError:
+                break  # refused: the server is gone
+            assert time.monotonic() < deadline, f"a server still answers on port {port}"
+            time.sleep(0.1)
