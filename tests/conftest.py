@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# A run started in the background (nohup, `make test &`) inherits SIGINT ignored, and
+# so would each process a test starts (an ignored signal stays ignored through exec):
+# the Ctrl-C tests need it as a terminal leaves it. They send it to their own children.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 from botocore_loader import one_client_a_configuration, one_loader_a_data_path  # noqa: E402
 
