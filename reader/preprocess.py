@@ -24,7 +24,6 @@ process, so a reader starting removes those of readers that died all at once
 
 from __future__ import annotations
 
-import ast
 import atexit
 import collections
 import concurrent.futures
@@ -34,11 +33,10 @@ import multiprocessing.connection
 import os
 import pickle
 import signal
-import sys
 import time
 from concurrent.futures.process import BrokenProcessPool
 
-from reader import compat_mp
+from reader import compat_mp, script_preload
 from reader.preprocess_worker import (
     TransformError,
     example_rng,
@@ -197,53 +195,29 @@ class Preprocess:
 
 # imported once by the fork server, not by every process of every read (0.4 s -> 0.1 s a
 # pool); none of them imports TensorFlow
-_PRELOAD = ("reader.preprocess", "numpy", "cv2", "simplejpeg", "PIL.Image", "PIL.PngImagePlugin")
+_PRELOAD = (
+    "reader.preprocess",
+    "reader.script_preload",
+    "numpy",
+    "cv2",
+    "simplejpeg",
+    "PIL.Image",
+    "PIL.PngImagePlugin",
+)
 
 
 def _context():
     """Forkserver (a TensorFlow runtime cannot be forked; spawn where there is none),
     its server preloading what the processes import, beside what it preloads already:
-    ours, and the training script's own imports (``script_imports``)."""
+    ours, and the training script's own imports (``reader.script_preload``)."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
     preload = compat_mp.forkserver_preload()
-    wanted = [*_PRELOAD, *script_imports()]
-    context.set_forkserver_preload(preload + [m for m in dict.fromkeys(wanted) if m not in preload])
+    context.set_forkserver_preload(preload + [m for m in _PRELOAD if m not in preload])
+    if names := script_preload.script_imports():
+        script_preload.start_server(names)
     return context
-
-
-def script_imports() -> list[str]:
-    """The modules the training script (``__main__``, a .py file) imports at its top
-    level, among those this process has imported: the fork server preloads them.
-
-    Each process the server starts runs the script's top again (as ``__mp_main__``,
-    where ``if __name__ == "__main__":`` is false), and with it ``import torch`` or
-    ``import tensorflow``: some 5 CPU-s a process, a read's processes at once. Python
-    3.13 preloads the script in the server itself (its ``__main__`` preload never worked
-    before: cpython gh-126631); before, the server imports what the script imports
-    (the same imports, made once, that 3.13 makes there), and each process finds them
-    done. Only what the script itself imports: never TensorFlow for a script that
-    does not."""
-    if sys.version_info >= (3, 13):
-        return []
-    path = getattr(sys.modules.get("__main__"), "__file__", None)
-    try:
-        with open(path, "rb") as f:
-            tree = ast.parse(f.read())
-    except (TypeError, OSError, SyntaxError, ValueError):
-        return []  # no script (python -c, a REPL, a notebook), or not Python source
-    names: list[str] = []
-    statements = list(tree.body)
-    while statements:  # the top level, and the try blocks there (an optional import)
-        node = statements.pop(0)
-        if isinstance(node, ast.Import):
-            names += [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.append(node.module)
-        elif isinstance(node, ast.Try):
-            statements[:0] = node.body
-    return [name for name in dict.fromkeys(names) if name in sys.modules]
 
 
 _RUNNING: dict = {}  # id(pool) -> (pool, held) of the reads not ended

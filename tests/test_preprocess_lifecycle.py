@@ -437,3 +437,45 @@ def test_the_scripts_own_imports_are_made_once_in_the_fork_server(data, tmp_path
     assert batches == 4
     # the script's process, then the fork server; neither of the read's 2 processes
     assert len(imported_by) == 2 and imported_by[0] == pid, imported_by
+
+
+def test_a_script_import_the_fork_server_would_get_wrong_is_left_to_the_processes(data, tmp_path):
+    """The fork server starts in the current folder with ``sys.argv == ["-c"]``, not as
+    the script: a ``helpers.py`` beside the script, shadowed there by the current
+    folder's, and a module that reads ``sys.argv`` at import (an IndexError there: any
+    error but ImportError used to end the server, and every read with it) are imported
+    by each process as before, and the read runs the script's own transform."""
+    here, lib = tmp_path / "here", tmp_path / "lib"
+    (here / "sub").mkdir(parents=True)
+    lib.mkdir()
+    (here / "helpers.py").write_text("WHO = 'the current folder'\n")
+    (here / "sub" / "helpers.py").write_text(
+        "def keep(example, rng):\n    return {**example, 'who': 'the script'}\n"
+    )
+    (lib / "argv_settings.py").write_text("import sys\nDATA = sys.argv[1]\n")
+    (here / "sub" / "train.py").write_text(
+        textwrap.dedent(
+            """
+            import argv_settings
+            import helpers
+            import reader
+
+            if __name__ == "__main__":
+                batches = reader.NumpyReader(argv_settings.DATA, "train", 4, seed=0, epochs=1,
+                                             image_size=(12, 12), transform=helpers.keep,
+                                             num_processes=2)
+                print(sorted({who for b in batches for who in b["who"]}))
+            """
+        )
+    )
+    env = dict(os.environ, PYTHONPATH=f"{lib}{os.pathsep}{os.getcwd()}")
+    done = subprocess.run(
+        [sys.executable, "sub/train.py", data],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=here,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split("\n")[0] == "['the script']"
