@@ -246,14 +246,17 @@ def run_here(cmd: list[str]) -> str:
     return out
 
 
-def run_command(cmd: list[str], what: str | None = None, env: dict | None = None) -> str:
+def run_command(
+    cmd: list[str], what: str | None = None, env: dict | None = None, cwd: str | None = None
+) -> str:
     """What ``cmd`` prints: run here under ``--smoke`` (``in_process``), else in its own
-    process (TF_CPP_MIN_LOG_LEVEL=3, and ``env``); a failure raises, naming ``what``
-    (the command by default) and, from a process, the tail of its stderr."""
-    if in_process(cmd):
+    process (TF_CPP_MIN_LOG_LEVEL=3, and ``env``; in ``cwd``); a failure raises, naming
+    ``what`` (the command by default) and, from a process, the tail of its stderr. A
+    ``cwd`` other than this checkout (another commit's tree) always gets a process."""
+    if in_process(cmd) and cwd in (None, os.path.dirname(HERE)):
         return run_here(cmd)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **(env or {})}
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
     if done.returncode:
         raise RuntimeError(f"{what or ' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
     return done.stdout

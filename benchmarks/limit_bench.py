@@ -34,7 +34,6 @@ import json
 import multiprocessing
 import os
 import queue
-import subprocess
 import sys
 import time
 
@@ -46,9 +45,8 @@ from _common import (  # noqa: E402
     WORK,
     bench_main,
     convert_once,
-    in_process,
     list_images,
-    run_here,
+    run_command,
 )
 
 BATCH = 128
@@ -186,7 +184,6 @@ def read_worker(name: str, data: str, size: int, epochs: int) -> dict:
 def read(name: str, data: str, size: int, count: int, epochs: int, tree: str = ROOT) -> dict:
     """``epochs`` of reader ``name`` in a process of its own, importing the reader of the
     checkout ``tree``: each of the ``count`` images read once an epoch."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore")
     cmd = [
         sys.executable,
         os.path.abspath(__file__),
@@ -197,13 +194,9 @@ def read(name: str, data: str, size: int, count: int, epochs: int, tree: str = R
         str(epochs),
         tree,
     ]
-    if in_process(cmd) and tree == ROOT:  # --smoke: this checkout's reader, run here
-        printed = run_here(cmd)  # (the same --read entry; a process would import TF again)
-    else:
-        out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tree)
-        if out.returncode:
-            raise RuntimeError(f"{name} at {size} failed:\n{out.stderr[-3000:]}")
-        printed = out.stdout
+    # under --smoke, this checkout's reader runs here (the same --read entry)
+    what, quiet = f"{name} at {size}", {"PYTHONWARNINGS": "ignore"}
+    printed = run_command(cmd, what=what, env=quiet, cwd=tree)
     r = json.loads(printed.strip().splitlines()[-1])
     keys = r.pop("keys")
     if len(keys) != count * epochs or len(set(keys)) != count:
