@@ -1,14 +1,17 @@
 """Apache Beam's private names that evenshard relies on, and nowhere else.
 
-Two places need Beam's internals: the Dask runner (``beam_jobs.dask_runner``) rebuilds
-Beam's own translation of a ParDo and of Reshuffle, which Beam keeps private; and an
+Three places need Beam's internals: the Dask runner (``beam_jobs.dask_runner``) rebuilds
+Beam's own translation of a ParDo and of Reshuffle, which Beam keeps private; an
 anonymous GCS client (``beam_jobs.runners.anonymous_beam``), for which Beam's credential
-lookup, cached per process, has no public switch. ``check()`` says, naming the installed
-version, when a release changes one of them (tests/test_compat.py runs it). Checked
-with apache-beam 2.77.0.
+lookup, cached per process, has no public switch; and Beam's inspection of each DoFn
+(``remember_dofn_specs``), which it repeats for the same DoFn. ``check()`` says, naming
+the installed version, when a release changes one of them (tests/test_compat.py runs
+it). Checked with apache-beam 2.77.0.
 """
 
 from __future__ import annotations
+
+import weakref
 
 from schemas.errors import OperationError
 
@@ -74,6 +77,48 @@ def set_runner_defaults(runner, provision_info=None, environment=None) -> None:
         runner._default_environment = environment
 
 
+def remembering(inspect_dofn):
+    """``inspect_dofn`` (Beam's ``userstate.get_dofn_specs``: a DoFn's state and timer
+    specs) run once a DoFn instance: its answer is kept while the DoFn lives, and each
+    caller gets sets of its own. A DoFn without weak references is inspected each time."""
+    kept: dict[int, tuple] = {}  # id(dofn): (a weak reference to it, its specs)
+
+    def get_dofn_specs(dofn):
+        key = id(dofn)
+        known = kept.get(key)
+        if known is not None and known[0]() is dofn:
+            return set(known[1]), set(known[2])
+        states, timers = inspect_dofn(dofn)
+
+        def gone(ref, key=key):
+            if kept.get(key, (None,))[0] is ref:
+                del kept[key]
+
+        try:
+            kept[key] = (weakref.ref(dofn, gone), frozenset(states), frozenset(timers))
+        except TypeError:
+            pass
+        return states, timers
+
+    get_dofn_specs.remembers = inspect_dofn
+    return get_dofn_specs
+
+
+def remember_dofn_specs() -> None:
+    """Beam inspects each method of a DoFn (``inspect.signature``) every time it asks
+    whether the DoFn has state or timers, and asks again and again of the same DoFn as
+    a pipeline is built, translated and run: 550 inspections and some 17,000 signatures
+    for a small convert's 135 DoFn instances. From this call on, in this process, each
+    DoFn instance is inspected once (``remembering``); a DoFn's methods do not change
+    once it is in a ParDo. Idempotent. Beam's callers reach the function through its
+    module (``check()`` pins that), except the legacy DirectRunner's evaluator, which
+    evenshard does not run."""
+    from apache_beam.transforms import userstate
+
+    if not hasattr(userstate.get_dofn_specs, "remembers"):
+        userstate.get_dofn_specs = remembering(userstate.get_dofn_specs)
+
+
 def check() -> None:
     """Raises RuntimeError, naming the name and the installed Beam, unless each name
     above is where this module reads it."""
@@ -106,5 +151,17 @@ def check() -> None:
     handler = inspect.getsource(worker_handlers.SubprocessSdkWorkerHandler.__init__)
     if "self._worker_command_line = " not in handler:
         raise OperationError(f"{where}: SubprocessSdkWorkerHandler has no _worker_command_line")
+    from apache_beam.runners import common
+    from apache_beam.runners.worker import bundle_processor
+    from apache_beam.transforms import core, userstate
+
+    for caller in (userstate.is_stateful_dofn, userstate.validate_stateful_dofn):
+        if "get_dofn_specs" not in caller.__code__.co_names:
+            raise OperationError(
+                f"{where}: userstate.{caller.__name__} no longer asks get_dofn_specs"
+            )
+    for module in (core, common, bundle_processor):
+        if hasattr(module, "get_dofn_specs") or hasattr(module, "is_stateful_dofn"):
+            raise OperationError(f"{where}: {module.__name__} imports get_dofn_specs itself")
     if not is_reshuffle(overrides._Reshuffle()):
         raise OperationError(f"{where}: the Dask runner's overrides have no _Reshuffle")

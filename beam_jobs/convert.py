@@ -153,12 +153,13 @@ def _convert(resolved: Job, pipeline_args: list[str], pipeline) -> dict:
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import TestOptions
 
-    from beam_jobs import output
+    from beam_jobs import compat_beam, output
     from beam_jobs.preflight import preflight
     from beam_jobs.runners import describe
     from beam_jobs.steps import build
     from schemas.info import parse_info
 
+    compat_beam.remember_dofn_specs()  # Beam inspects each DoFn once, not 4 times
     beam_options = pipeline_options(pipeline_args)
     # the driver's own file system calls (preflight, the output folder) see the
     # run's flags too (--s3_endpoint_url, say), as the pipeline's do

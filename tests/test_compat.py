@@ -176,6 +176,81 @@ def test_the_installed_beam_still_has_each_private_name():
     compat_beam.check()
 
 
+def _beam_inspection():
+    """Beam's own ``userstate.get_dofn_specs``, a counter of it, and what it inspected
+    (kept alive: no two of them share an id)."""
+    from apache_beam.transforms import userstate
+
+    beams = getattr(userstate.get_dofn_specs, "remembers", userstate.get_dofn_specs)
+    inspected = []
+
+    def counted(dofn):
+        inspected.append(dofn)
+        return beams(dofn)
+
+    return beams, counted, inspected
+
+
+def _stateful_count():
+    """A DoFn counting its key's elements in bag state: what Beam must still see."""
+    import apache_beam as beam
+    from apache_beam.coders import VarIntCoder
+    from apache_beam.transforms.userstate import BagStateSpec
+
+    class Count(beam.DoFn):
+        SEEN = BagStateSpec("seen", VarIntCoder())
+
+        def process(self, element, seen=beam.DoFn.StateParam(SEEN)):  # noqa: B008 (Beam's way)
+            seen.add(1)
+            yield element[0], sum(seen.read())
+
+    return Count()
+
+
+@pytest.mark.fast
+def test_beam_inspects_a_dofn_once_and_keeps_only_its_answer():
+    import gc
+    import weakref
+
+    import apache_beam as beam
+
+    from beam_jobs.compat_beam import remembering
+
+    beams, counted, inspected = _beam_inspection()
+    get_dofn_specs = remembering(counted)
+    stateful, plain = _stateful_count(), beam.Map(str).fn
+    for dofn in (stateful, plain, stateful, plain, stateful):
+        states, timers = get_dofn_specs(dofn)
+        assert (states, timers) == beams(dofn)
+        states.clear()  # each caller's sets are its own
+    assert len(get_dofn_specs(stateful)[0]) == 1 and not get_dofn_specs(plain)[0]
+    assert inspected == [stateful, plain]
+    alive = weakref.ref(stateful)
+    del stateful, dofn, inspected[:]
+    gc.collect()
+    assert alive() is None  # the kept answer does not keep its DoFn
+
+
+def test_a_stateful_dofn_runs_on_the_local_runner_with_its_inspection_kept(monkeypatch):
+    """Beam's callers all reach the inspection through its module (compat_beam.check
+    pins it): building, translating and running a pipeline inspects each DoFn instance
+    once, and its state still works."""
+    import apache_beam as beam
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    from apache_beam.testing.util import assert_that, equal_to
+    from apache_beam.transforms import userstate
+
+    from beam_jobs.compat_beam import remembering
+
+    _, counted, inspected = _beam_inspection()
+    monkeypatch.setattr(userstate, "get_dofn_specs", remembering(counted))
+    with beam.Pipeline(runner=FnApiRunner()) as p:
+        keyed = p | beam.Create([("a", 1), ("b", 2), ("a", 3)]) | beam.Map(lambda kv: kv)
+        counts = keyed | beam.ParDo(_stateful_count())
+        assert_that(counts, equal_to([("a", 1), ("a", 2), ("b", 1)]))
+    assert inspected and len(inspected) == len({id(dofn) for dofn in inspected})
+
+
 @pytest.mark.fast
 def test_a_changed_name_fails_loudly_naming_it_and_the_version(monkeypatch):
     import torch
