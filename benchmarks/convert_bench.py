@@ -19,6 +19,7 @@ CPU seconds (user + system of the process tree), round-robin: the plain loop
 (``_plain_loop.py``), the same with Pillow's full decode of each image, and
 ``evenshard convert`` with its defaults; with ``--baseline REF``, convert as of that
 git commit too (its tree exported to a folder), for a before/after in one sitting.
+``--smoke`` runs 6 photos, each contender in this process (its code checked, not timed).
 
     .venv/bin/python benchmarks/convert_bench.py [--images 20000] [--photos 4000]
 """
@@ -40,8 +41,10 @@ from _common import (  # noqa: E402
     WORK,
     bench_main,
     git_tree,
+    in_process,
     list_images,
     make_jpegs,
+    run_here,
     run_measured,
     tiny,
     verdict,
@@ -103,9 +106,20 @@ def timed(fn, *args) -> float:
     return time.perf_counter() - start
 
 
+HERE_TREE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this checkout
+
+
 def process_seconds(cmd: list[str], cwd: str | None = None) -> tuple[float, float]:
     """(wall, CPU) seconds of a command run to its end: user + system of it and its
-    children, as ``time`` counts them."""
+    children, as ``time`` counts them. Under ``--smoke`` a command of this checkout
+    runs here (``run_here``: its code and exit code checked, its figures meaningless)."""
+    if in_process(cmd) and cwd in (
+        None,
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    ):
+        start, cpu = time.perf_counter(), time.process_time()
+        run_here(cmd)
+        return time.perf_counter() - start, time.process_time() - cpu
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     os.sync()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -127,11 +141,12 @@ def photos_part(count: int, rounds: int, baseline: str) -> dict:
     src = make_corpus(count)
     loop = [sys.executable, os.path.join(os.path.dirname(__file__), "_plain_loop.py"), src]
     convert = ["convert", f"--input={src}", "--overwrite"]
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    # under --smoke it runs here as the evenshard command (run() ends its process)
+    mine = [os.path.join(BIN, "evenshard")] if SMOKE else [sys.executable, "-c", _CLI]
     contenders = {
         "plain": (loop + [os.path.join(WORK, "plain.tfrecord")], None),
         "plain_decode": (loop + [os.path.join(WORK, "plain.tfrecord"), "--verify"], None),
-        "convert": ([sys.executable, "-c", _CLI, *convert, f"--output_dir={WORK}/p_new"], here),
+        "convert": ([*mine, *convert, f"--output_dir={WORK}/p_new"], HERE_TREE),
     }
     if baseline:
         tree = git_tree(baseline, os.path.join(WORK, "baseline_tree"))
@@ -157,7 +172,7 @@ def photos_part(count: int, rounds: int, baseline: str) -> dict:
 FLAGS = {
     "images": (int, 20_000, "JPEGs to generate and convert", 24),
     "small": (int, 5_000, "size of the RSS comparison run", 12),
-    "photos": (int, 4_000, "real photos for the imports-included part (0: skip it)", 0),
+    "photos": (int, 4_000, "real photos for the imports-included part (0: skip it)", 6),
     "photo_rounds": (int, 3, "round-robin rounds of the photos part", 1),
     "baseline": (str, "", "a git commit whose convert the photos part runs too", ""),
     "skip_synthetic": (int, 0, "1: the photos part only (a before/after sitting)", 0),

@@ -163,6 +163,7 @@ def measure(a) -> dict:
             "max": int(max(v)),
         }
         for k, v in extra["variant_distances"].items()
+        if v  # a small --sample can leave a kind (a cut's edge) without a source
     }
     negatives = {
         "same_wallpaper": extra["negative_distances_same_wallpaper"],
@@ -263,6 +264,7 @@ def measure(a) -> dict:
         "curve": rows,
         "recommended": chosen,
         "variant_distances": variant_distances,
+        "variant_kinds_unsampled": sorted(set(extra["variant_distances"]) - set(variant_distances)),
         "negative_distances": negative_summary,
         "false_clusters": at,
         "png": os.path.relpath(png, HERE),
