@@ -79,11 +79,14 @@ def set_runner_defaults(runner, provision_info=None, environment=None) -> None:
 
 def remembering(inspect_dofn):
     """``inspect_dofn`` (Beam's ``userstate.get_dofn_specs``: a DoFn's state and timer
-    specs) run once a DoFn instance: its answer is kept while the DoFn lives, and each
-    caller gets sets of its own. A DoFn without weak references is inspected each time."""
+    specs) run once a DoFn instance: its answer is kept while the DoFn lives (in
+    ``.kept``), and each caller gets sets of its own. A DoFn without weak references,
+    or a call with more arguments than the DoFn, is Beam's own each time."""
     kept: dict[int, tuple] = {}  # id(dofn): (a weak reference to it, its specs)
 
-    def get_dofn_specs(dofn):
+    def get_dofn_specs(dofn, *more, **named):
+        if more or named:
+            return inspect_dofn(dofn, *more, **named)
         key = id(dofn)
         known = kept.get(key)
         if known is not None and known[0]() is dofn:
@@ -101,22 +104,46 @@ def remembering(inspect_dofn):
         return states, timers
 
     get_dofn_specs.remembers = inspect_dofn
+    get_dofn_specs.kept = kept
     return get_dofn_specs
+
+
+# Beam's modules that import get_dofn_specs by name, and so keep Beam's own: the legacy
+# DirectRunner's, which evenshard never runs (its local runner is the FnApiRunner's)
+_KEEP_BEAMS = {"apache_beam.runners.direct.transform_evaluator"}
 
 
 def remember_dofn_specs() -> None:
     """Beam inspects each method of a DoFn (``inspect.signature``) every time it asks
     whether the DoFn has state or timers, and asks again and again of the same DoFn as
     a pipeline is built, translated and run: 550 inspections and some 17,000 signatures
-    for a small convert's 135 DoFn instances. From this call on, in this process, each
-    DoFn instance is inspected once (``remembering``); a DoFn's methods do not change
-    once it is in a ParDo. Idempotent. Beam's callers reach the function through its
-    module (``check()`` pins that), except the legacy DirectRunner's evaluator, which
-    evenshard does not run."""
+    for a small convert's 135 DoFn instances. From this call on, in this whole process
+    (a user's own later pipelines too), each DoFn instance is inspected once
+    (``remembering``); a DoFn's methods do not change once it is in a ParDo.
+    Idempotent. Beam's callers reach the function through its module (``check()``
+    pins it in every Beam module loaded, but those of ``_KEEP_BEAMS``). A Beam without
+    the function is left as it is: this is speed, never a reason for a convert to fail."""
     from apache_beam.transforms import userstate
 
-    if not hasattr(userstate.get_dofn_specs, "remembers"):
-        userstate.get_dofn_specs = remembering(userstate.get_dofn_specs)
+    beams = getattr(userstate, "get_dofn_specs", None)
+    if beams is not None and not hasattr(beams, "remembers"):
+        userstate.get_dofn_specs = remembering(beams)
+
+
+def _dofn_specs_bypassed(userstate) -> list[str]:
+    """The loaded Beam modules, but userstate and ``_KEEP_BEAMS``, that hold Beam's own
+    ``get_dofn_specs`` under any name: they would not reach ``remembering``."""
+    import sys
+
+    beams = getattr(userstate.get_dofn_specs, "remembers", userstate.get_dofn_specs)
+    return [
+        name
+        for name, module in list(sys.modules.items())
+        if name.startswith("apache_beam.")
+        and module is not userstate
+        and name not in _KEEP_BEAMS
+        and any(value is beams for value in list(vars(module).values()))
+    ]
 
 
 def check() -> None:
@@ -151,17 +178,18 @@ def check() -> None:
     handler = inspect.getsource(worker_handlers.SubprocessSdkWorkerHandler.__init__)
     if "self._worker_command_line = " not in handler:
         raise OperationError(f"{where}: SubprocessSdkWorkerHandler has no _worker_command_line")
-    from apache_beam.runners import common
-    from apache_beam.runners.worker import bundle_processor
-    from apache_beam.transforms import core, userstate
+    from apache_beam.runners.direct import direct_runner  # noqa: F401 - checked below
+    from apache_beam.runners.worker import bundle_processor, operations  # noqa: F401
+    from apache_beam.transforms import userstate
 
+    beams = getattr(userstate.get_dofn_specs, "remembers", userstate.get_dofn_specs)
+    if list(inspect.signature(beams).parameters) != ["dofn"]:
+        raise OperationError(f"{where}: userstate.get_dofn_specs takes other arguments")
     for caller in (userstate.is_stateful_dofn, userstate.validate_stateful_dofn):
         if "get_dofn_specs" not in caller.__code__.co_names:
-            raise OperationError(
-                f"{where}: userstate.{caller.__name__} no longer asks get_dofn_specs"
-            )
-    for module in (core, common, bundle_processor):
-        if hasattr(module, "get_dofn_specs") or hasattr(module, "is_stateful_dofn"):
-            raise OperationError(f"{where}: {module.__name__} imports get_dofn_specs itself")
+            asks = f"userstate.{caller.__name__} no longer asks get_dofn_specs"
+            raise OperationError(f"{where}: {asks}")
+    for name in _dofn_specs_bypassed(userstate):
+        raise OperationError(f"{where}: {name} imports userstate.get_dofn_specs itself")
     if not is_reshuffle(overrides._Reshuffle()):
         raise OperationError(f"{where}: the Dask runner's overrides have no _Reshuffle")

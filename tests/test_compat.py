@@ -225,16 +225,35 @@ def test_beam_inspects_a_dofn_once_and_keeps_only_its_answer():
         states.clear()  # each caller's sets are its own
     assert len(get_dofn_specs(stateful)[0]) == 1 and not get_dofn_specs(plain)[0]
     assert inspected == [stateful, plain]
+    assert len(get_dofn_specs.kept) == 2
     alive = weakref.ref(stateful)
     del stateful, dofn, inspected[:]
     gc.collect()
-    assert alive() is None  # the kept answer does not keep its DoFn
+    assert alive() is None  # the kept answer does not keep its DoFn, and goes with it
+    assert len(get_dofn_specs.kept) == 1
+
+
+@pytest.mark.fast
+def test_beams_inspection_is_wrapped_once_however_often_convert_asks(monkeypatch):
+    from apache_beam.transforms import userstate
+
+    from beam_jobs import compat_beam
+
+    beams, _, _ = _beam_inspection()
+    monkeypatch.setattr(userstate, "get_dofn_specs", beams)
+    compat_beam.remember_dofn_specs()
+    compat_beam.remember_dofn_specs()
+    assert userstate.get_dofn_specs.remembers is beams
+    monkeypatch.delattr(userstate, "get_dofn_specs")
+    compat_beam.remember_dofn_specs()  # a Beam without it: left as it is
+    assert not hasattr(userstate, "get_dofn_specs")
 
 
 def test_a_stateful_dofn_runs_on_the_local_runner_with_its_inspection_kept(monkeypatch):
-    """Beam's callers all reach the inspection through its module (compat_beam.check
-    pins it): building, translating and running a pipeline inspects each DoFn instance
-    once, and its state still works."""
+    """With the inspection kept, building, translating and running a pipeline inspects
+    each DoFn instance once, and its state still works. (That no Beam module holds
+    its own reference to Beam's inspection, which this count cannot see, is
+    compat_beam.check's.)"""
     import apache_beam as beam
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
     from apache_beam.testing.util import assert_that, equal_to

@@ -36,6 +36,9 @@ def test_counts_reconcile_and_rejects_are_listed(converted):
     rejects = {r["key"]: r["reason"] for r in read_rejects(out)}
     assert rejects == broken
     assert info["rejects"]["by_reason"] == dict(collections.Counter(broken.values()))
+    from apache_beam.transforms import userstate
+
+    assert hasattr(userstate.get_dofn_specs, "remembers")  # convert inspects a DoFn once
 
 
 def test_shards_are_balanced_and_splits_disjoint(converted):

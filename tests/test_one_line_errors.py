@@ -118,14 +118,18 @@ def test_python_m_reader_has_help_and_says_what_is_wrong(tmp_path):
     done = subprocess.run([PY, "-m", "reader", "--help"], capture_output=True, text=True)
     assert done.returncode == 0 and "--path_root" in done.stdout and not done.stderr
     write_pngs(tmp_path / "img", 6)
-    write_dataset(str(tmp_path / "img"), str(tmp_path / "out"), "--splits=train=0.5,empty=0.5")
-    # a split that is not there: one line, before TensorFlow is imported
-    done = subprocess.run(
-        [PY, "-c", NOT_THERE, str(tmp_path / "out"), "--split=val"], capture_output=True, text=True
-    )
-    assert done.stdout == "2 tensorflow not imported\n", (done.stdout, done.stderr)
-    assert done.stderr.count("\n") == 1, done.stderr
-    assert "split 'val' not in the dataset; it has empty, train" in done.stderr, done.stderr
+    out = str(tmp_path / "out")
+    write_dataset(str(tmp_path / "img"), out, "--splits=train=0.95,empty=0.05")  # empty: 0
+    # a split that is not there, or empty: one line, before TensorFlow is imported
+    for split, line in (
+        ("val", f"split 'val' not in {out}; it has empty, train"),
+        ("empty", f"split 'empty' of {out} has no examples; it has empty (0), train (6)"),
+    ):
+        done = subprocess.run(
+            [PY, "-c", NOT_THERE, out, f"--split={split}"], capture_output=True, text=True
+        )
+        assert done.stdout == "2 tensorflow not imported\n", (done.stdout, done.stderr)
+        assert done.stderr == f"python -m reader: error: {line}\n", done.stderr
 
 
 # python -m reader (its argv after -c's), then its exit code and whether it imported TensorFlow
