@@ -217,6 +217,26 @@ def s3_server():
         yield client
 
 
+@pytest.fixture(scope="session")
+def dask_runner_flags():
+    """``--runner=dask`` flags for a loopback Dask LocalCluster of 2 worker processes,
+    one a test process, started at the first test that asks and stopped with the
+    session: each Dask test's job runs on workers that ran jobs before, as on a user's
+    long-lived cluster. (``--dask_workers``, the alias that starts and stops a cluster
+    of its own, is test_runners'.)"""
+    from dask.distributed import LocalCluster
+
+    with LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",  # None still serves one, on 8787 (beam_jobs.runners)
+        scheduler_kwargs={"dashboard": False},
+    ) as cluster:
+        yield ["--runner=dask", f"--dask_client_address={cluster.scheduler_address}"]
+
+
 @pytest.fixture(params=["gs", "s3"])
 def bucket(request):
     """A fresh bucket on a loopback server, of each store, named after the test."""

@@ -276,7 +276,7 @@ def test_a_split_given_in_the_manifest_still_wins(corpus, tmp_path):
 
 
 @pytest.mark.slow
-def test_the_same_bytes_on_every_runner(corpus, grouped, tmp_path):
+def test_the_same_bytes_on_every_runner(corpus, grouped, dask_runner_flags, tmp_path):
     def digest(out: str) -> str:
         h = hashlib.sha256()
         for name in sorted(os.listdir(out)):
@@ -297,7 +297,7 @@ def test_the_same_bytes_on_every_runner(corpus, grouped, tmp_path):
     )
     assert digest(multi) == digest(grouped[1])
     dask = str(tmp_path / "dask")
-    run_convert(corpus[0], dask, *flags, "--runner=dask", "--dask_workers=2", validated=False)
+    run_convert(corpus[0], dask, *flags, *dask_runner_flags, validated=False)
     assert digest(dask) == digest(grouped[1])
 
 

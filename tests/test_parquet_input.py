@@ -157,7 +157,7 @@ def test_the_writer_reads_the_rows_copied_as_they_were_read(tmp_path):
 
 
 @pytest.mark.slow
-def test_dask_gives_the_direct_runner_bytes_and_rejects(tmp_path):
+def test_dask_gives_the_direct_runner_bytes_and_rejects(dask_runner_flags, tmp_path):
     root = str(tmp_path / "in")
     images = pngs(30)
     for f in range(3):
@@ -165,7 +165,7 @@ def test_dask_gives_the_direct_runner_bytes_and_rejects(tmp_path):
     with open(f"{root}/text.parquet", "w") as f:
         f.write("not parquet")
     direct = run_convert(root, str(tmp_path / "direct"), *FLAGS)
-    dask = run_convert(root, str(tmp_path / "dask"), *FLAGS, "--runner=dask")
+    dask = run_convert(root, str(tmp_path / "dask"), *FLAGS, *dask_runner_flags)
     assert direct["inputs"] == dask["inputs"] == 31
     assert dask["rejects"] == direct["rejects"] and direct["rejects"]["total"] == 1
     shas = [

@@ -367,12 +367,12 @@ def test_a_tfds_dataset_passes_through_with_its_class_names(tmp_path, tmp_path_f
 
 
 @pytest.mark.slow
-def test_dask_gives_the_direct_runner_bytes(records, tmp_path):
+def test_dask_gives_the_direct_runner_bytes(records, dask_runner_flags, tmp_path):
     root, _ = records
     flags = [*FLAGS, "--label_feature=label", "--balance=label"]
     runs = [
         run_convert(root, str(tmp_path / "direct"), *flags),
-        run_convert(root, str(tmp_path / "dask"), *flags, "--runner=dask"),
+        run_convert(root, str(tmp_path / "dask"), *flags, *dask_runner_flags),
     ]
     shas = [
         [s["sha256"] for split in sorted(i["splits"]) for s in i["splits"][split]["shards"]]

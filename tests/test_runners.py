@@ -55,22 +55,21 @@ def direct_out(folder_500, tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_dask_cluster_gives_the_direct_runner_bytes(folder_500, direct_out, tmp_path):
-    from dask.distributed import LocalCluster
-
-    with LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
-    ) as cluster:
-        info = run_convert(
-            folder_500[0],
-            str(tmp_path / "dask"),
-            "--num_shards=3",
-            "--seed=11",
-            "--balance=label",
-            f"--runner={convert_runner()}",
-            f"--dask_client_address={cluster.scheduler_address}",
-            validated=False,
-        )
+def test_dask_cluster_gives_the_direct_runner_bytes(
+    folder_500, direct_out, dask_runner_flags, tmp_path
+):
+    """On a cluster given by its address (the session's), as Beam's DaskRunner too."""
+    _, address = dask_runner_flags
+    info = run_convert(
+        folder_500[0],
+        str(tmp_path / "dask"),
+        "--num_shards=3",
+        "--seed=11",
+        "--balance=label",
+        f"--runner={convert_runner()}",
+        address,
+        validated=False,
+    )
     out, direct = direct_out
     assert shas(info) == shas(direct)
     assert info["inputs"] == direct["inputs"]
