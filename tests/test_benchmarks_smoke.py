@@ -1,5 +1,7 @@
 """Every benchmark runs at a tiny size (``--smoke``) with its checks, so none can rot
-unnoticed; none imports a private name of the project. Timings are never checked.
+unnoticed, and so does the GPU check (``gpu_check.py``), which on a machine without a
+GPU skips the GPU routes, saying why, and checks the CPU ones; none imports a private
+name of the project. Timings and rates are never checked.
 
 A contender whose package is not installed here (the peers' own environment, TFDS)
 is left out by the benchmark in smoke mode and named, with why, in its
@@ -21,6 +23,7 @@ import pytest
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 NAMES = sorted(p.name[: -len("_bench.py")] for p in BENCHMARKS.glob("*_bench.py"))
+SCRIPTS = [f"{name}_bench.py" for name in NAMES] + ["gpu_check.py"]
 PROJECT = {"reader", "beam_jobs", "schemas", "audit", "evenshard"}
 
 
@@ -70,7 +73,7 @@ def test_run_all_runs_every_benchmark():
     assert sorted(run_all.BENCHES) == NAMES
 
 
-# A runner process runs smokes one after another, each named on its stdin, and
+# A runner process runs smokes one after another, each script named on its stdin, and
 # answers each with its exit code: every benchmark imports TensorFlow or Beam (3-6 CPU
 # seconds), once a runner instead of once a smoke. Each smoke gets what its own
 # process would: its argv and environment, the benchmarks' modules imported afresh
@@ -84,14 +87,14 @@ os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
 for name in iter(names.readline, ""):
     name = name.strip()
     os.environ.clear()
-    os.environ.update(env, TF_CPP_MIN_LOG_LEVEL="3", EVENSHARD_BENCH_WORK=f"{work}/{name}")
+    os.environ.update(env, TF_CPP_MIN_LOG_LEVEL="3", EVENSHARD_BENCH_WORK=f"{work}/{name[:-3]}")
     # JPEG folders and conversions two benchmarks ask for alike are made once
     os.environ["EVENSHARD_BENCH_SHARED"] = f"{work}/shared"
     for module in [m for m, v in sys.modules.items() if getattr(v, "__file__", None)]:
         if os.path.dirname(sys.modules[module].__file__) == bench:
             del sys.modules[module]
     sys.path[:] = [bench, *path[1:]]  # a script's folder first, in place of -c's ""
-    sys.argv, code = [f"{bench}/{name}_bench.py", "--smoke"], 0
+    sys.argv, code = [f"{bench}/{name}", "--smoke"], 0
     for fd, suffix in ((1, "out"), (2, "err")):
         (sys.stdout, sys.stderr)[fd - 1].flush()
         with open(f"{work}/{name}.{suffix}", "w") as f:
@@ -153,11 +156,12 @@ def _smokes(names: queue.Queue, work: Path) -> dict[str, tuple[int, str, str]]:
 
 @pytest.fixture(scope="module")
 def smoke_runs(tmp_path_factory):
-    """Every benchmark's smoke run, two runners at a time (the machine has 2 cores),
-    the longest first."""
+    """Every script's smoke run, by its file name, two runners at a time (the machine
+    has 2 cores), the longest first."""
     work, before = tmp_path_factory.mktemp("bench"), _written()
     names: queue.Queue = queue.Queue()
-    for name in sorted(NAMES, key=lambda name: name not in ("convert", "peers", "dask", "bucket")):
+    first = {f"{n}_bench.py" for n in ("convert", "peers", "dask", "bucket")} | {"gpu_check.py"}
+    for name in sorted(SCRIPTS, key=lambda name: name not in first):
         names.put(name)
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         runs = {}
@@ -168,12 +172,27 @@ def smoke_runs(tmp_path_factory):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_the_benchmark_runs_at_a_tiny_size(smoke_runs, name):
-    code, out, err = smoke_runs[0][name]
+    code, out, err = smoke_runs[0][f"{name}_bench.py"]
     assert code == 0, f"{name}_bench.py --smoke failed:\n{err[-3000:]}"
     result = json.loads(out[out.index("{") :])
     assert result["machine"]
     for contender, why in result.get("smoke_skipped", {}).items():
         assert "not installed" in why, (contender, why)
+
+
+def test_gpu_check_runs_and_skips_what_it_cannot_run(smoke_runs):
+    """Without a GPU it skips the GPU routes, saying why, and checks the CPU ones (every
+    image once, the same pixels); with one it checks them all."""
+    code, out, err = smoke_runs[0]["gpu_check.py"]
+    assert code == 0, err[-3000:]
+    out = json.loads(out[out.index("{") :])
+    assert out["ok"] and out["cpu_limit"] > 0
+    routes = {"dali_gpu", "tf_prefetch_to_device", "numpy_pinned", "nvjpeg_ceiling"}
+    assert routes == set(out["routes"]) - {"tf_cpu", "numpy_cpu"} | set(out["skipped"])
+    for name, why in out["skipped"].items():
+        assert f"skipped {name}: {why}" in err
+    cpu = out["routes"]["numpy_cpu"]
+    assert cpu["problems"] == [] and cpu["max_diff"] == 0
 
 
 def _written() -> dict[str, int]:
