@@ -20,17 +20,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     import reader
+    from reader.split_shards import named_split
     from schemas.dataset_info import load_dataset_info
 
     try:
         info = load_dataset_info(args.data_dir)
         # a split that is not there, or empty, is one line before TensorFlow starts
-        if args.split not in info.split_names:
-            raise reader.DatasetError(
-                f"split {args.split!r} not in {args.data_dir}; it has "
-                + ", ".join(info.split_names)
-            )
-        if info.split(args.split).num_examples == 0:
+        if named_split(info, args.data_dir, args.split).num_examples == 0:
             raise reader.DatasetError(
                 f"split {args.split!r} of {args.data_dir} has no examples; it has "
                 + ", ".join(f"{s.name} ({s.num_examples})" for s in info.splits)

@@ -9,7 +9,7 @@ import os
 
 from reader.option_groups import GROUPS, refuse_untaken
 from schemas import layout, storage, tfrecord
-from schemas.dataset_info import DatasetInfo
+from schemas.dataset_info import DatasetInfo, SplitInfo
 from schemas.errors import InvalidValueError
 from schemas.info import DatasetError
 
@@ -20,11 +20,8 @@ def split_shards(info: DatasetInfo | dict, data_dir: str, split: str) -> list[di
     ``info`` may be the dict ``schemas.info.load_info`` gives (callers that keep it)."""
     if isinstance(info, dict):
         info = DatasetInfo.of(info)
-    if split not in info.split_names:
-        names = ", ".join(info.split_names)
-        raise DatasetError(f"split {split!r} not in {data_dir}; it has {names}")
     shards = []
-    for shard in info.split(split).shards:
+    for shard in named_split(info, data_dir, split).shards:
         path = layout.join(data_dir, shard.file)
         check_shard(path, shard.num_bytes)
         index = layout.join(data_dir, shard.dali_index) if shard.dali_index else None
@@ -38,6 +35,15 @@ def split_shards(info: DatasetInfo | dict, data_dir: str, split: str) -> list[di
             }
         )
     return shards
+
+
+def named_split(info: DatasetInfo, data_dir: str, split: str) -> SplitInfo:
+    """The split ``split`` of the dataset in ``data_dir``; a DatasetError naming the
+    folder and its splits when it has none of that name."""
+    if split not in info.split_names:
+        names = ", ".join(info.split_names)
+        raise DatasetError(f"split {split!r} not in {data_dir}; it has {names}")
+    return info.split(split)
 
 
 def check_shard(path: str, listed: int) -> None:
