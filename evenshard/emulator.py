@@ -73,9 +73,7 @@ def gcs_emulator(log: str | None = None, port: int = 0):
         stores.GCS._client = None
         yield storage.gcs_client()
     finally:
-        proc.kill()
-        proc.wait()
-        proc.stdin.close()
+        _stop(proc)
         stores.GCS._client = None
         if before is None:
             os.environ.pop("STORAGE_EMULATOR_HOST", None)
@@ -103,9 +101,7 @@ def s3_server(port: int = 0):
         stores.S3._client = None
         yield stores.S3.client()
     finally:
-        proc.kill()
-        proc.wait()
-        proc.stdin.close()
+        _stop(proc)
         stores.S3._client = None
         for n, v in before.items():
             if v is None:
@@ -137,6 +133,13 @@ def _server(args: list[str]) -> subprocess.Popen:
         stderr=subprocess.DEVNULL,
         process_group=0,
     )
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Ends a ``_server`` process now, and closes the pipe it watched."""
+    proc.kill()
+    proc.wait()
+    proc.stdin.close()
 
 
 def end_with_parent() -> None:
