@@ -130,12 +130,12 @@ def remember_dofn_specs() -> None:
         userstate.get_dofn_specs = remembering(beams)
 
 
-def _dofn_specs_bypassed(userstate) -> list[str]:
-    """The loaded Beam modules, but userstate and ``_KEEP_BEAMS``, that hold Beam's own
-    ``get_dofn_specs`` under any name: they would not reach ``remembering``."""
+def _dofn_specs_bypassed(userstate, beams) -> list[str]:
+    """The loaded Beam modules, but userstate and ``_KEEP_BEAMS``, that hold ``beams``
+    (Beam's own ``get_dofn_specs``) under any name: they would not reach
+    ``remembering``."""
     import sys
 
-    beams = getattr(userstate.get_dofn_specs, "remembers", userstate.get_dofn_specs)
     return [
         name
         for name, module in list(sys.modules.items())
@@ -189,7 +189,7 @@ def check() -> None:
         if "get_dofn_specs" not in caller.__code__.co_names:
             asks = f"userstate.{caller.__name__} no longer asks get_dofn_specs"
             raise OperationError(f"{where}: {asks}")
-    for name in _dofn_specs_bypassed(userstate):
+    for name in _dofn_specs_bypassed(userstate, beams):
         raise OperationError(f"{where}: {name} imports userstate.get_dofn_specs itself")
     if not is_reshuffle(overrides._Reshuffle()):
         raise OperationError(f"{where}: the Dask runner's overrides have no _Reshuffle")
