@@ -246,6 +246,12 @@ def run_here(cmd: list[str]) -> str:
     return out
 
 
+def runs_here(cmd: list[str], cwd: str | None = None) -> bool:
+    """Whether ``cmd``, run in ``cwd``, runs here (``run_here``): ``in_process``, and in
+    this checkout; another commit's tree always gets a process of its own."""
+    return in_process(cmd) and cwd in (None, os.path.dirname(HERE))
+
+
 def run_command(
     cmd: list[str], what: str | None = None, env: dict | None = None, cwd: str | None = None
 ) -> str:
@@ -253,7 +259,7 @@ def run_command(
     process (TF_CPP_MIN_LOG_LEVEL=3, and ``env``; in ``cwd``); a failure raises, naming
     ``what`` (the command by default) and, from a process, the tail of its stderr. A
     ``cwd`` other than this checkout (another commit's tree) always gets a process."""
-    if in_process(cmd) and cwd in (None, os.path.dirname(HERE)):
+    if runs_here(cmd, cwd):
         return run_here(cmd)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **(env or {})}
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)

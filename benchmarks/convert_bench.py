@@ -37,15 +37,16 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import (  # noqa: E402
     BIN,
+    HERE,
     SMOKE,
     WORK,
     bench_main,
     git_tree,
-    in_process,
     list_images,
     make_jpegs,
     run_here,
     run_measured,
+    runs_here,
     tiny,
     verdict,
 )
@@ -106,17 +107,11 @@ def timed(fn, *args) -> float:
     return time.perf_counter() - start
 
 
-HERE_TREE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this checkout
-
-
 def process_seconds(cmd: list[str], cwd: str | None = None) -> tuple[float, float]:
     """(wall, CPU) seconds of a command run to its end: user + system of it and its
     children, as ``time`` counts them. Under ``--smoke`` a command of this checkout
     runs here (``run_here``: its code and exit code checked, its figures meaningless)."""
-    if in_process(cmd) and cwd in (
-        None,
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-    ):
+    if runs_here(cmd, cwd):
         start, cpu = time.perf_counter(), time.process_time()
         run_here(cmd)
         return time.perf_counter() - start, time.process_time() - cpu
@@ -146,7 +141,7 @@ def photos_part(count: int, rounds: int, baseline: str) -> dict:
     contenders = {
         "plain": (loop + [os.path.join(WORK, "plain.tfrecord")], None),
         "plain_decode": (loop + [os.path.join(WORK, "plain.tfrecord"), "--verify"], None),
-        "convert": ([*mine, *convert, f"--output_dir={WORK}/p_new"], HERE_TREE),
+        "convert": ([*mine, *convert, f"--output_dir={WORK}/p_new"], os.path.dirname(HERE)),
     }
     if baseline:
         tree = git_tree(baseline, os.path.join(WORK, "baseline_tree"))
