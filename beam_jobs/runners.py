@@ -92,25 +92,16 @@ def resolve_runner(pipeline_args: list[str]):
     if n < 1:
         raise UserError(f"--dask_workers must be >= 1, got {n}")
     try:
-        from dask.distributed import LocalCluster
+        import dask.distributed  # noqa: F401
     except ImportError as e:
         raise UserError(f"--runner=dask needs `pip install evenshard[dask]` ({e})") from None
     # distributed logs some 36 INFO lines for a run (workers, nannies,
-    # clients): its warnings are kept. dashboard_address=None does not turn the
-    # dashboard off (dask/distributed#8136): the scheduler gets no dashboard
-    # routes, and its HTTP server a free port on loopback.
+    # clients): its warnings are kept
     quiet = [logging.getLogger(name) for name in ("distributed", "dask")]
     levels = [q.level for q in quiet]
     for q in quiet:
         q.setLevel(logging.WARNING)
-    cluster = LocalCluster(
-        n_workers=n,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address="127.0.0.1:0",
-        scheduler_kwargs={"dashboard": False},
-    )
+    cluster = loopback_cluster(n)
     log.info("evenshard: started a Dask LocalCluster at %s", cluster.scheduler_address)
     try:
         yield [*args, f"--dask_client_address={cluster.scheduler_address}"]
@@ -118,6 +109,23 @@ def resolve_runner(pipeline_args: list[str]):
         cluster.close()
         for q, level in zip(quiet, levels):
             q.setLevel(level)
+
+
+def loopback_cluster(workers: int):
+    """A Dask LocalCluster of ``workers`` worker processes of one thread, all on
+    127.0.0.1. dashboard_address=None does not turn the dashboard off
+    (dask/distributed#8136): the scheduler gets no dashboard routes, and its HTTP server
+    a free port on loopback."""
+    from dask.distributed import LocalCluster
+
+    return LocalCluster(
+        n_workers=workers,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",
+        scheduler_kwargs={"dashboard": False},
+    )
 
 
 def _check_reachable(address: str | None) -> None:

@@ -224,16 +224,9 @@ def dask_runner_flags():
     session: each Dask test's job runs on workers that ran jobs before, as on a user's
     long-lived cluster. (``--dask_workers``, the alias that starts and stops a cluster
     of its own, is test_runners'.)"""
-    from dask.distributed import LocalCluster
+    from beam_jobs.runners import loopback_cluster
 
-    with LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address="127.0.0.1:0",  # None still serves one, on 8787 (beam_jobs.runners)
-        scheduler_kwargs={"dashboard": False},
-    ) as cluster:
+    with loopback_cluster(2) as cluster:  # the one --dask_workers=2 starts
         yield ["--runner=dask", f"--dask_client_address={cluster.scheduler_address}"]
 
 
