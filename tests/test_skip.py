@@ -69,7 +69,7 @@ def test_skipped_steps_are_exactly_the_ones_named_on_every_face(data):
     step 7 (resumed from it: batches 7 on); explain says the same."""
     kw = dict(OPTS, num_workers=3, worker_index=1)
     start = ReadState(4, 4)
-    whole = plain_train(data, start, 3, 1)  # tf_keys(data, "train", 4, start, **kw)
+    whole = plain_train(data, start, 3, 1)
     saved = start.advance(2)
     skipping = saved.skip(4, 6)
     want = whole[2:4] + whole[6:]
@@ -97,7 +97,7 @@ def test_skips_survive_an_elastic_resume_and_a_mix(data):
     saved = ReadState(4, 4, step=2, num_workers=3)
     for j in range(2):
         two = dict(kw, num_workers=2, worker_index=j)
-        plain = plain_train(data, saved, 2, j)  # tf_keys(data, "train", 4, saved, **two)
+        plain = plain_train(data, saved, 2, j)
         assert tf_keys(data, "train", 4, saved.skip(4, 6), **two) == plain[:2] + plain[4:]
         r = numpy(data, saved.skip(4, 6), **two)
         assert keys(list(r)) == plain[:2] + plain[4:]
@@ -130,7 +130,7 @@ def test_excluded_keys_never_appear_again_and_the_rest_is_read_once(data):
     evaluation with pad_final_batch reads every other key exactly once."""
     kw = dict(OPTS, num_workers=3, worker_index=1)
     start = ReadState(4, 4)
-    whole = plain_train(data, start, 3, 1)  # tf_keys(data, "train", 4, start, **kw)
+    whole = plain_train(data, start, 3, 1)
     out = {whole[3][1], whole[5][0], whole[0][2]}  # one of them read before the state
     state = start.advance(2).exclude(sorted(out))
     want = [[k if k not in out else "" for k in b] for b in whole[2:]]
@@ -152,7 +152,7 @@ def test_excluded_keys_never_appear_again_and_the_rest_is_read_once(data):
     for j in range(2):  # elastic: the exclusion goes with the state
         two = dict(OPTS, num_workers=2, worker_index=j)
         moved = ReadState(4, 4, step=2, num_workers=3)
-        plain = plain_train(data, moved, 2, j)  # tf_keys(data, "train", 4, moved, **two)
+        plain = plain_train(data, moved, 2, j)
         assert tf_keys(data, "train", 4, moved.exclude(sorted(out)), **two) == [
             [k if k not in out else "" for k in b] for b in plain
         ]
