@@ -1,9 +1,11 @@
 """The TFRecord files of tf.train.Example as inputs (issue 42): each file read once,
-front to back, every CRC checked (``schemas.tfrecord.records_at``), a record's
-place its (byte offset, length), by which the writer reads it again
+front to back, every CRC checked (``schemas.tfrecord.records_and_damage``), a
+record's place its (byte offset, length), by which the writer reads it again
 (``images_again``: a ranged read a record, a gzip file once a shard). Damage (a
-file cut short, a wrong CRC, a file that is no TFRecord) is one reject naming the
-file, the record and its byte; the records before it are kept. What record formats
+file cut short, a wrong CRC or length, a file that is no TFRecord) is one reject a
+damaged stretch, naming the file, the record and its bytes; reading goes on at the
+next whole record after it (its length and data CRCs hold), so the records before
+and after the damage are kept. What record formats
 share: ``record_source``.
 """
 
@@ -47,13 +49,21 @@ class _ReadRecordFile(ReadRecordFile):
         index = 0  # of the next record
         try:
             with _opened(path, head) as raw:
-                for offset, data in tfrecord.records_at(path, raw):
-                    where = f"record {index} (byte {offset})"
-                    features = functools.partial(parse_features, data)
-                    place = (offset, len(data))
-                    yield self.record(path, f"{rel}#{index}", where, features, place, data)
+                for item in tfrecord.records_and_damage(path, raw):
+                    if isinstance(item, tfrecord.LostStretch):
+                        # one input a damaged stretch (it may have held several records):
+                        # the inputs count what the file held, as far as it can be known
+                        ends = item.end is None and "ends inside" in item.problem
+                        reason = "truncated" if ends else "corrupt"
+                        yield make_reject(f"{rel}#{index}", path, reason, item.describe())
+                    else:
+                        offset, data = item
+                        where = f"record {index} (byte {offset})"
+                        features = functools.partial(parse_features, data)
+                        place = (offset, len(data))
+                        yield self.record(path, f"{rel}#{index}", where, features, place, data)
                     index += 1
-        except tfrecord.CorruptRecord as e:
+        except tfrecord.CorruptRecord as e:  # the gzip stream itself, or no records at all
             reason = "truncated" if "ends inside" in e.problem else "corrupt"
             detail = (
                 f"record {index} (byte {e.offset}): {e.problem}; the records before it are kept"
@@ -157,7 +167,10 @@ def _gzip_records(path: str, offsets: set[int]) -> dict:
     got: dict = {}
     try:
         with paths.open_binary(path) as raw:
-            for offset, data in tfrecord.records_at(path, raw):
+            for item in tfrecord.records_and_damage(path, raw):  # read past as inspection did
+                if isinstance(item, tfrecord.LostStretch):
+                    continue
+                offset, data = item
                 if offset in offsets:
                     got[offset] = data
                     if len(got) == len(offsets):

@@ -59,3 +59,52 @@ def test_hashing_reader_counts_and_hashes_what_it_reads():
     hashed.drain()
     assert hashed.num_bytes == len(data)
     assert hashed.sha256.hexdigest() == hashlib.sha256(data).hexdigest()
+
+
+def _huge_length(frame: bytes, fix_crc: bool) -> bytes:
+    """``frame`` with its length field made huge, its CRC left or made to hold."""
+    import struct
+
+    length = struct.pack("<Q", 1 << 38)
+    crc = struct.pack("<I", tfrecord.masked_crc(length)) if fix_crc else frame[8:12]
+    return length + crc + frame[12:]
+
+
+@pytest.mark.parametrize("fix_crc", [False, True])
+@pytest.mark.parametrize("gz", [False, True])
+def test_reading_past_damage_finds_every_whole_record_after_it(fix_crc, gz):
+    records = [bytes([i]) * (50 + 13 * i) for i in range(10)]
+    frames = [tfrecord.frame(r) for r in records]
+    frames[4] = _huge_length(frames[4], fix_crc)  # the 5th record's length
+    frames[7] = frames[7][:30] + bytes([frames[7][30] ^ 1]) + frames[7][31:]  # its data
+    data = b"".join(frames)
+    name = "x.tfrecord.gz" if gz else "x.tfrecord"
+    raw = io.BytesIO(gzip.compress(data) if gz else data)
+    got = list(tfrecord.records_and_damage(name, raw))
+    starts = [sum(map(len, frames[:i])) for i in range(11)]
+    lost = [item for item in got if isinstance(item, tfrecord.LostStretch)]
+    assert [(x.index, x.start, x.end) for x in lost] == [
+        (4, starts[4], starts[5]),
+        (7, starts[7], starts[8]),
+    ]
+    assert lost[1].problem == "data checksum mismatch"
+    assert f"bytes {starts[4]} to {starts[5] - 1}" in lost[0].describe()
+    kept = [item for item in got if not isinstance(item, tfrecord.LostStretch)]
+    assert kept == [(starts[i], records[i]) for i in (0, 1, 2, 3, 5, 6, 8, 9)]
+    with pytest.raises(tfrecord.CorruptRecord, match="record 4"):  # the strict reader
+        list(tfrecord.records_at(name, io.BytesIO(raw.getvalue())))
+
+
+def test_damage_with_no_whole_record_after_it_is_lost_to_the_end():
+    frames = [tfrecord.frame(bytes([i]) * 40) for i in range(3)]
+    data = b"".join(frames)[:-10]  # cut inside the last record
+    got = list(tfrecord.records_and_damage("x.tfrecord", io.BytesIO(data)))
+    assert got[-1] == tfrecord.LostStretch(2, 2 * len(frames[0]), None, "file ends inside a record")
+    assert "no record follows" in got[-1].describe()
+    assert len(got) == 3
+
+
+def test_a_gzip_file_not_named_gz_is_not_scanned_for_records():
+    data = gzip.compress(b"".join(tfrecord.frame(r) for r in RECORDS))
+    with pytest.raises(tfrecord.NotRecords, match="gzip-compressed"):
+        list(tfrecord.records_and_damage("x.tfrecord", io.BytesIO(data)))

@@ -129,13 +129,44 @@ def test_damaged_files_give_named_rejects_and_counts_reconcile(tmp_path):
     details = {r["key"]: r["detail"] for r in read_rejects(out)}
     assert "byte" in details["cut.tfrecord#2"]
     written = sum(s["num_examples"] for s in info["splits"].values())
-    assert written == 4 + 2 + 1  # the records before the damage are kept
-    assert info["inputs"] == written + info["rejects"]["total"] == 11
+    assert written == 4 + 2 + 2  # the records before and after the damage are kept
+    assert info["inputs"] == written + info["rejects"]["total"] == 12
     assert set(read_back(out)) == {
         *((f"good.tfrecord#{i}", 0) for i in range(4)),
         *((f"cut.tfrecord#{i}", 1) for i in range(2)),
         ("crc.tfrecord#0", 1),
+        ("crc.tfrecord#2", 1),
     }
+
+
+@pytest.mark.parametrize("fix_crc", [False, True], ids=["length-crc-wrong", "length-crc-holds"])
+def test_a_damaged_length_in_the_middle_loses_only_its_record(tmp_path, fix_crc):
+    """The 5th of ten records' length field made huge: the five records after it are
+    read past it (found by their CRCs), counted as inputs and written; the damage is
+    one reject naming its bytes."""
+    import struct
+
+    from schemas import tfrecord
+
+    root = str(tmp_path / "in")
+    path = f"{root}/ten.tfrecord"
+    write_records(path, [example(im, i % 2) for i, im in enumerate(pngs(10))])
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
+    starts = [offset for offset, _ in tfrecord.records_at(path)]
+    length = struct.pack("<Q", 1 << 40)
+    data[starts[4] : starts[4] + 8] = length
+    if fix_crc:
+        data[starts[4] + 8 : starts[4] + 12] = struct.pack("<I", tfrecord.masked_crc(length))
+    with open(path, "wb") as f:
+        f.write(data)
+    out = str(tmp_path / "out")
+    info = run_convert(root, out, *FLAGS)
+    [reject] = read_rejects(out)
+    assert (reject["key"], reject["reason"]) == ("ten.tfrecord#4", "corrupt")
+    assert f"bytes {starts[4]} to {starts[5] - 1}" in reject["detail"]
+    assert info["inputs"] == 10 and info["rejects"]["total"] == 1
+    assert set(read_back(out)) == {(f"ten.tfrecord#{i}", i % 2) for i in range(10) if i != 4}
 
 
 def test_in_memory_and_multi_process_give_the_same_bytes(tmp_path):
