@@ -55,6 +55,7 @@ def settings(options: ConvertOptions, path_root: str | None) -> dict:
         "shard_options": {
             "target_shard_mb": options.target_shard_mb,
             "num_shards": options.num_shards,
+            "examples_per_shard": options.examples_per_shard,
             "shard_multiple": options.shard_multiple,
         },
     }

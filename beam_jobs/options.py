@@ -27,6 +27,7 @@ INPUT_FORMATS = ("images", "tfrecord", "parquet", "webdataset", "tfds")
 # --record_kind example: each tf.train.Example of a record input written as it is
 EXAMPLE_KIND = "example"
 EXAMPLE_INPUTS = ("tfrecord", "tfds")  # the formats whose records are tf.train.Examples
+TARGET_SHARD_MB = 128.0  # --target_shard_mb's default
 
 
 class UserError(Error, ValueError):
@@ -108,8 +109,9 @@ class ConvertOptions:
     group_by: str | None = None
     balance: str = "none"
     seed: int = 0
-    target_shard_mb: float = 128.0
+    target_shard_mb: float = TARGET_SHARD_MB
     num_shards: int | None = None
+    examples_per_shard: int | None = None
     shard_multiple: int = 1
     compression: str = "none"
     max_reject_fraction: float = 0.01
@@ -147,6 +149,7 @@ class ConvertOptions:
                 f"--num_shards must be in [1, {MAX_SHARDS}] (shard names number them in five "
                 f"digits), got {self.num_shards}"
             )
+        self._check_examples_per_shard()
         if not 1 <= self.shard_multiple <= MAX_SHARDS:
             raise UserError(
                 f"--shard_multiple must be in [1, {MAX_SHARDS}], got {self.shard_multiple}"
@@ -209,6 +212,25 @@ class ConvertOptions:
                 f"--num_shards={self.num_shards} is not a multiple of "
                 f"--shard_multiple={self.shard_multiple}"
             )
+
+    def _check_examples_per_shard(self) -> None:
+        """--examples_per_shard: a count of at least 1, and the one way the shard count
+        is set (a --target_shard_mb other than its default counts as given)."""
+        n = self.examples_per_shard
+        if n is None:
+            return
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise UserError(
+                f"--examples_per_shard must be a whole number >= 1 (examples a shard), got {n}"
+            )
+        for flag, given in (
+            ("--num_shards", self.num_shards is not None),
+            ("--target_shard_mb", self.target_shard_mb != TARGET_SHARD_MB),
+        ):
+            if given:
+                raise UserError(
+                    f"--examples_per_shard and {flag} both set the shard count: give one of them"
+                )
 
     def _check_example_kind(self) -> None:
         """--record_kind example: tf.train.Example records, nothing about an image."""
@@ -311,6 +333,11 @@ _FLAGS = {
     "seed": ("seed of the global shuffle", None),
     "target_shard_mb": ("target shard size in MB", None),
     "num_shards": ("shards per split (overrides the size target)", None),
+    "examples_per_shard": (
+        "about this many examples a shard: ceil(examples / N) shards a split (not with "
+        "--num_shards or --target_shard_mb)",
+        None,
+    ),
     "shard_multiple": ("round shard counts up to a multiple of K", None),
     "compression": ("gzip writes .tfrecord.gz", COMPRESSIONS),
     "max_reject_fraction": ("fail above this reject fraction", None),

@@ -27,12 +27,23 @@ def estimated_record_bytes(im: Image, record_kind: str) -> int:
 
 
 def shard_count(
-    n: int, est_bytes: int, target_bytes: float, multiple: int, fixed: int | None
+    n: int,
+    est_bytes: int,
+    target_bytes: float,
+    multiple: int,
+    fixed: int | None,
+    per_shard: int | None = None,
 ) -> int:
-    """Shards for a split of n examples: by size, rounded up to a multiple, at most n."""
+    """Shards for a split of n examples: ``fixed`` (--num_shards), else ⌈n / per_shard⌉
+    (--examples_per_shard), else by size; rounded up to a multiple, at most n."""
     if n == 0:
         return 0
-    s = fixed if fixed else max(1, math.ceil(est_bytes / target_bytes))
+    if fixed:
+        s = fixed
+    elif per_shard:
+        s = math.ceil(n / per_shard)
+    else:
+        s = max(1, math.ceil(est_bytes / target_bytes))
     s = math.ceil(s / multiple) * multiple
     # five digits in the shard name: at most MAX_SHARDS, kept a multiple
     s = min(s, MAX_SHARDS // multiple * multiple)
@@ -105,6 +116,7 @@ class PlanShards(beam.PTransform):
         seed: int,
         balance: str,
         bucket_bits: int = BUCKET_BITS,
+        examples_per_shard: int | None = None,
     ):
         super().__init__()
         self._splits = split_names
@@ -112,6 +124,7 @@ class PlanShards(beam.PTransform):
         self._target = target_shard_mb * 1e6
         self._multiple = shard_multiple
         self._fixed = num_shards
+        self._per_shard = examples_per_shard
         self._seed = seed if balance == "none" else None  # the global rank's bucket table
         self._bits = bucket_bits
 
@@ -127,7 +140,9 @@ class PlanShards(beam.PTransform):
                 out[split] = {
                     "num_examples": n,
                     "est_bytes": est,
-                    "num_shards": shard_count(n, est, self._target, self._multiple, self._fixed),
+                    "num_shards": shard_count(
+                        n, est, self._target, self._multiple, self._fixed, self._per_shard
+                    ),
                     "label_counts": label_counts,
                     # where each label starts when labels are laid end to end (balance=label)
                     "label_offsets": dict(zip(label_counts, offsets)),

@@ -97,6 +97,7 @@ def build(pipeline, job: Job):
         o.num_shards,
         o.seed,
         o.balance,
+        examples_per_shard=o.examples_per_shard,
     )
     # (split, Image) -> ((split, shard), [Image] in order)
     sharded = split_images | "OrderAndShard" >> OrderAndShard(o.seed, o.balance, plan)

@@ -240,8 +240,14 @@ def _plan(options, splits: dict[str, list[Image]]) -> dict:
             labels[im.label] = labels.get(im.label, 0) + 1
         est = sum(estimated_record_bytes(im, options.record_kind) for im in members)
         n = len(members)
-        fixed = options.num_shards
-        count = shard_count(n, est, options.target_shard_mb * 1e6, options.shard_multiple, fixed)
+        count = shard_count(
+            n,
+            est,
+            options.target_shard_mb * 1e6,
+            options.shard_multiple,
+            options.num_shards,
+            options.examples_per_shard,
+        )
         shards: list[list] = [[] for _ in range(count)]
         if options.balance == "none":
             for rank, im in enumerate(_ranked(options.seed, "order", members)):

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import collections
+import math
 import os
 import shutil
 
 import pytest
-from conftest import keys_of, load_info, read_rejects, read_split, run_convert, write_manifest
+from conftest import (
+    keys_of,
+    load_info,
+    read_rejects,
+    read_split,
+    run_convert,
+    write_manifest,
+    write_pngs,
+)
 
 from beam_jobs.split import cut_points
 from evenshard import synthetic
@@ -226,6 +235,19 @@ def test_exact_split_gives_exact_per_label_counts(folder_500, tmp_path):
         )
         got = {s: info["splits"][s]["label_counts"].get(label, 0) for s in expected}
         assert got == expected == {"train": 70, "val": 20, "test": 10}
+
+
+def test_examples_per_shard_sets_each_splits_shard_count(tmp_path):
+    """About N examples a file without knowing their size: ceil(examples / N) shards a
+    split, rounded up to --shard_multiple, balanced within one example."""
+    write_pngs(tmp_path / "img", 41)
+    flags = ("--splits=train=0.7,val=0.3", "--examples_per_shard=4", "--shard_multiple=2")
+    info = run_convert(str(tmp_path / "img"), str(tmp_path / "out"), *flags)
+    for split, s in info["splits"].items():
+        n, sizes = s["num_examples"], [sh["num_examples"] for sh in s["shards"]]
+        assert len(sizes) == math.ceil(math.ceil(n / 4) / 2) * 2, (split, n, sizes)
+        assert max(sizes) - min(sizes) <= 1, (split, sizes)
+    assert info["shard_options"]["examples_per_shard"] == 4
 
 
 def test_manifest_split_column_is_honoured(folder_500, tmp_path):

@@ -50,7 +50,11 @@ def inputs(tmp_path_factory):
 
 
 CASES = {
-    "folder, hash splits": ("images", "--splits=train=0.7,val=0.3", "--num_shards=3"),
+    "folder, hash splits, shards by examples": (
+        "images",
+        "--splits=train=0.7,val=0.3",
+        "--examples_per_shard=4",
+    ),
     "folder, exact splits, label balance, gzip": (
         "images",
         "--splits=train=0.5,val=0.5",

@@ -32,6 +32,16 @@ def images(tmp_path_factory):
         (["--direct_running_mode=bogus"], "argument --direct_running_mode: invalid choice"),
         (["--num_shards=100000"], "--num_shards must be in [1, 99999]"),
         ([f"--splits={'s' * 250}=1.0"], "at most 128 of them"),
+        (["--examples_per_shard=0"], "--examples_per_shard must be a whole number >= 1"),
+        (["--examples_per_shard=2.5"], "--examples_per_shard: invalid int value: '2.5'"),
+        (
+            ["--examples_per_shard=100", "--num_shards=4"],
+            "--examples_per_shard and --num_shards both set the shard count: give one",
+        ),
+        (
+            ["--examples_per_shard=100", "--target_shard_mb=10"],
+            "--examples_per_shard and --target_shard_mb both set the shard count: give one",
+        ),
     ],
 )
 @pytest.mark.fast

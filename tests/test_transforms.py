@@ -171,6 +171,11 @@ def test_shard_count_rules():
     assert shard_count(1000, 950, 100, 4, None) == 12  # rounded up to a multiple
     assert shard_count(5, 10**9, 100, 1, None) == 5  # never more than examples
     assert shard_count(1000, 1, 100, 1, 7) == 7  # --num_shards wins
+    # --examples_per_shard: ceil(n / N), rounded up to a multiple, at most n
+    assert shard_count(1000, 10**9, 100, 1, None, per_shard=100) == 10
+    assert shard_count(1001, 1, 100, 1, None, per_shard=100) == 11
+    assert shard_count(1001, 1, 100, 4, None, per_shard=100) == 12
+    assert shard_count(3, 1, 100, 4, None, per_shard=1) == 3
 
 
 def test_fingerprint_is_pinned():
