@@ -152,9 +152,13 @@ def _explain_flags(p: argparse.ArgumentParser) -> None:
     a("--no_shuffle", action="store_true", help="a read in file order")
     a("--random_crop", action="store_true", help="crops drawn: give each row's box")
     a("--random_flip", action="store_true", help="flips drawn: give each row's flip")
-    a("--views", type=int, default=1, help="NumpyReader's views")
-    a("--view_spread", default="together", help="NumpyReader's view_spread")
-    a("--mirror_views", action="store_true", help="NumpyReader's mirror_views")
+    a("--views", type=int, default=1, help="the read's views")
+    a(
+        "--view_spread",
+        default="together",
+        help="the read's view_spread (NumpyReader, make_dataset)",
+    )
+    a("--mirror_views", action="store_true", help="the read's mirror_views")
     a("--json", action="store_true", help="print the batches as JSON")
 
 

@@ -57,7 +57,8 @@ def explain(
             (with views spread: ``step * views + view_skip``), and steps count as
             the state counts them: a step it skips yields no batch and is left out.
         state: a ``ReadState``, its JSON, or a reader's ``state_dict()``.
-        views, view_spread, mirror_views: ``NumpyReader``'s.
+        views, view_spread, mirror_views: the read's, as given to ``NumpyReader`` or
+            ``make_dataset``.
 
     Raises:
         ValueError: a step before the state or past the read's end; a state

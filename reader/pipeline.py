@@ -29,6 +29,10 @@ tf = storage.tensorflow()
 # the groups of options the Python route of this face takes (reader/option_groups.py);
 # the tf graph takes them all (on_error="raise" there: a record that fails stops it)
 PYTHON_TAKES = frozenset(GROUPS) - {"form", "device"}
+# the Python route's keywords make_dataset and resume take, and their defaults
+PYTHON = dict(
+    transform=None, views=1, view_spread="together", mirror_views=False, num_processes=None
+)
 INSTEAD = {
     "form": "with transform= or views=, the dataset yields the transform's dicts: map "
     "them to (image, label) yourself",
@@ -46,6 +50,7 @@ def make_dataset(
     state: ReadState | None = None,
     transform=None,
     views: int = 1,
+    view_spread: int | str = "together",
     mirror_views: bool = False,
     num_processes: int | None = None,
     **overrides,
@@ -62,11 +67,14 @@ def make_dataset(
             (this form returns that pair, with a ``DeprecationWarning``).
         **overrides: fields of ``ReadOptions`` to change, e.g. ``seed=0,
             image_size=(224, 224)``.
-        transform, views, mirror_views, num_processes: a Python ``transform(example,
-            rng)`` run in ``num_processes`` worker processes on each image decoded once,
-            ``views`` times, the views of an image together in a batch: the batches of
+        transform, views, view_spread, mirror_views, num_processes: a Python
+            ``transform(example, rng)`` run in ``num_processes`` worker processes on each
+            image decoded once, ``views`` times, the views of an image together in a
+            batch or, with ``view_spread=D``, D batches apart: the batches of
             :class:`reader.NumpyReader` as a dataset (``tf.data.Dataset.from_generator``).
-            The transform's values must be arrays, numbers or strings.
+            The transform's values must be arrays, numbers or strings. Views spread are
+            not resumed from a ``ReadState`` (it cannot say where a read stands between
+            an image's views: ``NumpyReader``'s ``state_dict()`` can).
             ``on_error="skip"`` (with ``error_ledger``) reads that route too, without a
             transform: ``NumpyReader``'s batches, a record that cannot be read a padding
             row (``mask`` False) written to the ledger.
@@ -85,7 +93,13 @@ def make_dataset(
             when it is read.
         ValueError: options that do not fit together.
     """
-    python = (transform, views, mirror_views, num_processes)
+    python = dict(
+        transform=transform,
+        views=views,
+        view_spread=view_spread,
+        mirror_views=mirror_views,
+        num_processes=num_processes,
+    )
     if state is None:
         return _read(data_dir, split, batch_size, options, None, python, overrides)[0]
     warnings.warn(
@@ -98,24 +112,28 @@ def make_dataset(
     return _read(data_dir, split, batch_size, options, state, python, overrides)
 
 
-def _read(data_dir, split, batch_size, options, state, python: tuple, overrides: dict):
+def _read(data_dir, split, batch_size, options, state, python: dict, overrides: dict):
     """(dataset, the state to advance: None when given none) of a read: the graph
-    stream, or the Python route's batches when there is a transform or views."""
+    stream, or the Python route's batches when there is a transform or views
+    (``python``: the route's keywords, as ``PYTHON``)."""
     options = merge(options, overrides)
     check_state(state)
-    transform, views, mirror_views, num_processes = python
     # A record that fails inside TensorFlow fails its whole batch: skipping it alone,
     # as every other face does, takes the Python route (docs/design.md, "A record that
     # cannot be read").
-    if transform is not None or views != 1 or mirror_views or options.on_error == "skip":
-        python = dict(transform=transform, views=views, mirror_views=mirror_views)
-        return _preprocessed(data_dir, split, batch_size, options, state, python, num_processes)
+    if (
+        python["transform"] is not None
+        or python["views"] != 1
+        or python["mirror_views"]
+        or options.on_error == "skip"
+    ):
+        return _preprocessed(data_dir, split, batch_size, options, state, python)
     read = resolve(data_dir, split, batch_size, options, state)
     check_sized(options, batch_size, read)
     return graph.dataset(read, resumed=state is not None), read.state
 
 
-def _preprocessed(data_dir, split, batch_size, o, state, python: dict, processes):
+def _preprocessed(data_dir, split, batch_size, o, state, python: dict):
     """``make_dataset`` with a Python transform, views or ``on_error="skip"``: the Python
     route's batches as a dataset, each pass over it a new pass of the read (Keras
     iterates once an epoch). Without a transform or views, ``as_supervised`` gives
@@ -125,15 +143,16 @@ def _preprocessed(data_dir, split, batch_size, o, state, python: dict, processes
     if batch_size is None:
         raise InvalidValueError(f"{face} reads the Python route's batches: give batch_size")
     refuse_untaken(o, PYTHON_TAKES | {"form"} if plain else PYTHON_TAKES, face, INSTEAD)
-    route = PythonRoute(
-        data_dir,
-        split,
-        batch_size,
-        o,
-        num_processes=processes,
-        state=state,
-        **python,
-    )
+    route = PythonRoute(data_dir, split, batch_size, o, state=state, **python)
+    if state is not None and route.spread is not None:
+        # the state handed back is advanced by batches, which then count views of
+        # blocks: a ReadState has no view_skip to say how far into a block's views
+        raise InvalidValueError(
+            "make_dataset(view_spread=...) is not resumed from a ReadState, which cannot "
+            "say where a read stands between an image's views: resume views spread with "
+            "reader.NumpyReader's state_dict() and load_state_dict(), or read with "
+            'views together (view_spread="together")'
+        )
     start = ReadState.from_json(route.state_dict()["read_state"])
     batches = iter(route)
     first = next(batches)  # the signature: the transform's fields, types and shapes
@@ -241,13 +260,5 @@ def resume(data_dir: str, split: str, state: ReadState, options=None, **override
     """
     check_state(state)
     batch_size = overrides.pop("batch_size", state.batch_size)
-    python = tuple(
-        overrides.pop(name, default)
-        for name, default in (
-            ("transform", None),
-            ("views", 1),
-            ("mirror_views", False),
-            ("num_processes", None),
-        )
-    )
+    python = {name: overrides.pop(name, default) for name, default in PYTHON.items()}
     return _read(data_dir, split, batch_size, options, state, python, overrides)

@@ -91,7 +91,7 @@ def merge(options: ReadOptions | None, overrides: dict) -> ReadOptions:
             close = difflib.get_close_matches(name, sorted(fields), 3)
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
             if name == "view_spread":
-                hint = ": views spread batches apart are reader.NumpyReader's alone"
+                hint = ": views spread batches apart are NumpyReader's and make_dataset's"
             raise InvalidTypeError(f"{name!r} is not a read option{hint}")
     return dataclasses.replace(options or ReadOptions(), **overrides)
 

@@ -31,6 +31,6 @@ def test_a_name_that_is_no_read_option_is_named_with_the_closest():
 
     with pytest.raises(TypeError, match=r"'image_sise' is not a read option \(did you mean"):
         merge(None, {"image_sise": 3})
-    with pytest.raises(TypeError, match="NumpyReader's alone"):
+    with pytest.raises(TypeError, match="NumpyReader's and make_dataset's"):
         merge(None, {"view_spread": 2})
     assert merge(None, {"seed": 3}).seed == 3

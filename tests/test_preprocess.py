@@ -257,6 +257,40 @@ def test_views_spread_batches_apart_one_decode_each_and_exactly_once(data):
         assert a["key"] == b["key"] and (a["image"] == b["image"]).all()
 
 
+def test_make_dataset_spreads_views_as_numpy_reader_does(data):
+    """view_spread=D on make_dataset: NumpyReader's batches, the same keys, views and
+    pixels in the same batches (mirrored crops too), an image's views D batches apart;
+    a ReadState cannot say where a read stands between an image's views: resuming one
+    is refused in one line."""
+    spread = 2
+    kw = dict(
+        transform=plain,
+        num_processes=0,
+        views=4,
+        view_spread=spread,
+        mirror_views=True,
+        random_crop=True,
+        **{**OPTS, "epochs": 1},
+    )
+    want = list(reader.NumpyReader(data, "train", B, **kw))
+    ds = reader.make_dataset(data, "train", B, **kw)
+    got = list(ds.as_numpy_iterator())
+    assert len(got) == len(want) == ds.cardinality().numpy() == 4 * -(-60 // B)
+    seen = {}
+    for number, (a, b) in enumerate(zip(got, want)):
+        assert [k.decode() for k in a["key"]] == b["key"]
+        assert (a["view"] == b["view"]).all() and (a["image"] == b["image"]).all()
+        assert (a["draw"] == b["draw"]).all()
+        seen.update({(k, v): number for k, v in zip(b["key"], b["view"].tolist())})
+    assert len(seen) == 60 * 4
+    assert min(seen[(k, v + 1)] - seen[(k, v)] for (k, v) in seen if v < 3) >= spread
+    again = list(ds.as_numpy_iterator())  # a new pass of the read (Keras' next epoch)
+    assert [list(b["key"]) for b in again] == [list(b["key"]) for b in got]
+    state = reader.ReadState(seed=OPTS["seed"], batch_size=B)
+    with pytest.raises(ValueError, match="view_spread.*NumpyReader's state_dict"):
+        reader.resume(data, "train", state, **kw)
+
+
 def test_views_spread_resume_mid_group_yields_the_uninterrupted_views(data):
     """A state saved at any batch, between an image's views too, resumes to exactly the
     rest of the uninterrupted read (2 epochs, across the epoch boundary)."""
