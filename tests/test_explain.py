@@ -97,7 +97,8 @@ def test_explain_after_a_resume_and_after_3_to_2_workers(data):
 
 def test_explain_a_mix_and_views_spread(data):
     """A mix of train and val at 3:1 (tf.data), and views spread 2 batches apart
-    (NumpyReader) from the start and from a state saved between an image's views."""
+    (NumpyReader, and make_dataset from the start) from the start and from a state
+    saved between an image's views."""
     mix = reader.mix([((data, "train"), 3), ((data, "val"), 1)])
     got = [{k: v.numpy() for k, v in b.items()} for b in reader.make_dataset(mix, None, 4, **OPTS)]
     said = explain(mix, None, 4, range(len(got)), **OPTS)
@@ -107,6 +108,10 @@ def test_explain_a_mix_and_views_spread(data):
     said = explain(data, "train", 4, range(len(whole)), **kw)
     assert told(said) == keys(whole)
     assert [list(s["view"]) for s in said] == [list(b["view"]) for b in whole]
+    spread = reader.make_dataset(data, "train", 4, transform=same, num_processes=0, **kw)
+    spread = list(spread.as_numpy_iterator())
+    assert keys(spread) == told(said)
+    assert [list(b["view"]) for b in spread] == [list(s["view"]) for s in said]
     r = numpy_reader(data, 4, **kw)
     state = saved_after(r, 7)
     assert state["view_skip"] > 0
