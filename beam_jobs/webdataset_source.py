@@ -16,6 +16,7 @@ one reject naming the sample and its byte; the samples before it are kept.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import re
@@ -23,7 +24,7 @@ import tarfile
 import zlib
 
 from beam_jobs import paths
-from beam_jobs.record_rules import RecordFormat
+from beam_jobs.record_rules import RecordFormat, RecordProblem
 from beam_jobs.record_source import ReadRecordFile
 from beam_jobs.records import Image, make_reject
 from schemas.errors import Error, InvalidValueError
@@ -99,6 +100,23 @@ def _images(members: dict) -> list[str]:
     return [e for e in members if "." + e.rpartition(".")[2] in IMAGE_EXTENSIONS]
 
 
+def _not_one_image(key: str, members: dict) -> str | None:
+    """Why a sample has no feature ``image`` (none, or several image members, each
+    its extension's), naming its members and the flag that picks one; None when it has
+    one."""
+    images = sorted(_images(members))
+    if "image" in members or len(images) == 1:
+        return None
+    if not images:
+        names = ", ".join(f"{key}.{e}" for e in sorted(members))
+        return f"no image member (its members: {names})"
+    names = ", ".join(f"{key}.{e}" for e in images)
+    flags = " or ".join(f"--image_feature={e}" for e in images)
+    return (
+        f"{len(images)} image members ({names}) where one image is expected: pick one with {flags}"
+    )
+
+
 def _member(members: dict, feature: str) -> tuple[int, bytes] | None:
     """The (data offset, bytes) of feature ``feature``'s member: ``image``, a sample's
     only image member; else the member of that extension."""
@@ -146,6 +164,14 @@ def _features(key: str, members: dict) -> dict[str, tuple[str, list]]:
 class _ReadTar(ReadRecordFile):
     """tar path -> Image | Reject, one a sample, and one Reject for damage."""
 
+    def _features(self, key: str, members: dict) -> dict[str, tuple[str, list]]:
+        """A sample's features; a ``missing`` RecordProblem naming its image members when
+        the image chosen is ``image`` and the sample has no one image."""
+        problem = _not_one_image(key, members) if self._image == "image" else None
+        if problem:
+            raise RecordProblem("missing", problem)
+        return _features(key, members)
+
     def process(self, path: str):
         rel = paths.relative_to(self._root, path) or path
         index, byte = 0, 0  # the next sample, and where its first member starts
@@ -155,7 +181,7 @@ class _ReadTar(ReadRecordFile):
                     first = min(o for o, _ in members.values())
                     place = _member(members, self._image) or (first, b"")
                     where = f"sample {index} ({key!r}, byte {place[0]})"
-                    features = _features(key, members)
+                    features = functools.partial(self._features, key, members)
                     yield self.record(
                         path, f"{rel}#{index}", where, features, (place[0], len(place[1]))
                     )

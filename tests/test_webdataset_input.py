@@ -219,3 +219,27 @@ def test_a_damaged_header_or_a_cut_between_members_is_a_reject_not_the_end(tmp_p
     assert "sample 2" in details["t-000.tar#2"] and "header" in details["t-000.tar#2"]
     assert set(read_back(out)) == {(f"t-00{t}.tar#{i}", i % 2) for t in (0, 1) for i in (0, 1)}
     assert info["inputs"] == 4 + 2
+
+
+def test_a_sample_of_two_image_members_names_them_and_the_flag_that_picks_one(tmp_path):
+    """A sample holding ``s0002.png`` and ``s0002.jpg`` has no one image: the reject
+    names them and the flag that picks one, and a sample without an image its members
+    (was, for both: "feature 'image': one bytes value expected, none");
+    ``--image_feature png`` takes the png member of every sample."""
+    root = str(tmp_path / "in")
+    mixed = samples(6, cls=lambda i: i % 2)
+    mixed[2]["jpg"] = mixed[0]["png"]
+    del mixed[3]["png"]
+    write_tars(f"{root}/t-%03d.tar", mixed, 6)
+    out = str(tmp_path / "out")
+    info = run_convert(root, out, *FLAGS)
+    details = {(r["key"], r["reason"]): r["detail"] for r in read_rejects(out)}
+    assert set(details) == {("t-000.tar#2", "missing"), ("t-000.tar#3", "missing")}
+    two = details["t-000.tar#2", "missing"]
+    assert "2 image members (s0002.jpg, s0002.png)" in two, two
+    assert "pick one with --image_feature=jpg or --image_feature=png" in two, two
+    none = details["t-000.tar#3", "missing"]
+    assert "no image member (its members: s0003.cls)" in none, none
+    assert info["inputs"] == 6 == 4 + info["rejects"]["total"]
+    info = run_convert(root, str(tmp_path / "png"), *FLAGS, "--image_feature=png")
+    assert info["inputs"] == 6 and info["rejects"]["total"] == 1  # s0003 has none
