@@ -103,6 +103,10 @@ class Image(NamedTuple):
     # it again (TFRecord, WebDataset: byte offset, length; Parquet: row, then byte offset
     # and length in the run's copy); None for an image file
     record: tuple[int, ...] | None = None
+    # the image's bytes, carried from inspection to the shard writer instead of read
+    # again: a bucket's small records only (``record_source.carried``), where the second
+    # read is a request for a few KB; None: the writer reads them again
+    data: bytes | None = None
 
 
 class Reject(NamedTuple):

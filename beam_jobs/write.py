@@ -117,7 +117,11 @@ class _WriteShard(beam.DoFn):
         again = None
         if self._record_image:  # a record input's images, read again a shard at a time
             images_again, feature = self._record_image
-            items = [(paths.full_source(self._root, im.source, im.key), im) for im in images]
+            items = [
+                (paths.full_source(self._root, im.source, im.key), im)
+                for im in images
+                if im.data is None  # else carried from inspection
+            ]
             again = images_again(items, feature, self._incomplete)
         with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
             sink = _Sink(f, gzip=self._compression == "gzip")
@@ -125,7 +129,9 @@ class _WriteShard(beam.DoFn):
                 data = None
                 if self._kind != "path":
                     source = paths.full_source(self._root, im.source, im.key)
-                    if again is None:
+                    if im.data is not None:
+                        data, problem = im.data, None
+                    elif again is None:
                         data, problem = _read_again(source, im)
                     else:
                         data, problem = next(again)

@@ -285,6 +285,24 @@ def test_records_in_a_bucket(bucket, tmp_path):
     assert set(read_back(out)) == expected
 
 
+def test_a_bucket_record_is_one_request_not_two(one_a_file, tmp_path):
+    """A bucket's small records carry their image from inspection to the shard writer:
+    each one-example file is downloaded once (the driver reads one file's first record
+    more, to choose the features), not again by the writer."""
+    from evenshard.emulator import gcs_emulator, upload
+
+    log = tmp_path / "downloads.log"
+    with gcs_emulator(log=str(log)) as client:
+        url = upload(client.create_bucket("once"), one_a_file, "records")
+        out = str(tmp_path / "out")
+        info = run_convert(url, out, *FLAGS)
+    assert info["inputs"] == 12 and info["rejects"]["total"] == 0
+    downloads = collections.Counter(line.split("\t")[0] for line in log.read_text().splitlines())
+    assert set(downloads) == {f"records/train-{i:05d}.tfrecord" for i in range(12)}
+    assert sorted(downloads.values()) == [1] * 11 + [2]
+    assert read_back(out) == {(f"train-{i:05d}.tfrecord#0", i // 6): 1 for i in range(12)}
+
+
 @pytest.mark.fast
 @pytest.mark.parametrize("name", ["r.tfrecord", "r.tfrecord.gz"])
 def test_the_writer_reads_a_record_again_and_names_one_that_changed(tmp_path, name):
