@@ -20,7 +20,7 @@ from reader.example_batches import read_spec
 from reader.read import Read, Source
 from reader.read_options import ReadOptions
 from reader.split_shards import check_path_root, default_path_root
-from reader.stream import CHUNK, Stream, lead
+from reader.stream import CHUNK, Stream, lead, named
 from schemas import features, storage, tfrecord
 from schemas.errors import InvalidValueError, OperationError
 
@@ -91,7 +91,7 @@ def dataset(read: Read, resumed: bool = False, deal: tuple[int, int] = (1, 0)):
         ds = ds.apply(tf.data.experimental.prefetch_to_device(device, o.prefetch or 1))
     elif o.prefetch is not None:
         ds = ds.prefetch(o.prefetch)
-    return ds
+    return named(ds)
 
 
 def _skipping(ds, skips: tuple):

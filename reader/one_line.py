@@ -4,8 +4,9 @@ An error raised in a Python function that tf.data calls (the bucket cache's
 fetches, the lead's chunks) reaches the caller as a ``tf.errors.OpError`` whose
 message is the pipeline's node, the iterator's path, the Python error, then its
 traceback. ``one_line`` gives the Python error alone (``FileNotFoundError:
-gs://bucket/ds/train-00003-of-00008.tfrecord does not exist``); for any other
-error, its first line.
+gs://bucket/ds/train-00003-of-00008.tfrecord does not exist``); a check of the
+readers' own in the graph (a shard corrupt or holding more records than listed,
+``reader/stream.py``), its message alone; for any other error, its first line.
 """
 
 from __future__ import annotations
@@ -16,9 +17,28 @@ import re
 # iterator: Iterator::Root::...: " before the error; TensorFlow's own text.
 _WRAPPING = re.compile(r"^(?:\{\{function_node [^}]*\}\}\s*)?(?:.*? with iterator: \S+: )?")
 
+# The first datum of the readers' own tf.debugging.Assert checks, their message the
+# second: TensorFlow writes "assertion failed: [evenshard] [<message>]", the message
+# C-escaped (a quote in a path as \').
+OWN_CHECK = "evenshard"
+_OWN = re.compile(rf"^assertion failed: \[{OWN_CHECK}\] \[(.*)\]$")
+_ESCAPED = re.compile(r"\\(['\"\\])")
+
+
+def own_message(error: BaseException) -> str | None:
+    """The message of a check of the readers' own that failed inside tf.data (see the
+    module docstring), else None."""
+    found = _OWN.match(_first_line(error))
+    return _ESCAPED.sub(r"\1", found.group(1)) if found else None
+
 
 def one_line(error: BaseException) -> str:
     """The error's own message in one line (see the module docstring)."""
+    return own_message(error) or _first_line(error) or type(error).__name__
+
+
+def _first_line(error: BaseException) -> str:
+    """The first line of ``error``'s message, TensorFlow's wrapping taken off."""
     text = getattr(error, "message", None) or str(error)
     first = text.strip().split("\n", 1)[0]
-    return _WRAPPING.sub("", first).strip() or type(error).__name__
+    return _WRAPPING.sub("", first).strip()

@@ -88,9 +88,10 @@ def make_dataset(
 
     Raises:
         DatasetError: the dataset is missing, unfinished, or a listed shard is
-            missing or has the wrong size. A shard whose records turn out to
-            be corrupt raises ``tf.errors.InvalidArgumentError`` naming the file
-            when it is read.
+            missing or has the wrong size; when the dataset is iterated, a shard
+            whose records turn out corrupt (inside a ``tf.function``, or from a
+            dataset mapped further: ``tf.errors.InvalidArgumentError``, which
+            ``reader.one_line`` gives as the same line).
         ValueError: options that do not fit together.
     """
     python = dict(

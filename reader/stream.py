@@ -16,13 +16,15 @@ from collections import OrderedDict
 
 import numpy as np
 
-from reader import tfcall
+from reader import compat_tf, tfcall
+from reader.one_line import OWN_CHECK, own_message
 from reader.order.plan import ReadPlan, Resume, Runs
 from reader.read_options import ReadOptions
 from reader.record_offsets import Records
 from reader.share import Share
 from reader.split_shards import open_shard
 from schemas import storage, tfrecord
+from schemas.info import DatasetError
 
 tf = storage.tensorflow()
 
@@ -235,22 +237,26 @@ def _checked_records(path, held, listed, compression, start, stop):
         held, compression_type=compression, buffer_size=1 << 20
     ).ignore_errors()
 
-    def failing(*message):
-        """A map that fails with ``message`` (the shard named) on any element."""
+    def failing(found: str):
+        """A map that fails on any element, its message the shard, what it ``found``
+        and ``listed`` in one string (``reader.one_line`` reads it back whole)."""
+        message = tf.strings.join(
+            [
+                path,
+                f" {found} ",
+                tf.strings.as_string(listed),
+                " listed in dataset_info.json (convert again, or restore it)",
+            ]
+        )
 
         def fail(_):
-            check = tf.debugging.Assert(tf.constant(False), ["evenshard: shard", path, *message])
+            check = tf.debugging.Assert(tf.constant(False), [OWN_CHECK, message])
             with tf.control_dependencies([check]):
                 return tf.constant(b"")
 
         return tfcall.graph(fail)
 
-    in_info = "listed in dataset_info.json"
-    short = failing(
-        "is corrupt (CRC mismatch or truncated): it holds fewer good records than the",
-        listed,
-        in_info,
-    )
+    short = failing("is corrupt (CRC mismatch or truncated): it holds fewer good records than the")
     sentinel = tf.data.Dataset.from_tensors(path).map(short)
     records_read = records.concatenate(sentinel).take(stop).skip(start)
     if not compression:
@@ -258,10 +264,20 @@ def _checked_records(path, held, listed, compression, start, stop):
     # A gzip shard has no index to count by: the run that ends the file looks one
     # record further (a second decompression of the file, gzip shards only).
     last = tf.cast(tf.equal(stop, listed), tf.int64)
-    more = (
-        records.skip(listed).take(last).map(failing("holds more records than the", listed, in_info))
-    )
+    more = records.skip(listed).take(last).map(failing("holds more records than the"))
     return records_read.concatenate(more)
+
+
+def named(dataset):
+    """``dataset``, whose Python iteration raises a shard's own error (corrupt, or more
+    records than listed: ``_checked_records``) as a :class:`DatasetError`, its message
+    alone, instead of TensorFlow's text around it."""
+
+    def translate(error: Exception) -> DatasetError | None:
+        message = own_message(error)
+        return None if message is None else DatasetError(message)
+
+    return compat_tf.errors_as(dataset, translate)
 
 
 def lead(share: Share, tagged: bool):

@@ -4,6 +4,8 @@ state, states and options a user typed)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 
@@ -128,6 +130,44 @@ def test_a_shard_removed_between_its_check_and_its_open_is_still_read_whole(data
         held.open(path.encode(), shard["num_bytes"])
     with pytest.raises(reader.DatasetError, match="has .* bytes"):
         held.open(shard["path"].encode(), shard["num_bytes"] + 1)
+
+
+def test_a_corrupt_shard_is_evenshards_line_first_on_every_way_it_is_read(data, tmp_path):
+    """A shard whose CRC fails (its size unchanged) stopped make_dataset with TensorFlow's
+    words first ("{{function_node __wrapped__IteratorGetNext...}} Error in user-defined
+    function...") and reader.one_line left the message in bracketed pieces. Iterated, the
+    dataset raises evenshard's line; one_line gives it whole from TensorFlow's error (a
+    dataset mapped further); python -m reader prints it."""
+    import shutil
+
+    import tensorflow as tf
+
+    from reader.__main__ import main as read_main
+
+    out = str(tmp_path / "ds")
+    shutil.copytree(data, out)
+    info = json.load(open(f"{out}/dataset_info.json"))
+    shard = info["splits"]["train"]["shards"][0]
+    path = f"{out}/{shard['file']}"
+    damaged = bytearray(open(path, "rb").read())
+    damaged[len(damaged) // 2] ^= 0xFF  # inside a record's data: its CRC tells
+    open(path, "wb").write(bytes(damaged))
+    line = (
+        f"{path} is corrupt (CRC mismatch or truncated): it holds fewer good records than "
+        f"the {shard['num_examples']} listed in dataset_info.json (convert again, or "
+        "restore it)"
+    )
+    ds = reader.make_dataset(out, "train", 4, seed=0, image_size=(8, 8))
+    with pytest.raises(reader.DatasetError) as e:
+        list(ds)
+    assert str(e.value) == line
+    with pytest.raises(tf.errors.InvalidArgumentError) as e:  # TensorFlow's error, unwrapped
+        list(ds.map(lambda b: b))
+    assert reader.one_line(e.value) == line
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert read_main([out, "--batch_size=48"]) == 2
+    assert err.getvalue() == f"python -m reader: error: {line}\n"
 
 
 def test_huge_mix_weights_are_relative_and_numpy_numbers_are_weights():
