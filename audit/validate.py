@@ -304,7 +304,12 @@ def _decode_problem(tf, data: bytes, feature) -> str | None:
 
 
 def _check_dali_index(path: str, shard: dict, lengths: list[int]) -> list[str]:
-    """The DALI index beside an uncompressed shard describes the records read."""
+    """The DALI index beside an uncompressed shard describes it as the readers check it
+    (the count ``dataset_info.json`` lists, the shard's size), and the records read.
+
+    A shard read short (corrupt) is the shard's problem, reported with it; its index
+    still describes the records that could be read and the shard's bytes.
+    """
     if "dali_index" not in shard:
         return []
     index_path = layout.join(path.rsplit("/", 1)[0], shard["dali_index"])
@@ -313,11 +318,13 @@ def _check_dali_index(path: str, shard: dict, lengths: list[int]) -> list[str]:
     except OSError:
         return [f"{index_path}: listed in {INFO} but missing"]
     wrong = f"{index_path}: does not match the records of {path}"
+    listed = shard["num_examples"]
     try:
-        table = tfrecord.parse_index(text, len(lengths), storage.size(path), index_path)
+        table = tfrecord.parse_index(text, listed, storage.size(path), index_path)
     except ValueError as e:
         return [f"{wrong}: {str(e).removeprefix(index_path + ': ')} (rewrite it or convert again)"]
-    if table is not None and list(table[:, 1]) != [n + tfrecord.FRAME_OVERHEAD for n in lengths]:
+    sizes = [n + tfrecord.FRAME_OVERHEAD for n in lengths]
+    if table is not None and list(table[: len(sizes), 1]) != sizes:
         return [f"{wrong} (rewrite it or convert again)"]
     return []
 

@@ -73,6 +73,30 @@ def test_damage_is_reported_naming_the_file(datasets, tmp_path, capsys, name):
         assert any(line.startswith(shard) and message in line for line in out), out
 
 
+def test_the_index_of_a_corrupt_shard_names_each_count_rightly(datasets, tmp_path, capsys):
+    """A shard corrupt mid-way (its size kept) read "X.idx: ... 24 records indexed,
+    dataset_info.json lists 12" where dataset_info.json lists 24 and 12 could be read.
+    The index is checked as the readers use it, against the count listed and the shard's
+    size, and against the records that could be read: here it describes both."""
+    data_dir = damaged(datasets[0], tmp_path)
+    shard = first_shard(data_dir)
+    listed = load_info(data_dir)["splits"]["train"]["shards"][0]["num_examples"]
+    flip_byte(shard)
+    assert cli.main(["validate", data_dir]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert any(line.startswith(f"{shard}: ") and "readable records" in line for line in out)
+    assert not [line for line in out if line.startswith(f"{shard}.idx")], out
+    index = f"{shard}.idx"
+    lines = open(index).read().splitlines(keepends=True)
+    open(index, "w").write("".join(lines[:-1]))  # and the index short of its last line
+    assert cli.main(["validate", data_dir]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert [line for line in out if line.startswith(index)] == [
+        f"{index}: does not match the records of {shard}: {listed - 1} records indexed, "
+        f"dataset_info.json lists {listed} (rewrite it or convert again)"
+    ]
+
+
 def test_stray_shard_and_edited_count_are_reported(datasets, tmp_path, capsys):
     data_dir = damaged(datasets[0], tmp_path)
     stray = os.path.join(data_dir, "train-00007-of-00009.tfrecord")
