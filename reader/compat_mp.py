@@ -6,13 +6,21 @@ is no public way to read it, to add to what another library (or the user) set.
 a read left early ends itself rather than wait on the pool (``reader.preprocess``);
 ``before_pools_join`` runs a function at exit before ``concurrent.futures`` waits on
 every pool still running (a read never finished ends its processes first).
+``forkserver_without_main`` is a forkserver context whose processes do not import the
+parent's ``__main__`` (a read with no user code in its processes needs no script
+guard, and works from stdin): multiprocessing has no switch for it, so the stdlib's
+own launch code runs with a ``spawn`` whose preparation data names no main module.
 ``check()`` says, naming the Python version, when a release changes that
 (tests/test_compat.py runs it). Checked with Python 3.11 and 3.12.
 """
 
 from __future__ import annotations
 
-from multiprocessing import forkserver
+import functools
+import multiprocessing
+import multiprocessing.context
+import types
+from multiprocessing import forkserver, spawn
 
 from schemas.errors import OperationError
 
@@ -46,10 +54,61 @@ def forkserver_preload() -> list[str]:
     return list(getattr(getattr(forkserver, _SERVER), _PRELOAD, ["__main__"]))
 
 
+# what tells a starting process to import the parent's __main__ (spawn.prepare)
+_MAIN_KEYS = ("init_main_from_name", "init_main_from_path")
+
+
+def _preparation_without_main(name: str) -> dict:
+    """``spawn.get_preparation_data``, less what makes the process import ``__main__``."""
+    data = spawn.get_preparation_data(name)
+    for key in _MAIN_KEYS:
+        data.pop(key, None)
+    return data
+
+
+@functools.cache
+def _popen_class() -> type:
+    """``popen_forkserver.Popen``, its launch code the stdlib's own, run with a ``spawn``
+    whose preparation data names no main module (built at the first process:
+    ``popen_forkserver`` is not on every system)."""
+    from multiprocessing import popen_forkserver
+
+    launch = popen_forkserver.Popen._launch
+    names = {**vars(popen_forkserver)}
+    names["spawn"] = types.SimpleNamespace(
+        **{**vars(spawn), "get_preparation_data": _preparation_without_main}
+    )
+    launch = types.FunctionType(launch.__code__, names, launch.__name__)
+    return type("Popen", (popen_forkserver.Popen,), {"_launch": launch})
+
+
+if hasattr(multiprocessing.context, "ForkServerContext"):  # (not on Windows)
+
+    class ProcessWithoutMain(multiprocessing.context.ForkServerProcess):
+        """A forkserver process that does not import the parent's ``__main__`` (pickled
+        by reference as it starts: a module-level class)."""
+
+        @staticmethod
+        def _Popen(process_obj):
+            return _popen_class()(process_obj)
+
+    class _ForkServerWithoutMain(multiprocessing.context.ForkServerContext):
+        Process = ProcessWithoutMain
+
+
+def forkserver_without_main() -> multiprocessing.context.BaseContext:
+    """A forkserver context (as ``multiprocessing.get_context("forkserver")``) whose
+    processes do not import the parent's ``__main__``: what they run must come from
+    importable modules. Its fork server is the process's one fork server."""
+    return _ForkServerWithoutMain()
+
+
 def check() -> None:
     """Raises RuntimeError, naming the name and the Python version, unless the fork
-    server keeps its preload list where ``forkserver_preload`` reads it, and a
-    ``ProcessPoolExecutor`` its processes where ``pool_processes`` does."""
+    server keeps its preload list where ``forkserver_preload`` reads it, a
+    ``ProcessPoolExecutor`` its processes where ``pool_processes`` does, and the fork
+    server's launch code its preparation data where ``forkserver_without_main``
+    replaces it."""
     import concurrent.futures
     import sys
 
@@ -61,6 +120,16 @@ def check() -> None:
         )
     import threading
 
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        from multiprocessing import popen_forkserver
+
+        code = popen_forkserver.Popen._launch.__code__
+        if code.co_freevars or not {"spawn", "get_preparation_data"} <= set(code.co_names):
+            raise OperationError(
+                f"Python {sys.version.split()[0]}: multiprocessing.popen_forkserver's "
+                "Popen._launch no longer gets its preparation data from "
+                "spawn.get_preparation_data alone (reader/compat_mp.py)"
+            )
     if not callable(getattr(threading, _AT_EXIT, None)):
         raise OperationError(
             f"Python {sys.version.split()[0]}: threading has no {_AT_EXIT} (reader/compat_mp.py)"

@@ -126,7 +126,15 @@ class Preprocess:
                     unlink_block(name, memory)
                 blocks.unlink()
             return
-        context = _context()
+        script = self.transform is not None  # the processes import the script
+        if script and (why := script_preload.unimportable_script()):
+            raise OperationError(  # said before the processes say it in a traceback each
+                f"transform {name_of(self.transform)} runs in worker processes, which "
+                f"import the training script, and {why}: put the script's work under "
+                "'if __name__ == \"__main__\":' in a file (as for DataLoader workers), "
+                "or pass num_processes=0"
+            )
+        context = _context(script)
         held, lifeline = context.Pipe()  # ``held``: this process's alone (``_watch``)
         payload = check_transform(self.transform)
         pool = concurrent.futures.ProcessPoolExecutor(
@@ -206,14 +214,23 @@ _PRELOAD = (
 )
 
 
-def _context():
+def _context(script: bool):
     """Forkserver (a TensorFlow runtime cannot be forked; spawn where there is none),
     its server preloading what the processes import, beside what it preloads already:
-    ours, and the training script's own imports (``reader.script_preload``)."""
+    ours, and the training script's own imports (``reader.script_preload``).
+
+    ``script``: the processes import the training script (``__main__``), as
+    multiprocessing's do, for a transform defined there; without a transform they run
+    only our modules, so they do not: a script needs no ``if __name__ == "__main__":``
+    guard and may come from stdin or a notebook, as for the tf graph.
+    """
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
     preload = compat_mp.forkserver_preload()
+    if not script:  # (a server it starts does not import the script either: 3.13's would)
+        context = compat_mp.forkserver_without_main()
+        preload = [m for m in preload if m != "__main__"]
     context.set_forkserver_preload(preload + [m for m in _PRELOAD if m not in preload])
     if names := script_preload.script_imports():
         script_preload.start_server(names)

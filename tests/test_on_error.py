@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -319,3 +321,71 @@ def test_a_damaged_first_record_does_not_stand_in_for_the_padding(tmp_path_facto
     got = list(reader.NumpyReader(data, "train", 4, state=state, **kw))
     assert not got[0]["mask"].any()  # every row excluded: the filler's batch
     assert sum(int(b["mask"].sum()) for b in got) == 12 - 1 - len([k for k in first["key"] if k])
+
+
+# A script with no ``if __name__ == "__main__":``: it notes each run of its top level,
+# then reads with on_error="skip" in 2 worker processes ({transform}: none, or a
+# module's).
+UNGUARDED = """
+import sys
+import reader
+from preprocess_transforms import plain
+
+data, ledger, runs = {data!r}, {ledger!r}, {runs!r}
+with open(runs, "a") as f:
+    f.write("ran\\n")
+ds = reader.make_dataset(data, "train", 4, on_error="skip", error_ledger=ledger,
+                         image_size=(8, 8), seed=4, epochs=1, num_processes=2,
+                         transform={transform})
+print(sum(int(b["mask"].numpy().sum()) for b in ds))
+"""
+
+
+def _run_unguarded(damaged, tmp_path, fed: str, transform: str):
+    """The script run from a file or fed on stdin: (the run, its top level's runs)."""
+    runs, ledger = tmp_path / "runs", tmp_path / "ledger.jsonl"
+    script = UNGUARDED.format(
+        data=damaged[1], ledger=str(ledger), runs=str(runs), transform=transform
+    )
+    (tmp_path / "train.py").write_text(script)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), os.path.dirname(__file__)]))
+    command = [sys.executable, "train.py"] if fed == "file" else [sys.executable, "-"]
+    done = subprocess.run(
+        command,
+        input=script if fed == "stdin" else None,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+    )
+    return done, runs.read_text()
+
+
+@pytest.mark.parametrize("fed", ["file", "stdin"])
+def test_on_error_skip_without_a_transform_needs_no_guard_nor_a_script_file(damaged, tmp_path, fed):
+    """make_dataset(on_error="skip") without a transform decodes in processes that do not
+    import the script: an unguarded script runs its top once and reads past the damaged
+    record, and so does one read on stdin (whose processes found no file to import)."""
+    _, _, path, offset = damaged
+    done, runs = _run_unguarded(damaged, tmp_path, fed, "None")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["23"]  # 24 records, the damaged one a padding row
+    assert runs == "ran\n"  # the top level ran once: in the script alone
+    lines = [json.loads(line) for line in open(tmp_path / "ledger.jsonl")]
+    assert [(x["shard"], x["offset"]) for x in lines] == [(path, offset)]
+
+
+@pytest.mark.parametrize("fed", ["file", "stdin"])
+def test_a_transform_in_processes_refuses_a_script_they_cannot_import_in_one_line(
+    damaged, tmp_path, fed
+):
+    """A transform's processes import the script: an unguarded one, or one read on stdin,
+    is refused in one line before any process starts (each process ran the script again,
+    or failed to find it, each with its traceback, before a line that guessed why)."""
+    done, runs = _run_unguarded(damaged, tmp_path, fed, "plain")
+    assert done.returncode == 1 and runs == "ran\n"
+    said = done.stderr.strip().splitlines()
+    assert done.stderr.count("Traceback") == 1, done.stderr[-3000:]
+    assert 'if __name__ == "__main__":' in said[-1] and "num_processes=0" in said[-1]
+    assert ("stdin" in said[-1]) == (fed == "stdin"), said[-1]
