@@ -26,16 +26,10 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs import paths
-from beam_jobs.record_rules import RecordFormat, RecordRules
+from beam_jobs.record_rules import RecordFormat, RecordRules, is_parquet_file
 from beam_jobs.record_source import ReadRecordFile
 from beam_jobs.records import Image, make_reject
 from schemas.errors import InvalidValueError
-
-
-def is_parquet_file(rel: str) -> bool:
-    """A folder's Parquet file: visible, named ``*.parquet``."""
-    parts = rel.split("/")
-    return parts[-1].endswith(".parquet") and not any(p.startswith(".") for p in parts)
 
 
 def _parquet():

@@ -21,10 +21,13 @@ from beam_jobs.candidates import manifest_columns
 from beam_jobs.job import Job
 from beam_jobs.options import EXAMPLE_KIND, ConvertOptions, UserError, is_csv
 from beam_jobs.paths import open_text
-from beam_jobs.record_rules import RecordFeatures, choose_features, is_glob, is_record_file
-from schemas.images import IMAGE_EXTENSIONS
+from beam_jobs.record_rules import RecordFeatures, choose_features, is_glob, record_input_formats
 
 log = logging.getLogger(__name__)
+
+# The files preflight looks at for a first record, or for images in a bucket's folder:
+# a listing's first page.
+_FIRST_FILES = 1000
 
 
 def preflight(job: Job, offline: bool = False) -> Job:
@@ -79,8 +82,10 @@ def check_input(options: ConvertOptions, root: str, manifest: str | None) -> lis
     _check_scheme(options.input)
     if manifest is None:
         if paths.is_url(root):
-            if not FileSystems.match([root + "/**"], limits=[1])[0].metadata_list:
+            listed = FileSystems.match([root + "/**"], limits=[_FIRST_FILES])[0].metadata_list
+            if not listed:
                 raise UserError(f"--input: no files under {root}")
+            _check_not_records(options.input, [paths.relative_to(root, m.path) for m in listed])
         elif os.path.exists(root) and not os.path.isdir(root):
             raise UserError(
                 f"--input: {options.input!r} is a file, not a folder; give an image folder, "
@@ -92,12 +97,7 @@ def check_input(options: ConvertOptions, root: str, manifest: str | None) -> lis
             files = next((f for _, _, f in os.walk(root, followlinks=True) if f), [])
             if not files:
                 raise UserError(f"--input: folder {options.input!r} holds no files")
-            records = sorted(n for n in files if is_record_file(n))
-            if records and not any(n.lower().endswith(IMAGE_EXTENSIONS) for n in files):
-                raise UserError(
-                    f"--input: folder {options.input!r} holds TFRecord files ({records[0]}), "
-                    "no images: add --input_format=tfrecord"
-                )
+            _check_not_records(options.input, files)
         return []
     if not paths.is_url(manifest) and os.path.isdir(manifest):
         raise UserError(
@@ -133,6 +133,24 @@ def check_input(options: ConvertOptions, root: str, manifest: str | None) -> lis
     return columns
 
 
+def _check_not_records(given: str, names: list[str]) -> None:
+    """An image folder's first files (``names``, relative to it) are not all record
+    files: those are read with ``--input_format`` alone, else each is an
+    ``unsupported_format`` reject.
+
+    Raises:
+        UserError: record files and no image, naming one and the --input_format to add.
+    """
+    from beam_jobs.record_formats import record_format
+
+    found = record_input_formats(names)
+    if not found:
+        return
+    held = " and ".join(f"{record_format(f).what} files ({files[0]})" for f, files in found.items())
+    flags = " or ".join(f"--input_format={f}" for f in found)
+    raise UserError(f"--input: folder {given!r} holds {held}, no images: add {flags}")
+
+
 def _check_scheme(url: str) -> None:
     if paths.is_url(url):
         try:
@@ -143,10 +161,6 @@ def _check_scheme(url: str) -> None:
                 f"--input {url}: {scheme}:// is not a file system Beam reads; give a "
                 "local path or a gs:// URL (s3:// with apache-beam[aws])"
             ) from None
-
-
-# The files preflight looks at for a first record: a listing's first page.
-_FIRST_FILES = 1000
 
 
 def check_records(job: Job) -> tuple[RecordFeatures, tuple[str, ...] | None]:

@@ -13,7 +13,7 @@ from beam_jobs import paths
 from beam_jobs.candidates import bad_label
 from beam_jobs.options import UserError
 from schemas.errors import Error
-from schemas.images import MAGIC
+from schemas.images import IMAGE_EXTENSIONS, MAGIC
 
 GLOB_CHARS = "*?["
 
@@ -35,11 +35,55 @@ def glob_root(path: str) -> str:
     return paths.posix_dirname(head) if "/" in head else "."
 
 
+def _visible(parts: list[str]) -> bool:
+    return not any(p.startswith(".") for p in parts)
+
+
 def is_record_file(rel: str) -> bool:
     """A file of a folder given as ``--input``: visible, its name holding ``.tfrecord``
     (``x.tfrecord``, ``x.tfrecord.gz``, TFDS's ``x.tfrecord-00000-of-00010``)."""
     parts = rel.split("/")
-    return ".tfrecord" in parts[-1] and not any(p.startswith(".") for p in parts)
+    return ".tfrecord" in parts[-1] and _visible(parts)
+
+
+def is_parquet_file(rel: str) -> bool:
+    """A folder's Parquet file: visible, named ``*.parquet``."""
+    parts = rel.split("/")
+    return parts[-1].endswith(".parquet") and _visible(parts)
+
+
+TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz")
+
+
+def is_tar_file(rel: str) -> bool:
+    """A folder's WebDataset tar: visible, named ``*.tar``, ``*.tar.gz`` or ``*.tgz``."""
+    parts = rel.split("/")
+    return parts[-1].lower().endswith(TAR_SUFFIXES) and _visible(parts)
+
+
+# A TFDS version folder's own files, beside its TFRecord shards (tfds_source reads them)
+TFDS_FILES = ("dataset_info.json", "features.json")
+
+
+def record_input_formats(names: list[str]) -> dict[str, list[str]]:
+    """The record ``--input_format`` a folder of files ``names`` (relative to it) is of
+    when none is an image: format -> its files, sorted (several formats: each). {} when
+    a file is an image or none is a record file: an image folder, its other files
+    ``unsupported_format`` rejects. A TFDS version folder is ``tfds``."""
+    if any(n.lower().endswith(IMAGE_EXTENSIONS) for n in names):
+        return {}
+    found = {}
+    for fmt, named in (
+        ("tfrecord", is_record_file),
+        ("parquet", is_parquet_file),
+        ("webdataset", is_tar_file),
+    ):
+        files = sorted(n for n in names if named(n))
+        if files:
+            found[fmt] = files
+    if "tfrecord" in found and set(TFDS_FILES) <= set(names):
+        found["tfds"] = found.pop("tfrecord")
+    return found
 
 
 @dataclasses.dataclass(frozen=True)

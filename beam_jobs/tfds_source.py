@@ -16,10 +16,11 @@ import json
 
 from beam_jobs import paths
 from beam_jobs.options import UserError
+from beam_jobs.record_rules import TFDS_FILES
 from beam_jobs.tfrecord_source import FORMAT as TFRECORD
 from schemas.errors import InvalidValueError
 
-INFO, FEATURES = "dataset_info.json", "features.json"
+INFO, FEATURES = TFDS_FILES
 
 
 def _json(root: str, name: str, what: str) -> dict:

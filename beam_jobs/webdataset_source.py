@@ -24,19 +24,11 @@ import tarfile
 import zlib
 
 from beam_jobs import paths
-from beam_jobs.record_rules import RecordFormat, RecordProblem
+from beam_jobs.record_rules import TAR_SUFFIXES, RecordFormat, RecordProblem, is_tar_file
 from beam_jobs.record_source import ReadRecordFile
 from beam_jobs.records import Image, make_reject
 from schemas.errors import Error, InvalidValueError
 from schemas.images import IMAGE_EXTENSIONS
-
-SUFFIXES = (".tar", ".tar.gz", ".tgz")
-
-
-def is_tar_file(rel: str) -> bool:
-    """A folder's WebDataset tar: visible, named ``*.tar``, ``*.tar.gz`` or ``*.tgz``."""
-    parts = rel.split("/")
-    return parts[-1].lower().endswith(SUFFIXES) and not any(p.startswith(".") for p in parts)
 
 
 def _split(name: str) -> tuple[str, str]:
@@ -245,7 +237,7 @@ def images_again(items: list[tuple[str, Image]], feature: str, scratch: str | No
 
 
 def _gzipped(path: str) -> bool:
-    return path.lower().endswith(SUFFIXES[1:])
+    return path.lower().endswith(TAR_SUFFIXES[1:])
 
 
 def _gzip_ranges(path: str, ranges: set[tuple[int, int]]) -> dict:

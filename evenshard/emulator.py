@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
             variables = " ".join(f"{n}={os.environ[n]}" for n in _VARIABLES[args.store])
             print(f"serving {url} on 127.0.0.1 (in memory); in another shell:")
             print(f"  export {variables}")
-            print(f"  .venv/bin/evenshard convert --input {url} --output_dir {url}-ds")
+            print(f"  {convert_line(url, args.folder)}")
             print("Ctrl-C stops it", flush=True)
             while True:
                 time.sleep(3600)
@@ -296,6 +296,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{parser.prog}: error: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+def convert_line(url: str, folder: str | None) -> str:
+    """The command converting ``url``, the upload of ``folder``: with the
+    ``--input_format`` of its files when they are records of one format
+    (``record_input_formats``), else as an image folder (records of several formats:
+    convert's own line names them)."""
+    from beam_jobs.record_rules import record_input_formats
+
+    line = f".venv/bin/evenshard convert --input {url} --output_dir {url}-ds"
+    if folder:
+        names = [
+            os.path.relpath(os.path.join(d, f), folder)
+            for d, _, files in os.walk(folder)
+            for f in files
+        ]
+        found = record_input_formats(names)
+        line += f" --input_format {next(iter(found))}" if len(found) == 1 else ""
+    return line
 
 
 def _upload_folder(store: str, client, bucket: str, folder: str) -> str:

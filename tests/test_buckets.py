@@ -134,6 +134,18 @@ def test_the_local_default_counts_a_bucket_input_as_it_counts_a_folder(bucket, t
     assert counted(f"{bucket.url}/in/m.csv", 1) and not counted(f"{bucket.url}/in/m.csv", 2)
 
 
+def test_a_bucket_folder_of_record_files_says_which_input_format(bucket, tmp_path):
+    """A bucket's folder of TFRecord files given as an image folder (as the emulator's
+    convert line once said): the local folder's one line (was: every file an
+    unsupported_format reject, "3000 of 3000 inputs were rejected")."""
+    from test_one_line_errors import record_folders
+
+    url = bucket.upload(record_folders(tmp_path)["tfrecord"], "in/rec")
+    line = f"--input: folder '{url}' holds TFRecord files (r0.tfrecord), no images: add "
+    with pytest.raises(UserError, match=re.escape(f"{line}--input_format=tfrecord")):
+        run_convert(url, str(tmp_path / "out"))
+
+
 @pytest.mark.parametrize("where", ["local", "bucket"])
 def test_create_new_is_one_step_on_the_disk_and_in_the_bucket(where, bucket, tmp_path):
     """The lock's primitives: create only if absent (of 8 racing threads one wins),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -67,6 +68,42 @@ def test_input_mistakes_say_what_the_input_is(images, tmp_path, given, message):
         given = os.path.join(os.path.dirname(images), given)
     with pytest.raises(UserError, match=message):
         run_convert(given, str(tmp_path / "out"))
+
+
+def record_folders(root) -> dict[str, str]:
+    """A folder of each record format, written by its own library: format -> folder."""
+    from test_parquet_input import write_parquet
+    from test_tfrecord_input import example, pngs, write_records
+    from test_webdataset_input import samples, write_tars
+
+    write_records(f"{root}/rec/r0.tfrecord", [example(pngs(1)[0], 0)])
+    write_parquet(f"{root}/hf/train-0.parquet", pngs(2), [0, 1])
+    write_tars(f"{root}/wds/t-%03d.tar", samples(2, cls=lambda i: i), 2)
+    return {"tfrecord": f"{root}/rec", "parquet": f"{root}/hf", "webdataset": f"{root}/wds"}
+
+
+def test_a_folder_of_record_files_says_which_input_format(images, tmp_path):
+    """A folder of TFRecord, Parquet or WebDataset files given as an image folder: one
+    line naming a file and the --input_format to add (was: TFRecord only; Parquet files
+    and tars were each an unsupported_format reject); the emulator's convert line for
+    such a folder carries the flag."""
+    from beam_jobs.record_rules import record_input_formats
+    from evenshard.emulator import convert_line
+
+    expected = {
+        "tfrecord": "TFRecord files (r0.tfrecord)",
+        "parquet": "Parquet files (train-0.parquet)",
+        "webdataset": "WebDataset files (t-000.tar)",
+    }
+    for fmt, folder in record_folders(tmp_path).items():
+        line = f"--input: folder {folder!r} holds {expected[fmt]}, no images: add "
+        with pytest.raises(UserError, match=re.escape(f"{line}--input_format={fmt}")):
+            run_convert(folder, str(tmp_path / "out"))
+        said = convert_line("gs://local/x", folder)
+        assert said.endswith(f" --input_format {fmt}"), said
+    assert "--input_format" not in convert_line("gs://local/x", images)
+    version = ["dataset_info.json", "features.json", "mnist-train.tfrecord-00000-of-00001"]
+    assert record_input_formats(version) == {"tfds": version[2:]}  # a TFDS version folder
 
 
 def test_manifest_oddities_are_row_rejects(images, tmp_path):
