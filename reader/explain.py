@@ -21,9 +21,8 @@ from reader.order.batches import skipped
 from reader.order.views import emitted
 from reader.read import Read, merge, resolve, start_state
 from reader.read_options import ReadOptions
-from reader.shard_keys import ShardKeys
+from reader.shard_keys import ShardKeys, key_feature
 from reader.state import ReadState
-from schemas import features
 from schemas.errors import InvalidTypeError, InvalidValueError
 
 
@@ -325,11 +324,10 @@ def render(batches: list[dict]) -> str:
 def _key_feature(source) -> str:
     """The feature a source's keys are in: ``key``, or records that are not images' key
     feature (refused in one line when they were converted without one)."""
-    if source.info.record_kind != "example":
-        return features.KEY
-    if not source.info.key_feature:
+    key = key_feature(source.info)
+    if key is None:
         raise InvalidValueError(
             f"explain names records by key, and {source.data_dir} was converted without "
             "--key_feature (records that are not images): convert with --key_feature"
         )
-    return source.info.key_feature
+    return key

@@ -10,6 +10,7 @@ import numpy as np
 
 from reader.split_shards import open_shard
 from schemas import features, storage
+from schemas.dataset_info import DatasetInfo
 from schemas.errors import InvalidValueError
 from schemas.example import length_delimited, parse_example
 from schemas.info import DatasetError
@@ -42,6 +43,13 @@ class ShardKeys:
         at = slice(int(self.firsts[f]), int(self.firsts[f + 1]))
         self.keys[at], self.sizes[at, 0], self.sizes[at, 1] = keys, heights, widths
         self.read[f] = True
+
+
+def key_feature(info: DatasetInfo) -> str | None:
+    """The feature a dataset's records hold their key in: ``key``; records that are not
+    images (``record_kind`` example), the one convert's ``--key_feature`` named (None
+    without one)."""
+    return features.KEY if info.record_kind != "example" else info.key_feature
 
 
 def shard_keys(shard: dict, key: str = features.KEY) -> tuple[list[str], np.ndarray, np.ndarray]:

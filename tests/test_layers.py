@@ -170,6 +170,7 @@ READER_FLOORS = {
     "reader/split_shards.py": 1,
     "reader/share.py": 2,  # the read: one front door
     "reader/read.py": 2,
+    "reader/shard_keys.py": 2,  # the keys of a split, which read.py looks excluded keys up in
     "reader/record_offsets.py": 3,  # records in read order, and decoding
     "reader/cache.py": 3,
     "reader/cache_policy.py": 3,
@@ -183,7 +184,6 @@ READER_FLOORS = {
     "reader/examples.py": 3,
     "reader/example_batches.py": 3,
     "reader/source.py": 3,
-    "reader/shard_keys.py": 3,
     "reader/explain.py": 3,
     "reader/preprocess.py": 4,  # the spine's decode stages and routes (no face's)
     "reader/preprocess_worker.py": 4,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 
 import pytest
 from controls_data import controls_dataset, keys, same, saved_after
@@ -175,3 +176,27 @@ def test_excluded_keys_never_appear_again_and_the_rest_is_read_once(data):
     with pytest.raises(ValueError, match="list of keys") as e:
         ReadState(0, 4, excluded="a/b.png")
     assert "\n" not in str(e.value)
+
+
+def test_excluded_keys_the_split_does_not_hold_are_named_once_on_every_face(data, caplog):
+    """A typo in a takedown list excluded nothing, silently. Keys no shard of the split
+    holds are named in one warning (five of them, and the count), once a process for a
+    read's keys, on every face: the read is resolved in one place below them all."""
+    held = plain_train(data, ReadState(4, 4), 1, 0)[0][0]
+
+    def said(read, face: str) -> list[str]:
+        typos = [f"{face}/{i}.png" for i in range(7)]
+        state = ReadState(4, 4).exclude([held, *typos])
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="reader"):
+            read(state)
+            read(state)  # the same keys again: said once
+        shown = ", ".join(repr(k) for k in typos[:5])
+        assert [r.getMessage() for r in caplog.records] == [
+            f"excluded keys in no shard of split 'train' of {data} (7; they exclude "
+            f"nothing): {shown} and 2 more; check them against the dataset's keys"
+        ]
+
+    said(lambda state: tf_keys(data, "train", 4, state, **OPTS), "tf.data")
+    said(lambda state: list(numpy(data, state, **OPTS)), "numpy")
+    said(lambda state: explain(data, "train", 4, range(2), state=state, **OPTS), "explain")
