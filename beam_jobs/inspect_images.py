@@ -147,13 +147,33 @@ class InspectImage(beam.DoFn):
             Rejected: why it is no image evenshard writes.
         """
         size = len(data)
+        self._check_size(size)
+        if size and not data.startswith(MAGIC):
+            raise Rejected("unsupported_format", "not an image Pillow can identify")
+        return self._inspected(io.BytesIO(data), size)
+
+    def read_whole(self, source: str) -> bytes:
+        """A file's bytes, read whole as a file's inspection reads one (a record that
+        names its image's file: Parquet's paths): a regular file no larger than
+        ``--max_image_mb``, checked before a byte is read.
+
+        Raises:
+            Rejected: missing, unreadable or too_large.
+        """
+        try:
+            size, data = _size_and_bytes(source)
+            self._check_size(size)
+            return _all_of(source, size, data)
+        except Rejected:
+            raise
+        except (OSError, ValueError) as e:  # BeamIOError is an OSError
+            raise open_error(e) from e
+
+    def _check_size(self, size: int) -> None:
         if size > self._max_bytes:
             raise Rejected(
                 "too_large", f"{size:,} bytes > --max_image_mb ({self._max_bytes:,} bytes)"
             )
-        if size and not data.startswith(MAGIC):
-            raise Rejected("unsupported_format", "not an image Pillow can identify")
-        return self._inspected(io.BytesIO(data), size)
 
     def _inspect(self, source: str):
         """Type and size first, then the first bytes, then the body (full) or the header.
@@ -166,17 +186,11 @@ class InspectImage(beam.DoFn):
         """
         try:
             size, data = _size_and_bytes(source)
-            if size > self._max_bytes:
-                raise Rejected(
-                    "too_large", f"{size:,} bytes > --max_image_mb ({self._max_bytes:,} bytes)"
-                )
+            self._check_size(size)
             if size <= _SMALL_FILE:
                 # one read: Pillow's header parsers make ~40 small reads an
                 # image, several times dearer on a file than in memory
-                data = read_bytes(source, size + 1) if data is None else data
-                if len(data) != size:
-                    raise Rejected("unreadable", "the file changed size while it was read")
-                return self.inspect_bytes(data)
+                return self.inspect_bytes(_all_of(source, size, data))
             with open_binary(source) as f:
                 head = f.read(16)
                 if not head.startswith(MAGIC):
@@ -263,6 +277,14 @@ def _size_and_bytes(source: str) -> tuple[int, bytes | None]:
             return len(data), data
         return storage.size(source), None
     return _regular_file_size(source), None
+
+
+def _all_of(source: str, size: int, data: bytes | None) -> bytes:
+    """The ``size`` bytes of a file (``data``, when they came with its size), in one read."""
+    data = read_bytes(source, size + 1) if data is None else data
+    if len(data) != size:
+        raise Rejected("unreadable", "the file changed size while it was read")
+    return data
 
 
 def _regular_file_size(source: str) -> int:

@@ -4,10 +4,11 @@ ClassLabel names in the file's ``huggingface`` metadata), any other columns.
 
 Each file is read a row group at a time (pyarrow), the columns the rules use
 only; a row's columns become features as a TFRecord's are (``_features``: an
-image struct its bytes, text its UTF-8 bytes, an integer an int64), so the same
-rules choose and read them (``record_rules``). A row cannot be read alone (a
-row group is the least Parquet reads), so each row's image is copied as it is
-read, into one file a Parquet file in the run's ``.incomplete/`` (``_Copies``):
+image struct its bytes, or its path when it holds no bytes, text its UTF-8 bytes,
+an integer an int64), so the same rules choose and read them (``record_rules``); a
+path's file is read as the row is, from inside the input folder only. A row cannot
+be read alone (a row group is the least Parquet reads), so each row's image is copied
+as it is read, into one file a Parquet file in the run's ``.incomplete/`` (``_Copies``):
 a row's place is (row, byte offset, length in the copy), by which the writer
 reads it again with one ranged read (``images_again``). Damage: a file pyarrow cannot
 open (cut short: no footer) is one reject at row 0; a row group that does not
@@ -26,10 +27,11 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs import paths
-from beam_jobs.record_rules import RecordFormat, RecordRules, is_parquet_file
+from beam_jobs.record_rules import IMAGE_PATH, RecordFormat, RecordRules, is_parquet_file
 from beam_jobs.record_source import ReadRecordFile
 from beam_jobs.records import Image, make_reject
 from schemas.errors import InvalidValueError
+from schemas.images import Rejected
 
 
 def _parquet():
@@ -52,7 +54,10 @@ def _value(value) -> tuple[str, list]:
     if value is None:
         return "", []
     if isinstance(value, dict) and "bytes" in value:  # an Image struct
-        return ("bytes", [value["bytes"]]) if value["bytes"] is not None else ("bytes", [])
+        if value["bytes"] is not None:
+            return "bytes", [value["bytes"]]
+        # a path only: Dataset.to_parquet of a dataset made from files
+        return (IMAGE_PATH, [value["path"]]) if value.get("path") else ("bytes", [])
     if isinstance(value, bool):
         return "other", [value]
     if isinstance(value, int):
@@ -108,9 +113,30 @@ class _ReadParquetFile(ReadRecordFile):
                 features = _features(row)
                 kind, values = features.get(self._image, ("", []))
                 n = first + i
+                if kind == IMAGE_PATH:
+                    try:
+                        values = [self._read_path(path, values[0])]
+                    except Rejected as r:
+                        detail = f"row {n}: image {values[0]!r}: {r.detail}"
+                        yield make_reject(f"{rel}#{n}", path, r.reason, detail)
+                        continue
+                    features[self._image] = kind, values = "bytes", values
                 at, size = copies.put(values[0]) if kind == "bytes" and len(values) == 1 else (0, 0)
                 yield self.record(path, f"{rel}#{n}", f"row {n}", features, (n, at, size))
             first += len(rows)
+
+    def _read_path(self, path: str, named: str) -> bytes:
+        """The image file a row of the Parquet file ``path`` names: an absolute path, or
+        one relative to ``path``'s folder, inside the input folder.
+
+        Raises:
+            Rejected: bad_path (outside the input folder), missing, unreadable, too_large.
+        """
+        try:
+            source = paths.resolve_inside(self._root, paths.posix_dirname(path), named)
+        except paths.BadPath as e:
+            raise Rejected("bad_path", str(e)) from None
+        return self._inspector.read_whole(source)
 
 
 class _Copies:
@@ -152,9 +178,8 @@ def _damage(rel: str, path: str, row: int, problem: str):
 
 
 def _first(path: str) -> dict | None:
-    """The features of the file's first row. Raises ValueError for a damaged file, or one
-    whose image structs hold paths only (``Dataset.to_parquet`` of a dataset made from
-    files): no image to read."""
+    """The features of the file's first row (an Image struct holding a path only: an
+    ``IMAGE_PATH`` feature, not read here). Raises ValueError for a damaged file."""
     try:
         with _open(path) as pf:
             row = next(
@@ -166,19 +191,7 @@ def _first(path: str) -> dict | None:
         raise
     except Exception as e:  # noqa: BLE001 - pyarrow's errors: a damaged file
         raise InvalidValueError(f"{path}: not a readable Parquet file ({e})") from None
-    if row is None:
-        return None
-    features = _features(row)
-    named = {n: v["path"] for n, v in row.items() if isinstance(v, dict) and v.get("path")}
-    held = {n for n, (kind, values) in features.items() if kind == "bytes" and values}
-    if named and not held & set(named):
-        name, where = sorted(named.items())[0]
-        raise InvalidValueError(
-            f"column {name!r} holds paths ({where}), not the images: write the Parquet "
-            "with the image bytes in it (datasets' push_to_hub embeds them; to_parquet "
-            "writes the paths of a dataset made from files)"
-        )
-    return features
+    return None if row is None else _features(row)
 
 
 def class_names(path: str, label: str) -> tuple[str, ...] | None:

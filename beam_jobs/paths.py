@@ -57,16 +57,51 @@ def resolve(root: str, path: str) -> str:
         return normalize_root(path)
     if path.startswith("/"):
         return os.path.normpath(path)
-    if is_url(root):
-        joined = normalize_root(root + "/" + path)
+    return _inside(root, _joined(root, path), f"path {path!r} escapes the root {root}")
+
+
+def resolve_inside(root: str, base: str, path: str) -> str:
+    """Resolves a path a record names (a Parquet row's image): relative ones against
+    ``base`` (its file's folder), absolute ones and URLs as given; either way under
+    ``root`` (the input folder), which it may not leave, nor through a symlink: a
+    record read from elsewhere never makes this machine read its other files.
+
+    Raises:
+        BadPath: empty, not text, or outside ``root``.
+    """
+    check_text(path)
+    if not path:
+        raise BadPath("path is empty")
+    if is_url(path):
+        check_object_url(path)
+        joined = normalize_root(path)
+    elif path.startswith("/"):
+        joined = os.path.normpath(path)
     else:
-        joined = os.path.normpath(os.path.join(root, path))
+        joined = _joined(base, path)
+    return _inside(
+        root,
+        joined,
+        f"path {path!r} is outside the input folder {root}: give --input a folder "
+        "holding the records and their images",
+    )
+
+
+def _joined(base: str, path: str) -> str:
+    if is_url(base):
+        return normalize_root(base + "/" + path)
+    return os.path.normpath(os.path.join(base, path))
+
+
+def _inside(root: str, joined: str, outside: str) -> str:
+    """``joined`` when it is under ``root`` (a local one: its real path too), else a
+    BadPath saying ``outside``."""
     if relative_to(root, joined) is None:
-        raise BadPath(f"path {path!r} escapes the root {root}")
+        raise BadPath(outside)
     if not is_url(root):
         real_root = _realpath(root)
         if relative_to(real_root, os.path.realpath(joined)) is None:
-            raise BadPath(f"path {path!r} leaves the root {root} through a symlink")
+            raise BadPath(f"{outside} (through a symlink)")
     return joined
 
 

@@ -17,6 +17,10 @@ from schemas.images import IMAGE_EXTENSIONS, MAGIC
 
 GLOB_CHARS = "*?["
 
+# A feature kind beside int64 and bytes: the path of the image's file, which the
+# format's reader reads (Parquet's Image structs that hold a path and no bytes)
+IMAGE_PATH = "image_path"
+
 # The largest int label without --labels: an int label is its own id, so labels.txt
 # lists 0 to the largest seen; a hashed or huge int would be that many names.
 MAX_LABEL_ID = (1 << 20) - 1
@@ -152,7 +156,8 @@ def choose_features(
     label_names: tuple[str, ...] = (),
 ) -> RecordFeatures:
     """The features named by the flags, else the one that fits: the image is the
-    bytes feature whose value starts as an image does; the label the int64 or text
+    bytes feature whose value starts as an image does, or the one ``IMAGE_PATH``
+    feature; the label the int64 or text
     feature named ``*label*`` or one of ``label_names`` (the format's: WebDataset's
     ``cls``), else the only int64 or text feature left (none named ``__*``, a
     WebDataset sample's ``__key__``); no key unless one is named ``key`` or ``*/key``.
@@ -184,9 +189,10 @@ def choose_features(
         )
 
     if image:
-        image = named("image_feature", image, ("bytes",))
+        image = named("image_feature", image, ("bytes", IMAGE_PATH))
     else:
         images = [n for n in _single(found, "bytes") if found[n][1][0].startswith(MAGIC)]
+        images += _single(found, IMAGE_PATH)
         if "image" in images:  # a feature of the same value is an alias of it (WebDataset's)
             images = [n for n in images if n == "image" or found[n] is not found["image"]]
         image = one("image_feature", "the image", images)

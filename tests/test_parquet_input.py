@@ -197,20 +197,69 @@ def test_parquet_in_a_bucket(bucket, tmp_path):
     ] == [s["sha256"] for sp in sorted(info["splits"]) for s in info["splits"][sp]["shards"]]
 
 
-@pytest.mark.fast
-def test_images_stored_as_paths_are_one_line(tmp_path):
-    """``Dataset.to_parquet`` of a dataset made from file paths writes the paths, not the
-    images: one line saying so, not a missing image feature."""
-    from datasets import Dataset, Image
+def write_path_parquet(root, outside) -> list[str]:
+    """``Dataset.to_parquet`` of a dataset made from file paths (``{bytes: None, path}``
+    rows) in ``root/hf/``, the images in ``root/photos/``: two absolute paths, two
+    relative to the Parquet file, then a missing file, an absolute path outside ``root``
+    and a relative one leaving it (``outside``, a file beside ``root``)."""
+    from datasets import ClassLabel, Dataset, Image
 
-    (tmp_path / "a.png").write_bytes(pngs(1)[0])
-    ds = Dataset.from_dict({"image": [str(tmp_path / "a.png")], "label": [0]})
-    ds.cast_column("image", Image()).to_parquet(str(tmp_path / "in" / "p.parquet"))
-    argv = [f"--input={tmp_path / 'in'}", f"--output_dir={tmp_path / 'out'}"]
-    with pytest.raises(UserError) as e:
-        convert.run([*argv, "--input_format=parquet"])
-    assert "\n" not in str(e.value)
-    assert "'image' holds paths" in str(e.value) and "a.png" in str(e.value)
+    os.makedirs(f"{root}/photos")
+    for i, data in enumerate(pngs(4)):
+        with open(f"{root}/photos/{i}.png", "wb") as f:
+            f.write(data)
+    with open(outside, "wb") as f:
+        f.write(pngs(1, seed=1)[0])
+    named = [f"{root}/photos/0.png", f"{root}/photos/1.png", "../photos/2.png", "../photos/3.png"]
+    named += [f"{root}/photos/gone.png", outside, f"../../{os.path.basename(outside)}"]
+    ds = Dataset.from_dict({"image": named, "label": [0, 1, 2, 0, 1, 2, 0]})
+    ds = ds.cast_column("image", Image()).cast_column("label", ClassLabel(names=NAMES))
+    # batch_size given: no size estimate, which would look for the relative paths'
+    # files in the working folder
+    ds.to_parquet(f"{root}/hf/train.parquet", batch_size=10)
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(f"{root}/hf/train.parquet")["image"][0].as_py()["bytes"] is None
+    return named
+
+
+def test_images_stored_as_paths_are_read_from_their_files(tmp_path):
+    """A Parquet file whose image structs hold paths only: each image is read from its
+    file (absolute, or relative to the Parquet file), never from outside the input
+    folder; a missing file or a path outside is a reject naming it (was: "none of the
+    first 1 Parquet files ... holds a readable row"). The writer takes each from the
+    run's copy, as an embedded image."""
+    root = str(tmp_path / "in")
+    named = write_path_parquet(root, str(tmp_path / "outside.png"))
+    out = str(tmp_path / "out")
+    info = run_convert(root, out, *FLAGS)
+    assert set(read_back(out)) == {(f"hf/train.parquet#{i}", [0, 1, 2, 0][i]) for i in range(4)}
+    details = {(r["key"], r["reason"]): r["detail"] for r in read_rejects(out)}
+    assert sorted(details) == [
+        ("hf/train.parquet#4", "missing"),
+        ("hf/train.parquet#5", "bad_path"),
+        ("hf/train.parquet#6", "bad_path"),
+    ]
+    assert named[4] in details["hf/train.parquet#4", "missing"]
+    for row in (5, 6):
+        detail = details[f"hf/train.parquet#{row}", "bad_path"]
+        assert repr(named[row]) in detail and f"outside the input folder {root}" in detail
+    assert info["inputs"] == 7 == 4 + info["rejects"]["total"]
+
+
+@pytest.mark.slow
+def test_images_stored_as_paths_in_a_bucket_stay_in_its_folder(bucket, tmp_path):
+    """In a bucket, a relative path is read from the bucket; an absolute one is a local
+    path, outside the bucket's folder: a reject, never a read of this machine's file."""
+    local = str(tmp_path / "in")
+    write_path_parquet(local, str(tmp_path / "outside.png"))
+    url = bucket.upload(local, "in")
+    out = str(tmp_path / "out")
+    info = run_convert(url, out, *FLAGS, "--max_reject_fraction=0.9")
+    assert set(read_back(out)) == {("hf/train.parquet#2", 2), ("hf/train.parquet#3", 0)}
+    reasons = {r["key"]: r["reason"] for r in read_rejects(out)}
+    assert reasons == {f"hf/train.parquet#{i}": "bad_path" for i in (0, 1, 4, 5, 6)}
+    assert info["inputs"] == 7
 
 
 def test_an_unlabelled_row_names_the_class_names_it_is_outside_of(tmp_path):
