@@ -13,6 +13,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import signal
 import sys
 
@@ -83,7 +84,7 @@ def run() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Runs one subcommand; returns the exit code (0 ok, 1 failed or problems, 2 usage)."""
-    argv = sys.argv[1:] if argv is None else list(argv)
+    argv = _values_joined(sys.argv[1:] if argv is None else list(argv))
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
     parser = build_parser()
     try:
@@ -93,6 +94,20 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # --help, --version, usage errors
         return e.code if isinstance(e.code, int) else 2
     return _RUN[args.command](args, extra)
+
+
+def _values_joined(argv: list[str]) -> list[str]:
+    """``argv`` with ``--flag -3:2`` as ``--flag=-3:2``: argparse takes a word that starts
+    with "-" for a flag unless it is a plain negative number, so ``explain --steps -3:2``
+    ended in "expected one argument" instead of what is wrong with the range. No flag of
+    evenshard starts with "-" and a digit."""
+    out: list[str] = []
+    for word in argv:
+        if out and re.match(r"-\d", word) and out[-1].startswith("--") and "=" not in out[-1]:
+            out[-1] = f"{out[-1]}={word}"
+        else:
+            out.append(word)
+    return out
 
 
 def _error(command: str, message: str) -> None:
@@ -267,7 +282,7 @@ def _explain(args: argparse.Namespace, _) -> int:
             num_workers=args.workers,
             worker_index=args.rank,
             seed=args.seed,
-            epochs=args.epochs,
+            epochs=args.epochs or None,  # 0: endless
             shuffle=False if args.no_shuffle else None,
             shuffle_buffer=args.shuffle_buffer,
             cycle_length=args.cycle_length,

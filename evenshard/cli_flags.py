@@ -145,7 +145,7 @@ def _explain_flags(p: argparse.ArgumentParser) -> None:
     a("--workers", type=int, default=1, help="workers (ranks) of the read")
     a("--state", default=None, help="a saved state (JSON file): steps continue its step")
     a("--seed", type=int, default=None, help="the read's seed (or give --state)")
-    a("--epochs", type=int, default=None, help="passes over the split; none given: endless")
+    a("--epochs", type=int, default=d.epochs, help="passes over the split (0: endless)")
     a("--shuffle_buffer", type=int, default=d.shuffle_buffer, help="the read's shuffle_buffer")
     a("--cycle_length", type=int, default=d.cycle_length, help="the read's cycle_length")
     a("--block_length", type=int, default=d.block_length, help="the read's block_length")

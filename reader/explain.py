@@ -82,12 +82,21 @@ def explain(
     plan = Explain(read, views, spread, skip, o.augment(mirror_views))
     if isinstance(steps, tuple) and len(steps) == 2:
         steps = range(*steps)
+    # the step after the read's last (None: endless); a state's skipped steps count
+    end = None
+    if read.remaining is not None:
+        end = base - skip + read.remaining * views if spread else base + read.remaining
     out = []
     for s in steps:
         if s < base:
             raise InvalidValueError(
                 f"step {s} is before the state's first step ({base}): explain it from an "
                 "earlier state, or from the read's start (no state)"
+            )
+        if end is not None and s >= end:
+            raise InvalidValueError(
+                f"step {s} is past the end of the read, whose last step is {end - 1}: ask "
+                "for earlier steps, or read more epochs (epochs=None: endless)"
             )
         if spread is None and skipped(int(s) - base, read.skips):
             continue  # the state skips it: no batch is yielded for this step

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -177,6 +178,33 @@ def test_the_explain_command_prints_json_and_a_table(data):
     bad = subprocess.run([*cmd[:-10], "--steps", "2:x"], capture_output=True, text=True)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
     assert np.array_equal(want[0]["epoch"], got[0]["epoch"])
+
+
+def test_the_explain_command_reads_one_epoch_as_make_dataset_and_says_a_step_past_it(data, capsys):
+    """``--steps -3:2`` ended in argparse's "expected one argument"; ``--steps 100:200``
+    on a 15-step epoch listed steps 100-199 (the command read endless epochs, the
+    readers one). Now the range is judged, and a step past the read's end is one line,
+    from the command and from ``explain()`` alike."""
+    from evenshard import cli
+
+    base = ["explain", data, "--seed", "4", "--batch_size", "4"]
+    assert cli.main([*base, "--steps", "-3:2"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "evenshard explain: error: argument --steps: FIRST:STOP with 0 <= FIRST < STOP, "
+        "got '-3:2' (see evenshard explain --help)\n"
+    )
+    last = -(-reader.load_info(data)["splits"]["train"]["num_examples"] // 4) - 1
+    past = (
+        f"step {last + 1} is past the end of the read, whose last step is {last}: ask for "
+        "earlier steps, or read more epochs (epochs=None: endless)"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(past)}$"):
+        explain(data, "train", 4, range(last, last + 2), seed=4)
+    assert cli.main([*base, "--steps", f"{last}:{last + 100}"]) == 1
+    assert capsys.readouterr().err == f"evenshard explain: error: {past}\n"
+    assert cli.main([*base, "--steps", f"{last}:{last + 2}", "--epochs", "0", "--json"]) == 0
+    assert [b["step"] for b in json.loads(capsys.readouterr().out)] == [last, last + 1]
 
 
 def test_the_explain_command_continues_a_saved_state(data, tmp_path):
