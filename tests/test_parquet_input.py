@@ -7,7 +7,12 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import assert_multi_process_gives_the_same_bytes, read_rejects, run_convert
+from conftest import (
+    assert_multi_process_gives_the_same_bytes,
+    read_rejects,
+    read_split,
+    run_convert,
+)
 from test_tfrecord_input import pngs, read_back
 
 from beam_jobs import convert
@@ -234,6 +239,13 @@ def test_images_stored_as_paths_are_read_from_their_files(tmp_path):
     out = str(tmp_path / "out")
     info = run_convert(root, out, *FLAGS)
     assert set(read_back(out)) == {(f"hf/train.parquet#{i}", [0, 1, 2, 0][i]) for i in range(4)}
+    written = {
+        r["image/key"].decode(): r["image/encoded"]
+        for split in info["splits"]
+        for shard in read_split(out, split)
+        for r in shard
+    }
+    assert written == {f"hf/train.parquet#{i}": pngs(4)[i] for i in range(4)}  # the files'
     details = {(r["key"], r["reason"]): r["detail"] for r in read_rejects(out)}
     assert sorted(details) == [
         ("hf/train.parquet#4", "missing"),
