@@ -10,12 +10,16 @@ every pool still running (a read never finished ends its processes first).
 parent's ``__main__`` (a read with no user code in its processes needs no script
 guard, and works from stdin): multiprocessing has no switch for it, so the stdlib's
 own launch code runs with a ``spawn`` whose preparation data names no main module.
+``semaphores_named`` names the semaphores a pool makes (its queues' locks) after the
+read, as its shared memory blocks are, so that a reader's start removes those of a
+reader killed with its resource tracker (``reader.shared_blocks.sweep``).
 ``check()`` says, naming the Python version, when a release changes that
 (tests/test_compat.py runs it). Checked with Python 3.11 and 3.12.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import multiprocessing
 import multiprocessing.context
@@ -29,6 +33,25 @@ _PRELOAD = "_preload_modules"
 _SERVER = "_forkserver"
 # a ProcessPoolExecutor's processes: {pid: multiprocessing.Process}
 _PROCESSES = "_processes"
+
+
+# a process's settings, copied to the processes it starts; "semprefix": the start of the
+# names of the semaphores it makes (multiprocessing.synchronize.SemLock._make_name)
+_CONFIG, _SEMPREFIX = "_config", "semprefix"
+
+
+@contextlib.contextmanager
+def semaphores_named(prefix: str):
+    """The multiprocessing semaphores made meanwhile in this process are named
+    ``/{prefix}-<random>`` (``sem.{prefix}-<random>`` in /dev/shm) instead of
+    ``/mp-<random>``; the processes started later are not concerned."""
+    config = getattr(multiprocessing.current_process(), _CONFIG)
+    before = config[_SEMPREFIX]
+    config[_SEMPREFIX] = f"/{prefix}"
+    try:
+        yield
+    finally:
+        config[_SEMPREFIX] = before
 
 
 # threading's exit hooks (run last registered first, before threads are joined)
@@ -106,9 +129,10 @@ def forkserver_without_main() -> multiprocessing.context.BaseContext:
 def check() -> None:
     """Raises RuntimeError, naming the name and the Python version, unless the fork
     server keeps its preload list where ``forkserver_preload`` reads it, a
-    ``ProcessPoolExecutor`` its processes where ``pool_processes`` does, and the fork
+    ``ProcessPoolExecutor`` its processes where ``pool_processes`` does, the fork
     server's launch code its preparation data where ``forkserver_without_main``
-    replaces it."""
+    replaces it, and a process the start of its semaphores' names where
+    ``semaphores_named`` sets it."""
     import concurrent.futures
     import sys
 
@@ -130,6 +154,12 @@ def check() -> None:
                 "Popen._launch no longer gets its preparation data from "
                 "spawn.get_preparation_data alone (reader/compat_mp.py)"
             )
+    config = getattr(multiprocessing.current_process(), _CONFIG, None)
+    if not isinstance(config, dict) or not isinstance(config.get(_SEMPREFIX), str):
+        raise OperationError(
+            f"Python {sys.version.split()[0]}: multiprocessing's process has no "
+            f"{_CONFIG}[{_SEMPREFIX!r}] naming its semaphores (reader/compat_mp.py)"
+        )
     if not callable(getattr(threading, _AT_EXIT, None)):
         raise OperationError(
             f"Python {sys.version.split()[0]}: threading has no {_AT_EXIT} (reader/compat_mp.py)"

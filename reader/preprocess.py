@@ -137,18 +137,23 @@ class Preprocess:
         context = _context(script)
         held, lifeline = context.Pipe()  # ``held``: this process's alone (``_watch``)
         payload = check_transform(self.transform)
-        pool = concurrent.futures.ProcessPoolExecutor(
-            self.processes,
-            context,
-            initializer=init,
-            initargs=(
-                payload,
-                name_of(self.transform),
-                self.config,
-                blocks.prefix,
-                lifeline,
-            ),
-        )
+        # the pool's semaphores (its queues', made now) named after the read as its
+        # blocks are: a reader's start removes them too once their reader died with
+        # its resource tracker (a process group killed at once), which unlinked them
+        named = blocks.prefix and compat_mp.semaphores_named(f"{blocks.prefix}sem")
+        with named or contextlib.nullcontext():
+            pool = concurrent.futures.ProcessPoolExecutor(
+                self.processes,
+                context,
+                initializer=init,
+                initargs=(
+                    payload,
+                    name_of(self.transform),
+                    self.config,
+                    blocks.prefix,
+                    lifeline,
+                ),
+            )
         pending: collections.deque = collections.deque()
         finished = False
         _RUNNING[id(pool)] = (pool, held)  # a read never finished: ended at exit

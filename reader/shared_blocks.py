@@ -227,12 +227,14 @@ def _unlink_name(memory) -> None:
 
 def sweep() -> None:
     """Removes the blocks of readers whose processes died all at once (kill -9 of a
-    process group, a container's end): none was left to unlink them. A block is
-    removed only when its reader is provably dead (``cache_folder.dead``)."""
-    for name in _listed("evenshard-"):
-        owner = _OWNER.match(name)
+    process group, a container's end): none was left to unlink them; and so their
+    pools' semaphores (``sem.evenshard-...``: ``compat_mp.semaphores_named``), which
+    their resource tracker, killed too, did not unlink. A name is removed only when
+    its reader is provably dead (``cache_folder.dead``)."""
+    for name in _listed("evenshard-") + _listed("sem.evenshard-"):
+        owner = _OWNER.match(name.removeprefix("sem."))
         if owner and dead(owner[1]):
-            unlink_block(name)
+            unlink_block(name)  # (on Linux a semaphore is a file there, unlinked alike)
 
 
 def new_block(

@@ -113,6 +113,28 @@ def _blocks_of(pid: int) -> list[str]:
     return [n for n in os.listdir("/dev/shm") if owner.match(n)]
 
 
+def _mapped(mark: str) -> set[str]:
+    """The entries of /dev/shm (shared memory blocks, multiprocessing's semaphores) the
+    processes with the mark have mapped, whatever their names."""
+    found = set()
+    for pid in _marked(mark):
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                lines = f.read().splitlines()
+        except OSError:  # ended meanwhile
+            continue
+        for line in lines:  # address, perms, offset, device, inode, then the path
+            path = (line.split(None, 5)[5:] or [""])[0].removesuffix(" (deleted)")
+            if path.startswith("/dev/shm/"):
+                found.add(path.removeprefix("/dev/shm/"))
+    return found
+
+
+def _left(names: set[str]) -> list[str]:
+    """Those of ``names`` still in /dev/shm."""
+    return sorted(n for n in names if os.path.exists(os.path.join("/dev/shm", n)))
+
+
 def _wait_for(stream, line: str) -> list[str]:
     said = []
     for got in stream:
@@ -137,12 +159,15 @@ def test_kill_9_of_the_training_process_leaves_no_process_and_no_block(data, tmp
             _wait_for(run.stdout, "batch")
         assert len(_marked(mark)) >= 4  # the script, the fork server, 2 workers (a tracker)
         assert _blocks_of(run.pid)  # blocks named after the reader's process
+        mapped = _mapped(mark)
+        assert any(n.startswith("sem.") for n in mapped)  # the pool's semaphores too
         os.kill(run.pid, signal.SIGKILL)
         run.wait(timeout=10)
         assert _gone(mark), "a process of the killed reader is still running"
         if _blocks_of(run.pid):  # the rare block caught in the making: the next start's
             next(iter(reader.NumpyReader(data, "train", B, num_processes=0, **OPTS)))
         assert _blocks_of(run.pid) == []
+        assert _left(mapped) == []  # the semaphores: unlinked by the resource tracker
     finally:
         run.kill()
         run.wait()
@@ -153,17 +178,18 @@ def test_kill_9_of_a_reader_decoding_in_its_own_process_leaves_no_block(data, tm
     """num_processes=0: the reader makes its blocks itself, and Python's resource
     tracker, which outlives it, unlinks them when it is killed (kill -9, or the OOM
     killer's; they were left when the tracker was kept out of every block)."""
-    run, _ = _start(data, tmp_path, "numpy", "0")
+    run, mark = _start(data, tmp_path, "numpy", "0")
     try:
         for _ in range(3):
             _wait_for(run.stdout, "batch")
         assert _blocks_of(run.pid)
+        mapped = _mapped(mark)
         os.kill(run.pid, signal.SIGKILL)
         run.wait(timeout=10)
         deadline = time.monotonic() + 15  # the tracker sees its pipe close, then unlinks
-        while _blocks_of(run.pid) and time.monotonic() < deadline:
+        while _left(mapped) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert _blocks_of(run.pid) == []
+        assert _blocks_of(run.pid) == [] and _left(mapped) == []
     finally:
         run.kill()
         run.wait()
@@ -172,22 +198,29 @@ def test_kill_9_of_a_reader_decoding_in_its_own_process_leaves_no_block(data, tm
 @pytest.mark.slow
 def test_kill_9_of_every_process_leaves_blocks_the_next_reader_removes(data, tmp_path):
     """kill -9 of the whole process group (a container's end): nothing is left to clean
-    up; the next reader's start removes the blocks of the dead one, by their name."""
+    up; the next reader's start removes what the dead one left in /dev/shm, by its name:
+    its blocks and its pool's semaphores (five of those were left for good)."""
     run, mark = _start(data, tmp_path, "numpy")
+    mapped: set[str] = set()
     try:
         for _ in range(3):
             _wait_for(run.stdout, "batch")
+        mapped = _mapped(mark)
         os.killpg(run.pid, signal.SIGKILL)
         run.wait(timeout=10)
         assert _gone(mark)
         assert _blocks_of(run.pid)  # left by processes that died at once
+        assert any(n.startswith("sem.") for n in _left(mapped))  # the pool's semaphores
         r = reader.NumpyReader(data, "train", B, num_processes=0, **OPTS)
         next(iter(r))
         assert _blocks_of(run.pid) == []
+        assert _left(mapped) == []  # every kind: the semaphores were left for good
     finally:
         with __import__("contextlib").suppress(ProcessLookupError):
             os.killpg(run.pid, signal.SIGKILL)
         run.wait()
+        for name in _left(mapped):  # (a failed run's: not this machine's for ever)
+            os.unlink(os.path.join("/dev/shm", name))
 
 
 def test_an_empty_block_of_a_dead_reader_is_removed_too(data):
@@ -224,6 +257,7 @@ def test_one_ctrl_c_ends_a_read_whatever_the_transform_does(data, tmp_path, rout
     run, mark = _start(data, tmp_path, route)
     try:
         said = _wait_for(run.stderr, "transforming")
+        mapped = _mapped(mark)
         os.killpg(run.pid, signal.SIGINT)
         code = run.wait(timeout=10)
         rest = [line for line in run.stderr.read().splitlines() if line != "transforming"]
@@ -233,7 +267,7 @@ def test_one_ctrl_c_ends_a_read_whatever_the_transform_does(data, tmp_path, rout
             assert code == 130, "".join(said) + "\n".join(rest)
             assert rest == ["interrupted"], "\n".join(rest)
         assert _gone(mark), "a process of the interrupted reader is still running"
-        assert _blocks_of(run.pid) == []
+        assert _blocks_of(run.pid) == [] and _left(mapped) == []
     finally:
         with __import__("contextlib").suppress(ProcessLookupError):
             os.killpg(run.pid, signal.SIGKILL)
