@@ -414,6 +414,53 @@ def test_a_read_never_finished_does_not_hold_the_exit(data, tmp_path):
     shutil.rmtree(MARKS, ignore_errors=True)
 
 
+# Reads that end every way a script ends them, then the script's exit: each read through
+# an epoch, left by a break, or held to the exit, in 2 processes and in the script's own.
+READS_THEN_EXIT = textwrap.dedent(
+    """
+    import os, sys
+    import reader
+
+    if __name__ == "__main__":
+        held = []
+        for processes in (2, 0):
+            def read():
+                return reader.NumpyReader(sys.argv[1], "train", 4, num_processes=processes,
+                                          image_size=(12, 12), seed=4, epochs=1)
+            for _ in read():
+                pass
+            for i, batch in enumerate(read()):
+                if i == 1:
+                    break
+            batches = iter(read())
+            held += [batches, next(batches), next(batches)]
+        print(os.getpid(), flush=True)
+    """
+)
+
+
+def test_reads_ended_every_way_leave_the_resource_tracker_nothing_to_clean(data, tmp_path):
+    """A script's reads, 2 processes or none, read to the end, left by a break or held to
+    its exit: no "leaked shared_memory" (or semaphore) warning from the resource tracker at
+    its exit, and nothing of the script's left in /dev/shm; three runs, as a leak was
+    seen in one run of three."""
+    script = tmp_path / "reads.py"
+    script.write_text(READS_THEN_EXIT)
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    for _ in range(3):
+        done = subprocess.run(
+            [sys.executable, str(script), data],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "leaked" not in done.stderr and "resource_tracker" not in done.stderr, done.stderr
+        pid = done.stdout.strip()
+        assert [n for n in os.listdir("/dev/shm") if f"-{pid}-" in n] == []
+
+
 def _noop():
     pass
 
