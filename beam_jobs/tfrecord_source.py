@@ -46,7 +46,14 @@ class _ReadRecordFile(ReadRecordFile):
         """``process`` of ``path`` whose first bytes (``_head``) are the future ``head``,
         or None to read them here."""
         rel = paths.relative_to(self._root, path) or path
-        index = 0  # of the next record
+        index, at = 0, 0  # of the next record (None past damage that hides it), its byte
+
+        def key() -> str:  # the next record's: its index, else (past such damage) its byte
+            return f"{rel}#{index}" if index is not None else f"{rel}@{at}"
+
+        def where() -> str:
+            return f"record {index} (byte {at})" if index is not None else f"byte {at}"
+
         try:
             with _opened(path, head) as raw:
                 for item in tfrecord.records_and_damage(path, raw):
@@ -55,22 +62,23 @@ class _ReadRecordFile(ReadRecordFile):
                         # the inputs count what the file held, as far as it can be known
                         ends = item.end is None and "ends inside" in item.problem
                         reason = "truncated" if ends else "corrupt"
-                        yield make_reject(f"{rel}#{index}", path, reason, item.describe())
-                    else:
-                        offset, data = item
-                        where = f"record {index} (byte {offset})"
-                        features = functools.partial(parse_features, data)
-                        place = (offset, len(data))
-                        yield self.record(path, f"{rel}#{index}", where, features, place, data)
-                    index += 1
+                        yield make_reject(key(), path, reason, item.describe())
+                        index = index + 1 if index is not None and item.one_record else None
+                        at = item.end
+                        continue
+                    at, data = item
+                    features = functools.partial(parse_features, data)
+                    place = (at, len(data))
+                    yield self.record(path, key(), where(), features, place, data)
+                    index = None if index is None else index + 1
+                    at += len(data) + tfrecord.FRAME_OVERHEAD
         except tfrecord.CorruptRecord as e:  # the gzip stream itself, or no records at all
             reason = "truncated" if "ends inside" in e.problem else "corrupt"
-            detail = (
-                f"record {index} (byte {e.offset}): {e.problem}; the records before it are kept"
-            )
-            yield make_reject(f"{rel}#{index}", path, reason, detail)
+            at = e.offset
+            detail = f"{where()}: {e.problem}; the records before it are kept"
+            yield make_reject(key(), path, reason, detail)
         except OSError as e:  # BeamIOError is one
-            yield self.unreadable(f"{rel}#{index}", path, f"record {index}", e)
+            yield self.unreadable(key(), path, where(), e)
 
 
 # A file up to this size is read in one call (from a bucket: one ranged request, where

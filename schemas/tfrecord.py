@@ -265,17 +265,23 @@ class LostStretch:
     """Bytes ``[start, end)`` of a file (of its uncompressed stream) that hold no
     readable record: damage read past. ``end`` None: the rest of the file."""
 
-    index: int  # of the record that was due at ``start``
+    index: int | None  # of the record due at ``start``; None past damage that hides it
     start: int
     end: int | None
     problem: str  # why the record at ``start`` could not be read
+    # whether the stretch held exactly one record: its length's CRC held and the next
+    # record starts where that length ends (only its data was damaged); else how many
+    # it held cannot be known, nor the index of any record after it
+    one_record: bool = False
 
     def describe(self) -> str:
         """One phrase: where reading stopped, why, and where it went on."""
+        where = f"byte {self.start}"
+        where = where if self.index is None else f"record {self.index} ({where})"
         if self.end is None:
-            return f"record {self.index} (byte {self.start}): {self.problem}; no record follows"
+            return f"{where}: {self.problem}; no record follows"
         return (
-            f"record {self.index} (byte {self.start}): {self.problem}; bytes {self.start} to "
+            f"{where}: {self.problem}; bytes {self.start} to "
             f"{self.end - 1} ({self.end - self.start} bytes) hold no readable record and were "
             f"skipped, reading went on at the record at byte {self.end}"
         )
@@ -298,9 +304,10 @@ def records_and_damage(
     stream = raw if raw is not None else open_binary(path)
     f = _Pushback(_GunzipReader(stream) if path.endswith(".gz") else stream)
     index = offset = 0
+    counted = True  # whether ``index`` is known (no damage before that hid how many it held)
     try:
         while True:
-            header, body = f.read(_HEADER), b""
+            header, body, length = f.read(_HEADER), b"", None
             if not header:
                 return
             try:
@@ -315,7 +322,9 @@ def records_and_damage(
                 f.unread(header[1:] + body)
                 skipped = _next_record(f)
                 end = None if skipped is None else offset + 1 + skipped
-                yield LostStretch(index, offset, end, e.problem)
+                one = length is not None and end == offset + length + FRAME_OVERHEAD
+                yield LostStretch(index if counted else None, offset, end, e.problem, one)
+                counted = counted and one
                 if end is None:
                     return
                 index, offset = index + 1, end
@@ -335,18 +344,20 @@ class _Pushback:
 
     def __init__(self, stream):
         self._stream = stream
-        self._back = b""
+        self._back, self._at = b"", 0  # bytes given back; the first not read again
 
     def read(self, n: int) -> bytes:
-        if not self._back:
+        if self._at == len(self._back):
             return self._stream.read(n)
-        out, self._back = self._back[:n], self._back[n:]
-        if len(out) < n:
-            out += self._stream.read(n - len(out))
+        out = self._back[self._at : self._at + n]  # a place kept: no copy of the rest
+        taken = len(out)
+        if taken < n:
+            out += self._stream.read(n - taken)  # (an error here gives nothing back)
+        self._at += taken
         return out
 
     def unread(self, data: bytes) -> None:
-        self._back = data + self._back
+        self._back, self._at = data + self._back[self._at :], 0
 
 
 # Bytes read at a time while looking for the next whole record after damage.
@@ -364,7 +375,10 @@ def _next_record(f: _Pushback) -> int | None:
     def holds(n: int) -> bool:  # reads until the window holds n bytes, or the file ends
         nonlocal ended
         while not ended and len(window) < n:
-            piece = f.read(max(n - len(window), _SCAN_PIECE))
+            try:
+                piece = f.read(max(n - len(window), _SCAN_PIECE))
+            except zlib.error:  # damaged gzip ahead: what comes out before it, as needed
+                piece = f.read(n - len(window))
             window.extend(piece)
             ended = not piece
         return len(window) >= n
@@ -384,10 +398,16 @@ def _next_record(f: _Pushback) -> int | None:
     scanned = i = 0  # bytes dropped from the window; the first place not looked at
     while holds(i + _HEADER):
         end = len(window) - _HEADER + 1  # the places whose header the window holds
-        # a length's top three bytes are 0 below 2**40 bytes: most places fail there,
-        # found without a loop in Python (a damaged 4 MB stretch: 2.7 s a byte at a time)
-        tops = np.frombuffer(bytes(window[i + 5 : end + 7]), np.uint8) == 0
-        for place in (np.flatnonzero(tops[:-2] & tops[1:-1] & tops[2:]) + i).tolist():
+        # a length's top three bytes are 0 below 2**40 bytes, and a header is never 12
+        # zero bytes (the CRC of a zero length is not 0): most places fail there, found
+        # without a loop in Python (a damaged 4 MB stretch: 2.7 s a byte at a time; a
+        # zeroed one is skipped whole)
+        held = np.frombuffer(bytes(window[i : end + _HEADER - 1]), np.uint8)
+        zero = held == 0
+        tops = zero[5 : 5 + end - i] & zero[6 : 6 + end - i] & zero[7 : 7 + end - i]
+        nonzero = np.concatenate([[0], np.cumsum(~zero)])
+        tops &= nonzero[_HEADER : _HEADER + end - i] > nonzero[: end - i]
+        for place in (np.flatnonzero(tops) + i).tolist():
             if whole_record_at(place):
                 f.unread(bytes(window[place:]))
                 return scanned + place
