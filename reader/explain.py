@@ -18,7 +18,7 @@ import json
 import numpy as np
 
 from reader.order.batches import skipped
-from reader.order.views import emitted
+from reader.order.views import check_blocks, checked_spread, emitted
 from reader.read import Read, merge, resolve, start_state
 from reader.read_options import ReadOptions
 from reader.shard_keys import ShardKeys, key_feature
@@ -65,11 +65,7 @@ def explain(
         DatasetError: as the readers; a shard without a DALI index (gzip).
     """
     o = merge(options, overrides)
-    if not isinstance(views, int) or isinstance(views, bool) or views < 1:
-        raise InvalidValueError(f"views must be a whole number >= 1, got {views!r}")
-    spread = None if view_spread == "together" or views == 1 else view_spread
-    if spread is None and batch_size % views:
-        raise InvalidValueError(f"batch_size {batch_size} must be a multiple of views={views}")
+    spread = checked_spread(views, view_spread, mirror_views, batch_size)
     records = batch_size if spread is not None else batch_size // views
     if state is None:
         if o.seed is None and (o.shuffles(split) or o.augmenting):
@@ -78,6 +74,8 @@ def explain(
     else:
         saved, skip = _state(state, o, views, spread)
     read = resolve(data, split, records, o, saved)
+    if state is None:  # the whole read, as the readers check it
+        check_blocks(spread, read.remaining)
     base = saved.step * views + skip if spread else saved.step
     plan = Explain(read, views, spread, skip, o.augment(mirror_views))
     if isinstance(steps, tuple) and len(steps) == 2:
@@ -96,7 +94,8 @@ def explain(
         if end is not None and s >= end:
             raise InvalidValueError(
                 f"step {s} is past the end of the read, whose last step is {end - 1}: ask "
-                "for earlier steps, or read more epochs (epochs=None: endless)"
+                "for earlier steps, or read more epochs (endless: epochs=None, or the "
+                "command's --epochs 0)"
             )
         if spread is None and skipped(int(s) - base, read.skips):
             continue  # the state skips it: no batch is yielded for this step

@@ -15,7 +15,7 @@ import itertools
 
 from reader.example_batches import python_parser
 from reader.option_groups import GROUPS, refuse_untaken
-from reader.order.views import restart, rounds, skip_limit, started
+from reader.order.views import check_blocks, checked_spread, restart, rounds, skip_limit, started
 from reader.preprocess import Preprocess, check_transform, default_processes
 from reader.read import check_sized, check_state, merge, start_state
 from reader.read_options import ReadOptions
@@ -62,30 +62,8 @@ class PythonRoute:
             raise InvalidTypeError(
                 f"transform must be a function fn(example, rng) -> dict, got {transform!r}"
             )
-        if not isinstance(views, int) or isinstance(views, bool) or views < 1:
-            raise InvalidValueError(f"views must be a whole number >= 1, got {views!r}")
-        if mirror_views and views % 2:
-            raise InvalidValueError(
-                f"mirror_views pairs each view with its mirror: views must be even, got {views}"
-            )
-        if view_spread != "together" and not (
-            isinstance(view_spread, int) and not isinstance(view_spread, bool) and view_spread > 0
-        ):
-            raise InvalidValueError(
-                f'view_spread must be "together" or a whole number of batches >= 1, '
-                f"got {view_spread!r}"
-            )
-        self.spread = None if view_spread == "together" or views == 1 else view_spread
+        self.spread = checked_spread(views, view_spread, mirror_views, batch_size)
         together = self.spread is None
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int):
-            raise InvalidTypeError(f"batch_size must be a whole number (int), got {batch_size!r}")
-        if batch_size < 1:
-            raise InvalidValueError(f"batch_size must be >= 1, got {batch_size}")
-        if together and batch_size % views:
-            raise InvalidValueError(
-                f"batch_size {batch_size!r} must be a multiple of views={views}: the views "
-                "of an image go in one batch (or spread them: view_spread=)"
-            )
         if num_processes is None:
             num_processes = default_processes()
         if not isinstance(num_processes, int) or num_processes < 0:
@@ -108,11 +86,8 @@ class PythonRoute:
         self._parse = python_parser(self.source.read, transform, views)
         if transform is None:  # the decoded images themselves are batched
             check_sized(options, batch_size, self.source.read)
-        if started and self.spread and self._blocks is not None and self._blocks < self.spread:
-            raise InvalidValueError(
-                f"view_spread={self.spread} needs at least {self.spread} batches of "
-                f"images; this read has {self._blocks}: lower view_spread (or batch_size)"
-            )
+        if started:
+            check_blocks(self.spread, self._blocks)
 
     def state_dict(self) -> dict:
         """Where this reader stands: ``{"read_state": ReadState JSON}``, advanced by the

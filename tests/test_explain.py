@@ -120,6 +120,17 @@ def test_explain_a_mix_and_views_spread(data):
     assert told(said) == keys(whole[7:])
 
 
+@pytest.mark.parametrize("spread", [0, True, -1, "2", 2.0, 99])
+def test_explain_refuses_the_views_settings_the_readers_refuse(data, spread):
+    """A view_spread no reader takes (not a whole number >= 1, or more batches than the
+    read has) is the readers' own error from explain too, never batches or a TypeError."""
+    kw = dict(OPTS, views=2, view_spread=spread)
+    with pytest.raises((ValueError, TypeError)) as refused:
+        numpy_reader(data, 4, **kw)
+    with pytest.raises(type(refused.value), match=re.escape(str(refused.value))):
+        explain(data, "train", 4, range(2), **kw)
+
+
 def test_explain_never_reads_the_images(data, tmp_path):
     """Every image's bytes in the shards overwritten (the keys, sizes and index kept):
     explain gives the same batches; a record whose key is cut is one line naming it."""
@@ -197,7 +208,7 @@ def test_the_explain_command_reads_one_epoch_as_make_dataset_and_says_a_step_pas
     last = -(-reader.load_info(data)["splits"]["train"]["num_examples"] // 4) - 1
     past = (
         f"step {last + 1} is past the end of the read, whose last step is {last}: ask for "
-        "earlier steps, or read more epochs (epochs=None: endless)"
+        "earlier steps, or read more epochs (endless: epochs=None, or the command's --epochs 0)"
     )
     with pytest.raises(ValueError, match=f"^{re.escape(past)}$"):
         explain(data, "train", 4, range(last, last + 2), seed=4)

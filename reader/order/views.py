@@ -11,6 +11,50 @@ blocks ``(V - 1) * spread`` back in memory, no more.
 
 from __future__ import annotations
 
+from schemas.errors import InvalidTypeError, InvalidValueError
+
+
+def checked_spread(views, view_spread, mirror_views: bool, batch_size) -> int | None:
+    """The spread of a read's views in batches (None: an image's views together in one
+    batch), every setting checked as every face and ``explain`` check them.
+
+    Raises:
+        ValueError, TypeError: a setting that is not one, or settings that do not fit.
+    """
+    if not isinstance(views, int) or isinstance(views, bool) or views < 1:
+        raise InvalidValueError(f"views must be a whole number >= 1, got {views!r}")
+    if mirror_views and views % 2:
+        raise InvalidValueError(
+            f"mirror_views pairs each view with its mirror: views must be even, got {views}"
+        )
+    if view_spread != "together" and not (
+        isinstance(view_spread, int) and not isinstance(view_spread, bool) and view_spread > 0
+    ):
+        raise InvalidValueError(
+            f'view_spread must be "together" or a whole number of batches >= 1, got {view_spread!r}'
+        )
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+        raise InvalidTypeError(f"batch_size must be a whole number (int), got {batch_size!r}")
+    if batch_size < 1:
+        raise InvalidValueError(f"batch_size must be >= 1, got {batch_size}")
+    spread = None if view_spread == "together" or views == 1 else view_spread
+    if spread is None and batch_size % views:
+        raise InvalidValueError(
+            f"batch_size {batch_size!r} must be a multiple of views={views}: the views "
+            "of an image go in one batch (or spread them: view_spread=)"
+        )
+    return spread
+
+
+def check_blocks(spread: int | None, blocks: int | None) -> None:
+    """Raises ValueError when a whole read (of ``blocks`` batches of images; None:
+    endless) is too short for its views to go ``spread`` batches apart."""
+    if spread and blocks is not None and blocks < spread:
+        raise InvalidValueError(
+            f"view_spread={spread} needs at least {spread} batches of "
+            f"images; this read has {blocks}: lower view_spread (or batch_size)"
+        )
+
 
 def rounds(views: int, spread: int, blocks: int | None):
     """(block, view) in output order, for ``blocks`` blocks (None: without end)."""
