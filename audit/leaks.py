@@ -13,9 +13,12 @@ dataset's; identical fingerprints are compared once), but by a wider rule:
 ``near.AUDIT_DISTANCE`` bits and the thumbnails' thresholds
 ``near.AUDIT_SLACK`` times as wide. The audit asking convert's own question
 would see nothing convert missed; each pair says whether convert's rule
-matches it (then the grouping let it through: a refused bridge, a split given
+matches it (then the grouping let it through: a pair cut between two star
+clusters, each image a near-duplicate of its own cluster's centre, a split given
 by the manifest, or no ``--dedupe near``), and the report counts the images
-whose near-duplicates across lie beyond that rule.
+whose near-duplicates across lie beyond that rule. The pair rule is convert's
+own (``near.matches``, thumbnails compared in the fingerprints' hex order, as
+convert's buckets and clusters compare them).
 """
 
 from __future__ import annotations

@@ -16,14 +16,22 @@ bands:
    apart, then thumbnail levels apart). Memory: one band value's fingerprints.
 3. All edges -> their minimum spanning forest (a CombineFn whose accumulators are
    thinned to their forest as they grow: about two edges a clustered key, never
-   every edge), then clusters joined along it lightest edge first, never past
-   ``largest_allowed`` images (1 % of the inputs, at least 16): an edge that
-   would pass it is refused and its keys named in the summary (the bridges: weak
-   links chain unrelated pictures; a cluster grows by its strongest ones first).
-   Each key in a cluster -> (the cluster's smallest key, the split given to its
-   smallest key that has one). Memory: the keys that have a near-duplicate (with
-   ``--group_by``, also those in a group), never the dataset.
-4. The clusters no split is given are dealt to the splits at their fractions
+   every edge) -> its connected components, whatever their size (a side input:
+   {key: its component's smallest key}). A component is where clusters are looked
+   for, not a cluster: a chain of small steps (sliding crops, a fade) is one.
+   Memory: the keys that have a near-duplicate, never the dataset.
+4. Each image in a component -> (component, (key, fingerprint)) -> GroupByKey: one
+   component's fingerprints in one place, cut into star clusters
+   (:func:`star_clusters`): candidates in order of how many members they match,
+   each one not yet taken becoming a centre that takes every member left that
+   matches it (``near.matches``, the pair rule). Every member of a cluster is a
+   near-duplicate of its centre. A large component compares a sample of
+   candidates and the centres with every member, never all pairs. Memory: one
+   component's fingerprints.
+5. The clusters, all together (the keys in them) -> each key in a cluster ->
+   (the cluster's smallest key, the split given to its smallest key that has one).
+   With ``--group_by``, also the keys in a group.
+6. The clusters no split is given are dealt to the splits at their fractions
    (``near_splits``: one record a cluster; the images in no cluster keep the
    plain convert's split). Each image, with the table and the dealing as side
    inputs: in a cluster, its ``group`` becomes the cluster's smallest key, and an
@@ -31,15 +39,47 @@ bands:
    ``--near_keep one`` keeps the cluster's smallest key given a split by the
    manifest (else its smallest key) and rejects the others as ``near_duplicate``.
 
+Why stars (issue 55). Until then clusters were the components joined lightest
+edge first up to 1 % of the inputs (at least 16): the cap stopped chains but cut
+a picture with many copies in pieces (104 forms of one wallpaper: 16 at most a
+cluster, in two splits; 1,000 copies: 22 clusters of at most 16 holding 168 of
+them, 853 joins refused). Measured on tests/test_near_linkage.py's fixtures
+(104 forms of one picture, 30 pictures x 8 forms, 41 sliding crops, a brightness
+ramp of 100 steps: 485 images), four linkages of the same matched pairs:
+
+=================  ============  ===========  =============  ==================
+linkage            the 104: in   crops: clus- pairs matched  pairs in a cluster
+                   pieces        ters, span   but cut apart  that do not match
+=================  ============  ===========  =============  ==================
+cap (1 %, 16)      41            3, 15        7,174          153
+components         1             1, 40        0              2,797
+stars (taken)      1             7, 9         451            1,012
+complete linkage   1             9, 4         1,546          0
+=================  ============  ===========  =============  ==================
+
+Components chain (the 41 crops, whose ends share little, are one cluster).
+Complete linkage (a member joins a cluster only if it matches every member)
+never holds two images that do not match, but cuts three times the pairs stars
+do (each cut pair may land in two splits: a leak), splits a true cluster whose
+extreme forms (the smallest cut copy, the brightest) do not match each other,
+and costs each member a check against every member of a cluster: the square of
+a picture with 100,000 copies. Stars hold every member within the distance of
+one centre (two members at most twice it apart): the copies of one picture,
+which all match its most matched copy, are one cluster at any count, at the
+cost of members times centres.
+
 A manifest ``split`` value still wins; a cluster whose members are given two
 splits keeps them as given (counted in the summary as ``given_two_splits``).
 With ``--group_by``, a cluster that joins two groups joins them whole.
-Deterministic on every runner: the table depends on the set of edges and the
-input count only, not on their order (ties in weight are broken by the keys), and
-the dealing on the table and the split counts.
+Deterministic on every runner: the components depend on the set of edges only,
+each component's clusters on its set of members only (sorted first; ties broken by
+keys; a sample chosen by a hash of the fingerprints), and the dealing on the table
+and the split counts.
 """
 
 from __future__ import annotations
+
+import hashlib
 
 import apache_beam as beam
 import numpy as np
@@ -51,9 +91,6 @@ from beam_jobs.records import Image, make_reject
 from schemas import near
 
 _GROUP = "\x00group\x00"  # a --group_by group's node in the union-find (never a key)
-LARGEST_FRACTION = 0.01  # no cluster holds more than 1 % of the inputs ...
-LARGEST_FLOOR = 16  # ... or 16 images, whichever is more
-BRIDGES_NAMED = 10  # the refused joins named in the summary (all are counted)
 
 
 def _in_bands(im: Image, distance: int):
@@ -169,37 +206,98 @@ def spanning_forest(edges) -> list:
     return out
 
 
-def largest_allowed(inputs: int) -> int:
-    """The most images one cluster of near-duplicates may hold: ``LARGEST_FRACTION`` of
-    the inputs, at least ``LARGEST_FLOOR``."""
-    return max(LARGEST_FLOOR, int(inputs * LARGEST_FRACTION))
+def components_of(forest) -> dict[str, str]:
+    """The forest (:class:`_Forest`'s output) -> {key: its component's smallest key} for
+    every key with a near-duplicate: the connected components of the matched pairs,
+    whatever their size. A component is where a cluster is looked for, not a
+    cluster: a chain of small steps is one component."""
+    parent: dict[str, str] = {}
+    for _, a, b in forest[0]:
+        parent.setdefault(a, a)
+        parent.setdefault(b, b)
+        _union(parent, a, b)
+    return {k: _find(parent, k) for k in parent}
 
 
-def clusters_of(acc, inputs: int):
-    """(edges [(weight, key, key)], given {key: split}, groups), the input count ->
-    (table, counts). The edges' minimum spanning forest joins clusters lightest edge
-    first (a tie: by keys); an edge that would make a cluster larger
-    than ``largest_allowed`` is refused, and its two keys are named (a *bridge*: the
-    weakest links, which chain unrelated pictures, are the ones left out). The table
-    maps every key in a cluster to (the cluster's smallest key, its given split, the key
-    to keep); a --group_by group joins the clusters it touches whole."""
-    edges, given, groups = acc
-    bound = largest_allowed(inputs)
-    close: dict[str, str] = {}
-    size: dict[str, int] = {}
-    bridges = []
-    for weight, a, b in spanning_forest(edges):
-        for k in (a, b):
-            if k not in close:
-                close[k], size[k] = k, 1
-        ra, rb = _find(close, a), _find(close, b)  # a forest: never one cluster already
-        if size[ra] + size[rb] > bound:
-            bridges.append((a, b, weight))
-            continue
-        _union(close, ra, rb)
-        size[min(ra, rb)] = size[ra] + size[rb]
-    joined = {k for k in close if size[_find(close, k)] > 1}
-    parent = {k: _find(close, k) for k in joined}
+def _to_component(im: Image, components: dict[str, str]):
+    found = components.get(im.key)
+    if found is not None:
+        yield found, (im.key, bytes.fromhex(im.near))
+
+
+def _stars(element, distance: int) -> tuple[str, int, list[list[str]]]:
+    """(component, [(key, fingerprint's bytes)]) -> (component, its size, its clusters)."""
+    component, members = element
+    members = list(members)
+    return component, len(members), star_clusters(members, distance)
+
+
+GRID_CELLS = 1 << 24  # pairs a round of star_clusters compares at once (a bool each)
+SAMPLE_FLOOR = 16  # ... but at least this many candidate centres a round
+
+
+def star_clusters(members: list[tuple[str, bytes]], distance: int) -> list[list[str]]:
+    """The clusters of one component ([(key, fingerprint's bytes)], in any order):
+    sorted lists of 2 or more keys, sorted; a key in none is alone.
+
+    Leader (star) clustering: the candidates are taken in order of how many members
+    they match (``near.matches``; ties: by smallest key), and each one not yet in a
+    cluster becomes a centre and takes every member not yet in a cluster that
+    matches it. So every member matches its cluster's centre (two members are at
+    most twice the distance apart; nothing chains), and the copies of one picture,
+    which match its most matched copy, are one cluster at any count. Identical
+    fingerprints are one candidate (counted as their keys). With more than
+    ``GRID_CELLS`` pairs to compare, the candidates are a sample (the fingerprints
+    first by a hash of their bytes: the same sample whatever the order) compared with
+    every member left; the members none of its centres takes are clustered in the
+    next round. Work: the members times (the sample + the centres), never the square
+    of a large component; memory: a sample times the members."""
+    by_fp: dict[bytes, list[str]] = {}
+    for key, raw in members:
+        by_fp.setdefault(raw, []).append(key)
+    unique = sorted(by_fp)  # as the hex sorts: the thumbnails compared as in the buckets
+    keys = [sorted(by_fp[u]) for u in unique]
+    count = np.array([len(k) for k in keys], dtype=np.int64)
+    values, weak, quality, thumbs = near.parse_many(unique, distance)
+    rank = np.argsort(
+        np.argsort([hashlib.blake2b(u, digest_size=8).digest() for u in unique], kind="stable")
+    )
+    centre = np.full(len(unique), -1, dtype=np.int64)
+    left = np.arange(len(unique))
+    while len(left):
+        size = max(SAMPLE_FLOOR, GRID_CELLS // len(left))
+        chosen = left if len(left) <= size else left[np.argsort(rank[left])[:size]]
+        grid = near.match_grid(chosen, left, values, weak, quality, thumbs, distance)
+        weights = count[left]
+        degree = [int(weights[row].sum()) for row in grid]
+        order = sorted(range(len(chosen)), key=lambda r: (-degree[r], keys[chosen[r]][0]))
+        for row in order:
+            if centre[chosen[row]] < 0:
+                took = left[grid[row] & (centre[left] < 0)]  # the centre itself among them
+                centre[took] = chosen[row]
+        left = left[centre[left] < 0]
+    clusters: dict[int, list[str]] = {}
+    for u, c in enumerate(centre.tolist()):
+        clusters.setdefault(c, []).extend(keys[u])
+    return sorted(sorted(m) for m in clusters.values() if len(m) > 1)
+
+
+def clusters_of(forest, stars: list):
+    """The forest (:class:`_Forest`'s output: its given splits and --group_by edges are
+    used here), each component's clusters (:func:`_stars`, in any order) -> (table,
+    counts). The table maps every key in a cluster to (the cluster's smallest key,
+    its given split, the key to keep); a --group_by group joins the clusters it
+    touches whole."""
+    _, given, groups = forest
+    parent: dict[str, str] = {}
+    cut = found = 0
+    for _, size, clusters in stars:
+        found += len(clusters)
+        cut += len(clusters) != 1 or len(clusters[0]) != size  # not one cluster of all
+        for keys in clusters:
+            for k in keys:  # sorted: its smallest key the root
+                parent[k] = keys[0]
+    joined = set(parent)
     for a, g in sorted(groups):
         parent.setdefault(a, a)
         parent.setdefault(g, g)
@@ -220,13 +318,12 @@ def clusters_of(acc, inputs: int):
         for k in keys:
             table[k] = (keys[0], splits[0] if splits else None, keeper)
     counts = {
-        "clusters": len({_find(close, k) for k in joined}),
+        "clusters": found,
         "inputs_in_clusters": len(joined),
         "given_two_splits": two,
         "largest_cluster": largest,  # with the --group_by groups it joins
-        "largest_allowed": bound,
-        "bridges_refused": len(bridges),
-        "bridges": [[a, b] for a, b, _ in bridges[:BRIDGES_NAMED]],
+        "components": len(stars),  # the matched pairs' connected components
+        "components_cut": cut,  # ... not one cluster: chains, or pictures side by side
     }
     return table, counts
 
@@ -314,12 +411,17 @@ class NearDuplicates(beam.PTransform):
         if self._groups and keep == "all":
             groups = images | "GroupEdges" >> beam.FlatMap(_group_edges)
             edges = (edges, groups) | "AllEdges" >> beam.Flatten()
-        inputs = images | "Count" >> beam.combiners.Count.Globally()
-        clusters = (
-            edges
-            | "Forest" >> beam.CombineGlobally(_Forest())
-            | "Clusters" >> beam.Map(clusters_of, beam.pvalue.AsSingleton(inputs))
+        forest = edges | "Forest" >> beam.CombineGlobally(_Forest())
+        components = forest | "Components" >> beam.Map(components_of)
+        # each component's members, with their fingerprints, in one place
+        stars = (
+            images
+            | "ToComponent" >> beam.FlatMap(_to_component, beam.pvalue.AsSingleton(components))
+            | "GroupByComponent" >> beam.GroupByKey()
+            | "Stars" >> beam.Map(_stars, distance)
+            | "AllStars" >> beam.combiners.ToList()
         )
+        clusters = forest | "Clusters" >> beam.Map(clusters_of, beam.pvalue.AsSingleton(stars))
         table = beam.pvalue.AsSingleton(clusters)
         dealt = images.pipeline | "NoneToDeal" >> beam.Create([{}])
         if self._rule is not None and keep == "all":

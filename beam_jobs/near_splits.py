@@ -15,8 +15,10 @@ corrected for the clusters instead:
   split its middle falls in.
 
 Each split then misses its fraction by at most half of each of the (one or two)
-clusters on its cuts: at most the largest cluster (1 % of the inputs, the cluster
-bound), unless the fixed images alone pass a split's fraction. Most clusters keep the
+clusters on its cuts: at most the largest cluster, unless the fixed images alone
+pass a split's fraction. Clusters have no size cap (issue 55): a picture with
+copies making a fifth of the dataset is one cluster and moves a split by that
+much; the summary warns of a cluster over 5 % of the inputs. Most clusters keep the
 split their smallest key's hash gives (the cuts move by the clusters' imbalance
 only); a cluster near a cut may move when the dataset grows. Memory: one record a
 cluster (its smallest key and size), never one an image.

@@ -58,12 +58,14 @@ def pair_count(sizes) -> int:
 def rule_labels(keys: list[str], hexes: list[str]) -> dict[int, np.ndarray]:
     """Each file's cluster at each distance 0..MAX_DISTANCE under the rule convert uses
     (``near.matches``: the hashes within the distance with the weak bits left out, the
-    thumbnails alike), joined as convert joins them (``clusters_of``: lightest edge
-    first, a cluster bounded at 1 % of the inputs)."""
-    from beam_jobs.near_duplicates import clusters_of
+    thumbnails alike), clustered as convert clusters them (each connected component cut
+    into star clusters: ``star_clusters``, ``clusters_of``)."""
+    from beam_jobs.near_duplicates import clusters_of, components_of, star_clusters
     from schemas import near
 
     n = len(keys)
+    raw = {k: bytes.fromhex(h) for k, h in zip(keys, hexes)}
+    index = {k: i for i, k in enumerate(keys)}
     parsed = [near.parse(h) for h in hexes]
     values = near.as_array(hexes)
     thumbs = np.stack([p.thumb for p in parsed])
@@ -80,8 +82,12 @@ def rule_labels(keys: list[str], hexes: list[str]) -> dict[int, np.ndarray]:
             (int(bits[took[m]]) * 256 + int(seen[m]), keys[a[m]], keys[b[m]])
             for m in np.flatnonzero(seen >= 0)
         ]
-        table, _ = clusters_of((edges, {}, set()), n)
-        index = {k: i for i, k in enumerate(keys)}
+        forest = (edges, {}, set())
+        members: dict[str, list] = {}
+        for k, component in components_of(forest).items():
+            members.setdefault(component, []).append((k, raw[k]))
+        stars = [(c, len(m), star_clusters(m, dist)) for c, m in members.items()]
+        table, _ = clusters_of(forest, stars)
         out[dist] = np.array([index[table[k][0]] if k in table else i for i, k in enumerate(keys)])
     return out
 

@@ -114,8 +114,9 @@ The first seven columns: the 64-bit hash alone, its connected components (the
 rule before issue 46). The last three: the rule `--dedupe near` uses now
 (`schemas.near.matches`: the hash with its weak bits left out, the 8x8 gray
 thumbnails and 2x2 colours alike, the quality gate), its pairs joined as convert
-joins them (`beam_jobs.near_duplicates.clusters_of`: lightest edge first, a cluster bounded
-at 1 % of the inputs). At the default distance ({default}) the rule's variant
+clusters them (`beam_jobs.near_duplicates.star_clusters`: each connected component of
+matched pairs cut into stars, every member a near-duplicate of its cluster's centre;
+before issue 55, joined lightest edge first and bounded at 1 % of the inputs). At the default distance ({default}) the rule's variant
 recall is **{rule.get("variant_recall", 0):.3f}** (aim ≥ 0.97 —
 {verdict(rule.get("variant_recall", 0), 0.97, below=False)}), precision
 {rule.get("precision", 0):.3f} with {rule.get("false_pairs", 0):,} false pairs; the
@@ -192,7 +193,7 @@ others: the recall above).
                 f"{v['near']['near_duplicates']['clusters']:,}",
                 f"{v['near']['near_duplicates']['inputs_in_clusters']:,}",
                 _share(v["near"]["near_duplicates"]["largest_cluster"], int(n)),
-                f"{v['near']['near_duplicates'].get('bridges_refused', 0):,}",
+                f"{_cut(v['near']['near_duplicates']):,}",
                 _share(v["near"]["largest_cluster"], int(n)),
                 " / ".join(f"{v['plain']['examples'].get(k, 0):,}" for k in SPLITS),
                 " / ".join(f"{v['near']['examples'].get(k, 0):,}" for k in SPLITS),
@@ -244,7 +245,7 @@ What `--dedupe near` found there (distance {default}), the examples a split
 buckets (pairs compared, pairs within {default} bits, the largest bucket; counted
 by the bench on the output's `.near` files, as convert buckets them):
 
-| inputs | clusters | inputs in clusters | largest cluster | joins refused | largest, the hash alone's components | plain splits | near splits | furthest split from its fraction (points) | pairs compared | pairs found | largest bucket |
+| inputs | clusters | inputs in clusters | largest cluster | components cut (before issue 55: joins refused) | largest, the hash alone's components | plain splits | near splits | furthest split from its fraction (points) | pairs compared | pairs found | largest bucket |
 |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
 {found}
 
@@ -256,11 +257,18 @@ counted by the bench) show what the bound holds back: small crops of simple
 content (the low-poly artworks' two-tone crops, a straight edge between two
 smooth areas, gradients) crowd one region of the fingerprints and chain, at
 {big_n:,} inputs into one component of {largest:,} ({100 * largest / big_n:.0f}%). Convert's
-rule confirms each pair by its thumbnails and joins clusters strongest pair first,
-refusing a join past 1 % of the inputs (the joins refused). The pairs compared in
+rule confirms each pair by its thumbnails and cuts each component into star clusters
+(every member a near-duplicate of its cluster's centre: nothing chains; before issue
+55, clusters were joined strongest pair first and a join past 1 % of the inputs refused). The pairs compared in
 the band buckets still grow with the square of the inputs in such a dense region.
 """
     return out
+
+
+def _cut(found: dict) -> int:
+    """The components cut into several clusters (results from before issue 55: the
+    joins a size bound refused)."""
+    return found.get("components_cut", found.get("bridges_refused", 0))
 
 
 def _share(count: int, n: int) -> str:

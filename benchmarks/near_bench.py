@@ -29,7 +29,8 @@ precision and recall count the pairs in one cluster against the pairs from
 one source crop, and *variant recall* is the fraction of variants in their
 source's cluster. The same again for the rule convert uses (``near.matches``:
 weak bits left out, thumbnails alike, the quality gate), its pairs joined as
-convert joins them (``clusters_of``: bounded at 1 % of the inputs).
+convert clusters them (``star_clusters``: every member of a cluster a near-duplicate of
+its centre).
 
 (2) Leakage: ``evenshard convert`` on the corpus with the default flags, then
 with ``--dedupe near`` (the default distance): the val and test images with a

@@ -303,6 +303,7 @@ def distances(a: np.ndarray, b: np.ndarray, wa=None, wb=None) -> np.ndarray:
 
 PAIRS_A_BLOCK = 1 << 22  # pairs compared at once: about 40 MB of temporaries
 ROWS_A_BLOCK = 256  # ... in blocks of at most this many rows (each against those after)
+THUMB_PAIRS = 1 << 14  # pairs whose thumbnails are compared at once: about 8 MB a temporary
 
 
 def close_pairs(values: np.ndarray, distance: int, weak: np.ndarray | None = None):
@@ -325,6 +326,28 @@ def close_pairs(values: np.ndarray, distance: int, weak: np.ndarray | None = Non
     return tuple(np.concatenate(parts) for parts in zip(*found))
 
 
+def match_grid(rows, cols, values, weak, quality, thumbs, distance: int) -> np.ndarray:
+    """:func:`matches` for every pair of ``rows`` x ``cols`` (index arrays into
+    :func:`parse_many`'s arrays, whose fingerprints are sorted as their hex sorts: a
+    pair's thumbnails are compared lower index first, as the buckets and the audit
+    compare them) -> a len(rows) x len(cols) bool array; an index matches itself.
+    Memory bounded whatever the counts: the hashes ``PAIRS_A_BLOCK`` pairs at a time,
+    the thumbnails of those within ``distance`` bits ``THUMB_PAIRS`` at a time."""
+    rows, cols = np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
+    out = np.zeros((len(rows), len(cols)), dtype=bool)
+    block = max(1, PAIRS_A_BLOCK // max(1, len(cols)))
+    for start in range(0, len(rows), block):
+        r = rows[start : start + block]
+        bits = distances(values[r], values[cols], weak[r], weak[cols])
+        close_i, close_j = np.nonzero(bits <= distance)
+        for at in range(0, len(close_i), THUMB_PAIRS):
+            i, j = close_i[at : at + THUMB_PAIRS], close_j[at : at + THUMB_PAIRS]
+            lo, hi = np.minimum(r[i], cols[j]), np.maximum(r[i], cols[j])
+            seen = thumbs_apart(thumbs[lo], thumbs[hi], quality[lo], quality[hi], bits[i, j])
+            out[start + i, j] = (seen >= 0) | (lo == hi)
+    return out
+
+
 def parse_many(fps: list[bytes], distance: int):
     """:func:`parse` of many fingerprints at once (each ``bytes.fromhex`` of one) ->
     (hashes, their weak bits at ``distance`` (:func:`weak_bits`), qualities,
@@ -343,17 +366,17 @@ def describe(found: dict) -> str:
     across = f", {given} given two splits by the manifest" if given else ""
     largest = found.get("largest_cluster")
     biggest = f", the largest {largest}" if largest else ""
-    refused = found.get("bridges_refused", 0)
-    if refused:
-        named = "; ".join(f"{a} ~ {b}" for a, b in found.get("bridges", []))
-        more = ", ..." if refused > len(found.get("bridges", [])) else ""
-        biggest += (
-            f"; {refused} joins refused (a cluster would pass {found['largest_allowed']} "
-            f"images; these near-duplicates may sit in two splits): {named}{more}"
-        )
+    cut = found.get("components_cut", 0)
+    split = (
+        f"; {cut} groups of matched pairs cut into several clusters (each image a "
+        "near-duplicate of its cluster's centre: a chain of small steps is not one "
+        "cluster; evenshard leaks shows the pairs across splits)"
+        if cut
+        else ""
+    )
     return (
         f"near-duplicates (within {found['distance']} bits): {found['clusters']} clusters "
-        f"holding {found['inputs_in_clusters']} inputs{biggest}{kept}{across}"
+        f"holding {found['inputs_in_clusters']} inputs{biggest}{kept}{across}{split}"
     )
 
 

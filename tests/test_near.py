@@ -167,9 +167,8 @@ def test_a_cluster_never_spans_two_splits(corpus, grouped, capsys):
         "inputs_in_clusters": WITH_VARIANTS * (1 + len(VARIANTS)),
         "keep": "all",
         "largest_cluster": 1 + len(VARIANTS),
-        "largest_allowed": 16,
-        "bridges_refused": 0,
-        "bridges": [],
+        "components": WITH_VARIANTS,  # each source's matches: one cluster, none cut
+        "components_cut": 0,
         "rejected": 0,
     }
     said = f"(within 10 bits): {WITH_VARIANTS} clusters holding {len(near_keys)} inputs"

@@ -1,13 +1,21 @@
-"""convert --dedupe near: the clusters' CombineFn keeps a minimum spanning forest, not
+"""convert --dedupe near: the components' CombineFn keeps a minimum spanning forest, not
 every edge (beam_jobs/near_duplicates.py ``_Forest``): the same forest whatever the order and
 bundling of the edges, an accumulator never much over two edges a key, and the same
-clusters as every edge gives."""
+components as every edge gives; each component is cut into star clusters
+(``star_clusters``) that depend on its members only, never on their order."""
 
 from __future__ import annotations
 
+import io
+from collections import Counter
+
 import numpy as np
+import pytest
+from PIL import Image, ImageEnhance
 
 from beam_jobs import near_duplicates as near
+from evenshard.synthetic import photo_bytes
+from schemas import near as schema
 
 
 def _edges(rng, keys: int, count: int) -> list[tuple]:
@@ -44,17 +52,65 @@ def test_the_forest_is_one_whatever_the_order_and_the_bundles(monkeypatch):
     assert forest == whole and given == {"k00001": "val"} and groups == set()
 
 
-def test_the_forest_gives_the_clusters_every_edge_gives_and_refuses_a_bridge():
+def test_the_components_are_every_edges_whatever_their_size():
+    """No size cap (issue 55): a weak edge joins two dense groups into one component of
+    24; the component is where clusters are looked for, not a cluster."""
     rng = np.random.default_rng(7)
     edges = []
-    for c in range(30):  # 30 dense clusters of 12 keys, every pair matched
+    for c in range(30):  # 30 dense groups of 12 keys, every pair matched
         members = [f"c{c:02d}_{i:02d}" for i in range(12)]
         pairs = [(a, b) for i, a in enumerate(members) for b in members[i + 1 :]]
         edges += [(int(rng.integers(0, 3000)), a, b) for a, b in pairs]
-    table, counts = near.clusters_of((edges, {}, set()), 360)  # at most 16 a cluster
-    assert (counts["clusters"], counts["largest_cluster"], counts["bridges_refused"]) == (30, 12, 0)
-    assert all(v[0] == k[:3] + "_00" for k, v in table.items())  # each its smallest key
-    # a weaker edge joins two clusters of 12: past the bound, refused and named
-    bridged = near.clusters_of((edges + [(5000, "c00_03", "c01_05")], {}, set()), 360)
-    assert bridged[0] == table
-    assert bridged[1]["bridges_refused"] == 1 and bridged[1]["bridges"] == [["c00_03", "c01_05"]]
+    found = near.components_of((near.spanning_forest(edges), {}, set()))
+    assert len(found) == 360 and all(v == k[:3] + "_00" for k, v in found.items())
+    bridged = near.components_of(
+        (near.spanning_forest(edges + [(5000, "c00_03", "c01_05")]), {}, set())
+    )
+    assert Counter(bridged.values())["c00_00"] == 24 and len(set(bridged.values())) == 29
+
+
+def _photo(seed: int) -> Image.Image:
+    return Image.open(io.BytesIO(photo_bytes(np.random.default_rng(seed), 72, 96, 95)))
+
+
+def _members(images: list[Image.Image], prefix: str) -> list[tuple[str, bytes]]:
+    return [
+        (f"{prefix}{i:03d}", bytes.fromhex(schema.fingerprint(im))) for i, im in enumerate(images)
+    ]
+
+
+def _has_a_centre(cluster: list[str], fingerprints: dict[str, bytes]) -> bool:
+    """Whether one member matches every other member (the star's centre)."""
+    parsed = {k: schema.parse(fingerprints[k].hex()) for k in cluster}
+    return any(
+        all(
+            schema.matches(parsed[c], parsed[k], schema.DEFAULT_DISTANCE) is not None
+            for k in cluster
+        )
+        for c in cluster
+    )
+
+
+@pytest.mark.parametrize("cells", [near.GRID_CELLS, 64])  # 64: sampled centres, in rounds
+def test_star_clusters_keep_copies_whole_and_cut_a_ramp_whatever_the_order(monkeypatch, cells):
+    monkeypatch.setattr(near, "GRID_CELLS", cells)
+    photo = _photo(1)
+    copies = _members(
+        [
+            ImageEnhance.Brightness(photo.resize((40 + 4 * s, 30 + 3 * s))).enhance(0.9 + b / 50)
+            for s in range(15)
+            for b in range(10)
+        ],
+        "copy",
+    )
+    ramp = _members(
+        [ImageEnhance.Brightness(_photo(2)).enhance(0.1 * 30 ** (i / 99)) for i in range(100)],
+        "ramp",
+    )
+    fingerprints = dict(copies + ramp)
+    assert near.star_clusters(copies, schema.DEFAULT_DISTANCE) == [sorted(k for k, _ in copies)]
+    found = near.star_clusters(ramp, schema.DEFAULT_DISTANCE)
+    assert len(found) > 1 and all(_has_a_centre(c, fingerprints) for c in found)
+    for seed in range(3):  # the members in another order: the same clusters
+        shuffled = [ramp[i] for i in np.random.default_rng(seed).permutation(len(ramp))]
+        assert near.star_clusters(shuffled, schema.DEFAULT_DISTANCE) == found

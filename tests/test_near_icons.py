@@ -13,11 +13,10 @@ from __future__ import annotations
 import io
 import itertools
 import json
-import os
 
 import numpy as np
 import pytest
-from conftest import run_convert, write_manifest
+from conftest import read_rejects, run_convert, write_manifest
 from PIL import Image, ImageDraw
 
 from evenshard import cli, convert_command
@@ -183,7 +182,10 @@ def morph(step: int, steps: int, size: int = 64) -> Image.Image:
     return Image.fromarray(((1 - t) * a + t * b).round().astype(np.uint8), "RGB")
 
 
-def test_a_chain_of_near_duplicates_is_cut_and_its_bridges_named(tmp_path):
+def test_a_chain_of_near_duplicates_is_cut_into_clusters_around_centres(tmp_path):
+    """Issue 46 cut a chain at a size cap (16 here) and named the refused joins; issue
+    55 has no cap: each cluster holds the steps that match its centre, so none spans
+    more than twice the steps two members match across."""
     steps = 48
     folder = tmp_path / "images" / "x"
     folder.mkdir(parents=True)
@@ -195,17 +197,35 @@ def test_a_chain_of_near_duplicates_is_cut_and_its_bridges_named(tmp_path):
     links = [near.matches(a, b, near.DEFAULT_DISTANCE) for a, b in zip(values, values[1:])]
     assert all(link is not None for link in links)  # one chain, end to end
     assert near.matches(values[0], values[-1], near.DEFAULT_DISTANCE) is None
+    reach = max(
+        j - i
+        for i in range(steps)
+        for j in range(i + 1, steps)
+        if near.matches(values[i], values[j], near.DEFAULT_DISTANCE) is not None
+    )
     out = str(tmp_path / "out")
-    info = run_convert(str(tmp_path / "images"), out, "--dedupe=near", "--splits=a=0.5,b=0.5")
+    info = run_convert(
+        str(tmp_path / "images"),
+        out,
+        "--dedupe=near",
+        "--near_keep=one",
+        "--max_reject_fraction=1",
+        "--splits=a=0.5,b=0.5",
+    )
     found = info["near_duplicates"]
-    assert found["largest_allowed"] == 16  # 1 % of 60 inputs is less than the floor
-    assert found["largest_cluster"] <= 16
-    assert found["bridges_refused"] >= 2
-    a, b = found["bridges"][0]
-    assert a.startswith("x/step") and b.startswith("x/step")
+    assert found["clusters"] >= 2 and found["components_cut"] >= 1
+    assert "largest_allowed" not in found and "bridges" not in found
+    members: dict[str, list[str]] = {}
+    for r in read_rejects(out):
+        keeper = r["detail"].removeprefix("in the cluster of near-duplicates of ").split(",")[0]
+        members.setdefault(keeper, [keeper]).append(r["key"])
+    steps = [[int(k[6:8]) for k in m if k.startswith("x/step")] for m in members.values()]
+    steps = [s for s in steps if s]  # other06 (icon 36) is step 0's drawing: in its cluster
+    assert len(steps) >= 2  # the chain: several clusters
+    for s in steps:
+        assert max(s) - min(s) <= 2 * reach, sorted(s)
     said = convert_command.summary(info, out, 1.0)
-    assert "joins refused (a cluster would pass 16 images" in said and f"{a} ~ {b}" in said
-    assert os.path.exists(out)
+    assert "groups of matched pairs cut into several clusters" in said
 
 
 def test_the_audit_sees_the_pairs_convert_did_not_group(tmp_path, capsys):
