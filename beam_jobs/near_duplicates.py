@@ -64,9 +64,11 @@ do (each cut pair may land in two splits: a leak), splits a true cluster whose
 extreme forms (the smallest cut copy, the brightest) do not match each other,
 and costs each member a check against every member of a cluster: the square of
 a picture with 100,000 copies. Stars hold every member within the distance of
-one centre (two members at most twice it apart): the copies of one picture,
-which all match its most matched copy, are one cluster at any count, at the
-cost of members times centres.
+one centre (two members at most twice it apart, plus the centre's weak bits):
+the copies of one picture, which all match its most matched copy, are one
+cluster (where every pair of a group is compared: up to ``GRID_CELLS`` pairs; above
+that the centres are sampled, and copies that miss a sampled centre can be
+cut), at the cost of members times centres.
 
 A manifest ``split`` value still wins; a cluster whose members are given two
 splits keeps them as given (counted in the summary as ``given_two_splits``).
@@ -244,14 +246,17 @@ def star_clusters(members: list[tuple[str, bytes]], distance: int) -> list[list[
     they match (``near.matches``; ties: by smallest key), and each one not yet in a
     cluster becomes a centre and takes every member not yet in a cluster that
     matches it. So every member matches its cluster's centre (two members are at
-    most twice the distance apart; nothing chains), and the copies of one picture,
-    which match its most matched copy, are one cluster at any count. Identical
+    most twice the distance apart, plus the centre's weak bits; nothing chains), and
+    the copies of one picture, which match its most matched copy, are one cluster
+    where every pair is compared. Identical
     fingerprints are one candidate (counted as their keys). With more than
     ``GRID_CELLS`` pairs to compare, the candidates are a sample (the fingerprints
     first by a hash of their bytes: the same sample whatever the order) compared with
     every member left; the members none of its centres takes are clustered in the
-    next round. Work: the members times (the sample + the centres), never the square
-    of a large component; memory: a sample times the members."""
+    next round (so a picture's copies that miss every sampled centre can be cut).
+    Work: the members times (the sample + the centres) a round; a long chain, whose
+    rounds take few members each, costs about the square of its length (128,000
+    steps: 19 s); memory: a sample times the members."""
     by_fp: dict[bytes, list[str]] = {}
     for key, raw in members:
         by_fp.setdefault(raw, []).append(key)

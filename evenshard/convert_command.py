@@ -102,8 +102,9 @@ def summary(info: dict, output_dir: str, seconds: float) -> str:
         if found.get("largest_cluster", 0) > max(10, info["inputs"] // 20):
             lines.append(
                 f"  ! one cluster holds {found['largest_cluster']} of {info['inputs']} inputs "
-                "and lands in one split: smooth or two-tone images chain together; "
-                "look at it with evenshard leaks, or lower --near_distance"
+                "(one picture with many copies, or images too smooth to tell apart) and "
+                "it moves its split's share; look at it with evenshard leaks, or lower "
+                "--near_distance"
             )
     lines.append(f"  labels: {len(info['labels'])}; output: {output_dir}")
     if "runner" in info:
