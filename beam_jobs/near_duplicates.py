@@ -81,14 +81,13 @@ and the split counts.
 
 from __future__ import annotations
 
-import hashlib
-
 import apache_beam as beam
 import numpy as np
 
 from beam_jobs import near_splits, paths
 from beam_jobs.dead_letters import SplitRejects
 from beam_jobs.near_splits import SplitRule
+from beam_jobs.near_stars import star_clusters
 from beam_jobs.records import Image, make_reject
 from schemas import near
 
@@ -232,59 +231,6 @@ def _stars(element, distance: int) -> tuple[str, int, list[list[str]]]:
     component, members = element
     members = list(members)
     return component, len(members), star_clusters(members, distance)
-
-
-GRID_CELLS = 1 << 24  # pairs a round of star_clusters compares at once (a bool each)
-SAMPLE_FLOOR = 16  # ... but at least this many candidate centres a round
-
-
-def star_clusters(members: list[tuple[str, bytes]], distance: int) -> list[list[str]]:
-    """The clusters of one component ([(key, fingerprint's bytes)], in any order):
-    sorted lists of 2 or more keys, sorted; a key in none is alone.
-
-    Leader (star) clustering: the candidates are taken in order of how many members
-    they match (``near.matches``; ties: by smallest key), and each one not yet in a
-    cluster becomes a centre and takes every member not yet in a cluster that
-    matches it. So every member matches its cluster's centre (two members are at
-    most twice the distance apart, plus the centre's weak bits; nothing chains), and
-    the copies of one picture, which match its most matched copy, are one cluster
-    where every pair is compared. Identical
-    fingerprints are one candidate (counted as their keys). With more than
-    ``GRID_CELLS`` pairs to compare, the candidates are a sample (the fingerprints
-    first by a hash of their bytes: the same sample whatever the order) compared with
-    every member left; the members none of its centres takes are clustered in the
-    next round (so a picture's copies that miss every sampled centre can be cut).
-    Work: the members times (the sample + the centres) a round; a long chain, whose
-    rounds take few members each, costs about the square of its length (128,000
-    steps: 19 s); memory: a sample times the members."""
-    by_fp: dict[bytes, list[str]] = {}
-    for key, raw in members:
-        by_fp.setdefault(raw, []).append(key)
-    unique = sorted(by_fp)  # as the hex sorts: the thumbnails compared as in the buckets
-    keys = [sorted(by_fp[u]) for u in unique]
-    count = np.array([len(k) for k in keys], dtype=np.int64)
-    values, weak, quality, thumbs = near.parse_many(unique, distance)
-    rank = np.argsort(
-        np.argsort([hashlib.blake2b(u, digest_size=8).digest() for u in unique], kind="stable")
-    )
-    centre = np.full(len(unique), -1, dtype=np.int64)
-    left = np.arange(len(unique))
-    while len(left):
-        size = max(SAMPLE_FLOOR, GRID_CELLS // len(left))
-        chosen = left if len(left) <= size else left[np.argsort(rank[left])[:size]]
-        grid = near.match_grid(chosen, left, values, weak, quality, thumbs, distance)
-        weights = count[left]
-        degree = [int(weights[row].sum()) for row in grid]
-        order = sorted(range(len(chosen)), key=lambda r: (-degree[r], keys[chosen[r]][0]))
-        for row in order:
-            if centre[chosen[row]] < 0:
-                took = left[grid[row] & (centre[left] < 0)]  # the centre itself among them
-                centre[took] = chosen[row]
-        left = left[centre[left] < 0]
-    clusters: dict[int, list[str]] = {}
-    for u, c in enumerate(centre.tolist()):
-        clusters.setdefault(c, []).extend(keys[u])
-    return sorted(sorted(m) for m in clusters.values() if len(m) > 1)
 
 
 def clusters_of(forest, stars: list):

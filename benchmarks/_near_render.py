@@ -114,7 +114,7 @@ The first seven columns: the 64-bit hash alone, its connected components (the
 rule before issue 46). The last three: the rule `--dedupe near` uses now
 (`schemas.near.matches`: the hash with its weak bits left out, the 8x8 gray
 thumbnails and 2x2 colours alike, the quality gate), its pairs joined as convert
-clusters them (`beam_jobs.near_duplicates.star_clusters`: each connected component of
+clusters them (`beam_jobs.near_stars.star_clusters`: each connected component of
 matched pairs cut into stars, every member a near-duplicate of its cluster's centre;
 before issue 55, joined lightest edge first and bounded at 1 % of the inputs). At the default distance ({default}) the rule's variant
 recall is **{rule.get("variant_recall", 0):.3f}** (aim ≥ 0.97 —

@@ -14,6 +14,7 @@ import pytest
 from PIL import Image, ImageEnhance
 
 from beam_jobs import near_duplicates as near
+from beam_jobs import near_stars
 from evenshard.synthetic import photo_bytes
 from schemas import near as schema
 
@@ -91,9 +92,9 @@ def _has_a_centre(cluster: list[str], fingerprints: dict[str, bytes]) -> bool:
     )
 
 
-@pytest.mark.parametrize("cells", [near.GRID_CELLS, 64])  # 64: sampled centres, in rounds
+@pytest.mark.parametrize("cells", [near_stars.GRID_CELLS, 64])  # 64: sampled centres, in rounds
 def test_star_clusters_keep_copies_whole_and_cut_a_ramp_whatever_the_order(monkeypatch, cells):
-    monkeypatch.setattr(near, "GRID_CELLS", cells)
+    monkeypatch.setattr(near_stars, "GRID_CELLS", cells)
     photo = _photo(1)
     copies = _members(
         [
@@ -108,9 +109,11 @@ def test_star_clusters_keep_copies_whole_and_cut_a_ramp_whatever_the_order(monke
         "ramp",
     )
     fingerprints = dict(copies + ramp)
-    assert near.star_clusters(copies, schema.DEFAULT_DISTANCE) == [sorted(k for k, _ in copies)]
-    found = near.star_clusters(ramp, schema.DEFAULT_DISTANCE)
+    assert near_stars.star_clusters(copies, schema.DEFAULT_DISTANCE) == [
+        sorted(k for k, _ in copies)
+    ]
+    found = near_stars.star_clusters(ramp, schema.DEFAULT_DISTANCE)
     assert len(found) > 1 and all(_has_a_centre(c, fingerprints) for c in found)
     for seed in range(3):  # the members in another order: the same clusters
         shuffled = [ramp[i] for i in np.random.default_rng(seed).permutation(len(ramp))]
-        assert near.star_clusters(shuffled, schema.DEFAULT_DISTANCE) == found
+        assert near_stars.star_clusters(shuffled, schema.DEFAULT_DISTANCE) == found
