@@ -171,6 +171,7 @@ READER_FLOORS = {
     "reader/share.py": 2,  # the read: one front door
     "reader/read.py": 2,
     "reader/shard_keys.py": 2,  # the keys of a split, which read.py looks excluded keys up in
+    "reader/excluded_keys.py": 2,
     "reader/record_offsets.py": 3,  # records in read order, and decoding
     "reader/cache.py": 3,
     "reader/cache_policy.py": 3,
