@@ -4,8 +4,9 @@
 is no public way to read it, to add to what another library (or the user) set.
 ``pool_processes`` gives a ``concurrent.futures.ProcessPoolExecutor``'s processes, which
 a read left early ends itself rather than wait on the pool (``reader.preprocess``);
-``before_pools_join`` runs a function at exit before ``concurrent.futures`` waits on
-every pool still running (a read never finished ends its processes first).
+``join_pool_thread`` waits for a pool's thread to end; ``before_pools_join`` runs a
+function at exit before ``concurrent.futures`` waits on every pool still running (a
+read never finished ends its processes first).
 ``forkserver_without_main`` is a forkserver context whose processes do not import the
 parent's ``__main__`` (a read with no user code in its processes needs no script
 guard, and works from stdin): multiprocessing has no switch for it, so the stdlib's
@@ -31,8 +32,8 @@ from schemas.errors import OperationError
 # the fork server's preload list (multiprocessing.forkserver.ForkServer)
 _PRELOAD = "_preload_modules"
 _SERVER = "_forkserver"
-# a ProcessPoolExecutor's processes: {pid: multiprocessing.Process}
-_PROCESSES = "_processes"
+# a ProcessPoolExecutor's processes: {pid: multiprocessing.Process}; its thread
+_PROCESSES, _MANAGER = "_processes", "_executor_manager_thread"
 
 
 # a process's settings, copied to the processes it starts; "semprefix": the start of the
@@ -70,6 +71,16 @@ def before_pools_join(fn) -> None:
 def pool_processes(pool) -> list:
     """The processes ``pool`` (a ``ProcessPoolExecutor``) has started so far."""
     return list((getattr(pool, _PROCESSES, None) or {}).values())
+
+
+def join_pool_thread(pool, timeout: float) -> None:
+    """Waits up to ``timeout`` s for the thread of ``pool`` (shut down, its processes
+    ended) to end: it closes the pipe that ``concurrent.futures``' exit hook writes to
+    without the pool's lock, so a thread still closing it at exit races the hook
+    ("OSError: [Errno 9] Bad file descriptor", printed as an exception ignored)."""
+    thread = getattr(pool, _MANAGER, None)
+    if thread is not None and thread.is_alive():
+        thread.join(timeout)
 
 
 def forkserver_preload() -> list[str]:
@@ -170,6 +181,11 @@ def check() -> None:
             raise OperationError(
                 f"Python {sys.version.split()[0]}: concurrent.futures.ProcessPoolExecutor "
                 f"has no {_PROCESSES} dict (reader/compat_mp.py)"
+            )
+        if not hasattr(pool, _MANAGER):
+            raise OperationError(
+                f"Python {sys.version.split()[0]}: concurrent.futures.ProcessPoolExecutor "
+                f"has no {_MANAGER} (reader/compat_mp.py)"
             )
     finally:
         pool.shutdown()

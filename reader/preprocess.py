@@ -282,6 +282,7 @@ def _leave(pool, held) -> None:
                 ended = list(alive)
             for sentinel in ended:
                 alive.pop(sentinel)
+    compat_mp.join_pool_thread(pool, LEAVE_WAIT)  # (its pipe closed before the exit hook)
 
 
 def _result(number: int, future, held):
