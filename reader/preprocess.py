@@ -122,6 +122,8 @@ class Preprocess:
                     done = run(_task(batch), blocks.spare(), worker)
                     yield self._collect(done, blocks, _named(batch))
             finally:  # the blocks made here first: unlinked and unregistered
+                if "fds" in worker:  # the shards its placed rows were fetched from
+                    worker["fds"].close()
                 for name, memory in worker["blocks"].items():
                     unlink_block(name, memory)
                 blocks.unlink()
@@ -192,9 +194,9 @@ class Preprocess:
         self.decoded += done.pop("decoded")
         step, fetches, parsed = named
         lines = [(row, fetch, None, reason) for row, fetch, reason in parsed or ()]
-        for row, key, reason in done.pop("failed"):
+        for row, key, reason in done.pop("failed"):  # (key None: the record's unread)
             fetch = fetches[row] if fetches is not None else None
-            lines.append((row, fetch, key, f"the image does not decode: {reason}"))
+            lines.append((row, fetch, key, reason))
         for _, fetch, key, reason in sorted(lines, key=lambda line: line[0]):
             self.skip(fetch, step, reason, key)
         out = dict(done.pop("lists"))
@@ -211,6 +213,8 @@ class Preprocess:
 _PRELOAD = (
     "reader.preprocess",
     "reader.script_preload",
+    "reader.record_offsets",
+    "reader.pydecode",
     "numpy",
     "cv2",
     "simplejpeg",
@@ -316,8 +320,8 @@ def _named(batch) -> tuple:
 
 
 def _task(batch) -> tuple:
-    return (
-        [bytes(e) for e in batch.encoded],
+    return (  # a placed row as it is: a worker fetches it (``_fetch_placed``)
+        [e if type(e) is tuple else bytes(e) for e in batch.encoded],
         batch.label.tolist(),
         list(batch.key),
         batch.epoch.tolist(),

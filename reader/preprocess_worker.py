@@ -22,7 +22,10 @@ import threading
 import numpy as np
 
 from reader import pixels
+from reader.one_line import one_line
 from reader.order.draws import AUGMENT, draws, key_digest
+from reader.pydecode import parse
+from reader.record_offsets import Descriptors, fetch
 from reader.shared_blocks import new_block, unlink_all
 from schemas.errors import Error
 
@@ -99,6 +102,7 @@ def run(task: tuple, spare: str | None = None, worker: dict | None = None) -> di
     transform = worker["transform"]
     channels, image_size, seed, views, augment, skip = worker["config"]
     rows, failed, stand_in = [], [], {}
+    _fetch_placed(task, worker, skip, failed)
     for chunk in range(0, len(task[0]), _CHUNK):
         part = [column[chunk : chunk + _CHUNK] for column in task]
         if skip:
@@ -142,6 +146,33 @@ def run(task: tuple, spare: str | None = None, worker: dict | None = None) -> di
 _CHUNK = 16  # images decoded at a time: their boxes drawn in one call, memory bounded
 
 
+def _fetch_placed(task, worker: dict, skip: bool, failed: list) -> None:
+    """The batch's placed rows (``reader.source.Batch``) fetched from their shards and
+    parsed here, each row's image, label and key set in ``task`` (a padding row's
+    label and key stay blank); with ``skip``, a row that cannot be read is left None
+    (a stand-in, masked) and said in ``failed``, else its error is raised."""
+    images, labels, keys, _, real = task
+    fds = worker.setdefault("fds", Descriptors())
+    for row, encoded in enumerate(images):
+        if type(encoded) is not tuple:
+            continue
+        place, kind, root = encoded
+        try:
+            image, label, key = parse(fetch(place, fds), kind, root)
+            images[row] = image.tobytes()  # (a view of the parse's bytes: copied once)
+        except (MemoryError, ImportError):
+            raise
+        except Exception as e:  # noqa: BLE001 - damage shows as any parse error
+            if not skip:
+                raise
+            images[row] = None
+            if real[row]:
+                failed.append((row, None, one_line(e)))
+            continue
+        if real[row]:
+            labels[row], keys[row] = label, key
+
+
 def _decoded_or_stood_in(task, chunk: int, part: list, shape, failed, stand_in: dict) -> list:
     """``part``'s images (rows ``chunk`` on of ``task``), an image that fails to decode
     (``on_error="skip"``) made a padding row: masked, keyless, its pixels the first of
@@ -151,14 +182,16 @@ def _decoded_or_stood_in(task, chunk: int, part: list, shape, failed, stand_in: 
     images = []
     for row, encoded in enumerate(part[0], chunk):
         try:
-            images.append(pixels.decode(encoded, channels))
-            continue
+            if encoded is not None:  # (None: it could not be fetched, said already)
+                images.append(pixels.decode(encoded, channels))
+                continue
         except (MemoryError, ImportError):
             raise
         except Exception as e:  # noqa: BLE001 - a damaged image fails in many ways
             if task[4][row]:
                 said = _ADDRESS.sub("", f"{type(e).__name__}: {e}".splitlines()[0])
-                failed.append((row, task[2][row], said))  # the same words on every read
+                # the same words on every read
+                failed.append((row, task[2][row], f"the image does not decode: {said}"))
         for column, blank in zip(part[1:], (0, "", 0, False)):
             column[row - chunk] = blank
         if "image" not in stand_in:
@@ -175,7 +208,8 @@ def _stand_in(encoded: list, channels, image_size) -> np.ndarray:
     one pixel): a failed row's pixels, the same on every read."""
     for one in encoded:
         with contextlib.suppress(Exception):
-            return pixels.decode(one, channels)
+            if one is not None:
+                return pixels.decode(one, channels)
     return np.zeros((*(image_size or (1, 1)), channels or 3), np.uint8)
 
 

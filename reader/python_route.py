@@ -160,10 +160,10 @@ class PythonRoute:
         if skip and (handed is not None or saved.num_workers not in (None, workers)):
             # the own read starts at the first block the old workers had not opened
             opened = saved.advance(started(skip, self.views, self.spread))
-            self.source = RecordSource(*self.args, opened)
+            self.source = RecordSource(*self.args, opened, placed=True)
             self._handover = ViewHandover(self, saved, skip, handed)
         else:
-            self.source = RecordSource(*self.args, saved)
+            self.source = RecordSource(*self.args, saved, placed=True)
         self._state, self._consumed, self._own = self.source.read.state, 0, 0
         self._skip = skip if self._handover is None else self._handover.own_before
         self._blocks = block_count(self.source)

@@ -3,17 +3,68 @@
 Convert writes a DALI index beside each uncompressed shard (one ``offset size`` line a
 record), checked when the read is built (``reader.split_shards.load_index``), so any record is
 one ``pread`` away: the Python faces and a resized read's lead fetch records so.
+A record's :class:`Place` is all a process needs to fetch it (``fetch``): the Python
+route's workers fetch their records so, the reader sending places, not bytes.
 """
 
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
+from typing import NamedTuple
 
 import numpy as np
 
 from reader.split_shards import open_shard
 from schemas import storage, tfrecord
 from schemas.info import DatasetError
+
+
+class Place(NamedTuple):
+    """Where a record lies: its file (a shard, or the cache's local copy of a run of
+    it), the file's listed size, the record's byte offset in the shard and framed size,
+    its number in the shard, and the byte of the shard the file starts at."""
+
+    path: str
+    listed: int
+    offset: int
+    size: int
+    number: int
+    base: int = 0
+
+
+def fetch(place: Place, fds: dict) -> bytes:
+    """The data of the record at ``place``, checked (length and CRCs); ``fds``: the
+    descriptors opened so far (path -> descriptor), a new one added."""
+    path = place.path
+    if storage.is_url(path):  # a lead from a bucket: one ranged request
+        framed = storage.read_range(path, place.size, place.offset)
+    else:
+        if path not in fds:
+            fds[path] = open_shard(path, place.listed)  # removed or replaced since?
+        framed = os.pread(fds[path], place.size, place.offset - place.base)
+    try:
+        return tfrecord.unframe(framed, path, place.number, place.offset)
+    except tfrecord.CorruptRecord as e:
+        raise DatasetError(f"{e}: the shard is corrupt or truncated") from None
+
+
+class Descriptors(OrderedDict):
+    """``fetch``'s descriptors for a process that reads many shards: at most ``most``
+    open, the least recently opened closed first; ``close()`` closes them all."""
+
+    def __init__(self, most: int = 64):
+        super().__init__()
+        self.most = most
+
+    def __setitem__(self, path, fd) -> None:
+        super().__setitem__(path, fd)
+        while len(self) > self.most:
+            os.close(self.popitem(last=False)[1])
+
+    def close(self) -> None:
+        while self:
+            os.close(self.popitem()[1])
 
 
 class Records:
@@ -59,7 +110,8 @@ class Records:
         for path in [p for p in self._fds if p not in paths]:
             os.close(self._fds.pop(path))
 
-    def _get(self, i: int, fds: dict[str, int]) -> bytes:
+    def place(self, i: int) -> Place:
+        """Where record ``i`` lies (a local copy of the cache's where ``use`` gave one)."""
         f = int(np.searchsorted(self._firsts, i, side="right")) - 1
         r = i - int(self._firsts[f])
         offset, size = (int(v) for v in self._tables[f][r])
@@ -67,16 +119,10 @@ class Records:
         for first, end, copy, copy_base, copy_size in self._copies.get(f, ()):
             if first <= r < end:
                 path, base, listed = copy, copy_base, copy_size
-        if storage.is_url(path):  # a lead from a bucket: one ranged request
-            framed = storage.read_range(path, size, offset)
-        else:
-            if path not in fds:
-                fds[path] = open_shard(path, listed)  # removed or replaced since?
-            framed = os.pread(fds[path], size, offset - base)
-        try:
-            return tfrecord.unframe(framed, path, r, offset)
-        except tfrecord.CorruptRecord as e:
-            raise DatasetError(f"{e}: the shard is corrupt or truncated") from None
+        return Place(path, listed, offset, size, r, base)
+
+    def _get(self, i: int, fds: dict[str, int]) -> bytes:
+        return fetch(self.place(i), fds)
 
     def many(self, ids) -> np.ndarray:
         """The records of ``ids``, as an object array of bytes (a chunk for tf.data).

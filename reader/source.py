@@ -42,10 +42,12 @@ class Batch:
 
     ``mask`` is False on padding rows (``pad_final_batch``), whose encoded
     image repeats a real one so that decoders see a valid image; their
-    label is 0 and key empty, as in ``make_dataset``.
+    label is 0 and key empty, as in ``make_dataset``. A placed row
+    (``RecordSource(placed=True)``) holds (its record's place, kind, root) instead of
+    its image, label 0 and key "" until a worker fetches it.
     """
 
-    encoded: list[np.ndarray]
+    encoded: list  # of np.ndarray, or (Place, kind, root) where placed
     label: np.ndarray
     key: list[str]
     mask: np.ndarray
@@ -59,7 +61,7 @@ class Batch:
 class _Part:
     """One source's examples in its read order (its lead, then its own order)."""
 
-    def __init__(self, source, options: ReadOptions):
+    def __init__(self, source, options: ReadOptions, placed: bool = False):
         if source.info.compression != "none":
             raise DatasetError(
                 f"{source.data_dir} has {source.info.compression} shards: this reader "
@@ -69,6 +71,9 @@ class _Part:
         self.share, self.options = source.share, options
         self.kind = source.info.record_kind
         self.root = default_path_root(source.info, options.path_root)
+        # a local image record's place, not its bytes (``fetch``); a record that is no
+        # image is parsed where it is read (``example_batches.python_batch``)
+        self.placed = placed and self.kind != "example"
         self.fields = None  # records that are not images: their label and key features
         if source.info.record_kind == "example":
             self.fields = RecordFields.of(source.info, load_spec(source.data_dir))
@@ -135,7 +140,14 @@ class _Part:
         enter_through(-(-plan.num_runs // plan.cycle) - 1)  # groups that give nothing
 
     def fetch(self, records: Records, i: int, epoch: int) -> tuple:
-        """Record ``i`` of ``records``, read in ``epoch``, as ``example`` gives it."""
+        """Record ``i`` of ``records``, read in ``epoch``, as ``example`` gives it; when
+        ``placed``, a local record as ((its place, kind, root), 0, "", epoch): a worker
+        fetches and parses it (``reader.preprocess_worker``), its label and key unknown
+        here."""
+        if self.placed:
+            place = records.place(i)
+            if not storage.is_url(place.path):
+                return (place, self.kind, self.root), 0, "", epoch
         return self.example(records.get(i), epoch)
 
     def example(self, data: bytes, epoch: int = 0) -> tuple:
@@ -173,6 +185,8 @@ class RecordSource:
             (``image_size`` and the like are the decoder's business);
             ``data_dir`` may be a ``reader.mix`` mixture.
         state: a :class:`reader.ReadState` to resume (any worker count).
+        placed: a batch holds its local records' places, not their bytes
+            (``_Part.fetch``): for the Python route, whose workers fetch them.
 
     Raises:
         DatasetError: as ``make_dataset``; also for gzip-compressed shards
@@ -181,10 +195,21 @@ class RecordSource:
             at once (``reader.cache.open_cache``).
     """
 
-    def __init__(self, data_dir, split: str, batch_size: int, options: ReadOptions, state=None):
+    def __init__(
+        self,
+        data_dir,
+        split: str,
+        batch_size: int,
+        options: ReadOptions,
+        state=None,
+        placed: bool = False,
+    ):
         self.read = resolve(data_dir, split, batch_size, options, state)
         self.options, self.batch_size = self.read.options, batch_size
-        self._parts = [_Part(source, self.options) for source in self.read.sources]
+        # a local record's place in its batch, not its bytes (``_Part.fetch``): not
+        # where rows are kept by their keys (the state's excluded ones)
+        placed = placed and not self.read.excluded
+        self._parts = [_Part(source, self.options, placed) for source in self.read.sources]
         self.infos = [source.info for source in self.read.sources]
         self.every, self.first = 1, 0  # the batches yielded (``deal``)
         self.errors = 0  # records skipped (``on_error="skip"``)

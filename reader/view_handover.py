@@ -60,6 +60,7 @@ class ViewHandover:
                 records,
                 dataclasses.replace(options, input_context=None, num_workers=old, worker_index=w),
                 saved,
+                placed=True,
             )
             for w in range(old)
         ]
