@@ -6,7 +6,8 @@ message is the pipeline's node, the iterator's path, the Python error, then its
 traceback. ``one_line`` gives the Python error alone (``FileNotFoundError:
 gs://bucket/ds/train-00003-of-00008.tfrecord does not exist``); a check of the
 readers' own in the graph (a shard corrupt or holding more records than listed,
-``reader/stream.py``), its message alone; for any other error, its first line.
+``reader/stream.py``), or a record fetched by place whose check failed, its message
+alone; for any other error, its first line.
 """
 
 from __future__ import annotations
@@ -25,11 +26,19 @@ _OWN = re.compile(rf"^assertion failed: \[{OWN_CHECK}\] \[(.*)\]$")
 _ESCAPED = re.compile(r"\\(['\"\\])")
 
 
+# a DatasetError raised in a Python function tf.data calls (a record fetched by place
+# and checked, ``reader.record_offsets``): TensorFlow writes its type before it
+_RAISED = re.compile(r"^(?:[\w.]+\.)?DatasetError: (.*)$")
+
+
 def own_message(error: BaseException) -> str | None:
     """The message of a check of the readers' own that failed inside tf.data (see the
     module docstring), else None."""
-    found = _OWN.match(_first_line(error))
-    return _ESCAPED.sub(r"\1", found.group(1)) if found else None
+    first = _first_line(error)
+    if found := _OWN.match(first):
+        return _ESCAPED.sub(r"\1", found.group(1))
+    found = _RAISED.match(first)
+    return found.group(1) if found else None
 
 
 def one_line(error: BaseException) -> str:

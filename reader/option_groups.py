@@ -45,9 +45,14 @@ class OrderOptions:
     cycle_length: int | None = None
     block_length: int = 1
     deterministic: bool | None = None
+    random_access: bool | None = None
 
     def __post_init__(self) -> None:
         check_whole(self, "seed", "epochs", "shuffle_buffer", "cycle_length", "block_length")
+        if self.random_access not in (None, True, False):
+            raise InvalidTypeError(
+                f"random_access must be True, False or None, got {self.random_access!r}"
+            )
         if self.epochs is not None and self.epochs < 1:
             raise InvalidValueError(f"epochs must be >= 1 or None, got {self.epochs}")
         if self.shuffle_buffer < 0:

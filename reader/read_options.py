@@ -36,6 +36,15 @@ class ReadOptions:
             shuffled, each file is cut into runs at seeded points, new every
             epoch; unshuffled, a run is a file). See ``reader/order/plan.py``.
         block_length: consecutive records taken from a run in turn.
+        random_access: a shuffled epoch is one seeded permutation of the worker's
+            records, new every epoch, each fetched by its place (offset) in its shard.
+            None (default): wherever the shards allow it (local and uncompressed: their
+            index holds every record's offset), else the runs and windows above (a
+            bucket's shards, read through the bounded cache; gzip shards). False: the
+            runs and windows everywhere (the order a bucket read gives, on a local
+            copy). True: required (an error where the shards do not allow it).
+            ``shuffle_buffer``, ``cycle_length`` and ``block_length`` shape the runs and
+            windows only.
         deterministic: fixed output order. Default: True with a seed or without
             shuffling (evaluation reads in one fixed order, the short batch last);
             False only for unseeded shuffling, whose order is random anyway.
@@ -105,6 +114,7 @@ class ReadOptions:
     cycle_length: int | None = None
     block_length: int = 1
     deterministic: bool | None = None
+    random_access: bool | None = None
     decode: bool = True
     image_size: tuple[int, int] | None = None
     channels: int = 3

@@ -17,6 +17,7 @@ from reader.order.elastic import Position, Segment
 from reader.order.plan import ReadPlan
 from reader.read_options import DEFAULT_CYCLE, ReadOptions
 from reader.split_shards import load_index
+from schemas import storage
 from schemas.errors import InvalidValueError
 from schemas.info import DatasetError
 
@@ -83,6 +84,7 @@ class Share:
         counts = [s["num_examples"] for s in shards]
         order_seed = seed if shuffle else None
         cycle = options.cycle_length or DEFAULT_CYCLE
+        whole = _random_access(shards, options.random_access)
         plans = {}
 
         def plan_of(workers: int, w: int) -> ReadPlan:
@@ -95,6 +97,7 @@ class Share:
                     cycle,
                     options.block_length,
                     options.shuffle_buffer,
+                    whole,
                 )
             return plans[workers, w]
 
@@ -189,3 +192,27 @@ def _warn_uneven(split: str, n_files: int, num_workers: int) -> None:
             num_workers,
             num_workers,
         )
+
+
+def _random_access(shards: list[dict], asked: bool | None) -> bool:
+    """Whether a shuffled epoch is one permutation of the records, fetched by place
+    (``ReadOptions.random_access``): where every record is one pread away (local shards
+    with an index), unless ``asked`` is False; ``asked`` True where it is not, an error."""
+    if asked is False:
+        return False
+    why = next(
+        (
+            f"{s['path']} is in a bucket (read in runs through the bounded cache)"
+            if storage.is_url(s["path"])
+            else f"{s['path']} is gzip-compressed (no index of offsets)"
+            for s in shards
+            if storage.is_url(s["path"]) or s["index"] is None
+        ),
+        None,
+    )
+    if why is not None and asked:
+        raise InvalidValueError(
+            f"random_access=True fetches each record by its offset, but {why}: pass "
+            "random_access=None (runs and windows there) or read a local, uncompressed copy"
+        )
+    return why is None

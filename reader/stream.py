@@ -47,6 +47,8 @@ class Stream:
         self.sizes = tf.constant([s["num_bytes"] for s in mine], tf.int64)
         self.compression = "GZIP" if compression == "gzip" else ""
         self.held = _Held()
+        # read by place (``plan.by_place``): each epoch one permutation of the records
+        self.by_place = Records(mine) if plan.by_place else None
         # cache: this worker's records in memory, read once now, in stored order.
         self.cached = None
         if o.cache:
@@ -93,6 +95,11 @@ class Stream:
             records = tf.data.Dataset.from_tensor_slices(ids[position:]).batch(CHUNK)
             tag = tfcall.graph(lambda i: self._tag(tf.gather(self.cached, i), epoch))
             return records.map(tag).unbatch()
+        if self.by_place is not None:  # fetched by place, a chunk a Python call
+            ids = tfcall.call(plan.epoch_order, [epoch], tf.int64, stateful=False)
+            ids.set_shape([None])
+            chunks = tf.data.Dataset.from_tensor_slices(ids[position:]).batch(CHUNK)
+            return chunks.map(tfcall.graph(lambda i: self._tag(self._fetch(i), epoch))).unbatch()
         groups = tf.data.Dataset.from_tensor_slices(_columns(at.runs)).batch(plan.cycle)
         groups = groups.enumerate().map(
             tfcall.graph(lambda k, g: (*g, tf.logical_and(first, tf.equal(k, 0))))
@@ -124,6 +131,12 @@ class Stream:
             tag = tfcall.graph(lambda b: self._tag(b, epoch))
             records = records.batch(CHUNK).map(tag).unbatch()
         return records.skip(at.tail_skip) if at.tail_skip else records
+
+    def _fetch(self, ids):
+        """The records of ``ids`` (the worker's), fetched by place and checked."""
+        data = tfcall.call(self.by_place.many, [ids], tf.string, stateful=False)
+        data.set_shape([None])
+        return data
 
     def _tag(self, records, epoch):
         """A window or chunk of records, with its epoch when crops need it."""

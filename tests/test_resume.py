@@ -93,6 +93,7 @@ def test_the_reader_reads_in_the_plans_order(data_241, stored_keys, workers):
             stride=stride,
             offset=w if stride > 1 else 0,
             parts=-(-4 // len(mine)),  # fewer files than cycle_length: more runs a file
+            whole=True,  # local shards with an index: one permutation an epoch
         )
         ds = reader.make_dataset(
             data_dir, "train", None, epochs=2, num_workers=workers, worker_index=w, **OPTS

@@ -35,10 +35,18 @@ def split_ids(counts, workers: int, index: int) -> np.ndarray:
 
 
 def worker_plan(
-    counts, workers: int, index: int, seed: int | None, cycle: int, block: int, window: int
+    counts,
+    workers: int,
+    index: int,
+    seed: int | None,
+    cycle: int,
+    block: int,
+    window: int,
+    whole: bool = False,
 ) -> ReadPlan:
     """The read order of one worker (``seed`` None: unshuffled): ``cycle`` runs read at
-    once, ``block`` records from each in turn, windows of ``window`` permuted."""
+    once, ``block`` records from each in turn, windows of ``window`` permuted; or, with
+    ``whole`` (records read by place), one permutation of its records an epoch."""
     files, _, stride = deal(counts, workers, index)
     plan = ReadPlan(
         counts=[int(counts[f]) for f in files],
@@ -50,5 +58,6 @@ def worker_plan(
         offset=index if stride > 1 else 0,
         # fewer shards than runs read at once: cut each into more runs (reader.order.plan)
         parts=-(-cycle // len(files)),
+        whole=whole,
     )
     return dataclasses.replace(plan, cycle=min(cycle, plan.num_runs))

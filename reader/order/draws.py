@@ -18,6 +18,7 @@ CUTS = 3  # where each file is cut into runs (reader.order.plan)
 MIX = 4  # each source's offset in a mixing schedule (reader.order.mix)
 AUGMENT = 5  # an example's transform rng (reader.preprocess)
 CROP = 6  # an example's built-in crop box and flip (reader.order.augment)
+ORDER = 7  # an epoch's permutation of a worker's records read by place (reader.order.plan)
 
 _MASK64 = (1 << 64) - 1
 
