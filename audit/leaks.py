@@ -28,7 +28,7 @@ import json
 
 import numpy as np
 
-from schemas import features, layout, near, storage, tfrecord
+from schemas import features, layout, near, near_embedding, storage, tfrecord
 from schemas.errors import InvalidValueError, StorageError
 from schemas.example import parse_example
 from schemas.info import DatasetError, load_info
@@ -37,10 +37,15 @@ from schemas.info import DatasetError, load_info
 class Side:
     """The fingerprints of one dataset's splits: keys, values, and where each record is."""
 
-    def __init__(self, data_dir: str, name: str = "", path_root: str | None = None):
+    def __init__(self, data_dir: str, name: str = "", path_root: str | None = None, like=None):
         self.data_dir = data_dir
         self.name = name  # "" for DATASET, else a prefix for OTHER's splits
         self.info = load_info(data_dir)
+        # --near_embedding's MODULE:FUNCTION the fingerprints are vectors of (None: the
+        # hash's): this dataset's rule, or that of ``like`` (OTHER is compared by
+        # DATASET's); the .near files are read where the dataset was converted with it
+        self.embedding = rule_of((like or self).info).get("embedding")
+        self._fn = None
         if self.info["record_kind"] not in ("image", "path"):  # example: records as they were
             raise DatasetError(
                 f"{data_dir}: {self.info['record_kind']} records hold no images to compare"
@@ -67,8 +72,11 @@ class Side:
         """The shard's ``.near`` lines; None when the file is gone or unreadable (its
         images are then decoded)."""
         try:
+            found = self.info.get("near_duplicates") or {}
+            if found.get("embedding") != self.embedding:  # another rule's fingerprints
+                return None
             data = storage.read_bytes(layout.join(self.data_dir, shard["near"]))
-            return near.parse_sidecar(data)
+            return near.parse_sidecar(data, near.sidecar_chars(self.info))
         except (OSError, ValueError):
             return None
 
@@ -82,14 +90,27 @@ class Side:
             feature = parse_example(raw)
             key = feature[features.KEY].decode("utf-8", "surrogateescape")
             data = self.image_bytes(feature)
+            pixels = self.embedding is not None
             try:
                 *_, value = inspect_stream(
-                    io.BytesIO(data), len(data), full=True, max_pixels=1 << 62, near=True
+                    io.BytesIO(data),
+                    len(data),
+                    full=True,
+                    max_pixels=1 << 62,
+                    near=True,
+                    pixels=pixels,
                 )
             except Rejected as e:
                 raise DatasetError(
                     f"{path}: record {index} ({key}): the image does not decode: {e.detail}"
                 ) from e
+            if pixels:  # the user's function, one image at a time
+                self._fn = self._fn or near_embedding.load(self.embedding)
+                if getattr(self._fn, "batched", False):
+                    value = self._fn([value])[0]
+                else:
+                    value = self._fn(value)
+                value = near_embedding.quantised(value, self.embedding, key).tobytes().hex()
             out.append((key, value))
         return out
 
@@ -123,6 +144,31 @@ def _close_unique(unique: list[str], distance: int, slack: float, rule: int):
     return out
 
 
+def _close_vectors(unique: list[str], threshold: float, audit: float):
+    """(u, v, weight, grouped) for distinct stored vectors u < v whose cosine is at least
+    ``audit`` (found as convert finds them, by the bands of ``audit``: a superset of
+    convert's); weight: (1 - cosine) scaled (``EmbeddingRule.weights``); grouped:
+    whether convert's rule (cosine >= ``threshold``) matches them too."""
+    vectors = near_embedding.parse_many([bytes.fromhex(v) for v in unique])
+    pairs = near_embedding.candidate_pairs(vectors, near_embedding.bands_for(audit))
+    out = []
+    for u, v in pairs:
+        c = near_embedding.cosines(vectors[u : u + 1], vectors[v : v + 1])[0, 0]
+        if c >= audit:
+            weight = int(near_embedding.EmbeddingRule.weights(np.array([c]))[0])
+            out.append((u, v, weight, bool(c >= threshold)))
+    return out
+
+
+def rule_of(info: dict) -> dict:
+    """Convert's near-duplicate rule of a dataset: {"embedding", "threshold"}, or
+    {"distance"} (the hash's; the default where the dataset was converted without)."""
+    found = info.get("near_duplicates") or {}
+    if "embedding" in found:
+        return {"embedding": found["embedding"], "threshold": found["threshold"]}
+    return {"distance": found.get("distance", near.DEFAULT_DISTANCE)}
+
+
 def find(
     sides: list[Side], distance: int = near.AUDIT_DISTANCE, top: int = 20, slack: float = 0
 ) -> dict:
@@ -133,8 +179,8 @@ def find(
     sees what the split grouping did not group; each pair says whether convert's rule
     (the distance the dataset was converted with, else the default) matches it."""
     slack = slack or near.AUDIT_SLACK
-    found = sides[0].info.get("near_duplicates") or {}
-    rule = min(distance, found.get("distance", near.DEFAULT_DISTANCE))
+    convert_rule = rule_of(sides[0].info)
+    rule = min(distance, convert_rule.get("distance", near.DEFAULT_DISTANCE))
     keys = [k for s in sides for k in s.keys]
     split_of = [sp for s in sides for sp in s.splits]
     side_of = np.array([i for i, s in enumerate(sides) for _ in s.keys], dtype=np.int64)
@@ -146,7 +192,12 @@ def find(
     inverse = inverse.ravel()
     masks = np.zeros(len(unique), dtype=np.uint64)
     np.bitwise_or.at(masks, inverse, np.left_shift(np.uint64(1), group.astype(np.uint64)))
-    close = _close_unique(list(unique), distance, slack, rule)
+    if "embedding" in convert_rule:  # the user's vectors, by cosine (Side.embedding)
+        threshold = convert_rule["threshold"]
+        audit = max(0.0, threshold - near_embedding.AUDIT_MARGIN)
+        close = _close_vectors(list(unique), threshold, audit)
+    else:
+        close = _close_unique(list(unique), distance, slack, rule)
     reach = masks.copy()  # the splits holding the value or a value that matches
     inner = masks.copy()  # the same, by convert's rule
     for u, v, _, grouped in close:
@@ -170,9 +221,12 @@ def find(
             by_rule |= mine & ((inner[inverse] >> np.uint64(h)) & np.uint64(1)).astype(bool)
         leaked[names[g]] = row
     pairs = _closest(close, masks, inverse, group, side_of, len(sides), top, keys)
+    embedded = "embedding" in convert_rule
     return {
-        "distance": distance,
-        "convert_distance": rule,
+        "rule": convert_rule,
+        "audit_rule": {"threshold": audit} if embedded else {"distance": distance},
+        "distance": None if embedded else distance,
+        "convert_distance": None if embedded else rule,
         "fingerprints": "stored" if all(s.stored for s in sides) else "computed",
         "images": {n: int((group == i).sum()) for i, n in enumerate(names)},
         "leaked": leaked,
@@ -180,7 +234,11 @@ def find(
         "beyond_convert_rule": int((leaked_images & ~by_rule).sum()),
         "closest": [
             {
-                "bits": bits,
+                **(
+                    {"cosine": round(1 - bits / near_embedding.WEIGHT_SCALE, 4)}
+                    if embedded
+                    else {"bits": bits}
+                ),
                 "grouped_by_convert_rule": grouped,
                 "a": {"split": split_of[a], "key": keys[a]},
                 "b": {"split": split_of[b], "key": keys[b]},
@@ -255,7 +313,7 @@ def contact_sheet(sides: list[Side], report: dict, path: str, rows: int = 12) ->
             sheet.paste(image, (10 + col * (thumb + 5), y), image)
         a, b = pair["a"], pair["b"]
         lines = [
-            f"{pair['bits']} bits apart" + ("" if pair["grouped_by_convert_rule"] else " (*)"),
+            _closeness(pair).strip() + ("" if pair["grouped_by_convert_rule"] else " (*)"),
             f"{a['split']}: {_shown(a['key'])}",
             f"{b['split']}: {_shown(b['key'])}",
         ]
@@ -289,17 +347,21 @@ def _shown(key: str) -> str:
 
 def render(report: dict) -> str:
     """The report as text: counts per split pair, then the closest pairs."""
-    lines = [
-        f"near-duplicates within {report['distance']} bits, thumbnails alike (fingerprints "
-        f"{report['fingerprints']}):"
-    ]
+    rule = report["rule"]
+    if "embedding" in rule:
+        audit = f"cosine >= {report['audit_rule']['threshold']:g} by {rule['embedding']}"
+        convert = f"cosine >= {rule['threshold']:g}"
+    else:
+        audit = f"within {report['distance']} bits, thumbnails alike"
+        convert = f"{report['convert_distance']} bits, the thumbnails' thresholds"
+    lines = [f"near-duplicates {audit} (fingerprints {report['fingerprints']}):"]
     for split, row in report["leaked"].items():
         for other, n in row.items():
             lines.append(f"  {split:<16} {n:>7} of {report['images'][split]} have one in {other}")
     lines.append(f"  images with a near-duplicate across: {report['leaked_images']}")
     lines.append(
-        f"  of them, beyond convert's rule ({report['convert_distance']} bits, the thumbnails' "
-        f"thresholds; the audit's is wider): {report['beyond_convert_rule']}"
+        f"  of them, beyond convert's rule ({convert}; the audit's is wider): "
+        f"{report['beyond_convert_rule']}"
     )
     if report["closest"]:
         lines.append("  closest pairs:")
@@ -307,12 +369,19 @@ def render(report: dict) -> str:
             a, b = p["a"], p["b"]
             mark = " " if p["grouped_by_convert_rule"] else "*"
             lines.append(
-                f"   {mark}{p['bits']:>2} bits  {a['split']}:{_shown(a['key'])}  "
+                f"   {mark}{_closeness(p)}  {a['split']}:{_shown(a['key'])}  "
                 f"{b['split']}:{_shown(b['key'])}"
             )
         if any(not p["grouped_by_convert_rule"] for p in report["closest"]):
             lines.append("    (*: convert's rule does not match the pair: only the audit's)")
     return "\n".join(lines)
+
+
+def _closeness(pair: dict) -> str:
+    """How close a pair is, in its rule's terms: bits apart, or the cosine."""
+    if "cosine" in pair:
+        return f"cos {pair['cosine']:.3f}"
+    return f"{pair['bits']:>2} bits"
 
 
 def to_json(report: dict) -> str:

@@ -206,7 +206,7 @@ def _check_shard(
     if counts != recorded:
         problems.append(f"{path}: label counts {counts} differ from {INFO} {recorded}")
     problems += _check_dali_index(path, shard, lengths)
-    problems += _check_near(path, shard, keys)
+    problems += _check_near(path, shard, keys, near.sidecar_chars(info))
     for k, v in counts.items():
         split_labels[k] = split_labels.get(k, 0) + v
     return problems
@@ -336,13 +336,14 @@ def _key_of(record: bytes) -> bytes | None:
         return None
 
 
-def _check_near(path: str, shard: dict, keys: list[bytes]) -> list[str]:
-    """The fingerprints beside a shard (``--dedupe near``) name its records in order."""
+def _check_near(path: str, shard: dict, keys: list[bytes], chars: int) -> list[str]:
+    """The fingerprints beside a shard (``--dedupe near``; ``chars``: each one's hex
+    digits, :func:`near.sidecar_chars`) name its records in order."""
     if "near" not in shard:
         return []
     near_path = layout.join(path.rsplit("/", 1)[0], shard["near"])
     try:
-        lines = near.parse_sidecar(storage.read_bytes(near_path))
+        lines = near.parse_sidecar(storage.read_bytes(near_path), chars)
     except OSError:
         return [f"{near_path}: listed in {INFO} but missing (evenshard leaks decodes instead)"]
     except ValueError as e:

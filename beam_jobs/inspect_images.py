@@ -25,6 +25,7 @@ from apache_beam.transforms.window import GlobalWindows
 
 from beam_jobs import paths
 from beam_jobs.dead_letters import SplitRejects
+from beam_jobs.near_embedding import Embedder
 from beam_jobs.paths import open_binary, read_bytes
 from beam_jobs.records import Candidate, Image, make_reject
 from schemas import storage, stores
@@ -63,9 +64,11 @@ class InspectImage(beam.DoFn):
         max_image_bytes: int,
         hash_content: bool = False,
         near: bool = False,
+        embedding: str | None = None,
         threads: int = 1,
     ):
         self._threads = threads
+        self._embedding = embedding  # --near_embedding: the pixels kept for it
         self._root = source_root
         self._hash = hash_content
         self._near = near
@@ -84,6 +87,10 @@ class InspectImage(beam.DoFn):
         PILImage.MAX_IMAGE_PIXELS = None
         PILImage.preinit()  # the common formats' plugins, before any thread opens a file
         self._pool = ThreadPoolExecutor(self._threads) if self._threads > 1 else None
+        self.embedder = None  # --near_embedding: the function, a batch of images at a time
+        if self._embedding is not None:
+            self.embedder = Embedder(self._embedding)
+            self.embedder.setup()
 
     def start_bundle(self):
         self._pending = collections.deque()  # (Candidate, source, Future), in order
@@ -91,17 +98,25 @@ class InspectImage(beam.DoFn):
     def process(self, c: Candidate):
         source = paths.full_source(self._root, c.source, c.key)
         if self._pool is None:
-            yield self._outcome(c, source, _now(self._inspect, source))
+            yield from self.embedded(self._outcome(c, source, _now(self._inspect, source)))
             return
         # a bucket's client stays on this thread
         inspecting = _now if paths.is_url(source) else self._pool.submit
         self._pending.append((c, source, inspecting(self._inspect, source)))
         while len(self._pending) > 2 * self._threads:
-            yield self._outcome(*self._pending.popleft())
+            yield from self.embedded(self._outcome(*self._pending.popleft()))
 
     def finish_bundle(self):
         while self._pending:
-            yield GlobalWindows.windowed_value(self._outcome(*self._pending.popleft()))
+            for out in self.embedded(self._outcome(*self._pending.popleft())):
+                yield GlobalWindows.windowed_value(out)
+        for out in self.embedder.flush() if self.embedder else ():
+            yield GlobalWindows.windowed_value(out)
+
+    def embedded(self, outcome) -> list:
+        """What is ready once ``outcome`` is taken in (``--near_embedding``: the images are
+        embedded a batch at a time, ``Embedder``); else the outcome itself."""
+        return self.embedder.add(outcome) if self.embedder else [outcome]
 
     def teardown(self):
         if self._pool is not None:
@@ -212,7 +227,12 @@ class InspectImage(beam.DoFn):
 
     def _inspected(self, stream, size: int) -> tuple:
         found = inspect_stream(
-            stream, size, full=self._full, max_pixels=self._max_pixels, near=self._near
+            stream,
+            size,
+            full=self._full,
+            max_pixels=self._max_pixels,
+            near=self._near,
+            pixels=self._embedding is not None,
         )
         return (*found, size, *self._digests(stream))
 
@@ -309,7 +329,8 @@ class InspectImages(beam.PTransform):
     files over ``max_image_mb`` (10**6 bytes a MB) or images over
     ``max_image_pixels`` are ``too_large``; ``hash_content``: sha256 of each
     file (``--dedupe content``); ``near``: decode every image (as "full") and take
-    its near-duplicate fingerprint (``--dedupe near``). Relative
+    its near-duplicate fingerprint (``--dedupe near``; ``embedding``: MODULE:FUNCTION,
+    whose vector is the fingerprint instead, ``beam_jobs.near_embedding``). Relative
     ``Candidate.source`` values are under ``source_root``.
     """
 
@@ -321,10 +342,12 @@ class InspectImages(beam.PTransform):
         source_root: str | None,
         hash_content: bool = False,
         near: bool = False,
+        embedding: str | None = None,
     ):
         super().__init__()
         self._hash = hash_content
         self._near = near
+        self._embedding = embedding
         self._verify = verify
         self._max_pixels = max_image_pixels
         self._root = source_root
@@ -333,7 +356,15 @@ class InspectImages(beam.PTransform):
     @property
     def arguments(self) -> tuple:
         """``InspectImage``'s arguments (a source that inspects as it reads makes its own)."""
-        return self._verify, self._max_pixels, self._root, self._max_bytes, self._hash, self._near
+        return (
+            self._verify,
+            self._max_pixels,
+            self._root,
+            self._max_bytes,
+            self._hash,
+            self._near,
+            self._embedding,
+        )
 
     def expand(self, candidates):
         # Candidate -> Image | Reject

@@ -89,24 +89,25 @@ from beam_jobs.dead_letters import SplitRejects
 from beam_jobs.near_splits import SplitRule
 from beam_jobs.near_stars import star_clusters
 from beam_jobs.records import Image, make_reject
-from schemas import near
+from schemas import near, near_embedding
 
 _GROUP = "\x00group\x00"  # a --group_by group's node in the union-find (never a key)
 
 
-def _in_bands(im: Image, distance: int):
+def _in_bands(im: Image, rule):
     raw = bytes.fromhex(im.near)  # half the hex: about 20 copies an image are shuffled
-    for band in near.bands(near.parse(im.near), distance):
+    for band in rule.bands_of(raw):
         yield band, (im.key, raw, im.split)
 
 
-def _bucket_edges(element, distance: int):
+def _bucket_edges(element, rule):
     """((band, value), [(key, fingerprint's bytes, split)]) -> (weight, key, split, key, split)
-    edges: the pairs that match (``near.matches``: hashes within ``distance`` and the
-    thumbnails alike) and share no value of an earlier band (a pair is confirmed in
-    the buckets of the first band it shares only, not in each), thinned to the
-    bucket's minimum spanning forest (the lightest edges that join what its pairs
-    join: the forest of all the buckets' forests is that of all the pairs)."""
+    edges: the pairs that match (``rule.bucket_pairs``: the hash's rule,
+    ``near.matches``, or the embedding's cosine) and share no value of an earlier band
+    (a pair is confirmed in the buckets of the first band it shares only, not in
+    each), thinned to the bucket's minimum spanning forest (the lightest edges that
+    join what its pairs join: the forest of all the buckets' forests is that of all
+    the pairs)."""
     (band, _), members = element
     if len(members) < 2:
         return
@@ -122,16 +123,11 @@ def _bucket_edges(element, distance: int):
             for column, value in zip(pairs, (0, first[at[fp]], i)):
                 column.append(value)
     weight, a, b = (np.array(column, dtype=np.int64) for column in pairs)
-    values, weak, quality, thumbs = near.parse_many(unique, distance)
-    i, j, bits = near.close_pairs(values, distance, weak)
-    later = ~near.share_a_band(values[i], values[j], weak[i] | weak[j], distance, band)
-    i, j, bits = i[later], j[later], bits[later]
-    if len(i):  # the second measure, for all of the bucket's candidates at once
-        apart = near.thumbs_apart(thumbs[i], thumbs[j], quality[i], quality[j], bits)
-        took = apart >= 0
+    i, j, weights = rule.bucket_pairs(rule.parse_many(unique), band)
+    if len(i):
         first = np.array(first, dtype=np.int64)
-        ends = np.sort(np.stack([first[i[took]], first[j[took]]]), axis=0)
-        weight = np.concatenate([weight, bits[took] * 256 + apart[took]])
+        ends = np.sort(np.stack([first[i], first[j]]), axis=0)
+        weight = np.concatenate([weight, weights])
         a, b = np.concatenate([a, ends[0]]), np.concatenate([b, ends[1]])
     parent = list(range(len(members)))
     joined = 0
@@ -226,11 +222,11 @@ def _to_component(im: Image, components: dict[str, str]):
         yield found, (im.key, bytes.fromhex(im.near))
 
 
-def _stars(element, distance: int) -> tuple[str, int, list[list[str]]]:
+def _stars(element, rule) -> tuple[str, int, list[list[str]]]:
     """(component, [(key, fingerprint's bytes)]) -> (component, its size, its clusters)."""
     component, members = element
     members = list(members)
-    return component, len(members), star_clusters(members, distance)
+    return component, len(members), star_clusters(members, rule)
 
 
 def clusters_of(forest, stars: list):
@@ -322,11 +318,12 @@ class _Assign(beam.DoFn):
             yield make_reject(im.key, source, "near_duplicate", detail)
 
 
-def summary(clusters: tuple, distance: int, keep: str) -> dict:
-    """What dataset_info.json says of the clusters found."""
+def summary(clusters: tuple, rule: dict, keep: str) -> dict:
+    """What dataset_info.json says of the clusters found (``rule``: {"distance": bits},
+    or {"embedding": MODULE:FUNCTION, "threshold": cosine}, which the audit reads)."""
     counts = clusters[1]
     rejected = counts["inputs_in_clusters"] - counts["clusters"] if keep == "one" else 0
-    return {"distance": distance, "keep": keep, **counts, "rejected": rejected}
+    return {**rule, "keep": keep, **counts, "rejected": rejected}
 
 
 class NearDuplicates(beam.PTransform):
@@ -336,7 +333,10 @@ class NearDuplicates(beam.PTransform):
     "all" (a cluster in one split) or "one" (one image a cluster, the others rejected);
     ``group_by``: whether images carry manifest groups (joined by their clusters);
     ``rule``: hash mode's split rule, by which the clusters are dealt to the splits at
-    their fractions (``near_splits``; None: each where its smallest key's hash puts it).
+    their fractions (``near_splits``; None: each where its smallest key's hash puts it);
+    ``embedding``: (MODULE:FUNCTION, cosine threshold) when ``Image.near`` holds the
+    user's embedding (``schemas.near_embedding``) rather than the hash's fingerprint:
+    the same steps, pairs by cosine.
     """
 
     def __init__(
@@ -346,18 +346,26 @@ class NearDuplicates(beam.PTransform):
         group_by: bool,
         source_root: str | None,
         rule: SplitRule | None = None,
+        embedding: tuple[str, float] | None = None,
     ):
         super().__init__()
         self._distance, self._keep, self._groups = distance, keep, group_by
-        self._root, self._rule = source_root, rule
+        self._root, self._rule, self._embedding = source_root, rule, embedding
 
     def expand(self, images):
-        distance, keep = self._distance, self._keep
+        keep = self._keep
+        if self._embedding is None:
+            pair_rule = near.HashRule(self._distance)
+            described = {"distance": self._distance}
+        else:
+            spec, threshold = self._embedding
+            pair_rule = near_embedding.EmbeddingRule(threshold)
+            described = {"embedding": spec, "threshold": threshold}
         edges = (
             images
-            | "InBands" >> beam.FlatMap(_in_bands, distance)
+            | "InBands" >> beam.FlatMap(_in_bands, pair_rule)
             | "GroupByBand" >> beam.GroupByKey()
-            | "PairsInBand" >> beam.FlatMap(_bucket_edges, distance)
+            | "PairsInBand" >> beam.FlatMap(_bucket_edges, pair_rule)
         )
         if self._groups and keep == "all":
             groups = images | "GroupEdges" >> beam.FlatMap(_group_edges)
@@ -369,7 +377,7 @@ class NearDuplicates(beam.PTransform):
             images
             | "ToComponent" >> beam.FlatMap(_to_component, beam.pvalue.AsSingleton(components))
             | "GroupByComponent" >> beam.GroupByKey()
-            | "Stars" >> beam.Map(_stars, distance)
+            | "Stars" >> beam.Map(_stars, pair_rule)
             | "AllStars" >> beam.combiners.ToList()
         )
         clusters = forest | "Clusters" >> beam.Map(clusters_of, beam.pvalue.AsSingleton(stars))
@@ -395,5 +403,5 @@ class NearDuplicates(beam.PTransform):
         return {
             "main": out["main"],
             "rejects": out["rejects"],
-            "summary": clusters | "Summary" >> beam.Map(summary, distance, keep),
+            "summary": clusters | "Summary" >> beam.Map(summary, described, keep),
         }

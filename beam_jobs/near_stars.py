@@ -14,12 +14,14 @@ GRID_CELLS = 1 << 24  # pairs a round of star_clusters compares at once (a bool 
 SAMPLE_FLOOR = 16  # ... but at least this many candidate centres a round
 
 
-def star_clusters(members: list[tuple[str, bytes]], distance: int) -> list[list[str]]:
-    """The clusters of one component ([(key, fingerprint's bytes)], in any order):
-    sorted lists of 2 or more keys, sorted; a key in none is alone.
+def star_clusters(members: list[tuple[str, bytes]], rule) -> list[list[str]]:
+    """The clusters of one component ([(key, fingerprint's bytes)], in any order) by
+    ``rule`` (``near.HashRule``, or ``near_embedding.EmbeddingRule``; an int: the hash's
+    rule at that distance): sorted lists of 2 or more keys, sorted; a key in none is
+    alone.
 
     Leader (star) clustering: the candidates are taken in order of how many members
-    they match (``near.matches``; ties: by smallest key), and each one not yet in a
+    they match (the rule's, e.g. ``near.matches``; ties: by smallest key), and each one not yet in a
     cluster becomes a centre and takes every member not yet in a cluster that
     matches it. So every member matches its cluster's centre (two members are at
     most twice the distance apart, plus the centre's weak bits; nothing chains), and
@@ -39,7 +41,9 @@ def star_clusters(members: list[tuple[str, bytes]], distance: int) -> list[list[
     unique = sorted(by_fp)  # as the hex sorts: the thumbnails compared as in the buckets
     keys = [sorted(by_fp[u]) for u in unique]
     count = np.array([len(k) for k in keys], dtype=np.int64)
-    values, weak, quality, thumbs = near.parse_many(unique, distance)
+    if isinstance(rule, int):
+        rule = near.HashRule(rule)
+    parsed = rule.parse_many(unique)
     rank = np.argsort(
         np.argsort([hashlib.blake2b(u, digest_size=8).digest() for u in unique], kind="stable")
     )
@@ -48,7 +52,7 @@ def star_clusters(members: list[tuple[str, bytes]], distance: int) -> list[list[
     while len(left):
         size = max(SAMPLE_FLOOR, GRID_CELLS // len(left))
         chosen = left if len(left) <= size else left[np.argsort(rank[left])[:size]]
-        grid = near.match_grid(chosen, left, values, weak, quality, thumbs, distance)
+        grid = rule.grid(chosen, left, parsed)
         weights = count[left]
         degree = [int(weights[row].sum()) for row in grid]
         order = sorted(range(len(chosen)), key=lambda r: (-degree[r], keys[chosen[r]][0]))

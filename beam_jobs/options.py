@@ -16,6 +16,7 @@ from schemas.errors import Error
 from schemas.features import RECORD_KINDS
 from schemas.layout import COMPRESSIONS, MAX_SHARDS, MAX_SPLIT_NAME, SPLIT_NAME_RE
 from schemas.near import DEFAULT_DISTANCE, MAX_DISTANCE
+from schemas.near_embedding import DEFAULT_THRESHOLD
 
 SPLIT_MODES = ("hash", "exact")
 BALANCES = ("none", "label")
@@ -122,6 +123,8 @@ class ConvertOptions:
     dedupe: str = "none"
     near_distance: int = DEFAULT_DISTANCE
     near_keep: str = "all"
+    near_embedding: str | None = None
+    near_threshold: float = DEFAULT_THRESHOLD
     overwrite: bool = False
     labels_file: str | None = None
 
@@ -201,6 +204,7 @@ class ConvertOptions:
             self.near_distance != DEFAULT_DISTANCE or self.near_keep != "all"
         ):
             raise UserError("--near_distance and --near_keep apply to --dedupe near only")
+        self._check_embedding()
         if self.dedupe == "near" and self.near_keep == "all" and self.split_mode != "hash":
             raise UserError(
                 "--dedupe near keeps each cluster of near-duplicates in one split, which "
@@ -212,6 +216,39 @@ class ConvertOptions:
                 f"--num_shards={self.num_shards} is not a multiple of "
                 f"--shard_multiple={self.shard_multiple}"
             )
+
+    def _check_embedding(self) -> None:
+        """--near_embedding: with --dedupe near, a function the launcher can import (the
+        workers import it again); --near_threshold: a cosine, with an embedding only."""
+        if self.near_embedding is None:
+            if self.near_threshold != DEFAULT_THRESHOLD:
+                raise UserError(
+                    "--near_threshold applies to --near_embedding only (the perceptual hash "
+                    "takes --near_distance): add --near_embedding MODULE:FUNCTION, or drop it"
+                )
+            return
+        if self.dedupe != "near":
+            raise UserError(
+                "--near_embedding applies to --dedupe near only: add --dedupe near, or drop "
+                "--near_embedding"
+            )
+        if not 0.0 < self.near_threshold <= 1.0 or math.isnan(self.near_threshold):
+            raise UserError(
+                f"--near_threshold must be a cosine similarity in (0, 1], got "
+                f"{self.near_threshold} (e.g. 0.95: near-identical; 0.9: looser)"
+            )
+        if self.near_distance != DEFAULT_DISTANCE:
+            raise UserError(
+                "--near_distance applies to the perceptual hash, not to --near_embedding: "
+                "set how close images must be with --near_threshold"
+            )
+        from schemas.errors import InvalidValueError
+        from schemas.near_embedding import load
+
+        try:
+            load(self.near_embedding)
+        except InvalidValueError as e:
+            raise UserError(str(e)) from None
 
     def _check_examples_per_shard(self) -> None:
         """--examples_per_shard: a count of at least 1, and the one way the shard count
@@ -362,6 +399,14 @@ _FLAGS = {
         "key of a cluster, the others rejected (near_duplicate)",
         NEAR_KEEP,
     ),
+    "near_embedding": (
+        "--dedupe near: MODULE:FUNCTION, the user's embedding (an RGB uint8 H x W x 3 array "
+        "-> a 1-D float vector; with FUNCTION.batched = True, a list of them -> one row "
+        "each), imported in the workers: images whose vectors' cosine is at least "
+        "--near_threshold are near-duplicates (instead of the perceptual hash)",
+        None,
+    ),
+    "near_threshold": ("--near_embedding: the cosine similarity, in (0, 1]", None),
     "overwrite": ("replace a finished dataset in --output_dir", None),
     "labels_file": (
         "file with one label a line: a fixed vocabulary; other labels are rejects",

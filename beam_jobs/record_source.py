@@ -83,6 +83,11 @@ class ReadRecordFile(beam.DoFn):
         self._inspector = InspectImage(*self._inspect_args)
         self._inspector.setup()
 
+    @property
+    def inspector(self) -> InspectImage:
+        """The inspection of the records' images (set up)."""
+        return self._inspector
+
     def record(self, path: str, key: str, where: str, features, place: tuple[int, int], data=None):
         """A record's Image, or a Reject (``key``: ``FILE#INDEX``, ``where``: the record's
         place in words, ``features``: its features as ``parse_features`` gives them, or a
@@ -133,7 +138,11 @@ class _ReadChunk(beam.DoFn):
         self._reader.setup()
 
     def process(self, chunk: list[str]):
-        yield from self._reader.read_files(chunk)
+        inspector = self._reader.inspector
+        for out in self._reader.read_files(chunk):
+            yield from inspector.embedded(out)
+        if inspector.embedder:  # --near_embedding: the chunk's last batch
+            yield from inspector.embedder.flush()
 
 
 class _KeepFirst(beam.DoFn):

@@ -40,6 +40,7 @@ def build(pipeline, job: Job):
         job.input_root,
         hash_content=o.dedupe == "content",
         near=o.dedupe == "near",
+        embedding=o.near_embedding,
     )
     if job.records:
         # -> Image | Reject, a record each (its image inspected as it is read)
@@ -75,6 +76,7 @@ def build(pipeline, job: Job):
             o.group_by is not None,
             job.input_root,
             SplitRule(o.split_names, o.split_fractions, o.split_seed),
+            embedding=(o.near_embedding, o.near_threshold) if o.near_embedding else None,
         )
         images, near = clustered["main"], clustered["summary"]
         rejected.append(clustered["rejects"])

@@ -156,7 +156,7 @@ def _leaks(args: argparse.Namespace, _) -> int:
             leaks.check_sheet(args.sheet)
         sides = [leaks.Side(args.data_dir, path_root=args.path_root)]
         if args.other:
-            sides.append(leaks.Side(args.other, name="other:"))
+            sides.append(leaks.Side(args.other, name="other:", like=sides[0]))
         report = leaks.find(sides, args.distance, args.top)
         drawn = args.sheet and leaks.contact_sheet(sides, report, args.sheet)
     except (DatasetError, OSError, ValueError) as e:  # 2, not 1: a CI gate tells them apart

@@ -68,6 +68,11 @@ _CHANNELS = {
 }
 
 
+# --near_embedding: a JPEG is decoded at the smallest DCT scale that keeps this many
+# px a side (where the image has them): enough for a model's 224 or 256 px input
+EMBEDDING_SIDE = 256
+
+
 class Rejected(Error):
     """An image convert rejects: the reject ``reason`` and a one-line ``detail``."""
 
@@ -77,7 +82,9 @@ class Rejected(Error):
         self.detail = detail
 
 
-def inspect_stream(f, size: int, *, full: bool, max_pixels: int, near: bool = False):
+def inspect_stream(
+    f, size: int, *, full: bool, max_pixels: int, near: bool = False, pixels: bool = False
+):
     """Returns (format, height, width, channels, fingerprint) of the image in ``f``, or
     raises Rejected.
 
@@ -88,6 +95,10 @@ def inspect_stream(f, size: int, *, full: bool, max_pixels: int, near: bool = Fa
         max_pixels: larger images are rejected as too_large before decoding.
         near: decode (as ``full`` does) and give the image's near-duplicate
             fingerprint (``schemas.near``), else "".
+        pixels: with ``near``, give the decoded image instead of the fingerprint (an
+            RGB uint8 array, H x W x 3, transparency laid on mid gray: what the hash
+            is taken of), which ``--near_embedding``'s function is given; a JPEG is
+            decoded at the DCT scale that keeps ``EMBEDDING_SIDE`` px a side.
     """
     from PIL import Image as PILImage
 
@@ -125,7 +136,8 @@ def inspect_stream(f, size: int, *, full: bool, max_pixels: int, near: bool = Fa
                     # (a cut or garbled body still fails), the inverse DCT runs
                     # at 1/8 size: a third less time on 64 px, more on photos
                     # (a fingerprint wants 64 px a side where the image has them)
-                    least = (min(width, 64), min(height, 64)) if near else (1, 1)
+                    side = EMBEDDING_SIDE if pixels else 64
+                    least = (min(width, side), min(height, side)) if near else (1, 1)
                     im.draft(None, (max(least[0], width // 8), max(least[1], height // 8)))
                 if not clean:
                     im.load()
@@ -134,7 +146,13 @@ def inspect_stream(f, size: int, *, full: bool, max_pixels: int, near: bool = Fa
         if fmt == "png":
             f.seek(0)
             _check_png_crcs(f.read())
-        if near:
+        if near and pixels:
+            import numpy as np
+
+            from schemas.near import composited
+
+            fingerprint = np.asarray(composited(im).convert("RGB"))
+        elif near:
             from schemas.near import fingerprint as near_fingerprint
 
             fingerprint = near_fingerprint(im)

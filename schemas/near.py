@@ -85,7 +85,7 @@ def _dct_basis() -> np.ndarray:
 _BASIS = _dct_basis()
 
 
-def _composited(image):
+def composited(image):
     """A Pillow image (any mode) -> RGB, its transparency laid on ``BACKGROUND`` (an
     icon's transparent pixels hold any colour; what shows is the drawing)."""
     from PIL import Image
@@ -108,7 +108,7 @@ def fingerprint(image) -> str:
     2x2 colours (152): ``FINGERPRINT_CHARS`` hex digits, see :func:`parse`."""
     from PIL import Image
 
-    image = _composited(image)
+    image = composited(image)
     if max(image.size) > 4 * SIZE:  # a cheap box reduction first: less work
         image = image.reduce(max(1, min(image.size) // (2 * SIZE)))
     small = image.convert("RGB").resize((SIZE, SIZE), Image.LANCZOS)
@@ -359,6 +359,42 @@ def parse_many(fps: list[bytes], distance: int):
     return values, np.array(weak, dtype=np.uint64), raw[:, 16].astype(np.int64), thumbs
 
 
+class HashRule:
+    """Convert's pair rule for the perceptual hash (:func:`matches`), as the pipeline's
+    steps use it (``near_duplicates``, ``near_stars``; ``near_embedding.EmbeddingRule``
+    is the other): a fingerprint's bands, and the pairs of many at once."""
+
+    def __init__(self, distance: int):
+        self.distance = distance
+
+    def bands_of(self, raw: bytes) -> list[tuple[int, int]]:
+        """(band, band value) of one fingerprint (its bytes), :func:`bands`."""
+        return bands(parse(raw.hex()), self.distance)
+
+    def parse_many(self, fps: list[bytes]):
+        return parse_many(fps, self.distance)
+
+    def bucket_pairs(self, parsed, band: int):
+        """(i, j, weight) arrays of the pairs of one band value's distinct fingerprints
+        (``parsed``, sorted as their hex sorts) that match and share no value of an
+        earlier band (a pair is confirmed in its first band only); weight: bits apart *
+        256 + thumbnail levels apart."""
+        values, weak, quality, thumbs = parsed
+        i, j, bits = close_pairs(values, self.distance, weak)
+        later = ~share_a_band(values[i], values[j], weak[i] | weak[j], self.distance, band)
+        i, j, bits = i[later], j[later], bits[later]
+        if not len(i):
+            return i, j, bits
+        # the second measure, for all of the bucket's candidates at once
+        apart = thumbs_apart(thumbs[i], thumbs[j], quality[i], quality[j], bits)
+        took = apart >= 0
+        return i[took], j[took], bits[took] * 256 + apart[took]
+
+    def grid(self, rows, cols, parsed) -> np.ndarray:
+        """:func:`match_grid` of ``rows`` x ``cols``."""
+        return match_grid(rows, cols, *parsed, self.distance)
+
+
 def describe(found: dict) -> str:
     """One line of what ``--dedupe near`` found (dataset_info's ``near_duplicates``)."""
     kept = f", {found['rejected']} rejected" if found.get("keep") == "one" else ""
@@ -374,8 +410,13 @@ def describe(found: dict) -> str:
         if cut
         else ""
     )
+    rule = (
+        f"cosine >= {found['threshold']:g} by {found['embedding']}"
+        if "embedding" in found
+        else f"within {found['distance']} bits"
+    )
     return (
-        f"near-duplicates (within {found['distance']} bits): {found['clusters']} clusters "
+        f"near-duplicates ({rule}): {found['clusters']} clusters "
         f"holding {found['inputs_in_clusters']} inputs{biggest}{kept}{across}{split}"
     )
 
@@ -390,21 +431,29 @@ def sidecar_line(key: str, hex_fingerprint: str) -> bytes:
     return (json.dumps([hex_fingerprint, key], ensure_ascii=True) + "\n").encode("ascii")
 
 
-def parse_sidecar(data: bytes) -> list[tuple[str, str]]:
-    """(key, hex fingerprint) of each line of a ``.near`` file; ValueError naming the
-    first line that is not one."""
+def sidecar_chars(info: dict) -> int:
+    """The hex digits of each fingerprint of a dataset's ``.near`` files: the hash's
+    ``FINGERPRINT_CHARS``, or 0 for an embedding's vectors (any length, one a file)."""
+    return 0 if "embedding" in (info.get("near_duplicates") or {}) else FINGERPRINT_CHARS
+
+
+def parse_sidecar(data: bytes, chars: int = FINGERPRINT_CHARS) -> list[tuple[str, str]]:
+    """(key, hex fingerprint) of each line of a ``.near`` file (``chars``: each one's hex
+    digits; 0: an embedding's vectors, any even count, the same on every line);
+    ValueError naming the first line that is not one."""
     out = []
     for number, line in enumerate(data.decode("ascii").splitlines(), 1):
         found = json.loads(line)
+        if chars == 0 and out:
+            chars = len(out[0][1])  # an embedding: every vector as long as the first
         if not (
             isinstance(found, list)
             and len(found) == 2
             and all(isinstance(x, str) for x in found)
-            and len(found[0]) == FINGERPRINT_CHARS
+            and (len(found[0]) == chars if chars else len(found[0]) % 2 == 0 < len(found[0]))
         ):
-            raise InvalidValueError(
-                f'line {number} is not ["<{FINGERPRINT_CHARS} hex digits>", "<key>"]'
-            )
+            digits = f"{chars} hex digits" if chars else "hex digits"
+            raise InvalidValueError(f'line {number} is not ["<{digits}>", "<key>"]')
         bytes.fromhex(found[0])
         out.append((found[1], found[0]))
     return out
