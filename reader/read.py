@@ -19,7 +19,7 @@ from reader.mixture import Mixture
 from reader.order.batches import remaining, yielded
 from reader.order.mix import Schedule
 from reader.read_options import ReadOptions
-from reader.share import Share
+from reader.share import Share, random_access
 from reader.split_shards import check_record_options, split_fingerprint, split_shards
 from reader.state import ReadState
 from schemas.dataset_info import DatasetInfo, load_dataset_info
@@ -147,7 +147,7 @@ def _resolved(data, split, batch_size, options, state) -> Read:
     shuffle = options.shuffles(split)
     _check(options, batch_size, shuffle)
     if state is not None:
-        seed = _check_resumable(options, state, info, split)
+        seed = _check_resumable(options, state, info, split, shards)
     else:
         seed = options.seed
         if seed is None and (shuffle or options.augmenting):
@@ -197,7 +197,7 @@ def _advanced(saved: ReadState, share: Share, seed, batch_size, options, info, s
         epoch=segment.first_epoch,
         num_workers=options.workers()[0],
         dataset=split_fingerprint(info, split),
-        order=options.order(split),
+        order=options.order(split, share.plan.by_place),
         elastic=segment.elastic,
     )
 
@@ -302,7 +302,9 @@ def _check_sources(mixture: Mixture, infos: list[DatasetInfo]) -> None:
             raise InvalidValueError("reader.mix: path records of mixed sources share one path_root")
 
 
-def _check_resumable(o: ReadOptions, state: ReadState, info: DatasetInfo, split: str) -> int:
+def _check_resumable(
+    o: ReadOptions, state: ReadState, info: DatasetInfo, split: str, shards: list[dict]
+) -> int:
     """A state resumes only the read it was saved from (the seed, the split's shards and
     the options that shape the order); the start comes from it. Returns the seed."""
     if o.seed is not None and o.seed != state.seed:
@@ -313,7 +315,8 @@ def _check_resumable(o: ReadOptions, state: ReadState, info: DatasetInfo, split:
         raise InvalidValueError(
             "resume takes the start from the state: leave start_step/start_epoch 0"
         )
-    state.check_same_read(split_fingerprint(info, split), o.order(split), split)
+    by_place = random_access(shards, o.random_access)
+    state.check_same_read(split_fingerprint(info, split), o.order(split, by_place), split)
     return state.seed
 
 

@@ -165,22 +165,25 @@ class ReadOptions:
         """Whether a read of ``split`` shuffles: ``shuffle``, by default "train" only."""
         return split == "train" if self.shuffle is None else self.shuffle
 
-    def order(self, split: str) -> str:
+    def order(self, split: str, by_place: bool = False) -> str:
         """The options that shape the read order of ``split``, as sorted ``name=value``
-        pairs: a resumed read must be given the same (``ReadState.order``)."""
+        pairs: a resumed read must be given the same (``ReadState.order``). ``by_place``:
+        the shards are read by place (``random_access``), each epoch one permutation,
+        which the runs' and windows' options do not shape (a state saved before, by
+        runs, names none: resumed with ``random_access=False``)."""
         shuffle = self.shuffles(split)
-        shaping = {
-            "shuffle": shuffle,
-            "cycle_length": self.cycle_length or DEFAULT_CYCLE,
-            "block_length": self.block_length,
-            "random_crop": self.random_crop,
-        }
+        shaping = {"shuffle": shuffle, "random_crop": self.random_crop}
+        if shuffle and by_place:
+            shaping["random_access"] = True
+        else:
+            shaping["cycle_length"] = self.cycle_length or DEFAULT_CYCLE
+            shaping["block_length"] = self.block_length
         if self.random_crop:
             for name in ("crop_scale", "crop_ratio"):  # a value has no space in it
                 shaping[name] = ",".join(repr(v) for v in getattr(self, name))
         if self.random_flip:
             shaping["random_flip"] = True
-        if shuffle:
+        if shuffle and not by_place:
             shaping["shuffle_buffer"] = self.shuffle_buffer
         return " ".join(f"{k}={v}" for k, v in sorted(shaping.items()))
 

@@ -84,7 +84,7 @@ class Share:
         counts = [s["num_examples"] for s in shards]
         order_seed = seed if shuffle else None
         cycle = options.cycle_length or DEFAULT_CYCLE
-        whole = _random_access(shards, options.random_access)
+        whole = random_access(shards, options.random_access)
         plans = {}
 
         def plan_of(workers: int, w: int) -> ReadPlan:
@@ -194,7 +194,7 @@ def _warn_uneven(split: str, n_files: int, num_workers: int) -> None:
         )
 
 
-def _random_access(shards: list[dict], asked: bool | None) -> bool:
+def random_access(shards: list[dict], asked: bool | None) -> bool:
     """Whether a shuffled epoch is one permutation of the records, fetched by place
     (``ReadOptions.random_access``): where every record is one pread away (local shards
     with an index), unless ``asked`` is False; ``asked`` True where it is not, an error."""

@@ -74,3 +74,35 @@ def test_random_access_true_is_refused_where_records_cannot_be_fetched_by_place(
     assert sum(len(b["key"]) for b in got) == 12
     with pytest.raises(TypeError, match="random_access must be True, False or None"):
         reader.make_dataset(out, "train", 4, random_access="yes")
+
+
+def test_a_state_names_whether_it_was_read_by_place(tmp_path):
+    """A state saved reading by place resumes only by place (the runs would read some
+    records twice, others never), whatever the runs' options; one saved by runs (as
+    every state before random access) resumes with random_access=False."""
+    from dataset_writer import write_dataset
+
+    import reader
+    from evenshard import synthetic
+
+    root = tmp_path / "images"
+    synthetic.make_image_folder(str(root), num_labels=2, per_label=12, formats=("png",))
+    out = str(tmp_path / "ds")
+    write_dataset(str(root), out, "--splits=train=1.0", "--num_shards=2")
+    opts = dict(seed=4, decode=False, epochs=2)
+    whole = [k for b in reader.make_dataset(out, "train", 4, **opts) for k in b["key"].numpy()]
+    state = reader.ReadState(seed=4, batch_size=4, epoch=0, step=3)
+    ds, saved = reader.resume(out, "train", state, **opts)
+    assert [k for b in ds for k in b["key"].numpy()] == whole[12:]
+    with pytest.raises(ValueError, match="random_access"):
+        reader.resume(out, "train", saved, **opts, random_access=False)
+    ds, _ = reader.resume(out, "train", saved, **opts, cycle_length=3)  # shapes no permutation
+    assert [k for b in ds for k in b["key"].numpy()] == whole[12:]
+    runs = dict(opts, random_access=False)
+    by_runs = [k for b in reader.make_dataset(out, "train", 4, **runs) for k in b["key"].numpy()]
+    assert by_runs != whole and sorted(by_runs) == sorted(whole)
+    _, saved = reader.resume(out, "train", state, **runs)
+    with pytest.raises(ValueError, match="random_access"):
+        reader.resume(out, "train", saved, **opts)
+    ds, _ = reader.resume(out, "train", saved, **runs)
+    assert [k for b in ds for k in b["key"].numpy()] == by_runs[12:]
