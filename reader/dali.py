@@ -25,7 +25,7 @@ from reader.dali_decode import (
     modules,
 )
 from reader.example_batches import refuse_examples
-from reader.read import merge
+from reader.read import merge, start_state
 from reader.read_options import ReadOptions
 from reader.source import RecordSource
 
@@ -52,8 +52,9 @@ def make_dali_pipeline(
         device: "gpu" (decode with nvJPEG: DALI's "mixed"), "cpu", or None:
             the GPU when DALI sees one.
         num_threads: DALI's CPU threads.
-        state: a :class:`reader.ReadState` to resume (any worker count); the
-            reader's ``state`` is then the state to advance by the batches consumed.
+        state: a :class:`reader.ReadState` to resume (any worker count); or, as on
+            every face, the reader's ``load_state_dict(saved)`` with what its
+            ``state_dict()`` gave (``state``: the state the read starts from).
 
     Raises:
         DatasetError: the dataset holds a format DALI does not decode (GIF),
@@ -64,6 +65,8 @@ def make_dali_pipeline(
     options = merge(options, overrides)
     refuse_examples(data_dir, "make_dali_pipeline")  # DALI decodes images
     check_options(options)
+    if state is None:  # the read as a state from its start: state_dict() says where
+        state, options = start_state(options, split, batch_size)
     source = RecordSource(data_dir, split, batch_size, options, state)
     for part in source.read.sources:
         check_formats(part.data_dir, part.info)

@@ -8,6 +8,7 @@ both stand on. DALI decodes with the readers' decoding rules (docs/convert.md#de
 from __future__ import annotations
 
 import collections
+import dataclasses
 
 import numpy as np
 
@@ -16,6 +17,7 @@ from reader.option_groups import GROUPS, refuse_untaken
 from reader.pydecode import image_shape
 from reader.read_options import ReadOptions
 from reader.source import Batch, RecordSource
+from reader.state import ReadState
 from schemas.dataset_info import DatasetInfo
 from schemas.errors import InvalidValueError
 from schemas.images import DALI_FORMATS
@@ -38,12 +40,15 @@ class DaliReader:
     str), ``mask`` (bool: False on padding, whose image is zeros).
     ``pipeline`` is the DALI pipeline itself (its external source, named
     "encoded", pulls the encoded images; out come the images), ``len()`` the
-    number of batches. Iterating again starts the read again.
+    number of batches. Iterating again starts the read again. ``state_dict()`` and
+    ``load_state_dict()`` save and resume the read as every face's do (torchdata's
+    names); ``state`` is the state the read starts from.
     """
 
     def __init__(self, source: RecordSource, device: str):
         self.source, self.device = source, device
-        self.state = source.read.state  # given a state: the one to advance
+        self.state = source.read.state  # the state the read starts from
+        self._consumed = 0  # batches this iteration yielded
         self.pipeline = None  # built by make_dali_pipeline
         self._batches = iter(())
         self._fed: collections.deque[Batch] = collections.deque()
@@ -83,6 +88,7 @@ class DaliReader:
         self._fresh = False
         self._fed.clear()
         self._batches = iter(self.source)
+        self._consumed = 0
         while True:
             try:
                 (images,) = self.pipeline.run()
@@ -92,7 +98,28 @@ class DaliReader:
                 if "decoders.image" not in str(e):
                     raise
                 raise _undecodable(e, self._fed) from None
-            yield self._output(images, self._fed.popleft())
+            out = self._output(images, self._fed.popleft())
+            self._consumed += 1
+            yield out
+
+    def state_dict(self) -> dict:
+        """Where this read stands: ``{"read_state": ReadState JSON}``, advanced by the
+        batches this iteration yielded (not those DALI decoded ahead)."""
+        return {"read_state": self.state.advance(self._consumed).to_json()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Continues the read ``state_dict`` saved (any worker count: the ranks of this
+        run read what the saved ones left, each record once) at the next iteration."""
+        if not isinstance(state_dict, dict) or "read_state" not in state_dict:
+            got = "no read_state" if isinstance(state_dict, dict) else type(state_dict).__name__
+            raise InvalidValueError(
+                f"not a reader state ({got}): load_state_dict takes a dict as state_dict() gives it"
+            )
+        data_dir, split, batch_size, options = self.source.made_with
+        options = dataclasses.replace(options, start_epoch=0, start_step=0)
+        saved = ReadState.from_json(state_dict["read_state"])
+        self.source = RecordSource(data_dir, split, batch_size, options, saved)
+        self.state, self._consumed = self.source.read.state, 0
 
     def _output(self, images, batch: Batch) -> dict:
         if self.device == "gpu":

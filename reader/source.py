@@ -206,6 +206,7 @@ class RecordSource:
     ):
         self.read = resolve(data_dir, split, batch_size, options, state)
         self.options, self.batch_size = self.read.options, batch_size
+        self.made_with = (data_dir, split, batch_size, options)  # a resume makes it again
         # a local record's place in its batch, not its bytes (``_Part.fetch``): not
         # where rows are kept by their keys (the state's excluded ones)
         placed = placed and not self.read.excluded

@@ -158,6 +158,33 @@ def test_dali_and_torch_resume_mid_epoch(data_761):
         assert tail == whole[30:], name
 
 
+def test_every_face_saves_and_resumes_with_state_dict(data_761):
+    """One protocol on every face (torchdata's names): a read left after 7 batches,
+    its ``state_dict()`` loaded by a new reader with ``load_state_dict()``, goes on
+    with batch 7; before, DALI's face had a ``state`` attribute alone."""
+    import reader
+
+    kw = dict(seed=9, epochs=2)
+
+    def make(name):
+        if name == "numpy":
+            return reader.NumpyReader(
+                data_761[1], "train", 32, image_size=SIZE, num_processes=0, **kw
+            )
+        return reader_named(name, data_761[1], "train", 32, **kw)
+
+    for name in (*NAMES, "numpy"):
+        first = make(name)
+        whole, saved = [], None
+        for i, batch in enumerate(first):
+            whole.append(list(batch["key"]))
+            if i == 6:
+                saved = first.state_dict()
+        again = make(name)
+        again.load_state_dict(saved)
+        assert [list(b["key"]) for b in again] == whole[7:], name
+
+
 def _train(reader_, model, optimizer, steps: int) -> list[float]:
     import torch
 
