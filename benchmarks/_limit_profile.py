@@ -43,20 +43,23 @@ def _self_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _run(batches) -> tuple[float, float, float, int, float]:
-    """(tree CPU s, own CPU s, wall s, images, steady tree CPU s an image) of one epoch
-    of ``batches``; steady: from the first batch on (the pipeline's making left out)."""
+def _run(batches) -> tuple[float, float, float, int, float, float]:
+    """(tree CPU s, own CPU s, wall s, images, steady tree CPU s an image, steady own
+    CPU s an image) of one epoch of ``batches``; steady: from the first batch on (the
+    pipeline's making left out)."""
     pid, n = os.getpid(), 0
     cpu0, own0, t0 = sum(_tree_cpu(pid).values()), _self_cpu(), time.perf_counter()
     last = first = cpu0
-    first_n = 0
+    first_n, own_first = 0, own0
     for _images, count in batches:
         n += count
         last = sum(_tree_cpu(pid).values())  # the workers live until the read ends
         if not first_n:
-            first, first_n = last, n
+            first, first_n, own_first = last, n, _self_cpu()
     steady = (last - first) / max(n - first_n, 1)
-    return last - cpu0, _self_cpu() - own0, time.perf_counter() - t0, n, steady
+    own = _self_cpu()
+    own_steady = (own - own_first) / max(n - first_n, 1)
+    return last - cpu0, own - own0, time.perf_counter() - t0, n, steady, own_steady
 
 
 def main(data: str, size: int, rounds: int, stages: str = "") -> dict:
@@ -110,8 +113,8 @@ def main(data: str, size: int, rounds: int, stages: str = "") -> dict:
     best: dict = {}
     for _ in range(rounds):
         for name, fn in runs.items():
-            tree, own, wall, n, steady = _run(fn())
-            us = (1e6 * tree / n, 1e6 * own / n, n / wall, 1e6 * steady)
+            tree, own, wall, n, steady, own_steady = _run(fn())
+            us = (1e6 * tree / n, 1e6 * own / n, n / wall, 1e6 * steady, 1e6 * own_steady)
             if name not in best or us[0] < best[name][0]:
                 best[name] = us
     cpu = {k: round(v[0]) for k, v in best.items()}
@@ -122,6 +125,7 @@ def main(data: str, size: int, rounds: int, stages: str = "") -> dict:
         "cpu_us_per_image": cpu,
         "consumer_us_per_image": {k: round(v[1]) for k, v in best.items()},
         "steady_cpu_us_per_image": {k: round(v[3]) for k, v in best.items()},
+        "steady_consumer_us_per_image": {k: round(v[4]) for k, v in best.items()},
         "images_per_s": {k: round(v[2]) for k, v in best.items()},
         "load": round(os.getloadavg()[0], 1),
     }

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import numbers
 import secrets
 
@@ -72,9 +73,10 @@ class Read:
     def shuffled(self) -> bool:
         return any(s.share.shuffle for s in self.sources)
 
-    @property
+    @functools.cached_property
     def excluded(self) -> frozenset:
-        """Keys whose rows come as padding rows (the state's ``excluded``)."""
+        """Keys whose rows come as padding rows (the state's ``excluded``; made once: a
+        batch's rows are looked up in it)."""
         return frozenset(self.state.excluded or ()) if self.state is not None else frozenset()
 
     @property

@@ -9,6 +9,7 @@ route's workers fetch their records so, the reader sending places, not bytes.
 
 from __future__ import annotations
 
+import bisect
 import os
 from collections import OrderedDict
 from typing import NamedTuple
@@ -76,7 +77,9 @@ class Records:
         self._tables = [s["table"] for s in shards]
         self._sizes = [s["num_bytes"] for s in shards]
         counts = [s["num_examples"] for s in shards]
-        self._firsts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        # each shard's first record, as a list: ``bisect`` finds a record's shard in a
+        # fraction of numpy's per-call cost (a record's place is looked up per record)
+        self._firsts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64).tolist()
         self._fds: dict[str, int] = {}  # path -> an open descriptor, opened on first use
         self._copies: dict[int, list] = {}  # shard -> the cache's local copies (``use``)
 
@@ -94,8 +97,8 @@ class Records:
 
     def where(self, i: int) -> tuple[str, int, int]:
         """(shard path, byte offset, framed size) of record ``i``."""
-        f = int(np.searchsorted(self._firsts, i, side="right")) - 1
-        offset, size = self._tables[f][i - int(self._firsts[f])]
+        f = bisect.bisect_right(self._firsts, i) - 1
+        offset, size = self._tables[f][i - self._firsts[f]]
         return self._paths[f], int(offset), int(size)
 
     def use(self, copies) -> None:
@@ -112,9 +115,9 @@ class Records:
 
     def place(self, i: int) -> Place:
         """Where record ``i`` lies (a local copy of the cache's where ``use`` gave one)."""
-        f = int(np.searchsorted(self._firsts, i, side="right")) - 1
-        r = i - int(self._firsts[f])
-        offset, size = (int(v) for v in self._tables[f][r])
+        f = bisect.bisect_right(self._firsts, i) - 1
+        r = i - self._firsts[f]
+        offset, size = self._tables[f][r].tolist()
         path, base, listed = self._paths[f], 0, self._sizes[f]
         for first, end, copy, copy_base, copy_size in self._copies.get(f, ()):
             if first <= r < end:
