@@ -24,7 +24,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs import paths
 from beam_jobs.dead_letters import SplitRejects
-from beam_jobs.inspect_images import InspectImage, open_error
+from beam_jobs.inspect_images import InspectImage, carried, open_error
 from beam_jobs.pass_through import record_facts
 from beam_jobs.record_rules import RecordFormat, RecordProblem, RecordRules
 from beam_jobs.records import Candidate, make_reject
@@ -44,29 +44,6 @@ def record_files(fmt: RecordFormat, pattern: str, root: str, named_only: bool, l
     if named_only:
         files = [f for f in files if fmt.named(paths.relative_to(root, f) or f)]
     return files
-
-
-# A bucket's records whose images are this small carry their bytes to the shard writer
-# (``Image.data``) instead of the writer reading each again: there a read is a request
-# (1.7 ms of the client's CPU on the loopback server, tens of ms of latency on a real
-# bucket) for a few KB; one-example files of 2 KB JPEGs were two requests a record.
-# What a worker process has carried is bounded (``CARRY_BUDGET``), so the local
-# runner, which holds what travels in memory, holds at most that much a worker; past it,
-# the writer reads again. Local files are read again as before (a read is a few µs).
-CARRY_BYTES = 64 << 10
-CARRY_BUDGET = 256 << 20
-_carried_bytes = 0  # by this process
-
-
-def carried(path: str, image: bytes) -> bytes | None:
-    """``image`` when it is to travel with its record (``CARRY_BYTES``), else None."""
-    global _carried_bytes
-    if not paths.is_url(path) or len(image) > CARRY_BYTES:
-        return None
-    if _carried_bytes + len(image) > CARRY_BUDGET:
-        return None
-    _carried_bytes += len(image)
-    return image
 
 
 class ReadRecordFile(beam.DoFn):

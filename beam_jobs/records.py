@@ -104,8 +104,8 @@ class Image(NamedTuple):
     # and length in the run's copy); None for an image file
     record: tuple[int, ...] | None = None
     # the image's bytes, carried from inspection to the shard writer instead of read
-    # again: a bucket's small records only (``record_source.carried``), where the second
-    # read is a request for a few KB; None: the writer reads them again
+    # again: a bucket's small images, files or records (``inspect_images.carried``), where a
+    # second read is a request for a few KB; None: the writer reads them again
     data: bytes | None = None
 
 

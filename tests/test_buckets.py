@@ -115,6 +115,34 @@ def test_convert_from_a_bucket_to_a_bucket(bucket, tmp_path, caplog):
     assert "EVENSHARD_GCP_ANONYMOUS" not in os.environ
 
 
+def test_a_bucket_images_are_each_fetched_once(bucket, tmp_path, monkeypatch):
+    """A bucket's small images carry their bytes from inspection to the shard writer:
+    one request an image (two before: the writer fetched each again), the shards the
+    same bytes as the same folder's convert from the local disk."""
+    import collections
+
+    root = tmp_path / "images"
+    synthetic.make_image_folder(str(root), num_labels=2, per_label=6, formats=("png", "jpeg"))
+    images = bucket.upload(str(root), "in/once")
+    fetched = collections.Counter()
+    read_range = storage.read_range
+
+    def counted(path, size, start=0):
+        fetched[path] += 1
+        return read_range(path, size, start)
+
+    monkeypatch.setattr(storage, "read_range", counted)
+    flags = ("--splits=train=1.0", "--num_shards=2")
+    run_convert(images, str(tmp_path / "from_bucket"), *flags)
+    monkeypatch.setattr(storage, "read_range", read_range)
+    shown = {p: n for p, n in fetched.items() if p.startswith(images)}
+    assert len(shown) == 12 and set(shown.values()) == {1}, shown
+    run_convert(str(root), str(tmp_path / "from_disk"), *flags)
+    for shard in ("train-00000-of-00002.tfrecord", "train-00001-of-00002.tfrecord"):
+        a, b = (open(tmp_path / d / shard, "rb").read() for d in ("from_bucket", "from_disk"))
+        assert a == b, shard
+
+
 def test_the_local_default_counts_a_bucket_input_as_it_counts_a_folder(bucket, tmp_path):
     """Below MULTI_PROCESSING_FROM inputs, one in-memory worker, for a bucket's folder or
     manifest too (a URL counted as large: 1,469 images in a bucket ran on every core).
