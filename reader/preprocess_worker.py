@@ -153,10 +153,9 @@ def _fetch_placed(task, worker: dict, skip: bool, failed: list) -> None:
     (a stand-in, masked) and said in ``failed``, else its error is raised."""
     images, labels, keys, _, real = task
     fds = worker.setdefault("fds", Descriptors())
-    for row, encoded in enumerate(images):
-        if type(encoded) is not tuple:
-            continue
-        place, kind, root = encoded
+    placed = [(e[0], row) for row, e in enumerate(images) if type(e) is tuple]
+    for _, row in sorted(placed):  # shard by shard, each opened once a batch
+        place, kind, root = images[row]
         try:
             image, label, key = parse(fetch(place, fds), kind, root)
             images[row] = image.tobytes()  # (a view of the parse's bytes: copied once)

@@ -129,14 +129,20 @@ class Records:
 
     def many(self, ids) -> np.ndarray:
         """The records of ``ids``, as an object array of bytes (a chunk for tf.data).
+        Fetched shard by shard (``ids`` sorted, the answer in their order), one shard
+        open at a time: a chunk of a permutation touches most of a split's shards, and
+        holding each open to the chunk's end ran out of descriptors at a few hundred.
         Safe from several threads at once (tf.data runs chunks in parallel): each call
         opens and closes its own descriptors."""
-        fds: dict[str, int] = {}
+        ids = np.asarray(ids, np.int64)
+        out = np.empty(len(ids), dtype=object)
+        fds = Descriptors(most=1)
         try:
-            return np.array([self._get(int(i), fds) for i in ids], dtype=object)
+            for j in np.argsort(ids, kind="stable").tolist():
+                out[j] = self._get(int(ids[j]), fds)
         finally:
-            for fd in fds.values():
-                os.close(fd)
+            fds.close()
+        return out
 
 
 def span(table, start: int, stop: int) -> tuple[int, int]:

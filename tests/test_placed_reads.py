@@ -82,3 +82,31 @@ def test_a_damaged_record_fetched_in_a_worker_names_its_shard(data, tmp_path):
     with pytest.raises(reader.DatasetError, match=rf"{os.path.basename(path)}.*corrupt"):
         for _ in reader.NumpyReader(copy, "train", B, num_processes=2, **OPTS):
             pass
+
+
+def test_a_read_by_place_of_many_shards_holds_few_descriptors(tmp_path):
+    """A chunk of one permutation touches most shards: 300 shards read under a limit of
+    200 open files (a read held every shard a chunk touched open: "Too many open
+    files"), on tf.data and on the Python route's workers."""
+    import subprocess
+    import sys
+
+    root = tmp_path / "images"
+    synthetic.make_image_folder(str(root), num_labels=2, per_label=150, formats=("png",))
+    out = str(tmp_path / "ds")
+    write_dataset(str(root), out, "--splits=train=1.0", "--num_shards=300")
+    script = f"""
+import resource
+resource.setrlimit(resource.RLIMIT_NOFILE, (200, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+import reader
+ds = reader.make_dataset({out!r}, "train", 16, seed=0, decode=False)
+keys = [k for b in ds for k in b["key"].numpy()]
+assert len(set(keys)) == 300, len(set(keys))
+r = reader.NumpyReader({out!r}, "train", 16, seed=0, image_size=(8, 8), num_processes=2)
+assert len({{k for b in r for k in b["key"]}}) == 300
+print("ok")
+"""
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert run.stdout.strip().endswith("ok"), run.stderr[-2000:]
