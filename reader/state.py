@@ -203,6 +203,13 @@ class ReadState:
             )
         if self.order in (None, order):
             return
+        if "random_access=" in order and "random_access=" not in self.order:
+            raise InvalidValueError(
+                "the state was saved reading the shards in runs and windows (every state "
+                "before random access, and any read with random_access=False); this read "
+                "fetches records by place, in another order: pass random_access=False to "
+                "resume it"
+            )
         raise InvalidValueError(
             f"the state was saved reading with other order options ({changes(self.order, order)}"
             "): the order would differ and some examples would be read twice, others never; "
