@@ -229,6 +229,44 @@ def _stars(element, rule) -> tuple[str, int, list[list[str]]]:
     return component, len(members), star_clusters(members, rule)
 
 
+class _Lengths(beam.CombineFn):
+    """Images -> {stored vector length (hex digits): the smallest key of that length}:
+    as many entries as lengths, one in a sound run."""
+
+    def create_accumulator(self) -> dict:
+        return {}
+
+    def add_input(self, found: dict, image: Image) -> dict:
+        size = len(image.near)
+        if size not in found or image.key < found[size]:
+            found[size] = image.key
+        return found
+
+    def merge_accumulators(self, accumulators) -> dict:
+        merged: dict = {}
+        for found in accumulators:
+            for size, key in found.items():
+                if size not in merged or key < merged[size]:
+                    merged[size] = key
+        return merged
+
+    def extract_output(self, found: dict) -> dict:
+        return found
+
+
+def _of_one_length(stars: list, lengths: dict, spec: str) -> list:
+    """``stars`` when every image's vector has one length; else the run stops naming an
+    image of each of two lengths (before, only vectors that met in a band were compared,
+    and a dataset whose vectors differed was written)."""
+    if len(lengths) > 1:
+        (a, key_a), (b, key_b) = sorted(lengths.items())[:2]
+        raise near_embedding.InvalidValueError(
+            f"--near_embedding {spec} gave vectors of {a // 2} values ({key_a}) and of "
+            f"{b // 2} ({key_b}): it must return the same length for every image"
+        )
+    return stars
+
+
 def clusters_of(forest, stars: list):
     """The forest (:class:`_Forest`'s output: its given splits and --group_by edges are
     used here), each component's clusters (:func:`_stars`, in any order) -> (table,
@@ -380,7 +418,15 @@ class NearDuplicates(beam.PTransform):
             | "Stars" >> beam.Map(_stars, pair_rule)
             | "AllStars" >> beam.combiners.ToList()
         )
-        clusters = forest | "Clusters" >> beam.Map(clusters_of, beam.pvalue.AsSingleton(stars))
+        stars_found = beam.pvalue.AsSingleton(stars)
+        if self._embedding is not None:  # every vector one length, checked over them all
+            lengths = images | "VectorLengths" >> beam.CombineGlobally(_Lengths())
+            stars_found = beam.pvalue.AsSingleton(
+                stars
+                | "OneLength"
+                >> beam.Map(_of_one_length, beam.pvalue.AsSingleton(lengths), self._embedding[0])
+            )
+        clusters = forest | "Clusters" >> beam.Map(clusters_of, stars_found)
         table = beam.pvalue.AsSingleton(clusters)
         dealt = images.pipeline | "NoneToDeal" >> beam.Create([{}])
         if self._rule is not None and keep == "all":

@@ -51,6 +51,12 @@ class Embedder:
             return []
         if self._batched:
             vectors = self._fn([im.near for im in batch])
+            if not hasattr(vectors, "__len__"):
+                raise InvalidValueError(
+                    f"--near_embedding {self._spec} gave a {type(vectors).__name__} for a "
+                    f"batch of {len(batch)} images (the first {batch[0].key}): a batched "
+                    "function returns an array or a list, one row an image"
+                )
             if len(vectors) != len(batch):
                 raise InvalidValueError(
                     f"--near_embedding {self._spec} gave {len(vectors)} vectors for a batch of "

@@ -100,11 +100,11 @@ def summary(info: dict, output_dir: str, seconds: float) -> str:
         found = info["near_duplicates"]
         lines.append("  " + describe(found))
         if found.get("largest_cluster", 0) > max(10, info["inputs"] // 20):
+            tighter = "raise --near_threshold" if "embedding" in found else "lower --near_distance"
             lines.append(
                 f"  ! one cluster holds {found['largest_cluster']} of {info['inputs']} inputs "
                 "(one picture with many copies, or images too smooth to tell apart) and "
-                "it moves its split's share; look at it with evenshard leaks, or lower "
-                "--near_distance"
+                f"it moves its split's share; look at it with evenshard leaks, or {tighter}"
             )
     lines.append(f"  labels: {len(info['labels'])}; output: {output_dir}")
     if "runner" in info:

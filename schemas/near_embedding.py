@@ -26,7 +26,8 @@ shares a whole band with probability (1 - theta / pi) ** BAND_BITS, and one of
 ``bands_for(threshold)`` bands (chosen so a pair at the threshold is missed with
 probability at most ``MISS``; a closer pair, less) nearly always. Only the vectors
 that share a band value are compared: a band value holds about 1 / 4,096 of
-unrelated images. Unlike the hash's bands this is probabilistic (a pair at the
+vectors in unrelated directions (a real model's vectors share a component, and
+share bands far more: docs/convert.md). Unlike the hash's bands this is probabilistic (a pair at the
 threshold is missed once in 10,000; at 0.02 above it, about never), but fixed: the
 same hyperplanes, the same misses, in convert and in the audit, whose wider
 threshold takes more bands (a superset of convert's).
@@ -46,7 +47,7 @@ from schemas.errors import InvalidValueError
 
 DEFAULT_THRESHOLD = 0.95
 AUDIT_MARGIN = 0.05  # evenshard leaks: the threshold this much lower, to see what convert missed
-BAND_BITS = 12  # signs a band: a band value holds about 1 / 4,096 of unrelated vectors
+BAND_BITS = 12  # signs a band: a band value holds ~1 / 4,096 of vectors in unrelated directions
 MAX_BANDS = 64  # ... and at most this many bands (768 hyperplanes)
 MISS = 1e-4  # a pair at the threshold shares no band with at most this probability
 BATCH_SIZE = 32  # images a batched function is given at once, unless it says

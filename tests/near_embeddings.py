@@ -35,3 +35,18 @@ def flat(image: np.ndarray) -> np.ndarray:
 
 
 NOT_A_FUNCTION = 3
+
+
+def one_longer(image: np.ndarray) -> np.ndarray:
+    """The histogram, one value longer for the one image whose top-left pixel is the
+    brightest of the corpus's: vectors of two lengths in one run."""
+    vector = histogram(image)
+    return np.append(vector, 1.0) if int(image[0, 0].sum()) >= 700 else vector
+
+
+def generated(images: list[np.ndarray]):
+    """A batched function that returns a generator, not one row an image."""
+    return (histogram(im) for im in images)
+
+
+generated.batched = True

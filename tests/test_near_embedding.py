@@ -236,6 +236,32 @@ def test_a_function_that_gives_no_vector_stops_the_run_naming_the_image(corpus, 
         run_convert(corpus[0], str(tmp_path / "flat"), *flags)
 
 
+def test_vectors_of_two_lengths_stop_the_run_naming_an_image_of_each(tmp_path):
+    """Lengths were compared only where two vectors met in a band: a run whose vectors
+    differed was written, and leaks refused it later."""
+    root = tmp_path / "in" / "x"
+    root.mkdir(parents=True)
+    rng = np.random.default_rng(3)
+    for i in range(6):
+        pixels = rng.integers(0, 200, (24, 24, 3), dtype=np.uint8)
+        if i == 4:
+            pixels[0, 0] = 255  # the one image one_longer lengthens
+        Image.fromarray(pixels).save(root / f"p{i}.png")
+    flags = ("--dedupe=near", "--near_embedding=tests.near_embeddings:one_longer")
+    with pytest.raises(
+        Exception, match=r"gave vectors of 64 values \(x/p\d\.png\) and of 65 \(x/p4\.png\)"
+    ):
+        run_convert(str(tmp_path / "in"), str(tmp_path / "out"), *flags, "--splits=train=1")
+
+
+def test_a_batched_function_that_returns_a_generator_is_said_in_one_line(corpus, tmp_path):
+    flags = ("--dedupe=near", "--near_embedding=tests.near_embeddings:generated")
+    with pytest.raises(
+        Exception, match=r"tests.near_embeddings:generated gave a generator .* one row an image"
+    ):
+        run_convert(corpus[0], str(tmp_path / "gen"), *flags)
+
+
 def test_leaks_finds_the_copies_by_the_rule_convert_used(corpus, grouped, tmp_path, capsys):
     """A set of copies converted apart from their pictures: the audit, reading the rule
     and the vectors from the datasets, finds each copy's picture across, as a brute
