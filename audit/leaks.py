@@ -144,13 +144,15 @@ def _close_unique(unique: list[str], distance: int, slack: float, rule: int):
     return out
 
 
-def _close_vectors(unique: list[str], threshold: float, audit: float):
+def _close_vectors(unique: list[str], threshold: float, audit: float, centre=None):
     """(u, v, weight, grouped) for distinct stored vectors u < v whose cosine is at least
     ``audit`` (found as convert finds them, by the bands of ``audit``: a superset of
     convert's); weight: (1 - cosine) scaled (``EmbeddingRule.weights``); grouped:
     whether convert's rule (cosine >= ``threshold``) matches them too."""
     vectors = near_embedding.parse_many([bytes.fromhex(v) for v in unique])
-    pairs = near_embedding.candidate_pairs(vectors, near_embedding.bands_for(audit))
+    shared = centre["shared"] if centre else 0.0  # (the bands sized from the centre)
+    bands = near_embedding.bands_for(near_embedding.centred_threshold(audit, shared))
+    pairs = near_embedding.candidate_pairs(vectors, bands, centre)
     out = []
     for u, v in pairs:
         c = near_embedding.cosines(vectors[u : u + 1], vectors[v : v + 1])[0, 0]
@@ -165,7 +167,11 @@ def rule_of(info: dict) -> dict:
     {"distance"} (the hash's; the default where the dataset was converted without)."""
     found = info.get("near_duplicates") or {}
     if "embedding" in found:
-        return {"embedding": found["embedding"], "threshold": found["threshold"]}
+        return {
+            "embedding": found["embedding"],
+            "threshold": found["threshold"],
+            "centre": found.get("centre"),  # (None: converted before the centre)
+        }
     return {"distance": found.get("distance", near.DEFAULT_DISTANCE)}
 
 
@@ -195,7 +201,7 @@ def find(
     if "embedding" in convert_rule:  # the user's vectors, by cosine (Side.embedding)
         threshold = convert_rule["threshold"]
         audit = max(0.0, threshold - near_embedding.AUDIT_MARGIN)
-        close = _close_vectors(list(unique), threshold, audit)
+        close = _close_vectors(list(unique), threshold, audit, convert_rule.get("centre"))
     else:
         close = _close_unique(list(unique), distance, slack, rule)
     reach = masks.copy()  # the splits holding the value or a value that matches
@@ -223,7 +229,7 @@ def find(
     pairs = _closest(close, masks, inverse, group, side_of, len(sides), top, keys)
     embedded = "embedding" in convert_rule
     return {
-        "rule": convert_rule,
+        "rule": {k: v for k, v in convert_rule.items() if k != "centre"},  # (a vector)
         "audit_rule": {"threshold": audit} if embedded else {"distance": distance},
         "distance": None if embedded else distance,
         "convert_distance": None if embedded else rule,

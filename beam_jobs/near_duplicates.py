@@ -94,13 +94,15 @@ from schemas import near, near_embedding
 _GROUP = "\x00group\x00"  # a --group_by group's node in the union-find (never a key)
 
 
-def _in_bands(im: Image, rule):
+def _in_bands(im: Image, rule, centre=None):
+    if centre is not None:  # the user's embedding: bands from the run's mean vector
+        rule = rule.centred(centre)
     raw = bytes.fromhex(im.near)  # half the hex: about 20 copies an image are shuffled
     for band in rule.bands_of(raw):
         yield band, (im.key, raw, im.split)
 
 
-def _bucket_edges(element, rule):
+def _bucket_edges(element, rule, centre=None):
     """((band, value), [(key, fingerprint's bytes, split)]) -> (weight, key, split, key, split)
     edges: the pairs that match (``rule.bucket_pairs``: the hash's rule,
     ``near.matches``, or the embedding's cosine) and share no value of an earlier band
@@ -108,6 +110,8 @@ def _bucket_edges(element, rule):
     each), thinned to the bucket's minimum spanning forest (the lightest edges that
     join what its pairs join: the forest of all the buckets' forests is that of all
     the pairs)."""
+    if centre is not None:
+        rule = rule.centred(centre)
     (band, _), members = element
     if len(members) < 2:
         return
@@ -227,6 +231,40 @@ def _stars(element, rule) -> tuple[str, int, list[list[str]]]:
     component, members = element
     members = list(members)
     return component, len(members), star_clusters(members, rule)
+
+
+class _Centre(beam.CombineFn):
+    """Images -> the run's centre (``near_embedding.centre_of``: integer sums, the same
+    on any runner), or None when there is none or their lengths differ (the run stops
+    on those: ``_of_one_length``)."""
+
+    def create_accumulator(self):
+        return None, 0, 0  # (sum, count, sum of squared norms); a sum of None: two lengths
+
+    def add_input(self, acc, image: Image):
+        vector = np.frombuffer(bytes.fromhex(image.near), np.int8).astype(np.int64)
+        return self.merge_accumulators([acc, (vector, 1, int(vector @ vector))])
+
+    def merge_accumulators(self, accumulators):
+        total, count, squares = None, 0, 0
+        for part, n, sq in accumulators:
+            if not n:
+                continue
+            if part is None or (total is not None and len(total) != len(part)):
+                return None, count + n, 0
+            total = part.copy() if total is None else total + part
+            count, squares = count + n, squares + sq
+        return total, count, squares
+
+    def extract_output(self, acc):
+        total, count, squares = acc
+        return None if total is None else near_embedding.centre_of(total, count, squares)
+
+
+def _with_centre(described: dict, centre: tuple) -> dict:
+    """The rule's description, with the embedding's centre (stored: ``leaks`` takes the
+    bands from it too)."""
+    return {**described, "centre": centre[0]} if centre and centre[0] is not None else described
 
 
 class _Lengths(beam.CombineFn):
@@ -399,11 +437,15 @@ class NearDuplicates(beam.PTransform):
             spec, threshold = self._embedding
             pair_rule = near_embedding.EmbeddingRule(threshold)
             described = {"embedding": spec, "threshold": threshold}
+        centred: tuple = ()  # the embedding's bands are taken from the run's mean vector
+        if self._embedding is not None:
+            centre = images | "VectorMean" >> beam.CombineGlobally(_Centre())
+            centred = (beam.pvalue.AsSingleton(centre),)
         edges = (
             images
-            | "InBands" >> beam.FlatMap(_in_bands, pair_rule)
+            | "InBands" >> beam.FlatMap(_in_bands, pair_rule, *centred)
             | "GroupByBand" >> beam.GroupByKey()
-            | "PairsInBand" >> beam.FlatMap(_bucket_edges, pair_rule)
+            | "PairsInBand" >> beam.FlatMap(_bucket_edges, pair_rule, *centred)
         )
         if self._groups and keep == "all":
             groups = images | "GroupEdges" >> beam.FlatMap(_group_edges)
@@ -449,5 +491,10 @@ class NearDuplicates(beam.PTransform):
         return {
             "main": out["main"],
             "rejects": out["rejects"],
-            "summary": clusters | "Summary" >> beam.Map(summary, described, keep),
+            "summary": clusters
+            | "Summary"
+            >> beam.Map(
+                lambda found, *centre: summary(found, _with_centre(described, centre), keep),
+                *centred,
+            ),
         }
