@@ -88,6 +88,7 @@ from beam_jobs import near_splits, paths
 from beam_jobs.dead_letters import SplitRejects
 from beam_jobs.near_splits import SplitRule
 from beam_jobs.near_stars import star_clusters
+from beam_jobs.near_vectors import Centre, Lengths, of_one_length, with_centre
 from beam_jobs.records import Image, make_reject
 from schemas import near, near_embedding
 
@@ -233,78 +234,6 @@ def _stars(element, rule) -> tuple[str, int, list[list[str]]]:
     return component, len(members), star_clusters(members, rule)
 
 
-class _Centre(beam.CombineFn):
-    """Images -> the run's centre (``near_embedding.centre_of``: integer sums, the same
-    on any runner), or None when there is none or their lengths differ (the run stops
-    on those: ``_of_one_length``)."""
-
-    def create_accumulator(self):
-        return None, 0, 0  # (sum, count, sum of squared norms); a sum of None: two lengths
-
-    def add_input(self, acc, image: Image):
-        vector = np.frombuffer(bytes.fromhex(image.near), np.int8).astype(np.int64)
-        return self.merge_accumulators([acc, (vector, 1, int(vector @ vector))])
-
-    def merge_accumulators(self, accumulators):
-        total, count, squares = None, 0, 0
-        for part, n, sq in accumulators:
-            if not n:
-                continue
-            if part is None or (total is not None and len(total) != len(part)):
-                return None, count + n, 0
-            total = part.copy() if total is None else total + part
-            count, squares = count + n, squares + sq
-        return total, count, squares
-
-    def extract_output(self, acc):
-        total, count, squares = acc
-        return None if total is None else near_embedding.centre_of(total, count, squares)
-
-
-def _with_centre(described: dict, centre: tuple) -> dict:
-    """The rule's description, with the embedding's centre (stored: ``leaks`` takes the
-    bands from it too)."""
-    return {**described, "centre": centre[0]} if centre and centre[0] is not None else described
-
-
-class _Lengths(beam.CombineFn):
-    """Images -> {stored vector length (hex digits): the smallest key of that length}:
-    as many entries as lengths, one in a sound run."""
-
-    def create_accumulator(self) -> dict:
-        return {}
-
-    def add_input(self, found: dict, image: Image) -> dict:
-        size = len(image.near)
-        if size not in found or image.key < found[size]:
-            found[size] = image.key
-        return found
-
-    def merge_accumulators(self, accumulators) -> dict:
-        merged: dict = {}
-        for found in accumulators:
-            for size, key in found.items():
-                if size not in merged or key < merged[size]:
-                    merged[size] = key
-        return merged
-
-    def extract_output(self, found: dict) -> dict:
-        return found
-
-
-def _of_one_length(stars: list, lengths: dict, spec: str) -> list:
-    """``stars`` when every image's vector has one length; else the run stops naming an
-    image of each of two lengths (before, only vectors that met in a band were compared,
-    and a dataset whose vectors differed was written)."""
-    if len(lengths) > 1:
-        (a, key_a), (b, key_b) = sorted(lengths.items())[:2]
-        raise near_embedding.InvalidValueError(
-            f"--near_embedding {spec} gave vectors of {a // 2} values ({key_a}) and of "
-            f"{b // 2} ({key_b}): it must return the same length for every image"
-        )
-    return stars
-
-
 def clusters_of(forest, stars: list):
     """The forest (:class:`_Forest`'s output: its given splits and --group_by edges are
     used here), each component's clusters (:func:`_stars`, in any order) -> (table,
@@ -439,7 +368,7 @@ class NearDuplicates(beam.PTransform):
             described = {"embedding": spec, "threshold": threshold}
         centred: tuple = ()  # the embedding's bands are taken from the run's mean vector
         if self._embedding is not None:
-            centre = images | "VectorMean" >> beam.CombineGlobally(_Centre())
+            centre = images | "VectorMean" >> beam.CombineGlobally(Centre())
             centred = (beam.pvalue.AsSingleton(centre),)
         edges = (
             images
@@ -462,11 +391,11 @@ class NearDuplicates(beam.PTransform):
         )
         stars_found = beam.pvalue.AsSingleton(stars)
         if self._embedding is not None:  # every vector one length, checked over them all
-            lengths = images | "VectorLengths" >> beam.CombineGlobally(_Lengths())
+            lengths = images | "VectorLengths" >> beam.CombineGlobally(Lengths())
             stars_found = beam.pvalue.AsSingleton(
                 stars
                 | "OneLength"
-                >> beam.Map(_of_one_length, beam.pvalue.AsSingleton(lengths), self._embedding[0])
+                >> beam.Map(of_one_length, beam.pvalue.AsSingleton(lengths), self._embedding[0])
             )
         clusters = forest | "Clusters" >> beam.Map(clusters_of, stars_found)
         table = beam.pvalue.AsSingleton(clusters)
@@ -494,7 +423,7 @@ class NearDuplicates(beam.PTransform):
             "summary": clusters
             | "Summary"
             >> beam.Map(
-                lambda found, *centre: summary(found, _with_centre(described, centre), keep),
+                lambda found, *centre: summary(found, with_centre(described, centre), keep),
                 *centred,
             ),
         }

@@ -231,6 +231,42 @@ class RecordOptions:
             )
 
 
+@dataclasses.dataclass(frozen=True)
+class PythonStage:
+    """The Python route's stage, a face's keywords beside its options: a user's
+    ``transform(example, rng)`` on each image decoded once, ``views`` of each (together
+    in a batch, or ``view_spread`` batches apart; ``mirror_views``: in mirrored pairs),
+    and the ``num_processes`` worker processes that run it (None: the cores). The one
+    place these are checked and the one rule for when a read takes the Python route
+    (``needed``): ``NumpyReader``, ``TorchReader`` and ``make_dataset`` take them."""
+
+    transform: object = None
+    views: int = 1
+    view_spread: int | str = "together"
+    mirror_views: bool = False
+    num_processes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.transform is not None and not callable(self.transform):
+            raise InvalidTypeError(
+                f"transform must be a function fn(example, rng) -> dict, got {self.transform!r}"
+            )
+        n = self.num_processes
+        if n is not None and (not whole(n) or n < 0):
+            raise InvalidValueError(f"num_processes must be a whole number >= 0, got {n}")
+
+    def needed(self, on_error: str = "raise") -> bool:
+        """Whether a read takes the Python route: a transform, views, mirrored views, or
+        records skipped one by one (``on_error="skip"``: inside TensorFlow a record that
+        fails fails its whole batch)."""
+        return (
+            self.transform is not None
+            or self.views != 1
+            or bool(self.mirror_views)
+            or on_error == "skip"
+        )
+
+
 # group name -> its class, in the order the flat keywords are checked
 GROUPS = {
     "ordering": OrderOptions,

@@ -9,6 +9,7 @@ the form that also gives the state to advance.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import numpy as np
@@ -16,7 +17,7 @@ import numpy as np
 from reader import graph, tfcall
 from reader.examples import Padded
 from reader.mixture import Mixture
-from reader.option_groups import GROUPS, refuse_untaken
+from reader.option_groups import GROUPS, PythonStage, refuse_untaken
 from reader.python_route import PythonRoute
 from reader.read import check_sized, check_state, merge, resolve
 from reader.read_options import ReadOptions
@@ -29,10 +30,8 @@ tf = storage.tensorflow()
 # the groups of options the Python route of this face takes (reader/option_groups.py);
 # the tf graph takes them all (on_error="raise" there: a record that fails stops it)
 PYTHON_TAKES = frozenset(GROUPS) - {"form", "device"}
-# the Python route's keywords make_dataset and resume take, and their defaults
-PYTHON = dict(
-    transform=None, views=1, view_spread="together", mirror_views=False, num_processes=None
-)
+# the Python route's keywords make_dataset and resume take (a PythonStage's fields)
+PYTHON = tuple(f.name for f in dataclasses.fields(PythonStage))
 INSTEAD = {
     "form": "with transform= or views=, the dataset yields the transform's dicts: map "
     "them to (image, label) yourself",
@@ -94,13 +93,7 @@ def make_dataset(
             ``reader.one_line`` gives as the same line).
         ValueError: options that do not fit together.
     """
-    python = dict(
-        transform=transform,
-        views=views,
-        view_spread=view_spread,
-        mirror_views=mirror_views,
-        num_processes=num_processes,
-    )
+    python = PythonStage(transform, views, view_spread, mirror_views, num_processes)
     if state is None:
         return _read(data_dir, split, batch_size, options, None, python, overrides)[0]
     warnings.warn(
@@ -113,38 +106,30 @@ def make_dataset(
     return _read(data_dir, split, batch_size, options, state, python, overrides)
 
 
-def _read(data_dir, split, batch_size, options, state, python: dict, overrides: dict):
+def _read(data_dir, split, batch_size, options, state, python: PythonStage, overrides: dict):
     """(dataset, the state to advance: None when given none) of a read: the graph
-    stream, or the Python route's batches when there is a transform or views
-    (``python``: the route's keywords, as ``PYTHON``)."""
+    stream, or the Python route's batches when ``python`` needs it (a transform, views,
+    or records skipped one by one: docs/design.md, "A record that cannot be read")."""
     options = merge(options, overrides)
     check_state(state)
-    # A record that fails inside TensorFlow fails its whole batch: skipping it alone,
-    # as every other face does, takes the Python route (docs/design.md, "A record that
-    # cannot be read").
-    if (
-        python["transform"] is not None
-        or python["views"] != 1
-        or python["mirror_views"]
-        or options.on_error == "skip"
-    ):
+    if python.needed(options.on_error):
         return _preprocessed(data_dir, split, batch_size, options, state, python)
     read = resolve(data_dir, split, batch_size, options, state)
     check_sized(options, batch_size, read)
     return graph.dataset(read, resumed=state is not None), read.state
 
 
-def _preprocessed(data_dir, split, batch_size, o, state, python: dict):
+def _preprocessed(data_dir, split, batch_size, o, state, python: PythonStage):
     """``make_dataset`` with a Python transform, views or ``on_error="skip"``: the Python
     route's batches as a dataset, each pass over it a new pass of the read (Keras
     iterates once an epoch). Without a transform or views, ``as_supervised`` gives
     (image, label, weight): a masked row weighs 0."""
-    plain = python["transform"] is None and python["views"] == 1  # on_error="skip" alone
+    plain = python.transform is None and python.views == 1  # on_error="skip" alone
     face = 'make_dataset(on_error="skip")' if plain else "make_dataset(transform=...)"
     if batch_size is None:
         raise InvalidValueError(f"{face} reads the Python route's batches: give batch_size")
     refuse_untaken(o, PYTHON_TAKES | {"form"} if plain else PYTHON_TAKES, face, INSTEAD)
-    route = PythonRoute(data_dir, split, batch_size, o, state=state, **python)
+    route = PythonRoute(data_dir, split, batch_size, o, state=state, stage=python)
     if state is not None and route.spread is not None:
         # the state handed back is advanced by batches, which then count views of
         # blocks: a ReadState has no view_skip to say how far into a block's views
@@ -261,5 +246,5 @@ def resume(data_dir: str, split: str, state: ReadState, options=None, **override
     """
     check_state(state)
     batch_size = overrides.pop("batch_size", state.batch_size)
-    python = {name: overrides.pop(name, default) for name, default in PYTHON.items()}
+    python = PythonStage(**{name: overrides.pop(name) for name in PYTHON if name in overrides})
     return _read(data_dir, split, batch_size, options, state, python, overrides)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 
 from reader.example_batches import python_parser
-from reader.option_groups import GROUPS, refuse_untaken
+from reader.option_groups import GROUPS, PythonStage, refuse_untaken
 from reader.order.views import check_blocks, checked_spread, restart, rounds, skip_limit, started
 from reader.preprocess import Preprocess, check_transform, default_processes
 from reader.read import check_sized, check_state, merge, start_state
@@ -22,7 +22,7 @@ from reader.read_options import ReadOptions
 from reader.source import RecordSource
 from reader.state import ReadState, changes
 from reader.view_handover import ViewHandover, block_count, rows
-from schemas.errors import InvalidTypeError, InvalidValueError
+from schemas.errors import InvalidValueError
 
 
 class PythonRoute:
@@ -47,6 +47,7 @@ class PythonRoute:
         mirror_views: bool = False,
         num_processes: int | None = None,
         state: ReadState | None = None,
+        stage: PythonStage | None = None,
         **overrides,
     ):
         options = merge(options, overrides)
@@ -58,22 +59,18 @@ class PythonRoute:
                 "decode=False is not an option here; read the encoded bytes with "
                 "reader.make_dataset(decode=False)"
             )
-        if transform is not None and not callable(transform):
-            raise InvalidTypeError(
-                f"transform must be a function fn(example, rng) -> dict, got {transform!r}"
-            )
-        self.spread = checked_spread(views, view_spread, mirror_views, batch_size)
+        if stage is None:  # the flat keywords, as users type them (checked there)
+            stage = PythonStage(transform, views, view_spread, mirror_views, num_processes)
+        transform, views = stage.transform, stage.views
+        self.spread = checked_spread(views, stage.view_spread, stage.mirror_views, batch_size)
         together = self.spread is None
+        num_processes = stage.num_processes
         if num_processes is None:
             num_processes = default_processes()
-        if not isinstance(num_processes, int) or num_processes < 0:
-            raise InvalidValueError(
-                f"num_processes must be a whole number >= 0, got {num_processes}"
-            )
         if num_processes:
             check_transform(transform)  # refused now, not in a process later
         self.transform, self.views, self.num_processes = transform, views, num_processes
-        self.mirror = bool(mirror_views)
+        self.mirror = bool(stage.mirror_views)
         records = batch_size // views if together else batch_size  # a batch of the read
         started = state is None  # the whole read: the spread is checked against it
         if started:  # the read as a state from its start: state_dict() says where

@@ -24,7 +24,7 @@ import torch
 from reader import handover
 from reader.example_batches import holds_examples
 from reader.mixture import Mixture
-from reader.option_groups import GROUPS, refuse_untaken
+from reader.option_groups import GROUPS, PythonStage, refuse_untaken
 from reader.read import check_sized, check_state, merge, resolve, start_state
 from reader.read_options import ReadOptions
 from reader.state import ReadState
@@ -121,10 +121,12 @@ class TorchReader(torch.utils.data.IterableDataset):
             raise InvalidValueError(
                 f'backend must be "dali", "tf", "python" or None, got {backend!r}'
             )
-        python = transform is not None or views != 1 or mirror_views
+        stage = PythonStage(
+            transform, views, mirror_views=mirror_views, num_processes=num_processes
+        )
         # on_error="skip" by default on the Python route (with tf.data a record fails
         # inside TensorFlow); DALI where it is asked for
-        python = python or (backend is None and o.on_error == "skip")
+        python = stage.needed(o.on_error if backend is None else "raise")
         if o.image_size is None and transform is None and not holds_examples(data_dir):
             raise InvalidValueError("TorchReader batches decoded images: give image_size")
         if python and backend not in ("python", None):
@@ -136,19 +138,9 @@ class TorchReader(torch.utils.data.IterableDataset):
             from reader.python_route import PythonRoute
 
             # checked now: the transform picklable, views and batch_size agree
-            PythonRoute(
-                data_dir,
-                split,
-                batch_size,
-                o,
-                transform=transform,
-                views=views,
-                mirror_views=mirror_views,
-                num_processes=num_processes,
-                state=state,
-            )
+            PythonRoute(data_dir, split, batch_size, o, stage=stage, state=state)
             backend = "python"
-        self._python = (transform, views, mirror_views, num_processes)
+        self._python = stage
         refuse_untaken(o, TAKES, "TorchReader", INSTEAD)
         # (image, label) tuples are made here, from the backends' dicts
         self.as_supervised = o.as_supervised
@@ -302,17 +294,11 @@ class TorchReader(torch.utils.data.IterableDataset):
             elif self.backend == "python":
                 from reader.python_route import PythonRoute
 
-                transform, views, mirror, processes = self._python
+                stage = self._python
                 if torch.utils.data.get_worker_info() is not None:
-                    processes = 0  # a DataLoader worker is the process: it may start none
-                self._reader = PythonRoute(
-                    *self._args,
-                    transform=transform,
-                    views=views,
-                    mirror_views=mirror,
-                    num_processes=processes,
-                    state=self._state,
-                )
+                    # a DataLoader worker is the process: it may start none
+                    stage = dataclasses.replace(stage, num_processes=0)
+                self._reader = PythonRoute(*self._args, stage=stage, state=self._state)
             else:
                 from reader import graph
 

@@ -109,3 +109,28 @@ def test_a_face_refuses_an_option_of_a_group_it_does_not_take_before_reading(rea
         read(**{option: value}, **extra)
     message = str(e.value)
     assert "\n" not in message and message.startswith(f"{face} does not honour {option}")
+
+
+def test_the_python_stage_is_one_group_with_one_rule():
+    """The Python stage's keywords are one frozen group (a dict in make_dataset, a
+    4-tuple in TorchReader, flat keywords in NumpyReader before), checked in one place,
+    with the one rule for when a read takes the Python route; every face refuses a bad
+    value before reading, with the same line."""
+    from reader.option_groups import PythonStage
+
+    assert not PythonStage().needed() and PythonStage().needed("skip")
+    assert PythonStage(views=2).needed() and PythonStage(mirror_views=True).needed()
+    assert PythonStage(transform=flip).needed()
+    with pytest.raises(TypeError, match="transform must be a function"):
+        PythonStage(transform=3)
+    faces = (
+        lambda **kw: reader.make_dataset("nowhere/", "train", 4, **kw),
+        lambda **kw: reader.NumpyReader("nowhere/", "train", 4, **kw),
+        lambda **kw: reader.TorchReader("nowhere/", "train", 4, image_size=8, **kw),
+    )
+    for read in faces:
+        for bad in (-1, 1.5, True):
+            with pytest.raises(
+                ValueError, match=f"num_processes must be a whole number >= 0, got {bad}"
+            ):
+                read(transform=flip, num_processes=bad)
