@@ -214,6 +214,7 @@ def _shuffle_report(args: argparse.Namespace, _) -> int:
             shuffle_buffer=args.shuffle_buffer,
             cycle_length=args.cycle_length,
             block_length=args.block_length,
+            random_access=False if args.no_random_access else None,
         )
     except (DatasetError, ValueError, OSError) as e:
         _error("shuffle-report", str(e))
@@ -287,6 +288,7 @@ def _explain(args: argparse.Namespace, _) -> int:
             shuffle_buffer=args.shuffle_buffer,
             cycle_length=args.cycle_length,
             block_length=args.block_length,
+            random_access=False if args.no_random_access else None,
             random_crop=args.random_crop,
             random_flip=args.random_flip,
         )

@@ -8,6 +8,13 @@ from __future__ import annotations
 
 import argparse
 
+# the read's random_access=False: the shuffle_buffer, cycle_length and block_length
+# flags shape that order only (a local read is otherwise one permutation an epoch)
+RUNS_HELP = (
+    "read local shards in runs and windows, as a bucket is read (random_access=False; "
+    "the buffer, cycle and block flags shape only that order)"
+)
+
 
 def _convert_flags(p: argparse.ArgumentParser) -> None:
     from beam_jobs.options import DESCRIPTION, add_flags
@@ -94,6 +101,7 @@ def _shuffle_report_flags(p: argparse.ArgumentParser) -> None:
         help=f"runs of records read at once (None: {DEFAULT_CYCLE})",
     )
     a("--block_length", type=int, default=d.block_length, help="records taken from a file in turn")
+    a("--no_random_access", action="store_true", help=RUNS_HELP)
     a("--no_shuffle", action="store_true", help="read in file order")
     a(
         "--baseline",
@@ -149,6 +157,7 @@ def _explain_flags(p: argparse.ArgumentParser) -> None:
     a("--shuffle_buffer", type=int, default=d.shuffle_buffer, help="the read's shuffle_buffer")
     a("--cycle_length", type=int, default=d.cycle_length, help="the read's cycle_length")
     a("--block_length", type=int, default=d.block_length, help="the read's block_length")
+    a("--no_random_access", action="store_true", help=RUNS_HELP)
     a("--no_shuffle", action="store_true", help="a read in file order")
     a("--random_crop", action="store_true", help="crops drawn: give each row's box")
     a("--random_flip", action="store_true", help="flips drawn: give each row's flip")

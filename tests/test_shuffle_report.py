@@ -52,3 +52,40 @@ def test_baseline_buffer_defaults_to_a_tenth_of_the_split_and_the_table_explains
     assert cli.main(argv) == 0
     table = capsys.readouterr().out
     assert "1 = random" in table and "Spearman" in table and "independent shuffle" in table
+
+
+def test_the_report_reads_by_place_or_in_runs_as_asked(tmp_path, capsys):
+    """A local read is one permutation an epoch; --no_random_access reads the runs and
+    windows a bucket is read in (--shuffle_buffer and the like shape only that order),
+    and the report says which it read."""
+    import json
+
+    from dataset_writer import write_dataset
+
+    from evenshard import cli, synthetic
+
+    root = tmp_path / "images"
+    synthetic.make_image_folder(str(root), num_labels=2, per_label=20, formats=("png",))
+    out = str(tmp_path / "ds")
+    write_dataset(str(root), out, "--splits=train=1.0", "--num_shards=2")
+    reports = []
+    for extra in ([], ["--no_random_access"]):
+        png = str(tmp_path / f"r{len(extra)}.png")
+        argv = ["shuffle-report", out, "--out", png, "--batch_size", "8", "--json", *extra]
+        assert cli.main(argv) == 0
+        reports.append(json.loads(capsys.readouterr().out))
+    assert (
+        "random_access" not in reports[0]["reader_options"]
+        or reports[0]["reader_options"]["random_access"] is None
+    )
+    assert reports[1]["reader_options"]["random_access"] is False
+    # explain says the same read, row for row, as the reader gives in each mode
+    import reader
+
+    for extra, access in (([], None), (["--no_random_access"], False)):
+        argv = ["explain", out, "--steps", "0:2", "--seed", "0", "--batch_size", "8", *extra]
+        assert cli.main(argv) == 0
+        said = [line.split()[-1] for line in capsys.readouterr().out.splitlines()[1:]]
+        ds = reader.make_dataset(out, "train", 8, seed=0, decode=False, random_access=access)
+        keys = [k.decode() for b in ds.take(2) for k in b["key"].numpy()]
+        assert said == keys, extra
