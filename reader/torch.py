@@ -60,13 +60,12 @@ class TorchReader(torch.utils.data.IterableDataset):
             batches of 128). "dali" may still be asked for on the CPU. "python" with
             ``transform``, and by default with ``on_error="skip"``.
         layout: "NHWC" or "NCHW" for ``image``.
-        transform, views, mirror_views, num_processes: a Python ``transform(example,
-            rng)`` on each image decoded once (``views`` times, the views of an image
-            together in a batch): the batches of :class:`reader.NumpyReader` as
-            tensors (arrays become tensors, other values stay lists). Its
-            ``num_processes`` processes run the transform; in a ``DataLoader`` worker,
-            the worker runs it (a DataLoader worker cannot start processes):
-            ``num_workers=W`` is then the parallelism.
+        transform, views, view_spread, mirror_views, num_processes: as for
+            :class:`reader.NumpyReader`, whose batches these are as tensors (arrays
+            become tensors, other values stay lists). In a ``DataLoader`` worker the
+            worker runs the transform (it cannot start processes): ``num_workers=W``
+            is then the parallelism; views spread are read in this process only, and
+            saved and resumed with their own state (``reader.torch_spread``).
 
     Each batch: ``image`` uint8 [N, H, W, C] (or [N, C, H, W]), ``label``
     int64 [N], ``key`` list of N str, ``mask`` bool [N] (False on the
@@ -104,6 +103,7 @@ class TorchReader(torch.utils.data.IterableDataset):
         state: ReadState | None = None,
         transform=None,
         views: int = 1,
+        view_spread: int | str = "together",
         mirror_views: bool = False,
         num_processes: int | None = None,
         **overrides,
@@ -121,9 +121,7 @@ class TorchReader(torch.utils.data.IterableDataset):
             raise InvalidValueError(
                 f'backend must be "dali", "tf", "python" or None, got {backend!r}'
             )
-        stage = PythonStage(
-            transform, views, mirror_views=mirror_views, num_processes=num_processes
-        )
+        stage = PythonStage(transform, views, view_spread, mirror_views, num_processes)
         # on_error="skip" by default on the Python route (with tf.data a record fails
         # inside TensorFlow); DALI where it is asked for
         python = stage.needed(o.on_error if backend is None else "raise")
@@ -138,13 +136,20 @@ class TorchReader(torch.utils.data.IterableDataset):
             from reader.python_route import PythonRoute
 
             # checked now: the transform picklable, views and batch_size agree
-            PythonRoute(data_dir, split, batch_size, o, stage=stage, state=state)
+            route = PythonRoute(data_dir, split, batch_size, o, stage=stage, state=state)
             backend = "python"
+            if route.spread is not None:  # the route's own state (reader.torch_spread)
+                from reader.torch_spread import SpreadViews
+
+                self._spread = SpreadViews(data_dir, split, batch_size, o, stage, state)
         self._python = stage
         refuse_untaken(o, TAKES, "TorchReader", INSTEAD)
         # (image, label) tuples are made here, from the backends' dicts
         self.as_supervised = o.as_supervised
         o = dataclasses.replace(o, as_supervised=False)
+        if self._spread is not None:
+            self.layout, self.options, self.backend = layout, o, "python"
+            return
         # a batch of the read: batch_size images, or batch_size / views of the Python
         # route (its views together), as NumpyReader's state counts them
         self._unit = batch_size // views if backend == "python" else batch_size
@@ -178,6 +183,7 @@ class TorchReader(torch.utils.data.IterableDataset):
     # in a StatefulDataLoader's worker: the loader counts what it yielded (state_dict
     # asked there), and the worker's first batch from its state, when it resumed
     _loader_counts, _worker_first = False, None
+    _spread = None  # views spread: their read and its state (reader.torch_spread)
 
     def state_dict(self) -> dict:
         """Where this reader stands: ``{"read_state": ReadState JSON}``, advanced by the
@@ -194,6 +200,8 @@ class TorchReader(torch.utils.data.IterableDataset):
                 this process without their count (a ``collate_fn`` that rebuilds them),
                 or several workers' batches reached it outside a DataLoader iterator.
         """
+        if self._spread is not None:
+            return self._spread.state_dict()
         info = torch.utils.data.get_worker_info()
         if info is not None:  # a StatefulDataLoader's worker: batches go untagged
             self._loader_counts = True
@@ -230,6 +238,8 @@ class TorchReader(torch.utils.data.IterableDataset):
         """Continues the read ``state_dict`` saved (any worker count: the ranks of this
         run read what the saved ones left, each record once; docs/design.md): this
         process's next pass, later ones from the beginning (``reader.torch_passes``)."""
+        if self._spread is not None:
+            return self._spread.load_state_dict(state_dict)
         saved = ReadState.from_json(state_dict["read_state"])
         # the options and files checked, and the batch count, as the pipeline will
         data_dir, split, _, o = self._args
@@ -264,6 +274,8 @@ class TorchReader(torch.utils.data.IterableDataset):
         return self._beginning[1]
 
     def __len__(self) -> int:
+        if self._spread is not None:
+            return len(self._spread.route)
         if self._len is None:
             raise InvalidTypeError("an endless read (epochs=None) has no length")
         return self._len
@@ -335,12 +347,23 @@ class TorchReader(torch.utils.data.IterableDataset):
     def __iter__(self):
         # a pass: from the state loaded for it, else from the read's beginning (here, not
         # in the generator: a StatefulDataLoader asks state_dict() before the first batch)
+        if self._spread is not None:
+            return map(self._shaped, map(from_numpy, self._spread.batches()))
         loaded = self._passes.start()
         if loaded is None:
             self._pass(self._beginning_read(), None)
         else:
             self._pass(loaded.read, loaded.worker_first)
         return self._batches()
+
+    def _shaped(self, out: dict):
+        """A batch of tensors in the layout asked, as a tuple with ``as_supervised``."""
+        if self.layout == "NCHW" and "image" in out:
+            out["image"] = out["image"].permute(0, 3, 1, 2)
+        if self.as_supervised:
+            out = out["image"], out["label"], out["mask"]
+            out = out if self.options.pad_final_batch else out[:2]
+        return out
 
     def _batches(self):
         info = torch.utils.data.get_worker_info()
@@ -372,12 +395,7 @@ class TorchReader(torch.utils.data.IterableDataset):
             batches.deal(every, first)
         for j, batch in enumerate(batches):
             self._consumed = first + j * every + 1  # batches of the read up to this one
-            out = convert(batch)
-            if self.layout == "NCHW" and "image" in out:
-                out["image"] = out["image"].permute(0, 3, 1, 2)
-            if self.as_supervised:
-                out = out["image"], out["label"], out["mask"]
-                out = out if self.options.pad_final_batch else out[:2]
+            out = self._shaped(convert(batch))
             if info is not None and not self._loader_counts:  # counted where it arrives
                 out = handover.sent(out, self._token, self._consumed, every)
             yield out

@@ -119,3 +119,49 @@ def test_views_together_resume_exactly(outcomes, how):
     for stop, got in out["resumed"].items():
         assert got == whole, stop
     assert out["steps"] in ({}, {"1": 1, "3": 3, "25": 25})
+
+
+def test_views_spread_are_numpy_readers_batches_and_resume_exactly(data):
+    """Every face takes what every face can: TorchReader(view_spread=2) gives
+    NumpyReader's spread batches as tensors, saves where it stands between an image's
+    views (its state_dict has the route's view_skip) and a new reader resumes there;
+    a later pass reads from the beginning; a DataLoader worker is refused in one
+    line (before: "unexpected keyword argument 'view_spread'")."""
+    import numpy as np
+    import torch
+
+    import reader
+    from reader.torch import TorchReader
+
+    kw = dict(image_size=(8, 8), seed=0, epochs=1, views=2, view_spread=2, num_processes=0)
+    want = [
+        (list(b["key"]), b["view"].tolist(), b["image"].copy())
+        for b in reader.NumpyReader(data, "train", 4, **kw)
+    ]
+
+    def got(r):
+        return [(list(b["key"]), b["view"].tolist(), b["image"].numpy()) for b in r]
+
+    def same(a, b):
+        assert len(a) == len(b)
+        for (k1, v1, i1), (k2, v2, i2) in zip(a, b):
+            assert k1 == k2 and v1 == v2 and np.array_equal(i1, i2)
+
+    first = TorchReader(data, "train", 4, backend="python", **kw)
+    same(got(first), want)
+    saved, seen = None, []
+    for i, b in enumerate(first):  # a second pass: from the beginning
+        seen.append((list(b["key"]), b["view"].tolist(), b["image"].numpy()))
+        if i == 4:
+            saved = first.state_dict()
+    same(seen, want)
+    assert "view_skip" in saved
+    again = TorchReader(data, "train", 4, backend="python", **kw)
+    again.load_state_dict(saved)
+    same(got(again), want[5:])
+    same(got(again), want)  # its next pass: the beginning
+    loader = torch.utils.data.DataLoader(
+        TorchReader(data, "train", 4, backend="python", **kw), batch_size=None, num_workers=1
+    )
+    with pytest.raises(Exception, match="views spread are not dealt to workers"):
+        next(iter(loader))

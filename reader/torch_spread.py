@@ -1,0 +1,55 @@
+"""``TorchReader``'s reads with views spread (``view_spread=D``): the Python route's own
+state, which says how far into an image's views a read stands (``view_skip``: a
+``ReadState`` cannot), read in the training process (a spread read is not dealt to
+DataLoader workers: each image's views go out D batches apart, in one order).
+
+A pass (``iter()``) reads from a state loaded for it (``load_state_dict``, ``state=``),
+later passes from the read's beginning, as ``TorchReader``'s other reads do.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from reader.python_route import PythonRoute
+from reader.state import ReadState
+from schemas.errors import OperationError
+
+
+class SpreadViews:
+    """The Python route of a spread read, its beginning, and a state loaded for the
+    next pass."""
+
+    def __init__(self, data_dir, split: str, batch_size: int, options, stage, state):
+        beginning = None if state is None else ReadState(state.seed, batch_size)
+        self.route = PythonRoute(data_dir, split, batch_size, options, stage=stage, state=beginning)
+        self.beginning = self.route.state_dict()
+        self.pending = False  # a loaded state, not read yet
+        if state is not None:
+            self.load_state_dict({"read_state": state.to_json()})
+
+    def state_dict(self) -> dict:
+        _in_this_process("state_dict()")
+        return self.route.state_dict()
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.route.load_state_dict(state_dict)
+        self.pending = True
+
+    def batches(self):
+        """One pass's batches: from a loaded state not read yet, else the beginning."""
+        _in_this_process("iter()")
+        if not self.pending:
+            self.route.load_state_dict(self.beginning)
+        self.pending = False
+        return iter(self.route)
+
+
+def _in_this_process(what: str) -> None:
+    if torch.utils.data.get_worker_info() is not None:
+        raise OperationError(
+            f"TorchReader(view_spread=...).{what} in a DataLoader worker: views spread "
+            "are not dealt to workers (an image's views go out batches apart, in one "
+            "order); iterate the reader itself or a DataLoader with num_workers=0, and "
+            "let num_processes= decode and transform in parallel"
+        )
