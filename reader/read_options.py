@@ -5,7 +5,21 @@ from __future__ import annotations
 
 import dataclasses
 
-from reader.option_groups import AUTOTUNE, GROUPS, check_whole
+from reader.option_groups import (
+    AUTOTUNE,
+    GROUPS,
+    BatchOptions,
+    BucketOptions,
+    DeviceOptions,
+    ErrorOptions,
+    FormOptions,
+    ImageOptions,
+    OrderOptions,
+    RecordOptions,
+    ShardingOptions,
+    TuningOptions,
+    check_whole,
+)
 from reader.order.augment import Augment
 from schemas.errors import InvalidValueError
 
@@ -106,41 +120,42 @@ class ReadOptions:
     """
 
     # The groups' fields, flat as users type them (so an editor offers them): each
-    # also in its group, which checks it (test_option_groups pins that they agree).
-    shuffle: bool | None = None
-    seed: int | None = None
-    epochs: int | None = 1
-    shuffle_buffer: int = 1000
-    cycle_length: int | None = None
-    block_length: int = 1
-    deterministic: bool | None = None
-    random_access: bool | None = None
-    decode: bool = True
-    image_size: tuple[int, int] | None = None
-    channels: int = 3
-    random_crop: bool = False
-    crop_scale: tuple[float, float] = (0.08, 1.0)
-    crop_ratio: tuple[float, float] = (3 / 4, 4 / 3)
-    random_flip: bool = False
-    input_context: object = None
-    num_workers: int | None = None
-    worker_index: int | None = None
-    drop_remainder: bool = False
-    pad_final_batch: bool = False
-    as_supervised: bool = False
-    path_root: str | None = None
-    cache: bool = False
-    cache_dir: str | None = None
-    cache_limit: int = 10 * 2**30
+    # also in its group, which checks it and holds its default, written there once
+    # (test_option_groups pins that they agree).
+    shuffle: bool | None = OrderOptions.shuffle
+    seed: int | None = OrderOptions.seed
+    epochs: int | None = OrderOptions.epochs
+    shuffle_buffer: int = OrderOptions.shuffle_buffer
+    cycle_length: int | None = OrderOptions.cycle_length
+    block_length: int = OrderOptions.block_length
+    deterministic: bool | None = OrderOptions.deterministic
+    random_access: bool | None = OrderOptions.random_access
+    decode: bool = ImageOptions.decode
+    image_size: tuple[int, int] | None = ImageOptions.image_size
+    channels: int = ImageOptions.channels
+    random_crop: bool = ImageOptions.random_crop
+    crop_scale: tuple[float, float] = ImageOptions.crop_scale
+    crop_ratio: tuple[float, float] = ImageOptions.crop_ratio
+    random_flip: bool = ImageOptions.random_flip
+    input_context: object = ShardingOptions.input_context
+    num_workers: int | None = ShardingOptions.num_workers
+    worker_index: int | None = ShardingOptions.worker_index
+    drop_remainder: bool = BatchOptions.drop_remainder
+    pad_final_batch: bool = BatchOptions.pad_final_batch
+    as_supervised: bool = FormOptions.as_supervised
+    path_root: str | None = ImageOptions.path_root
+    cache: bool = TuningOptions.cache
+    cache_dir: str | None = BucketOptions.cache_dir
+    cache_limit: int = BucketOptions.cache_limit
     start_epoch: int = 0
     start_step: int = 0
-    prefetch: int | None = AUTOTUNE
-    prefetch_to_device: str | bool | None = None
-    num_parallel_calls: int = AUTOTUNE
-    on_error: str = "raise"
-    max_errors: int = 100
-    error_ledger: str | None = None
-    features: dict | None = None
+    prefetch: int | None = TuningOptions.prefetch
+    prefetch_to_device: str | bool | None = DeviceOptions.prefetch_to_device
+    num_parallel_calls: int = TuningOptions.num_parallel_calls
+    on_error: str = ErrorOptions.on_error
+    max_errors: int = ErrorOptions.max_errors
+    error_ledger: str | None = ErrorOptions.error_ledger
+    features: dict | None = RecordOptions.features
 
     def __post_init__(self) -> None:
         groups = {}
