@@ -196,6 +196,7 @@ READER_FLOORS = {
     "reader/torch_tensors.py": 4,
     "reader/torch_backend.py": 4,  # TorchReader's backend choice and fork bookkeeping
     "reader/torch_passes.py": 4,  # which state each pass of a TorchReader reads from
+    "reader/torch_spread.py": 4,  # a TorchReader's read with views spread
     "reader/pipeline.py": 5,  # the faces
     "reader/dali.py": 5,
     "reader/torch.py": 5,
@@ -219,6 +220,7 @@ ENGINES = {
         "reader/torch.py",
         "reader/torch_tensors.py",
         "reader/torch_backend.py",
+        "reader/torch_spread.py",
         "reader/compat_torch.py",
     },
     "nvidia": {"reader/dali_decode.py"},
