@@ -85,6 +85,8 @@ class Share:
         order_seed = seed if shuffle else None
         cycle = options.cycle_length or DEFAULT_CYCLE
         whole = random_access(shards, options.random_access)
+        if whole and shuffle:
+            _warn_unshaped(options)
         plans = {}
 
         def plan_of(workers: int, w: int) -> ReadPlan:
@@ -169,6 +171,28 @@ class Share:
     @property
     def has_lead(self) -> bool:
         return self.lead is not None and len(self.lead[0]) > 0
+
+
+_SAID_UNSHAPED: set = set()  # the options already warned of, once a process
+
+
+def _warn_unshaped(options: ReadOptions) -> None:
+    """One warning a process when the runs' and windows' options were set for a read by
+    place, which they do not shape (a tf.data user tuning the buffer heard nothing)."""
+    default = ReadOptions()
+    set_ = tuple(
+        name
+        for name in ("shuffle_buffer", "cycle_length", "block_length")
+        if getattr(options, name) != getattr(default, name)
+    )
+    if set_ and set_ not in _SAID_UNSHAPED:
+        _SAID_UNSHAPED.add(set_)
+        log.warning(
+            "%s shape the runs and windows of a bucket's (or random_access=False) read "
+            "only: these local shards are read by place, one permutation an epoch, "
+            "which they do not change; pass random_access=False to read in windows",
+            ", ".join(set_),
+        )
 
 
 def _warn_uneven(split: str, n_files: int, num_workers: int) -> None:

@@ -206,9 +206,16 @@ class ReadState:
         if "random_access=" in order and "random_access=" not in self.order:
             raise InvalidValueError(
                 "the state was saved reading the shards in runs and windows (every state "
-                "before random access, and any read with random_access=False); this read "
-                "fetches records by place, in another order: pass random_access=False to "
-                "resume it"
+                "before random access, a bucket's read, and any read with "
+                "random_access=False); this read fetches records by place, in another "
+                "order: pass random_access=False (--no_random_access) to resume it"
+            )
+        if "random_access=" in self.order and "random_access=" not in order:
+            raise InvalidValueError(
+                "the state was saved reading local shards by place (one permutation an "
+                "epoch); this read is in runs and windows (a bucket's shards, gzip, or "
+                "random_access=False), in another order: resume it from a local, "
+                "uncompressed copy with random_access left at None"
             )
         raise InvalidValueError(
             f"the state was saved reading with other order options ({changes(self.order, order)}"

@@ -94,7 +94,7 @@ def test_a_state_names_whether_it_was_read_by_place(tmp_path):
     state = reader.ReadState(seed=4, batch_size=4, epoch=0, step=3)
     ds, saved = reader.resume(out, "train", state, **opts)
     assert [k for b in ds for k in b["key"].numpy()] == whole[12:]
-    with pytest.raises(ValueError, match="random_access"):
+    with pytest.raises(ValueError, match="saved reading local shards by place .* left at None"):
         reader.resume(out, "train", saved, **opts, random_access=False)
     ds, _ = reader.resume(out, "train", saved, **opts, cycle_length=3)  # shapes no permutation
     assert [k for b in ds for k in b["key"].numpy()] == whole[12:]
@@ -102,7 +102,33 @@ def test_a_state_names_whether_it_was_read_by_place(tmp_path):
     by_runs = [k for b in reader.make_dataset(out, "train", 4, **runs) for k in b["key"].numpy()]
     assert by_runs != whole and sorted(by_runs) == sorted(whole)
     _, saved = reader.resume(out, "train", state, **runs)
-    with pytest.raises(ValueError, match="in runs and windows .* pass random_access=False to"):
+    with pytest.raises(
+        ValueError,
+        match=r"in runs and windows .* pass random_access=False \(--no_random_access\) to",
+    ):
         reader.resume(out, "train", saved, **opts)
     ds, _ = reader.resume(out, "train", saved, **runs)
     assert [k for b in ds for k in b["key"].numpy()] == by_runs[12:]
+
+
+def test_setting_the_windows_options_for_a_read_by_place_is_said_once(tmp_path, caplog):
+    """shuffle_buffer, cycle_length and block_length shape the runs and windows only:
+    set for a local read by place, which they do not change, one warning says so
+    (a new user's make_dataset(shuffle_buffer=16) gave the default order silently)."""
+    from dataset_writer import write_dataset
+
+    import reader
+    from evenshard import synthetic
+
+    root = tmp_path / "images"
+    synthetic.make_image_folder(str(root), num_labels=2, per_label=6, formats=("png",))
+    out = str(tmp_path / "ds")
+    write_dataset(str(root), out, "--splits=train=1.0", "--num_shards=2")
+    with caplog.at_level("WARNING"):
+        for _ in range(2):
+            reader.make_dataset(out, "train", 4, seed=0, decode=False, shuffle_buffer=16)
+        reader.make_dataset(
+            out, "train", 4, seed=0, decode=False, shuffle_buffer=16, random_access=False
+        )
+    said = [r.message for r in caplog.records if "shape the runs and windows" in r.message]
+    assert len(said) == 1 and said[0].startswith("shuffle_buffer shape"), said
