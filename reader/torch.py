@@ -5,11 +5,10 @@
     for batch in train:   # {"image": uint8 NHWC (or NCHW), "label", "key", "mask"}
         ...
 
-The face over the spine's three routes, the same records in the same order: ``"dali"``
-(``reader.dali_decode``: CUDA tensors on a GPU), ``"tf"`` (``reader.graph``, on the
-CPU) and ``"python"`` (``reader.python_route``, with a transform); by default the
-faster for the machine (``_default_backend``). Workers of ``torch.distributed`` (or
-``RANK``/``WORLD_SIZE``) read disjoint files with equal step counts.
+The face over three routes, the same records in one order: ``"dali"`` (CUDA tensors
+on a GPU), ``"tf"`` (``reader.graph``) and ``"python"`` (``reader.python_route``); by
+default the faster for the machine. ``torch.distributed`` workers (or ``RANK``/
+``WORLD_SIZE``) read disjoint files with equal step counts.
 """
 
 from __future__ import annotations
@@ -85,10 +84,9 @@ class TorchReader(torch.utils.data.IterableDataset):
     DataLoader workers that copied a reader given a state read from it each pass
     (``reader.torch_passes``).
 
-    Building checks the options and the split's files, and nothing more: the
-    TensorFlow or DALI pipeline is built by the process that iterates, on
-    its first ``iter()`` (a pipeline made before a fork hangs in the forked
-    DataLoader worker).
+    Building checks the options and the split's files, and nothing more: the process
+    that iterates builds the pipeline, on its first ``iter()`` (a pipeline made
+    before a fork hangs in the forked DataLoader worker).
     """
 
     def __init__(
