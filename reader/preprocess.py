@@ -53,12 +53,9 @@ __all__ = ["Preprocess", "TransformError", "check_transform", "default_processes
 
 
 def check_transform(transform) -> bytes:
-    """The transform, pickled for the worker processes; refused now when it cannot be
-    (a lambda, a local function), not in a process later."""
-    if transform is not None and not callable(transform):
-        raise InvalidTypeError(
-            f"transform must be a function fn(example, rng) -> dict, got {transform!r}"
-        )
+    """The transform (checked callable by ``option_groups.PythonStage``), pickled for
+    the worker processes; refused now when it cannot be (a lambda, a local function),
+    not in a process later."""
     try:
         return pickle.dumps(transform)
     except Exception as e:  # noqa: BLE001 - pickling can fail in many ways

@@ -61,6 +61,7 @@ class PythonRoute:
             )
         if stage is None:  # the flat keywords, as users type them (checked there)
             stage = PythonStage(transform, views, view_spread, mirror_views, num_processes)
+        self.stage = stage
         transform, views = stage.transform, stage.views
         self.spread = checked_spread(views, stage.view_spread, stage.mirror_views, batch_size)
         together = self.spread is None

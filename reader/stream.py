@@ -62,8 +62,8 @@ class Stream:
         epoch, position = divmod(start, plan.size)
         end = (1 << 62) if epochs is None else epochs
         if epoch >= end:  # resumed at the very end
-            return self._epoch(0, plan.resume(0, 0)).take(0)
-        records = self._epoch(epoch, plan.resume(epoch, position), position, first=True)
+            return self._epoch(0, self._resume(0, 0)).take(0)
+        records = self._epoch(epoch, self._resume(epoch, position), position, first=True)
         if epoch + 1 < end:
             rest = tf.data.Dataset.range(epoch + 1, end).flat_map(tfcall.graph(self._whole_epoch))
             records = records.concatenate(rest)
@@ -71,7 +71,18 @@ class Stream:
         # read that waited for the consumer cost 15-30% of the decode rate.
         return records.prefetch(CHUNK)
 
+    def _by_ids(self) -> bool:
+        """Whether an epoch is read as its order of record ids (from memory, or fetched
+        by place), not as runs: then no run is computed."""
+        return self.cached is not None or self.by_place is not None
+
+    def _resume(self, epoch: int, position: int) -> Resume | None:
+        """Where the runs of ``epoch`` are opened for ``position`` (None: by ids)."""
+        return None if self._by_ids() else self.plan.resume(epoch, position)
+
     def _whole_epoch(self, epoch):
+        if self._by_ids():
+            return self._epoch(epoch, None)
         runs = tfcall.call(
             lambda e: _columns(self.plan.runs(e)),
             [epoch],
@@ -82,9 +93,10 @@ class Stream:
             part.set_shape([self.plan.num_runs])
         return self._epoch(epoch, Resume(Runs(*runs), self.plan.offset, 0, 0))
 
-    def _epoch(self, epoch, at: Resume, position: int = 0, first: bool = False):
-        """One epoch's records from ``at``; ``first``: the read's first epoch, whose
-        first group starts a pass over the read (the bucket cache starts over there)."""
+    def _epoch(self, epoch, at: Resume | None, position: int = 0, first: bool = False):
+        """One epoch's records from ``at`` (None: by ids, from ``position``); ``first``:
+        the read's first epoch, whose first group starts a pass over the read (the
+        bucket cache starts over there)."""
         # No function of tf.data's runs per record here: a per-record map or
         # filter cost 80% of the raw read rate.
         plan = self.plan

@@ -139,7 +139,7 @@ class TorchReader(torch.utils.data.IterableDataset):
             if route.spread is not None:  # the route's own state (reader.torch_spread)
                 from reader.torch_spread import SpreadViews
 
-                self._spread = SpreadViews(data_dir, split, batch_size, o, stage, state)
+                self._spread = SpreadViews(route, state)
         self._python = stage
         refuse_untaken(o, TAKES, "TorchReader", INSTEAD)
         # (image, label) tuples are made here, from the backends' dicts

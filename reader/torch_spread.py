@@ -20,10 +20,15 @@ class SpreadViews:
     """The Python route of a spread read, its beginning, and a state loaded for the
     next pass."""
 
-    def __init__(self, data_dir, split: str, batch_size: int, options, stage, state):
-        beginning = None if state is None else ReadState(state.seed, batch_size)
-        self.route = PythonRoute(data_dir, split, batch_size, options, stage=stage, state=beginning)
-        self.beginning = self.route.state_dict()
+    def __init__(self, route: PythonRoute, state):
+        """``route``: the read, made with ``state`` (None: from its beginning)."""
+        if state is not None:  # the beginning, with the state's seed; the state loaded
+            data_dir, split, batch_size, options = route.args
+            beginning = ReadState(state.seed, batch_size)
+            stage = route.stage
+            route = PythonRoute(data_dir, split, batch_size, options, stage=stage, state=beginning)
+        self.route = route
+        self.beginning = route.state_dict()
         self.pending = False  # a loaded state, not read yet
         if state is not None:
             self.load_state_dict({"read_state": state.to_json()})
