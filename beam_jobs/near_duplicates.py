@@ -25,8 +25,9 @@ bands:
    (:func:`star_clusters`): candidates in order of how many members they match,
    each one not yet taken becoming a centre that takes every member left that
    matches it (``near.matches``, the pair rule). Every member of a cluster is a
-   near-duplicate of its centre. A large component compares a sample of
-   candidates and the centres with every member, never all pairs. Memory: one
+   near-duplicate of its centre. A large component compares every member with a
+   sample, and the sample and the members matching most of it with every member,
+   never all pairs. Memory: one
    component's fingerprints.
 5. The clusters, all together (the keys in them) -> each key in a cluster ->
    (the cluster's smallest key, the split given to its smallest key that has one).
@@ -66,9 +67,9 @@ and costs each member a check against every member of a cluster: the square of
 a picture with 100,000 copies. Stars hold every member within the distance of
 one centre (two members at most twice it apart, plus the centre's weak bits):
 the copies of one picture, which all match its most matched copy, are one
-cluster (where every pair of a group is compared: up to ``GRID_CELLS`` pairs; above
-that the centres are sampled, and copies that miss a sampled centre can be
-cut), at the cost of members times centres.
+cluster (above ``GRID_CELLS`` pairs, the copy that matches most of a sample is
+found: 20,000 copies around one picture, one cluster), at the cost of members
+times centres.
 
 A manifest ``split`` value still wins; a cluster whose members are given two
 splits keeps them as given (counted in the summary as ``given_two_splits``).
