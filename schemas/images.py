@@ -151,7 +151,7 @@ def inspect_stream(
 
             from schemas.near import composited
 
-            fingerprint = np.asarray(composited(im).convert("RGB"))
+            fingerprint = np.asarray(composited(im))
         elif near:
             from schemas.near import fingerprint as near_fingerprint
 

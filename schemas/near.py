@@ -86,8 +86,9 @@ _BASIS = _dct_basis()
 
 
 def composited(image):
-    """A Pillow image (any mode) -> RGB, its transparency laid on ``BACKGROUND`` (an
-    icon's transparent pixels hold any colour; what shows is the drawing)."""
+    """A Pillow image (any mode) -> RGB (an RGB image itself, not a copy), its
+    transparency laid on ``BACKGROUND`` (an icon's transparent pixels hold any colour;
+    what shows is the drawing)."""
     from PIL import Image
 
     if image.mode in _WIDE_MODES:  # 16-bit and float: scaled to 8 bits first
@@ -98,8 +99,8 @@ def composited(image):
         warnings.simplefilter("ignore", UserWarning)
         if image.mode in ("RGBA", "LA", "PA", "La", "RGBa") or "transparency" in image.info:
             image = image.convert("RGBA")
-            return Image.alpha_composite(Image.new("RGBA", image.size, BACKGROUND), image)
-        return image.convert("RGB")
+            image = Image.alpha_composite(Image.new("RGBA", image.size, BACKGROUND), image)
+        return image if image.mode == "RGB" else image.convert("RGB")  # no copy of an RGB one
 
 
 def fingerprint(image) -> str:
@@ -111,7 +112,7 @@ def fingerprint(image) -> str:
     image = composited(image)
     if max(image.size) > 4 * SIZE:  # a cheap box reduction first: less work
         image = image.reduce(max(1, min(image.size) // (2 * SIZE)))
-    small = image.convert("RGB").resize((SIZE, SIZE), Image.LANCZOS)
+    small = image.resize((SIZE, SIZE), Image.LANCZOS)
     gray = np.asarray(small.convert("L"), dtype=np.int64)
     low = (_BASIS @ gray @ _BASIS.T).ravel()
     ranked = np.sort(low)
