@@ -26,6 +26,7 @@ def run(args: argparse.Namespace, pipeline_args: list[str]) -> int:
     from beam_jobs import convert
     from beam_jobs.forked_workers import WorkerLost
     from beam_jobs.options import DatasetRefused, UserError, from_namespace
+    from schemas.errors import Error
 
     # The runner logs a failing step's traceback at ERROR; ours are re-raised
     # (or shown as one line) below, so its copy is noise.
@@ -40,8 +41,11 @@ def run(args: argparse.Namespace, pipeline_args: list[str]) -> int:
     except (DatasetRefused, WorkerLost) as e:
         _error(str(e))
         return 1
+    except Error as e:  # raised in a step (a user's --near_embedding function's output)
+        _error(_STEP.sub("", str(e)))
+        return 1
     except Exception as e:  # a disk that fills, a folder that goes: one line
-        failure = io_failure(str(e), args.output_dir)
+        failure = io_failure(str(e), args.output_dir) or raised_in_a_worker(str(e))
         if failure is None:
             raise
         _error(failure)
@@ -52,6 +56,20 @@ def run(args: argparse.Namespace, pipeline_args: list[str]) -> int:
         return 0
     print(summary(info, options.output_dir, time.monotonic() - start))
     return 0
+
+
+# The runner's note of the step an error was raised in, at the end of its message.
+_STEP = re.compile(r" \[while running '[^']*'\]$")
+
+# evenshard's own error as a worker process's traceback ends, inside the runner's message
+_OURS = re.compile(r"^(?:schemas|beam_jobs|reader|audit|evenshard)\.[\w.]+: (.+)$", re.MULTILINE)
+
+
+def raised_in_a_worker(message: str) -> str | None:
+    """evenshard's one line where a worker process raised it (the multi-processing
+    runner hands back the worker's traceback as text), or None."""
+    found = _OURS.findall(message)
+    return _STEP.sub("", found[-1]) if found else None
 
 
 # A system error as Python words it, somewhere in the runner's wrapped message.

@@ -14,6 +14,7 @@ import hashlib
 import io
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -234,6 +235,27 @@ def test_a_function_that_gives_no_vector_stops_the_run_naming_the_image(corpus, 
     flags = ("--dedupe=near", "--near_embedding=tests.near_embeddings:flat")
     with pytest.raises(Exception, match=r"tests.near_embeddings:flat gave .*x/\w+\.jpg"):
         run_convert(corpus[0], str(tmp_path / "flat"), *flags)
+
+
+@pytest.mark.parametrize(
+    "runner",
+    [(), ("--direct_running_mode=multi_processing", "--direct_num_workers=2")],
+    ids=["in_process", "two_worker_processes"],
+)
+def test_the_command_says_a_functions_bad_output_in_one_line(corpus, tmp_path, capsys, runner):
+    """Raised in a step, the error came out as Beam's traceback of 157 lines, the message
+    at its end with the step's name after it."""
+    flags = ("--dedupe=near", "--near_embedding=tests.near_embeddings:flat")
+    args = ["convert", f"--input={corpus[0]}", f"--output_dir={tmp_path / 'out'}"]
+    assert cli.main([*args, *flags, *runner]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert re.fullmatch(
+        r"evenshard convert: error: --near_embedding tests.near_embeddings:flat gave shape "
+        r"\(2, 2\) for x/\w+\.jpg: it must return a 1-D vector of finite floats, the same "
+        r"length for every image",
+        err[-1],
+    ), err[-1]
+    assert "Traceback" not in "\n".join(err)
 
 
 def test_vectors_of_two_lengths_stop_the_run_naming_an_image_of_each(tmp_path):
