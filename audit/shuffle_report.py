@@ -55,8 +55,8 @@ def _baseline(data_dir: str, split: str, buffer: int, seed: int, epochs: int, ba
 
     info = reader.load_info(data_dir)
     records = []
-    for shard in info["splits"][split]["shards"]:
-        records += list(tfrecord.iter_records(layout.join(data_dir, shard["file"])))
+    for shard in info.split(split).shards:
+        records += list(tfrecord.iter_records(layout.join(data_dir, shard.file)))
     spec = {
         features.KEY: tf.io.FixedLenFeature([], tf.string),
         features.LABEL: tf.io.FixedLenFeature([], tf.int64),
@@ -154,11 +154,11 @@ def report(
     if not os.path.isdir(folder):
         raise InvalidValueError(f"--out {out}: folder {folder} does not exist; create it first")
     info = reader.load_info(data_dir)
-    if split not in info["splits"]:
+    if split not in info.split_names:
         raise reader.DatasetError(
-            f"split {split!r} not in {data_dir}; it has {', '.join(info['splits'])}"
+            f"split {split!r} not in {data_dir}; it has {', '.join(info.split_names)}"
         )
-    n = info["splits"][split]["num_examples"]
+    n = info.split(split).num_examples
     if n < batch_size:
         raise InvalidValueError(
             f"split {split} has {n} examples, fewer than one batch of {batch_size}: "

@@ -82,8 +82,8 @@ def measure(a) -> dict:
         f"--num_shards={FEW}",
     )
     info = reader.load_info(local)
-    n = info["splits"]["train"]["num_examples"]
-    total = info["splits"]["train"]["num_bytes"]
+    n = info.split("train").num_examples
+    total = info.split("train").num_bytes
     # the same images in 384 shards: a 5 % limit holds 16 of them, the default cycle
     local384 = convert_once(
         src,
@@ -91,7 +91,7 @@ def measure(a) -> dict:
         "--splits=train=1.0",
         f"--num_shards={MANY}",
     )
-    total384 = reader.load_info(local384)["splits"]["train"]["num_bytes"]
+    total384 = reader.load_info(local384).split("train").num_bytes
     per_epoch = n // BATCH
     result = {"images": n, "split_bytes": total}
     log = os.path.join(WORK, "bucket_requests.log")

@@ -73,7 +73,7 @@ def measure(a) -> dict:
     data_dir = convert_once(
         src, os.path.join(WORK, f"cache_prefetch_{a.images}"), "--splits=train=1.0", *shards
     )
-    n = reader.load_info(data_dir)["splits"]["train"]["num_examples"]
+    n = reader.load_info(data_dir).split("train").num_examples
     step_s = a.step_ms / 1000
 
     def read(**options):

@@ -48,7 +48,7 @@ def measure(a) -> dict:
     # --smoke in 4 shards, a conversion bucket_bench and explain_bench make (shared)
     mixed = tiny((*flags, "--seed=1"), ("--splits=train=1.0", "--num_shards=4"))
     other = convert_once(src, os.path.join(WORK, f"mix_{IMAGES}"), *mixed)
-    n = reader.load_info(data)["splits"]["train"]["num_examples"]
+    n = reader.load_info(data).split("train").num_examples
     step = n // OLD // BATCH // 2  # halfway through the 4 workers' epoch
     saved = reader.ReadState(seed=0, batch_size=BATCH, step=step, num_workers=OLD)
     options = reader.ReadOptions(image_size=SIZE, epochs=None)
@@ -83,8 +83,8 @@ def measure(a) -> dict:
     for j in range(NEW):
         ds, state = reader.resume(data, "train", saved, raw, num_workers=NEW, worker_index=j)
         stream = keys_of(ds)
-        share = reader.load_info(data)["splits"]["train"]["shards"][j::NEW]
-        lead = len(stream) - (2 - state.epoch) * sum(s["num_examples"] for s in share)
+        share = reader.load_info(data).split("train").shards[j::NEW]
+        lead = len(stream) - (2 - state.epoch) * sum(s.num_examples for s in share)
         new.append(stream)
         leads.append(lead)
     lead_labels = [lab for s, lead in zip(new, leads) for lab in _labels(s[:lead])]

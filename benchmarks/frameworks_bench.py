@@ -49,7 +49,7 @@ def measure(a) -> dict:
     data_dir = convert_once(
         src, os.path.join(WORK, f"read_{IMAGES}"), "--splits=train=1.0", "--num_shards=16"
     )
-    n = reader.load_info(data_dir)["splits"]["train"]["num_examples"]
+    n = reader.load_info(data_dir).split("train").num_examples
     common = dict(image_size=SIZE, seed=0)
     pipelines = {
         "a_tf_data": lambda: reader.make_dataset(data_dir, "train", BATCH, **common),

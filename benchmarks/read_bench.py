@@ -70,8 +70,8 @@ def measure(a) -> dict:
         src, os.path.join(WORK, f"read_{a.images}"), "--splits=train=1.0", "--num_shards=16"
     )
     info = reader.load_info(data_dir)
-    n = info["splits"]["train"]["num_examples"]
-    files = [layout.join(data_dir, s["file"]) for s in info["splits"]["train"]["shards"]]
+    n = info.split("train").num_examples
+    files = [layout.join(data_dir, s.file) for s in info.split("train").shards]
     AUTO = tf.data.AUTOTUNE
 
     def decode_resize(data):

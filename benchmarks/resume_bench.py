@@ -47,8 +47,8 @@ def measure(a) -> dict:
     )
     one = convert_once(src, os.path.join(WORK, f"shuffle_default_{IMAGES}"))
     info = reader.load_info(sixteen)
-    n = info["splits"]["train"]["num_examples"]
-    files = [layout.join(sixteen, s["file"]) for s in info["splits"]["train"]["shards"]]
+    n = info.split("train").num_examples
+    files = [layout.join(sixteen, s.file) for s in info.split("train").shards]
     per_epoch = n // BATCH
     steps = {f"{p}%": per_epoch * p // 100 for p in (10, 50, 90)}
 
@@ -130,8 +130,8 @@ def _mixing(tf, reader, data_dir) -> dict:
     from schemas import features, layout
 
     info = reader.load_info(data_dir)
-    n = info["splits"]["train"]["num_examples"]
-    files = [layout.join(data_dir, s["file"]) for s in info["splits"]["train"]["shards"]]
+    n = info.split("train").num_examples
+    files = [layout.join(data_dir, s.file) for s in info.split("train").shards]
     spec = {
         features.KEY: tf.io.FixedLenFeature([], tf.string),
         features.LABEL: tf.io.FixedLenFeature([], tf.int64),

@@ -32,8 +32,9 @@ from reader.mixture import Mixture, mix
 from reader.one_line import one_line
 from reader.read_options import ReadOptions
 from reader.state import ReadState
+from schemas.dataset_info import load_dataset_info as load_info
 from schemas.errors import Error
-from schemas.info import DatasetError, load_info
+from schemas.info import DatasetError
 
 __all__ = [
     "DatasetError",

@@ -1,18 +1,44 @@
 """``DatasetInfo``: ``dataset_info.json`` as typed, frozen values, parsed once.
 
     info = load_dataset_info(data_dir)       # checked by schemas.info.parse_info
-    info.record_kind, info.compression, info.labels
+    info.record_kind, info.compression, info.labels, info.inputs, info.rejects.total
     info.split("train").shards[0].num_bytes
+    info.near_duplicates["clusters"]          # a field without a type of its own: read-only
 
-``schemas.info.load_info`` still gives the checked dict, for callers that keep it.
+``reader.load_info`` returns it. ``info["splits"]``-style access, as when it gave the
+dict, still works for this release with a ``DeprecationWarning`` naming the attribute;
+``info.to_dict()`` is the document as JSON holds it.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import types
+import warnings
+from collections.abc import Mapping
 
 from schemas import layout
 from schemas.info import DatasetError, load_info, parse_info
+
+
+def frozen(value):
+    """A JSON value made read-only: objects as read-only mappings, lists as tuples."""
+    if isinstance(value, dict):
+        return types.MappingProxyType({k: frozen(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return tuple(frozen(v) for v in value)
+    return value
+
+
+_EMPTY: Mapping = types.MappingProxyType({})
+
+
+# read-only mappings are not hashable: a field holding one is left out of the hash
+def _mapping(optional: bool = False):
+    if optional:
+        return dataclasses.field(default=None, hash=False)
+    return dataclasses.field(default_factory=lambda: _EMPTY, hash=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,6 +51,7 @@ class ShardInfo:
     sha256: str | None = None
     dali_index: str | None = None  # a file name beside the shard; None: gzip shards
     near: str | None = None
+    label_counts: Mapping[str, int] = _mapping()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,11 +61,14 @@ class SplitInfo:
     name: str
     num_examples: int
     shards: tuple[ShardInfo, ...]
+    num_bytes: int | None = None
+    label_counts: Mapping[str, int] = _mapping()
 
 
 @dataclasses.dataclass(frozen=True)
 class DatasetInfo:
-    """What a reader needs of dataset_info.json (checked by ``parse_info``)."""
+    """dataset_info.json, checked (``parse_info``): typed attributes for every field
+    convert writes; any other field (a later version's) as a read-only attribute too."""
 
     format_version: int
     record_kind: str
@@ -49,10 +79,32 @@ class DatasetInfo:
     formats: tuple[str, ...] = ()
     label_feature: str | None = None  # record_kind example: the features of the label
     key_feature: str | None = None  # and key (None: none named at conversion)
+    inputs: int = 0  # inputs listed; each is written or rejected
+    rejects: RejectsInfo = None  # type: ignore[assignment]  # set by __post_init__
+    seed: int | None = None
+    input: str | None = None  # --input as given
+    dedupe: str | None = None
+    balance: str | None = None
+    verify: str | None = None
+    split_options: Mapping | None = _mapping(optional=True)  # how the splits were made (read-only)
+    shard_options: Mapping | None = _mapping(optional=True)
+    near_duplicates: Mapping | None = _mapping(
+        optional=True
+    )  # what --dedupe near found (read-only)
+    document: Mapping = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.rejects is None:
+            object.__setattr__(self, "rejects", RejectsInfo())
 
     @property
     def split_names(self) -> tuple[str, ...]:
         return tuple(s.name for s in self.splits)
+
+    @property
+    def num_examples(self) -> int:
+        """Examples written, over all splits."""
+        return sum(s.num_examples for s in self.splits)
 
     def split(self, name: str) -> SplitInfo:
         """The split ``name``; a ``DatasetError`` naming the splits there are."""
@@ -61,6 +113,37 @@ class DatasetInfo:
                 return s
         names = ", ".join(self.split_names)
         raise DatasetError(f"split {name!r} not in the dataset; it has {names}")
+
+    def to_dict(self) -> dict:
+        """The document as dataset_info.json holds it (a new dict: yours to change)."""
+        return _thawed(self.document)
+
+    def __getattr__(self, name: str):  # a field this version has no attribute for
+        document = self.__dict__.get("document", _EMPTY)
+        if name.startswith("_") or name not in document:
+            raise AttributeError(f"DatasetInfo has no field {name!r}")
+        return document[name]
+
+    # the dict it used to be, for a release: each use warns, naming the attribute
+    def __getitem__(self, key: str):
+        _deprecated(f"info[{key!r}]", key)
+        return _thawed(self.document[key])
+
+    def get(self, key: str, default=None):
+        _deprecated(f"info.get({key!r})", key)
+        return _thawed(self.document[key]) if key in self.document else default
+
+    def __contains__(self, key: str) -> bool:
+        _deprecated(f"{key!r} in info", key)
+        return key in self.document
+
+    def keys(self):
+        _deprecated("info.keys()", None)
+        return self.to_dict().keys()
+
+    def items(self):
+        _deprecated("info.items()", None)
+        return self.to_dict().items()
 
     @classmethod
     def of(cls, info: dict) -> DatasetInfo:
@@ -77,12 +160,16 @@ class DatasetInfo:
                         shard.get("sha256"),
                         shard.get("dali_index"),
                         shard.get("near"),
+                        frozen(shard.get("label_counts", {})),
                     )
                     for shard in s.get("shards", [])
                 ),
+                s.get("num_bytes"),
+                frozen(s.get("label_counts", {})),
             )
             for name, s in info["splits"].items()
         )
+        rejects = info.get("rejects") or {}
         return cls(
             format_version=info["format_version"],
             record_kind=info["record_kind"],
@@ -93,7 +180,54 @@ class DatasetInfo:
             formats=tuple(info.get("formats", ())),
             label_feature=info.get("label_feature"),
             key_feature=info.get("key_feature"),
+            inputs=info.get("inputs", 0),
+            rejects=RejectsInfo(
+                rejects.get("total", 0), frozen(rejects.get("by_reason", {})), rejects.get("file")
+            ),
+            seed=info.get("seed"),
+            input=info.get("input"),
+            dedupe=info.get("dedupe"),
+            balance=info.get("balance"),
+            verify=info.get("verify"),
+            split_options=frozen(info.get("split_options")),
+            shard_options=frozen(info.get("shard_options")),
+            near_duplicates=frozen(info.get("near_duplicates")),
+            document=frozen(info),
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class RejectsInfo:
+    """The inputs not written: how many, by reason, and the file that lists each."""
+
+    total: int = 0
+    by_reason: Mapping[str, int] = _mapping()
+    file: str | None = None
+
+
+_INSTEAD = {
+    "splits": "info.splits (a SplitInfo each) or info.split(name)",
+    "rejects": "info.rejects (.total, .by_reason, .file)",
+}
+
+
+def _deprecated(use: str, key: str | None) -> None:
+    instead = _INSTEAD.get(key, f"info.{key}") if key else "info.to_dict()"
+    warnings.warn(
+        f"{use}: DatasetInfo is no longer a dict, and its dict access goes in the next "
+        f"release: use {instead}",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+
+
+def _thawed(value):
+    """A read-only JSON value (``frozen``) as plain dicts and lists again."""
+    if isinstance(value, Mapping):
+        return {k: _thawed(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [_thawed(v) for v in value]
+    return copy.copy(value)
 
 
 def parse_dataset_info(data: bytes | str, where: str = layout.INFO_FILE) -> DatasetInfo:

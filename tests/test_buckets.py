@@ -257,8 +257,8 @@ def test_make_dataset_streams_a_bucket_through_a_bounded_cache(bucket, local_dat
     import reader
 
     url = bucket.upload(local_dataset, "cached/out")
-    shards = reader.load_info(url)["splits"]["train"]["shards"]
-    limit = sum(s["num_bytes"] for s in shards) // 2  # 3 of the 6 shards
+    shards = reader.load_info(url).split("train").shards
+    limit = sum(s.num_bytes for s in shards) // 2  # 3 of the 6 shards
     # the runs and windows the cache reads in (random_access=False: on the folder too)
     opts = dict(seed=1, decode=False, epochs=2, cycle_length=2, random_access=False)
     local = reader.make_dataset(local_dataset, "train", 4, **opts)
@@ -314,9 +314,9 @@ def test_a_tight_cache_downloads_each_byte_once_an_epoch(
     # runs fetched in pieces of 1,000 bytes: records span pieces, each still checked
     monkeypatch.setattr(cache_fetch, "RANGE_PIECE", 1000)
     url = bucket.upload(local_dataset, "runs/out")
-    shards = reader.load_info(url)["splits"]["train"]["shards"]
-    split = sum(s["num_bytes"] for s in shards)
-    sizes = sorted(s["num_bytes"] for s in shards)
+    shards = reader.load_info(url).split("train").shards
+    split = sum(s.num_bytes for s in shards)
+    sizes = sorted(s.num_bytes for s in shards)
     opts = dict(seed=5, decode=False, epochs=3, cycle_length=2, random_access=False)
     want = [
         k for b in reader.make_dataset(local_dataset, "train", 4, **opts) for k in b["key"].numpy()
@@ -816,8 +816,8 @@ def test_the_servers_own_log_shows_a_tight_cache_fetching_the_split_once_an_epoc
     from evenshard.emulator import gcs_emulator, upload
 
     log = str(tmp_path / "requests.log")
-    shards = reader.load_info(local_dataset)["splits"]["train"]["shards"]
-    split, sizes = sum(s["num_bytes"] for s in shards), sorted(s["num_bytes"] for s in shards)
+    shards = reader.load_info(local_dataset).split("train").shards
+    split, sizes = sum(s.num_bytes for s in shards), sorted(s.num_bytes for s in shards)
     with gcs_emulator(log=log) as client:
         url = upload(client.create_bucket("logged"), local_dataset, "ds")
         with open(log, "a"):

@@ -111,3 +111,56 @@ def test_split_shards_takes_the_dict_load_info_gives_too(tmp_path):
         (tmp_path / shard["file"]).write_bytes(b"x" * shard["num_bytes"])
     typed = split_shards(DatasetInfo.of(raw), str(tmp_path), "train")
     assert split_shards(raw, str(tmp_path), "train") == typed
+
+
+def test_reader_load_info_gives_every_field_as_an_attribute(tmp_path):
+    """reader.load_info gave the dict (issue 56): every field convert writes is now an
+    attribute, typed where it has a type of its own, read-only where it is an object."""
+    import reader
+
+    raw = info_dict(
+        seed=3,
+        input="images/",
+        dedupe="near",
+        rejects={"total": 2, "by_reason": {"corrupt": 2}, "file": "rejects/rejects.jsonl"},
+        near_duplicates={"clusters": 4, "distance": 10},
+        split_options={"splits": {"train": 1.0}},
+        a_later_field={"x": [1, 2]},
+    )
+    raw["splits"]["train"]["label_counts"] = {"a": 3, "b": 2}
+    raw["splits"]["train"]["num_bytes"] = 150
+    (tmp_path / layout.INFO_FILE).write_text(json.dumps(raw))
+    info = reader.load_info(str(tmp_path))
+    assert isinstance(info, DatasetInfo)
+    assert (info.inputs, info.seed, info.input, info.dedupe) == (5, 3, "images/", "near")
+    assert (info.rejects.total, dict(info.rejects.by_reason)) == (2, {"corrupt": 2})
+    assert info.rejects.file == "rejects/rejects.jsonl"
+    assert info.near_duplicates["clusters"] == 4 and info.split_options["splits"]["train"] == 1.0
+    assert info.num_examples == 5 and info.split("train").num_bytes == 150
+    assert dict(info.split("train").label_counts) == {"a": 3, "b": 2}
+    assert info.a_later_field["x"] == (1, 2)  # a field this version has no attribute for
+    with pytest.raises(TypeError):
+        info.near_duplicates["clusters"] = 5  # read-only
+    with pytest.raises(AttributeError, match="no field 'nothing'"):
+        info.nothing
+    assert info.to_dict() == raw  # the document, a new dict
+    assert hash(info) == hash(reader.load_info(str(tmp_path)))
+
+
+def test_dict_access_still_works_for_a_release_and_warns_naming_the_attribute():
+    info = DatasetInfo.of(info_dict())
+    with pytest.warns(DeprecationWarning, match=r"info\['splits'\]: .* use info.splits"):
+        assert info["splits"]["train"]["num_examples"] == 5
+    with pytest.warns(DeprecationWarning, match=r"use info.inputs"):
+        assert info.get("inputs") == 5
+    with pytest.warns(DeprecationWarning, match=r"use info.rejects \(.total"):
+        assert info["rejects"]["total"] == 0
+    with pytest.warns(DeprecationWarning, match=r"info.get\('seed'\)"):
+        assert info.get("seed", 7) == 7
+    with pytest.warns(DeprecationWarning, match=r"'labels' in info"):
+        assert "labels" in info
+    with pytest.warns(DeprecationWarning, match=r"use info.to_dict\(\)"):
+        assert dict(info.items()) == info_dict()
+    with pytest.warns(DeprecationWarning):
+        info["splits"]["train"]["num_examples"] = 99  # a copy: the info is unchanged
+    assert info.split("train").num_examples == 5

@@ -138,8 +138,8 @@ def test_explain_never_reads_the_images(data, tmp_path):
     shutil.copytree(data, copy)
     before = explain(data, "train", 8, range(5), **OPTS, random_crop=True)
     info = reader.load_info(copy)
-    for shard in info["splits"]["train"]["shards"]:
-        path = os.path.join(copy, shard["file"])
+    for shard in info.split("train").shards:
+        path = os.path.join(copy, shard.file)
         blob = bytearray(open(path, "rb").read())
         start = 0
         while (at := blob.find(b"\x89PNG", start)) >= 0:
@@ -205,7 +205,7 @@ def test_the_explain_command_reads_one_epoch_as_make_dataset_and_says_a_step_pas
         "evenshard explain: error: argument --steps: FIRST:STOP with 0 <= FIRST < STOP, "
         "got '-3:2' (see evenshard explain --help)\n"
     )
-    last = -(-reader.load_info(data)["splits"]["train"]["num_examples"] // 4) - 1
+    last = -(-reader.load_info(data).split("train").num_examples // 4) - 1
     past = (
         f"step {last + 1} is past the end of the read, whose last step is {last}: ask for "
         "earlier steps, or read more epochs (endless: epochs=None, or the command's --epochs 0)"

@@ -73,19 +73,15 @@ def test_the_reader_reads_in_the_plans_order(data_241, stored_keys, workers):
     data_dir = data_241[0]
     stored = stored_keys
     info = reader.load_info(data_dir)
-    shards = info["splits"]["train"]["shards"]
-    first = dict(
-        zip([s["file"] for s in shards], np.cumsum([0] + [s["num_examples"] for s in shards]))
-    )
+    shards = info.split("train").shards
+    first = dict(zip([s.file for s in shards], np.cumsum([0] + [s.num_examples for s in shards])))
     for w in range(workers):
-        files, _, stride = deal([s["num_examples"] for s in shards], workers, w)
+        files, _, stride = deal([s.num_examples for s in shards], workers, w)
         mine = [shards[f] for f in files]
         # the plan numbers the worker's records over its own files, in stored order
-        ids = [
-            i for s in mine for i in range(first[s["file"]], first[s["file"]] + s["num_examples"])
-        ]
+        ids = [i for s in mine for i in range(first[s.file], first[s.file] + s.num_examples)]
         plan = ReadPlan(
-            counts=[s["num_examples"] for s in mine],
+            counts=[s.num_examples for s in mine],
             seed=11,
             cycle=4,
             block=2,
@@ -157,7 +153,7 @@ def test_resumed_crops_and_images_are_the_same(data_241):
 @pytest.mark.parametrize("workers", [1, 3])
 def test_padded_evaluation_resumes_with_the_same_masks(data_241, workers):
     data_dir = data_241[1]
-    n_eval = reader.load_info(data_dir)["splits"]["eval"]["num_examples"]
+    n_eval = reader.load_info(data_dir).split("eval").num_examples
     seen = []
     for w in range(workers):
         common = dict(
@@ -225,8 +221,8 @@ def test_resuming_with_another_worker_count_reads_the_epoch_once(data_241):
         ds, new = reader.resume(data_241[0], "train", state, options, num_workers=3, worker_index=w)
         assert (new.epoch, new.step, new.num_workers) == (2, 0, 3)
         keys = flat_keys(batches(ds))
-        own = reader.load_info(data_241[0])["splits"]["train"]["shards"][w::3]
-        per_epoch = sum(s["num_examples"] for s in own)
+        own = reader.load_info(data_241[0]).split("train").shards[w::3]
+        per_epoch = sum(s.num_examples for s in own)
         assert len(keys) > per_epoch  # the lead, then epoch 2
         seen += keys[: len(keys) - per_epoch]
     # epochs 0 and 1 (both started): every example twice over, never three times

@@ -157,7 +157,7 @@ def test_excluded_keys_never_appear_again_and_the_rest_is_read_once(data):
         assert tf_keys(data, "train", 4, moved.exclude(sorted(out)), **two) == [
             [k if k not in out else "" for k in b] for b in plain
         ]
-    val = reader.load_info(data)["splits"]["val"]["num_examples"]
+    val = reader.load_info(data).split("val").num_examples
     every = tf_keys(
         data, "val", 5, ReadState(0, 5), image_size=(8, 8), shuffle=False, pad_final_batch=True
     )
