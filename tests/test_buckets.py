@@ -834,13 +834,11 @@ def test_the_servers_own_log_shows_a_tight_cache_fetching_the_split_once_an_epoc
             cache_dir=str(tmp_path / "c"),
             cache_limit=sizes[-1] + sizes[-2],
         )
-        assert sum(int(b["label"].shape[0]) for b in ds) == 2 * sum(
-            s["num_examples"] for s in shards
-        )
+        assert sum(int(b["label"].shape[0]) for b in ds) == 2 * sum(s.num_examples for s in shards)
     with open(log) as f:
         f.seek(before)
         lines = [line.rstrip("\n").split("\t") for line in f]
-    files = {s["file"]: s["num_bytes"] for s in shards}
+    files = {s.file: s.num_bytes for s in shards}
     fetched = [(name.rsplit("/", 1)[-1], int(n)) for name, n in lines if name.endswith(".tfrecord")]
     assert fetched and all(f in files and n <= files[f] for f, n in fetched)
     assert any(n < files[f] for f, n in fetched)  # ranged: runs, not shards
