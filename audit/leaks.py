@@ -29,9 +29,10 @@ import json
 import numpy as np
 
 from schemas import features, layout, near, near_embedding, storage, tfrecord
+from schemas.dataset_info import DatasetInfo, ShardInfo, load_dataset_info
 from schemas.errors import InvalidValueError, StorageError
 from schemas.example import parse_example
-from schemas.info import DatasetError, load_info
+from schemas.info import DatasetError
 
 
 class Side:
@@ -40,52 +41,52 @@ class Side:
     def __init__(self, data_dir: str, name: str = "", path_root: str | None = None, like=None):
         self.data_dir = data_dir
         self.name = name  # "" for DATASET, else a prefix for OTHER's splits
-        self.info = load_info(data_dir)
+        self.info = load_dataset_info(data_dir)
         # --near_embedding's MODULE:FUNCTION the fingerprints are vectors of (None: the
         # hash's): this dataset's rule, or that of ``like`` (OTHER is compared by
         # DATASET's); the .near files are read where the dataset was converted with it
         self.embedding = rule_of((like or self).info).get("embedding")
         self._fn = None
-        if self.info["record_kind"] not in ("image", "path"):  # example: records as they were
+        if self.info.record_kind not in ("image", "path"):  # example: records as they were
             raise DatasetError(
-                f"{data_dir}: {self.info['record_kind']} records hold no images to compare"
+                f"{data_dir}: {self.info.record_kind} records hold no images to compare"
             )
-        self.path_root = path_root or self.info.get("path_root", "")
+        self.path_root = path_root or self.info.path_root or ""
         self.keys: list[str] = []
         self.values: list[str] = []  # the fingerprints (schemas.near)
         self.splits: list[str] = []
         self.where: list[tuple[str, int]] = []  # (shard file, record index)
         self.stored = True
-        for split, s in self.info["splits"].items():
-            for shard in s["shards"]:
-                found = self._stored(shard) if "near" in shard else None
-                if found is None or len(found) != shard["num_examples"]:
+        for s in self.info.splits:
+            for shard in s.shards:
+                found = self._stored(shard) if shard.near else None
+                if found is None or len(found) != shard.num_examples:
                     self.stored = False
                     found = self._computed(shard)
                 for index, (key, value) in enumerate(found):
                     self.keys.append(key)
                     self.values.append(value)
-                    self.splits.append(name + split)
-                    self.where.append((shard["file"], index))
+                    self.splits.append(name + s.name)
+                    self.where.append((shard.file, index))
 
-    def _stored(self, shard: dict) -> list[tuple[str, str]] | None:
+    def _stored(self, shard: ShardInfo) -> list[tuple[str, str]] | None:
         """The shard's ``.near`` lines; None when the file is gone or unreadable (its
         images are then decoded)."""
         try:
-            found = self.info.get("near_duplicates") or {}
-            if found.get("embedding") != self.embedding:  # another rule's fingerprints
+            found = self.info.near_duplicates
+            if (found or {}).get("embedding") != self.embedding:  # another rule's fingerprints
                 return None
-            data = storage.read_bytes(layout.join(self.data_dir, shard["near"]))
-            return near.parse_sidecar(data, near.sidecar_chars(self.info))
+            data = storage.read_bytes(layout.join(self.data_dir, shard.near))
+            return near.parse_sidecar(data, near.sidecar_chars(found))
         except (OSError, ValueError):
             return None
 
-    def _computed(self, shard: dict) -> list[tuple[str, str]]:
+    def _computed(self, shard: ShardInfo) -> list[tuple[str, str]]:
         """(key, fingerprint) of each record of a shard, its image decoded here."""
         from schemas.images import Rejected, inspect_stream
 
         out = []
-        path = layout.join(self.data_dir, shard["file"])
+        path = layout.join(self.data_dir, shard.file)
         for index, raw in enumerate(tfrecord.iter_records(path)):
             feature = parse_example(raw)
             key = feature[features.KEY].decode("utf-8", "surrogateescape")
@@ -115,7 +116,7 @@ class Side:
         return out
 
     def image_bytes(self, feature: dict) -> bytes:
-        if self.info["record_kind"] == "image":
+        if self.info.record_kind == "image":
             return feature[features.ENCODED]
         root = self.path_root.rstrip("/")
         return storage.read_bytes(f"{root}/{feature[features.PATH].decode()}")
@@ -162,10 +163,10 @@ def _close_vectors(unique: list[str], threshold: float, audit: float, centre=Non
     return out
 
 
-def rule_of(info: dict) -> dict:
+def rule_of(info: DatasetInfo) -> dict:
     """Convert's near-duplicate rule of a dataset: {"embedding", "threshold"}, or
     {"distance"} (the hash's; the default where the dataset was converted without)."""
-    found = info.get("near_duplicates") or {}
+    found = info.near_duplicates or {}
     if "embedding" in found:
         return {
             "embedding": found["embedding"],

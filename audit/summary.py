@@ -7,49 +7,49 @@ records (use ``evenshard validate`` to check them).
 
 from __future__ import annotations
 
-from schemas.info import written
+from schemas.dataset_info import DatasetInfo
 from schemas.near import describe
 
 
-def summarize(info: dict) -> dict:
+def summarize(info: DatasetInfo) -> dict:
     """The facts ``inspect`` prints, as a JSON-ready dict."""
     splits = {}
-    for name, s in info["splits"].items():
-        sizes = [sh["num_examples"] for sh in s["shards"]] or [0]
-        nbytes = [sh["num_bytes"] for sh in s["shards"]] or [0]
-        n = s["num_examples"]
-        splits[name] = {
+    for s in info.splits:
+        sizes = [sh.num_examples for sh in s.shards] or [0]
+        nbytes = [sh.num_bytes for sh in s.shards] or [0]
+        n = s.num_examples
+        splits[s.name] = {
             "num_examples": n,
-            "num_shards": len(s["shards"]),
-            "num_bytes": s["num_bytes"],
+            "num_shards": len(s.shards),
+            "num_bytes": s.num_bytes,
             "shard_examples": {"min": min(sizes), "max": max(sizes)},
             "shard_bytes": {"min": min(nbytes), "max": max(nbytes)},
             "label_fractions": {
-                k: round(v / n, 4) if n else 0.0 for k, v in s["label_counts"].items()
+                k: round(v / n, 4) if n else 0.0 for k, v in s.label_counts.items()
             },
-            "label_counts": s["label_counts"],
+            "label_counts": dict(s.label_counts),
         }
-    labels = info["labels"]
     missing = {
-        name: [label for label in labels if not s["label_counts"].get(label)]
-        for name, s in info["splits"].items()
+        s.name: [label for label in info.labels if not s.label_counts.get(label)]
+        for s in info.splits
     }
+    document = info.to_dict()  # the objects convert wrote, as JSON holds them
     return {
-        "record_kind": info["record_kind"],
-        "seed": info.get("seed"),
-        "balance": info.get("balance"),
-        "compression": info.get("compression"),
-        "dedupe": info.get("dedupe", "none"),
-        **({"near_duplicates": info["near_duplicates"]} if "near_duplicates" in info else {}),
-        "split_options": info.get("split_options"),
-        "shard_options": info.get("shard_options"),
-        "labels": info["labels"],
-        "inputs": info["inputs"],
-        "written": written(info),
-        "rejects": info["rejects"],
+        "record_kind": info.record_kind,
+        "seed": info.seed,
+        "balance": info.balance,
+        "compression": info.compression,
+        "dedupe": info.dedupe or "none",
+        **({"near_duplicates": document["near_duplicates"]} if info.near_duplicates else {}),
+        "split_options": document.get("split_options"),
+        "shard_options": document.get("shard_options"),
+        "labels": list(info.labels),
+        "inputs": info.inputs,
+        "written": info.num_examples,
+        "rejects": document["rejects"],
         "splits": splits,
         "missing_labels": {name: m for name, m in missing.items() if m},
-        **({"path_root": info["path_root"]} if "path_root" in info else {}),
+        **({"path_root": info.path_root} if info.path_root is not None else {}),
     }
 
 

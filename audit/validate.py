@@ -206,7 +206,7 @@ def _check_shard(
     if counts != recorded:
         problems.append(f"{path}: label counts {counts} differ from {INFO} {recorded}")
     problems += _check_dali_index(path, shard, lengths)
-    problems += _check_near(path, shard, keys, near.sidecar_chars(info))
+    problems += _check_near(path, shard, keys, near.sidecar_chars(info.get("near_duplicates")))
     for k, v in counts.items():
         split_labels[k] = split_labels.get(k, 0) + v
     return problems

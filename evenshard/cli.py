@@ -182,10 +182,11 @@ def _leaks(args: argparse.Namespace, _) -> int:
 
 def _inspect(args: argparse.Namespace, _) -> int:
     from audit.summary import render, summarize
-    from schemas.info import DatasetError, load_info
+    from schemas.dataset_info import load_dataset_info
+    from schemas.info import DatasetError
 
     try:
-        summary = summarize(load_info(args.data_dir))
+        summary = summarize(load_dataset_info(args.data_dir))
     except (DatasetError, OSError) as e:
         _error("inspect", str(e))
         return 1

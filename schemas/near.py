@@ -432,10 +432,11 @@ def sidecar_line(key: str, hex_fingerprint: str) -> bytes:
     return (json.dumps([hex_fingerprint, key], ensure_ascii=True) + "\n").encode("ascii")
 
 
-def sidecar_chars(info: dict) -> int:
-    """The hex digits of each fingerprint of a dataset's ``.near`` files: the hash's
-    ``FINGERPRINT_CHARS``, or 0 for an embedding's vectors (any length, one a file)."""
-    return 0 if "embedding" in (info.get("near_duplicates") or {}) else FINGERPRINT_CHARS
+def sidecar_chars(found) -> int:
+    """The hex digits of each fingerprint of a dataset's ``.near`` files (``found``: its
+    dataset_info's ``near_duplicates``, None without): the hash's ``FINGERPRINT_CHARS``,
+    or 0 for an embedding's vectors (any length, one a file)."""
+    return 0 if "embedding" in (found or {}) else FINGERPRINT_CHARS
 
 
 def parse_sidecar(data: bytes, chars: int = FINGERPRINT_CHARS) -> list[tuple[str, str]]:
