@@ -16,7 +16,7 @@ import logging
 import shutil
 
 from beam_jobs.job import Job
-from beam_jobs.options import ConvertOptions, UserError, parse_args
+from convert_core.options import ConvertOptions, UserError, parse_args
 from schemas import layout
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ def _parsed_options(options) -> tuple[dict, dict]:
 
 def _flag_names(beam_known: dict) -> list[str]:
     """Every flag name convert takes: its own and Beam's."""
-    from beam_jobs.options import build_parser
+    from convert_core.options import build_parser
 
     own = [a.dest for a in build_parser()._actions if a.dest != "help"]
     return sorted({*own, *beam_known})

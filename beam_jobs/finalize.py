@@ -5,7 +5,7 @@ then ``schema.pbtxt`` and ``labels.txt``, and ``dataset_info.json`` last. Its
 presence means the dataset is complete; a run that fails or is killed leaves
 none, and readers refuse such a directory. A run refused for its inputs
 writes the reason instead (``refuse``), which the driver raises
-(``beam_jobs.options.DatasetRefused``).
+(``convert_core.options.DatasetRefused``).
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 import schemas
-from beam_jobs.options import ConvertOptions
 from beam_jobs.paths import folder_files, write_atomically
 from beam_jobs.rejects import add_rejects
 from beam_jobs.write import FEATURE_STATS
+from convert_core.options import ConvertOptions
 from schemas import inferred
 from schemas.errors import OperationError
 from schemas.layout import (

@@ -27,7 +27,7 @@ from beam_jobs import paths
 from beam_jobs.dead_letters import SplitRejects
 from beam_jobs.near_embedding import Embedder
 from beam_jobs.paths import open_binary, read_bytes
-from beam_jobs.records import Candidate, Image, make_reject
+from convert_core.records import Candidate, Image, make_reject
 from schemas import storage, stores
 from schemas.images import MAGIC, Rejected, inspect_stream
 from schemas.progress import Progress

@@ -14,8 +14,8 @@ import os
 
 from beam_jobs import paths
 from beam_jobs.candidates import CandidateRules
-from beam_jobs.options import ConvertOptions, is_csv
 from beam_jobs.record_rules import RecordFeatures, glob_root, is_glob
+from convert_core.options import ConvertOptions, is_csv
 from schemas.layout import INCOMPLETE_DIR, REJECTS_FILE, join
 
 

@@ -20,7 +20,6 @@ import pickle
 import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows
 
-from beam_jobs.fingerprint import fp, unit
 from beam_jobs.rank import (
     BUCKET_BITS,
     LABEL_BUCKET_BITS,
@@ -29,6 +28,7 @@ from beam_jobs.rank import (
     sort_key,
     top_bucket,
 )
+from convert_core.fingerprint import fp, unit
 
 
 def _shard_of(rank: int, num_shards: int, total: int) -> int:

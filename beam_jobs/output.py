@@ -36,7 +36,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs import paths
 from beam_jobs.job import Job
-from beam_jobs.options import DatasetRefused, UserError
+from convert_core.options import DatasetRefused, UserError
 from schemas import layout, storage
 
 log = logging.getLogger(__name__)

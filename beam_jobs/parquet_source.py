@@ -29,7 +29,7 @@ from apache_beam.io.filesystems import FileSystems
 from beam_jobs import paths
 from beam_jobs.record_rules import IMAGE_PATH, RecordFormat, RecordRules, is_parquet_file
 from beam_jobs.record_source import ReadRecordFile
-from beam_jobs.records import Image, make_reject
+from convert_core.records import Image, make_reject
 from schemas.errors import InvalidValueError
 from schemas.images import Rejected
 

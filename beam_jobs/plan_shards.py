@@ -13,9 +13,9 @@ import math
 
 import apache_beam as beam
 
-from beam_jobs.fingerprint import fp
 from beam_jobs.rank import BUCKET_BITS, top_bucket
-from beam_jobs.records import Image
+from convert_core.fingerprint import fp
+from convert_core.records import Image
 from schemas.layout import MAX_SHARDS
 
 RECORD_OVERHEAD = 160  # bytes of features besides the image, a rough upper bound

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from beam_jobs.fingerprint import BITS
+from convert_core.fingerprint import BITS
 
 # Buckets a partition. A split: 4096 (~250 entries a bucket at 1M examples).
 # A (split, label) or a label: 64, so the broadcast table stays small with many

@@ -15,7 +15,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs.paths import write_atomically
-from beam_jobs.records import Reject
+from convert_core.records import Reject
 
 
 def write_rejects(path: str, rejects: list[Reject]) -> None:

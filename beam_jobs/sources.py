@@ -19,7 +19,7 @@ from apache_beam.metrics import Metrics
 from beam_jobs import paths, walk
 from beam_jobs.candidates import CandidateRules, rows_of
 from beam_jobs.dead_letters import SplitRejects
-from beam_jobs.records import Candidate, make_reject
+from convert_core.records import Candidate, make_reject
 from schemas.progress import Progress
 
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from beam_jobs.fingerprint import fp
 from beam_jobs.rank import LABEL_BUCKET_BITS, ExactRank, top_bucket
-from beam_jobs.records import Image
+from convert_core.fingerprint import fp
+from convert_core.records import Image
 from schemas.errors import InvalidValueError
 
 HASH_BUCKETS = 10_000

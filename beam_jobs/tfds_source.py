@@ -15,9 +15,9 @@ import dataclasses
 import json
 
 from beam_jobs import paths
-from beam_jobs.options import UserError
 from beam_jobs.record_rules import TFDS_FILES
 from beam_jobs.tfrecord_source import FORMAT as TFRECORD
+from convert_core.options import UserError
 from schemas.errors import InvalidValueError
 
 INFO, FEATURES = TFDS_FILES

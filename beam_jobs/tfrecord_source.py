@@ -21,7 +21,7 @@ import zlib
 from beam_jobs import paths
 from beam_jobs.record_rules import RecordFormat, RecordProblem, RecordRules, is_record_file
 from beam_jobs.record_source import ReadRecordFile
-from beam_jobs.records import Image, make_reject
+from convert_core.records import Image, make_reject
 from schemas import tfrecord
 from schemas.example import parse_features
 

@@ -26,7 +26,7 @@ import zlib
 from beam_jobs import paths
 from beam_jobs.record_rules import TAR_SUFFIXES, RecordFormat, RecordProblem, is_tar_file
 from beam_jobs.record_source import ReadRecordFile
-from beam_jobs.records import Image, make_reject
+from convert_core.records import Image, make_reject
 from schemas.errors import Error, InvalidValueError
 from schemas.images import IMAGE_EXTENSIONS
 

@@ -24,7 +24,7 @@ from apache_beam.metrics import Metrics
 from beam_jobs import paths
 from beam_jobs.dead_letters import SplitRejects
 from beam_jobs.paths import read_bytes
-from beam_jobs.records import Image, Reject, make_reject
+from convert_core.records import Image, Reject, make_reject
 from schemas import inferred, layout, near, tfrecord
 from schemas.example import encode_record, parse_features
 from schemas.progress import Progress

@@ -63,7 +63,7 @@ def main() -> None:
     sys.path.insert(0, ROOT)
     from beam_jobs import convert, preflight
     from beam_jobs.job import Job
-    from beam_jobs.options import parse_args
+    from convert_core.options import parse_args
     from evenshard import synthetic
 
     tmp = tempfile.mkdtemp()

@@ -33,15 +33,15 @@ import zlib
 import schemas
 from beam_jobs import finalize, paths, walk
 from beam_jobs.candidates import rows_of
-from beam_jobs.fingerprint import fp, unit
 from beam_jobs.inspect_images import InspectImage
 from beam_jobs.job import Job
-from beam_jobs.options import parse_args
 from beam_jobs.plan_shards import estimated_record_bytes, shard_count
 from beam_jobs.preflight import preflight
-from beam_jobs.records import Candidate, Image, Reject, make_reject
 from beam_jobs.split import HASH_BUCKETS, cut_points, hash_split, pick
 from beam_jobs.write import example_bytes
+from convert_core.fingerprint import fp, unit
+from convert_core.options import parse_args
+from convert_core.records import Candidate, Image, Reject, make_reject
 from schemas import layout, tfrecord
 
 # Beam's flags the tests pass to convert: they choose how it runs, never what it writes.

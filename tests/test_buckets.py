@@ -28,7 +28,7 @@ from conftest import Bucket, run_convert
 from dataset_writer import write_dataset
 
 from audit.validate import validate
-from beam_jobs.options import UserError
+from convert_core.options import UserError
 from evenshard import cli, synthetic
 from schemas import layout, storage
 from schemas.info import DatasetError, load_info
@@ -148,7 +148,7 @@ def test_the_local_default_counts_a_bucket_input_as_it_counts_a_folder(bucket, t
     manifest too (a URL counted as large: 1,469 images in a bucket ran on every core).
     A convert of a bucket's folder on that default: test_convert_from_a_bucket_to_a_bucket."""
     from beam_jobs.job import Job, has_at_least
-    from beam_jobs.options import parse_args
+    from convert_core.options import parse_args
 
     root = tmp_path / "images"
     synthetic.make_image_folder(str(root), num_labels=2, per_label=3, formats=("png",))

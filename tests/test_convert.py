@@ -349,7 +349,7 @@ def test_the_local_default_is_every_core_for_large_inputs_only():
 
 def test_inputs_are_counted_without_a_csv_header(tmp_path):
     from beam_jobs.job import Job, has_at_least
-    from beam_jobs.options import ConvertOptions
+    from convert_core.options import ConvertOptions
 
     rows = "".join(f"x{i}.png,a\n" for i in range(3))
     (tmp_path / "m.csv").write_text("path,label\n" + rows)

@@ -12,7 +12,7 @@ from conftest import read_rejects, run_convert, write_pngs
 from dataset_writer import write_dataset
 
 import reader
-from beam_jobs.options import UserError
+from convert_core.options import UserError
 from evenshard import cli, convert_command
 
 PY = sys.executable

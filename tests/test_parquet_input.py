@@ -16,7 +16,7 @@ from conftest import (
 from test_tfrecord_input import pngs, read_back
 
 from beam_jobs import convert
-from beam_jobs.options import UserError
+from convert_core.options import UserError
 
 FLAGS = ["--input_format=parquet", "--num_shards=2", "--max_reject_fraction=0.5"]
 NAMES = ["cat", "dog", "owl"]

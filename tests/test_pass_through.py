@@ -14,7 +14,7 @@ from test_tfrecord_input import write_records  # the TensorFlow writer the recor
 
 from audit.validate import validate
 from beam_jobs import convert
-from beam_jobs.options import UserError
+from convert_core.options import UserError
 
 FLAGS = ["--input_format=tfrecord", "--record_kind=example", "--num_shards=2"]
 
@@ -303,8 +303,8 @@ def test_dedupe_content_and_duplicate_keys_apply(tmp_path):
 def test_the_writer_reads_a_record_again_and_names_one_that_changed(tmp_path):
     import zlib
 
-    from beam_jobs.records import Image
     from beam_jobs.tfrecord_source import image_again
+    from convert_core.records import Image
     from schemas import tfrecord
     from schemas.example import serialize_example
 

@@ -10,7 +10,7 @@ import tarfile
 import pytest
 from conftest import run_convert, write_manifest
 
-from beam_jobs.options import UserError
+from convert_core.options import UserError
 from evenshard import cli
 
 

@@ -11,7 +11,7 @@ import pytest
 from conftest import assert_multi_process_gives_the_same_bytes, load_info, read_rejects, run_convert
 
 from beam_jobs import convert
-from beam_jobs.options import UserError
+from convert_core.options import UserError
 from evenshard import synthetic
 
 FLAGS = ["--input_format=tfrecord", "--num_shards=2", "--max_reject_fraction=0.5"]
@@ -314,8 +314,8 @@ def test_the_writer_reads_a_record_again_and_names_one_that_changed(tmp_path, na
     import gzip
     import zlib
 
-    from beam_jobs.records import Image
     from beam_jobs.tfrecord_source import image_again
+    from convert_core.records import Image
     from schemas import tfrecord
     from schemas.example import serialize_example
 

@@ -127,8 +127,8 @@ def test_a_buckets_files_read_ahead_give_what_each_read_alone_gives(bucket, tmp_
     The writer's reads ahead of a shard give its images in the shard's order."""
     import zlib
 
-    from beam_jobs.records import Image
     from beam_jobs.tfrecord_source import images_again
+    from convert_core.records import Image
 
     records = _records(6, 8)
     for i, r in enumerate(records):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from beam_jobs import paths
-from beam_jobs.records import Image
+from convert_core.records import Image
 from evenshard import synthetic
 from schemas import tfrecord
 from schemas.example import serialize_example
@@ -34,7 +34,7 @@ def _write(path: str, images: list[bytes]) -> None:
 
 def _job(input: str, tmp_path):
     from beam_jobs.job import Job
-    from beam_jobs.options import ConvertOptions
+    from convert_core.options import ConvertOptions
 
     return Job.of(
         ConvertOptions(input=input, output_dir=str(tmp_path / "o"), input_format="tfrecord")

@@ -11,13 +11,13 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from beam_jobs.fingerprint import fp
 from beam_jobs.inspect_images import InspectImages
 from beam_jobs.order import OrderAndShard
 from beam_jobs.plan_shards import PlanShards, shard_count
 from beam_jobs.rank import ExactRank, top_bucket
-from beam_jobs.records import Candidate, Image
 from beam_jobs.split import HASH_BUCKETS, AssignSplits, cut_points, hash_split
+from convert_core.fingerprint import fp
+from convert_core.records import Candidate, Image
 from evenshard import synthetic
 
 pytestmark = pytest.mark.fast  # the unit lane: make test-fast
