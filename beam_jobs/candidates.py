@@ -15,7 +15,7 @@ import io
 import json
 import os
 
-from beam_jobs import paths
+from convert_core import paths
 from convert_core.options import is_csv
 from convert_core.records import Candidate, Reject, make_reject
 from schemas.images import IMAGE_EXTENSIONS

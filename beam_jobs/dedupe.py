@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from beam_jobs import paths
 from beam_jobs.dead_letters import SplitRejects
+from convert_core import paths
 from convert_core.records import make_reject
 
 

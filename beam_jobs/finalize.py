@@ -17,7 +17,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 import schemas
-from beam_jobs.paths import folder_files, write_atomically
+from beam_jobs.filesystems import folder_files, write_atomically
 from beam_jobs.rejects import add_rejects
 from beam_jobs.write import FEATURE_STATS
 from convert_core.options import ConvertOptions

@@ -23,10 +23,10 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 
-from beam_jobs import paths
 from beam_jobs.dead_letters import SplitRejects
+from beam_jobs.filesystems import open_binary, read_bytes
 from beam_jobs.near_embedding import Embedder
-from beam_jobs.paths import open_binary, read_bytes
+from convert_core import paths
 from convert_core.records import Candidate, Image, make_reject
 from schemas import storage, stores
 from schemas.images import MAGIC, Rejected, inspect_stream

@@ -12,9 +12,9 @@ import dataclasses
 import itertools
 import os
 
-from beam_jobs import paths
 from beam_jobs.candidates import CandidateRules
 from beam_jobs.record_rules import RecordFeatures, glob_root, is_glob
+from convert_core import paths
 from convert_core.options import ConvertOptions, is_csv
 from schemas.layout import INCOMPLETE_DIR, REJECTS_FILE, join
 
@@ -118,7 +118,9 @@ def has_at_least(job: Job, n: int) -> bool:
             return _records_at_least(job, n)
         if manifest is not None:
             lines = n + 1 if is_csv(manifest) else n  # a CSV's header is no input
-            with paths.open_text(manifest) as f:
+            from beam_jobs.filesystems import open_text  # Beam's, for a URL
+
+            with open_text(manifest) as f:
                 for line in f:
                     count += bool(line.strip())
                     if count >= lines:

@@ -16,11 +16,11 @@ import os
 
 from apache_beam.io.filesystems import FileSystems
 
-from beam_jobs import paths
 from beam_jobs.candidates import manifest_columns
+from beam_jobs.filesystems import open_text
 from beam_jobs.job import Job
-from beam_jobs.paths import open_text
 from beam_jobs.record_rules import RecordFeatures, choose_features, is_glob, record_input_formats
+from convert_core import paths
 from convert_core.options import EXAMPLE_KIND, ConvertOptions, UserError, is_csv
 
 log = logging.getLogger(__name__)

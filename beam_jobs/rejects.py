@@ -14,7 +14,7 @@ import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from beam_jobs.paths import write_atomically
+from beam_jobs.filesystems import write_atomically
 from convert_core.records import Reject
 
 

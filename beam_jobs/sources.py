@@ -16,9 +16,10 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from beam_jobs import paths, walk
+from beam_jobs import filesystems, walk
 from beam_jobs.candidates import CandidateRules, rows_of
 from beam_jobs.dead_letters import SplitRejects
+from convert_core import paths
 from convert_core.records import Candidate, make_reject
 from schemas.progress import Progress
 
@@ -104,7 +105,7 @@ class _ReadManifest(beam.DoFn):
 
     def _listing(self, manifest: str):
         progress = Progress("list", "rows")
-        with paths.open_text(manifest, errors="surrogateescape") as f:
+        with filesystems.open_text(manifest, errors="surrogateescape") as f:
             for number, row in rows_of(manifest, f):
                 self._rows.inc()
                 progress.add()

@@ -21,9 +21,9 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from beam_jobs import paths
 from beam_jobs.dead_letters import SplitRejects
-from beam_jobs.paths import read_bytes
+from beam_jobs.filesystems import read_bytes
+from convert_core import paths
 from convert_core.records import Image, Reject, make_reject
 from schemas import inferred, layout, near, tfrecord
 from schemas.example import encode_record, parse_features

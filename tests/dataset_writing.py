@@ -31,7 +31,7 @@ import os
 import zlib
 
 import schemas
-from beam_jobs import finalize, paths, walk
+from beam_jobs import finalize, walk
 from beam_jobs.candidates import rows_of
 from beam_jobs.inspect_images import InspectImage
 from beam_jobs.job import Job
@@ -39,6 +39,8 @@ from beam_jobs.plan_shards import estimated_record_bytes, shard_count
 from beam_jobs.preflight import preflight
 from beam_jobs.split import HASH_BUCKETS, cut_points, hash_split, pick
 from beam_jobs.write import example_bytes
+from convert_core import paths
+from convert_core.files import LOCAL
 from convert_core.fingerprint import fp, unit
 from convert_core.options import parse_args
 from convert_core.records import Candidate, Image, Reject, make_reject
@@ -134,7 +136,7 @@ def _listing(job: Job) -> list[Candidate | Reject]:
     """Every input, as convert's ReadInputs lists it (before duplicates are dropped)."""
     rules = job.candidate_rules()
     if job.manifest is not None:
-        with paths.open_text(job.manifest, errors="surrogateescape") as f:
+        with LOCAL.open_text(job.manifest, errors="surrogateescape") as f:
             return [rules.row(number, row) for number, row in rows_of(job.manifest, f)]
     links: list[str] = []
     unlisted: list[str] = []

@@ -185,7 +185,7 @@ def test_fingerprint_is_pinned():
 
 
 def test_sources_travel_compact_and_come_back_whole():
-    from beam_jobs.paths import compact_source, full_source
+    from convert_core.paths import compact_source, full_source
 
     cases = [
         ("/data", "/data/cat/1.jpg", "cat/1.jpg", ""),
