@@ -35,8 +35,8 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs import filesystems
-from beam_jobs.job import Job
 from convert_core import paths
+from convert_core.job import Job
 from convert_core.options import DatasetRefused, UserError
 from schemas import layout, storage
 

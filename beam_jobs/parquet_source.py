@@ -27,9 +27,9 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs import filesystems
-from beam_jobs.record_rules import IMAGE_PATH, RecordFormat, RecordRules, is_parquet_file
 from beam_jobs.record_source import ReadRecordFile
 from convert_core import paths
+from convert_core.record_rules import IMAGE_PATH, RecordFormat, RecordRules, is_parquet_file
 from convert_core.records import Image, make_reject
 from schemas.errors import InvalidValueError
 from schemas.images import Rejected

@@ -4,8 +4,8 @@
 for inputs that fail before any file is opened (bad label, bad path,
 unsupported extension, malformed manifest row, duplicate key). Every input is
 in exactly one of the two; that is what makes ``inputs = written + rejects``
-reconcile. The rules are ``beam_jobs.candidates``, the folder walk
-``beam_jobs.walk``; here they are spread over workers and deduplicated.
+reconcile. The rules are ``convert_core.candidates``, the folder walk
+``convert_core.walk``; here they are spread over workers and deduplicated.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from beam_jobs import filesystems, walk
-from beam_jobs.candidates import CandidateRules, rows_of
+from beam_jobs import filesystems
 from beam_jobs.dead_letters import SplitRejects
-from convert_core import paths
+from convert_core import paths, walk
+from convert_core.candidates import CandidateRules, rows_of
 from convert_core.records import Candidate, make_reject
 from schemas.progress import Progress
 

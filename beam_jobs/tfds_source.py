@@ -15,10 +15,10 @@ import dataclasses
 import json
 
 from beam_jobs import filesystems
-from beam_jobs.record_rules import TFDS_FILES
 from beam_jobs.tfrecord_source import FORMAT as TFRECORD
 from convert_core import paths
 from convert_core.options import UserError
+from convert_core.record_rules import TFDS_FILES
 from schemas.errors import InvalidValueError
 
 INFO, FEATURES = TFDS_FILES

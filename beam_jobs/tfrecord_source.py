@@ -19,9 +19,9 @@ import itertools
 import zlib
 
 from beam_jobs import filesystems
-from beam_jobs.record_rules import RecordFormat, RecordProblem, RecordRules, is_record_file
 from beam_jobs.record_source import ReadRecordFile
 from convert_core import paths
+from convert_core.record_rules import RecordFormat, RecordProblem, RecordRules, is_record_file
 from convert_core.records import Image, make_reject
 from schemas import tfrecord
 from schemas.example import parse_features

@@ -24,9 +24,9 @@ import tarfile
 import zlib
 
 from beam_jobs import filesystems
-from beam_jobs.record_rules import TAR_SUFFIXES, RecordFormat, RecordProblem, is_tar_file
 from beam_jobs.record_source import ReadRecordFile
 from convert_core import paths
+from convert_core.record_rules import TAR_SUFFIXES, RecordFormat, RecordProblem, is_tar_file
 from convert_core.records import Image, make_reject
 from schemas.errors import Error, InvalidValueError
 from schemas.images import IMAGE_EXTENSIONS

@@ -61,8 +61,9 @@ def report(name: str, seq: list[tuple[str, str]]) -> None:
 
 def main() -> None:
     sys.path.insert(0, ROOT)
-    from beam_jobs import convert, preflight
-    from beam_jobs.job import Job
+    from beam_jobs import convert
+    from convert_core import preflight
+    from convert_core.job import Job
     from convert_core.options import parse_args
     from evenshard import synthetic
 
@@ -80,7 +81,9 @@ def main() -> None:
         return job
 
     Job.of = classmethod(lambda cls, o: traced(resolve(cls, o)))
-    preflight.preflight = lambda job, offline=False: traced(check(job, offline))
+    preflight.preflight = lambda job, files, records=None, offline=False: traced(
+        check(job, files, records, offline)
+    )
     report("convert's options", trace(lambda: convert.convert(options, beam_args), wanted))
     import reader
 

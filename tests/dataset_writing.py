@@ -31,18 +31,18 @@ import os
 import zlib
 
 import schemas
-from beam_jobs import finalize, walk
-from beam_jobs.candidates import rows_of
+from beam_jobs import finalize
 from beam_jobs.inspect_images import InspectImage
-from beam_jobs.job import Job
 from beam_jobs.plan_shards import estimated_record_bytes, shard_count
-from beam_jobs.preflight import preflight
 from beam_jobs.split import HASH_BUCKETS, cut_points, hash_split, pick
 from beam_jobs.write import example_bytes
-from convert_core import paths
+from convert_core import paths, walk
+from convert_core.candidates import rows_of
 from convert_core.files import LOCAL
 from convert_core.fingerprint import fp, unit
+from convert_core.job import Job
 from convert_core.options import parse_args
+from convert_core.preflight import preflight
 from convert_core.records import Candidate, Image, Reject, make_reject
 from schemas import layout, tfrecord
 
@@ -72,7 +72,7 @@ def write_dataset(input_path: str, output_dir: str, *flags: str) -> dict:
         flags += ("--max_reject_fraction=0.05",)
     options, beam_args = parse_args([f"--input={input_path}", f"--output_dir={output_dir}", *flags])
     _check_supported(options, beam_args)
-    job = preflight(Job.of(options))
+    job = preflight(Job.of(options), LOCAL)
     listed = _listing(job)
     candidates = [c for c in listed if isinstance(c, Candidate)]
     rejects = [r for r in listed if isinstance(r, Reject)]

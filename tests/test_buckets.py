@@ -147,7 +147,8 @@ def test_the_local_default_counts_a_bucket_input_as_it_counts_a_folder(bucket, t
     """Below MULTI_PROCESSING_FROM inputs, one in-memory worker, for a bucket's folder or
     manifest too (a URL counted as large: 1,469 images in a bucket ran on every core).
     A convert of a bucket's folder on that default: test_convert_from_a_bucket_to_a_bucket."""
-    from beam_jobs.job import Job, has_at_least
+    from beam_jobs.input_size import has_at_least
+    from convert_core.job import Job
     from convert_core.options import parse_args
 
     root = tmp_path / "images"

@@ -14,9 +14,9 @@ import reader
 import schemas
 from beam_jobs import convert
 from beam_jobs.forked_workers import WorkerLost
-from beam_jobs.record_rules import RecordProblem
 from convert_core.options import DatasetRefused, UserError
 from convert_core.paths import BadPath
+from convert_core.record_rules import RecordProblem
 from reader.dali_decode import UndecodableError
 from reader.preprocess import TransformError
 from schemas.errors import (

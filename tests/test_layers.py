@@ -78,7 +78,7 @@ def test_the_format_layer_imports_neither_beam_nor_tensorflow():
 
 
 def test_the_folder_walk_and_the_input_rules_import_no_beam():
-    loaded = _loaded_after("import beam_jobs.walk, beam_jobs.candidates, schemas.images")
+    loaded = _loaded_after("import convert_core.walk, convert_core.candidates, schemas.images")
     assert not loaded & {"apache_beam", "tensorflow"}
 
 

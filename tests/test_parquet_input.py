@@ -136,7 +136,7 @@ def test_the_writer_reads_the_rows_copied_as_they_were_read(tmp_path):
     Parquet file again (a row group cannot be read a row at a time)."""
     from beam_jobs.inspect_images import InspectImages
     from beam_jobs.parquet_source import FORMAT, images_again
-    from beam_jobs.record_rules import RecordFeatures, RecordRules
+    from convert_core.record_rules import RecordFeatures, RecordRules
 
     root, scratch = str(tmp_path / "in"), str(tmp_path / "out" / ".incomplete")
     images = pngs(3)

@@ -383,7 +383,7 @@ def test_dask_gives_the_direct_runner_bytes(records, dask_runner_flags, tmp_path
 
 @pytest.mark.fast
 def test_a_group_value_is_text_or_an_int_and_a_record_without_one_is_its_own_group():
-    from beam_jobs.record_rules import RecordFeatures, RecordProblem, RecordRules
+    from convert_core.record_rules import RecordFeatures, RecordProblem, RecordRules
 
     rules = RecordRules(RecordFeatures(None, None, "", None, "who"))
     assert rules.group({"who": ("bytes", [b"ann"])}) == "ann"

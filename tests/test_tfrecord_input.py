@@ -340,7 +340,7 @@ def test_the_writer_reads_a_record_again_and_names_one_that_changed(tmp_path, na
 
 @pytest.mark.fast
 def test_features_are_found_in_tfds_and_evenshard_records():
-    from beam_jobs.record_rules import choose_features
+    from convert_core.record_rules import choose_features
 
     png = pngs(1)[0]
     tfds = {
@@ -373,7 +373,7 @@ def test_an_int_label_past_the_largest_id_is_a_reject_not_a_vocabulary_of_it(tmp
     """An int label is its own id, so labels.txt lists 0 to the largest: a hashed or
     huge int (2**62) would be a list of that many names, memory the run never has.
     Past ``record_rules.MAX_LABEL_ID`` it is a ``bad_label`` naming --labels."""
-    from beam_jobs.record_rules import MAX_LABEL_ID
+    from convert_core.record_rules import MAX_LABEL_ID
 
     root = str(tmp_path / "in")
     labels = [0, 1, MAX_LABEL_ID + 1, 1]

@@ -30,7 +30,7 @@ def _records(n: int, side: int) -> list[bytes]:
 def _reader(root: str):
     from beam_jobs.inspect_images import InspectImages
     from beam_jobs.record_formats import record_format
-    from beam_jobs.record_rules import RecordFeatures, RecordRules
+    from convert_core.record_rules import RecordFeatures, RecordRules
 
     rules = RecordRules(RecordFeatures("image_raw", "label", "int64"), None, "--labels")
     inspect = InspectImages("full", 10**9, 100, root).arguments

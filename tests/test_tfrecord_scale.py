@@ -34,7 +34,7 @@ def _write(path: str, images: list[bytes]) -> None:
 
 
 def _job(input: str, tmp_path):
-    from beam_jobs.job import Job
+    from convert_core.job import Job
     from convert_core.options import ConvertOptions
 
     return Job.of(
@@ -45,7 +45,7 @@ def _job(input: str, tmp_path):
 @pytest.mark.fast
 @pytest.mark.parametrize("name", ["r.tfrecord", "r.tfrecord.gz"])
 def test_records_are_counted_not_files(tmp_path, name):
-    from beam_jobs.job import has_at_least
+    from beam_jobs.input_size import has_at_least
 
     images = _images(20)
     for f in ("a", "b"):
@@ -59,7 +59,7 @@ def test_records_are_counted_not_files(tmp_path, name):
 
 @pytest.mark.fast
 def test_one_record_files_count_one_each(tmp_path):
-    from beam_jobs.job import has_at_least
+    from beam_jobs.input_size import has_at_least
 
     for i, image in enumerate(_images(3)):
         _write(str(tmp_path / "in" / f"{i}.tfrecord"), [image])
@@ -70,7 +70,7 @@ def test_one_record_files_count_one_each(tmp_path):
 
 @pytest.mark.fast
 def test_a_folder_of_many_files_counts_without_reading_one(tmp_path):
-    from beam_jobs.job import has_at_least
+    from beam_jobs.input_size import has_at_least
 
     for i in range(8):  # no readable record: a read would count them small
         (tmp_path / "in").mkdir(exist_ok=True)

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from beam_jobs import walk
-from beam_jobs.candidates import CandidateRules, rows_of
+from convert_core import walk
+from convert_core.candidates import CandidateRules, rows_of
 from convert_core.records import Candidate, Reject
 
 pytestmark = pytest.mark.fast  # the unit lane: make test-fast
