@@ -33,8 +33,6 @@ import zlib
 import schemas
 from beam_jobs import finalize
 from beam_jobs.inspect_images import InspectImage
-from beam_jobs.plan_shards import estimated_record_bytes, shard_count
-from beam_jobs.split import HASH_BUCKETS, cut_points, hash_split, pick
 from beam_jobs.write import example_bytes
 from convert_core import paths, walk
 from convert_core.candidates import rows_of
@@ -42,8 +40,10 @@ from convert_core.files import LOCAL
 from convert_core.fingerprint import fp, unit
 from convert_core.job import Job
 from convert_core.options import parse_args
+from convert_core.plan_shards import estimated_record_bytes, shard_count
 from convert_core.preflight import preflight
 from convert_core.records import Candidate, Image, Reject, make_reject
+from convert_core.split import HASH_BUCKETS, cut_points, hash_split, pick
 from schemas import layout, tfrecord
 
 # Beam's flags the tests pass to convert: they choose how it runs, never what it writes.

@@ -18,7 +18,7 @@ from conftest import (
     write_pngs,
 )
 
-from beam_jobs.split import cut_points
+from convert_core.split import cut_points
 from evenshard import synthetic
 
 SEEDED = ("--seed=7", "--num_shards=4")

@@ -13,11 +13,14 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from beam_jobs.inspect_images import InspectImages
 from beam_jobs.order import OrderAndShard
-from beam_jobs.plan_shards import PlanShards, shard_count
-from beam_jobs.rank import ExactRank, top_bucket
-from beam_jobs.split import HASH_BUCKETS, AssignSplits, cut_points, hash_split
+from beam_jobs.plan_shards import PlanShards
+from beam_jobs.rank import ExactRank
+from beam_jobs.split import AssignSplits
 from convert_core.fingerprint import fp
+from convert_core.plan_shards import shard_count
+from convert_core.rank import top_bucket
 from convert_core.records import Candidate, Image
+from convert_core.split import HASH_BUCKETS, cut_points, hash_split
 from evenshard import synthetic
 
 pytestmark = pytest.mark.fast  # the unit lane: make test-fast
