@@ -31,9 +31,8 @@ import os
 import zlib
 
 import schemas
-from beam_jobs import finalize
 from beam_jobs.inspect_images import InspectImage
-from beam_jobs.write import example_bytes
+from convert_core import describe as finalize
 from convert_core import paths, walk
 from convert_core.candidates import rows_of
 from convert_core.files import LOCAL
@@ -44,6 +43,7 @@ from convert_core.plan_shards import estimated_record_bytes, shard_count
 from convert_core.preflight import preflight
 from convert_core.records import Candidate, Image, Reject, make_reject
 from convert_core.split import HASH_BUCKETS, cut_points, hash_split, pick
+from convert_core.write import example_bytes
 from schemas import layout, tfrecord
 
 # Beam's flags the tests pass to convert: they choose how it runs, never what it writes.
