@@ -16,7 +16,7 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + "/"
-PACKAGES = ("beam_jobs/", "schemas/", "reader/", "audit/", "evenshard/")
+PACKAGES = ("convert_core/", "beam_jobs/", "schemas/", "reader/", "audit/", "evenshard/")
 
 
 def trace(fn, wanted: list) -> list[tuple[str, str]]:
