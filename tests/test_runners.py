@@ -177,6 +177,7 @@ def test_the_package_ships_with_setup_file(tmp_path):
         names = tar.getnames()
     for needed in (
         "beam_jobs/convert.py",
+        "convert_core/inspection.py",  # the steps' core, which every worker runs
         "reader/pipeline.py",
         "schemas/layout.py",
         "evenshard/cli.py",
