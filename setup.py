@@ -1,8 +1,9 @@
 """evenshard: globally shuffled, split, balanced TFRecord shards with Apache Beam.
 
-One distribution installs the four packages (``schemas`` the format,
-``beam_jobs`` writing it, ``reader`` reading it, ``audit`` checking and
-measuring it) and the ``evenshard`` command (package ``evenshard``, on top).
+One distribution installs the five packages (``schemas`` the format,
+``convert_core`` convert's steps as plain functions, ``beam_jobs`` running them with
+Beam, ``reader`` reading the format, ``audit`` checking and measuring it) and the
+``evenshard`` command (package ``evenshard``, on top).
 Dataflow workers install the same distribution from ``--setup_file ./setup.py``.
 """
 
@@ -16,7 +17,7 @@ setup(
         "TFRecord shards (Apache Beam), with tf.data readers and TFMD schemas."
     ),
     python_requires=">=3.10,<3.13",
-    packages=["schemas", "beam_jobs", "reader", "audit", "evenshard"],
+    packages=["schemas", "convert_core", "beam_jobs", "reader", "audit", "evenshard"],
     package_data={"schemas": ["*.pbtxt"]},
     install_requires=[
         # tfx-bsl 1.21 pins tensorflow 2.21 and tensorflow-metadata 1.21.

@@ -2,7 +2,7 @@
 
 The driver, one way: the flags (convert's own, then Beam's, an unknown one an
 error), the runner, the frozen ``Job`` (every path resolved once, the inputs
-checked: ``beam_jobs.preflight``), the output folder (``beam_jobs.output``),
+checked: ``convert_core.preflight``), the output folder (``beam_jobs.output``),
 the pipeline (``beam_jobs.steps.build`` wires its composite transforms) run,
 and the dataset info it wrote.
 """
@@ -15,8 +15,8 @@ import functools
 import logging
 import shutil
 
-from beam_jobs.job import Job
-from beam_jobs.options import ConvertOptions, UserError, parse_args
+from convert_core.job import Job
+from convert_core.options import ConvertOptions, UserError, parse_args
 from schemas import layout
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ def _parsed_options(options) -> tuple[dict, dict]:
 
 def _flag_names(beam_known: dict) -> list[str]:
     """Every flag name convert takes: its own and Beam's."""
-    from beam_jobs.options import build_parser
+    from convert_core.options import build_parser
 
     own = [a.dest for a in build_parser()._actions if a.dest != "help"]
     return sorted({*own, *beam_known})
@@ -131,7 +131,7 @@ def convert(options: ConvertOptions, pipeline_args: list[str], pipeline=None) ->
     run, and the dataset info it wrote.
     """
     from beam_jobs.forked_workers import fork_server
-    from beam_jobs.job import has_at_least
+    from beam_jobs.input_size import has_at_least
     from beam_jobs.runners import (
         MULTI_PROCESSING_FROM,
         gcp_credentials,
@@ -158,9 +158,11 @@ def _convert(resolved: Job, pipeline_args: list[str], pipeline) -> dict:
     from apache_beam.options.pipeline_options import TestOptions
 
     from beam_jobs import compat_beam, output
-    from beam_jobs.preflight import preflight
+    from beam_jobs.filesystems import FILES
+    from beam_jobs.record_preflight import RECORDS
     from beam_jobs.runners import describe
     from beam_jobs.steps import build
+    from convert_core.preflight import preflight
     from schemas.info import parse_info
 
     compat_beam.remember_dofn_specs()  # Beam inspects each DoFn once, not 4 times
@@ -171,7 +173,7 @@ def _convert(resolved: Job, pipeline_args: list[str], pipeline) -> dict:
     dry_run = bool(beam_options.view_as(TestOptions).dry_run)
     if dry_run:
         _check_dry_run(beam_options)
-    job = preflight(resolved, offline=dry_run)
+    job = preflight(resolved, FILES, RECORDS, offline=dry_run)
     own = pipeline is None
     if own:
         pipeline = _pipeline(beam_options)

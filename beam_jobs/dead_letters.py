@@ -14,7 +14,7 @@ from __future__ import annotations
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from beam_jobs.records import Reject
+from convert_core.records import Reject
 
 
 def _is_reject(element) -> bool:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from beam_jobs import paths
 from beam_jobs.dead_letters import SplitRejects
-from beam_jobs.records import make_reject
+from convert_core import paths
+from convert_core.records import make_reject
 
 
 class _KeepSmallestKey(beam.DoFn):

@@ -85,12 +85,13 @@ from __future__ import annotations
 import apache_beam as beam
 import numpy as np
 
-from beam_jobs import near_splits, paths
+from beam_jobs import near_splits
 from beam_jobs.dead_letters import SplitRejects
 from beam_jobs.near_splits import SplitRule
 from beam_jobs.near_stars import star_clusters
 from beam_jobs.near_vectors import Centre, Lengths, of_one_length, with_centre
-from beam_jobs.records import Image, make_reject
+from convert_core import paths
+from convert_core.records import Image, make_reject
 from schemas import near, near_embedding
 
 _GROUP = "\x00group\x00"  # a --group_by group's node in the union-find (never a key)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from beam_jobs.records import Image
+from convert_core.records import Image
 from schemas import near_embedding
 from schemas.errors import InvalidValueError
 

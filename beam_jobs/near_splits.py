@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from itertools import accumulate
 
-from beam_jobs.fingerprint import fp
-from beam_jobs.split import HASH_BUCKETS, cut_points, hash_split
+from convert_core.fingerprint import fp
+from convert_core.split import HASH_BUCKETS, cut_points, hash_split
 
 
 class SplitRule:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import apache_beam as beam
 import numpy as np
 
-from beam_jobs.records import Image
+from convert_core.records import Image
 from schemas import near_embedding
 
 

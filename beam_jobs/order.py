@@ -1,16 +1,6 @@
-"""OrderAndShard: the global shuffle and exact balance, given the plan (``beam_jobs.plan_shards``).
-
-Per split, r = fp(seed, "order", key). ``balance="none"``: exact global rank
-of r (see rank.py), shard = floor(rank * S / N), and the shard keeps rank
-order, so reading shards 0..S-1 in order replays one uniform permutation and
-shard sizes differ by at most one.
-
-``balance="label"``: labels are laid end to end (sorted by name), each in
-fingerprint order, and dealt round-robin to the S shards. Shard sizes still
-differ by at most one, and every shard holds floor or ceil of n_c / S of each
-label c. Inside a shard, item i of label c sits at position (i + u) / n_c
-(u from the fingerprint), so every window of consecutive records carries the
-split's label mix.
+"""OrderAndShard: the global shuffle and exact balance, given the plan
+(``beam_jobs.plan_shards``), by the rule of ``convert_core.order``, the ranks taken
+over workers.
 """
 
 from __future__ import annotations
@@ -20,28 +10,18 @@ import pickle
 import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows
 
-from beam_jobs.fingerprint import fp, unit
-from beam_jobs.rank import (
-    BUCKET_BITS,
-    LABEL_BUCKET_BITS,
-    ExactRank,
-    ranked_bucket,
-    sort_key,
-    top_bucket,
-)
-
-
-def _shard_of(rank: int, num_shards: int, total: int) -> int:
-    return rank * num_shards // total
+from beam_jobs.rank import ExactRank
+from convert_core.fingerprint import fp
+from convert_core.order import balanced_place, in_order, in_shard, shards_reached
+from convert_core.rank import BUCKET_BITS, LABEL_BUCKET_BITS, top_bucket
 
 
 def _to_shards(split, r, bucket, im, plan):
     """-> ((split, shard), (bucket, r, Image)) for every shard that the bucket's ranks
-    reach: one, or a few for a bucket across a shard boundary."""
-    shards, total = plan[split]["num_shards"], plan[split]["num_examples"]
-    first, size = plan[split]["buckets"][bucket]
-    last = first + size - 1
-    for shard in range(_shard_of(first, shards, total), _shard_of(last, shards, total) + 1):
+    reach (``shards_reached``)."""
+    info = plan[split]
+    first, size = info["buckets"][bucket]
+    for shard in shards_reached(first, size, info["num_shards"], info["num_examples"]):
         yield (split, shard), (bucket, r, im)
 
 
@@ -117,29 +97,20 @@ def _rank_in_shard(element, plan):
     """((split, shard), [pickled batches]) -> ((split, shard), [Image] in rank order).
 
     Every bucket reaching the shard arrives whole, so each is ranked as
-    ExactRank ranks it, and the shard keeps the ranks that fall in it.
+    ExactRank ranks it, and the shard keeps the ranks that fall in it (``in_shard``).
     """
     (split, shard), batches = element
-    info = plan[split]
-    shards, total = info["num_shards"], info["num_examples"]
     buckets: dict[int, list] = {}
     for batch in batches:
         for bucket, r, im in pickle.loads(batch):
             buckets.setdefault(bucket, []).append((r, im))
-    ranked = [
-        (rank, im)
-        for bucket, members in buckets.items()
-        for rank, im in ranked_bucket(info["buckets"][bucket][0], members)
-        if _shard_of(rank, shards, total) == shard
-    ]
-    ranked.sort(key=lambda item: item[0])
-    return (split, shard), [im for _, im in ranked]
+    return (split, shard), in_shard(plan[split], shard, buckets)
 
 
 def _in_order(element):
     """((split, shard), [(sort_key, Image)]) -> ((split, shard), [Image] in order)."""
     shard, items = element
-    return shard, [im for _, im in sorted(items, key=sort_key)]
+    return shard, in_order(items)
 
 
 class OrderAndShard(beam.PTransform):
@@ -182,9 +153,8 @@ class OrderAndShard(beam.PTransform):
             (split, label), i, n_label, im = ranked
             info = plan[split]
             offset = info["label_offsets"][label]
-            position = (i + unit(seed, "jitter", im.key)) / n_label
-            key = (position, fp(seed, "order", im.key))
-            return (split, (offset + i) % info["num_shards"]), (key, im)
+            shard, key = balanced_place(seed, offset, i, n_label, info["num_shards"], im.key)
+            return (split, shard), (key, im)
 
         return (
             split_images

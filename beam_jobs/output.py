@@ -34,9 +34,10 @@ import socket
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from beam_jobs import paths
-from beam_jobs.job import Job
-from beam_jobs.options import DatasetRefused, UserError
+from beam_jobs import filesystems
+from convert_core import paths
+from convert_core.job import Job
+from convert_core.options import DatasetRefused, UserError
 from schemas import layout, storage
 
 log = logging.getLogger(__name__)
@@ -218,7 +219,7 @@ def _prepare(out: str, incomplete: str, overwrite: bool) -> None:
                 ", ".join(paths.relative_to(out, p) or p for p in kept[:5]),
             )
     if not FileSystems.exists(marker):
-        paths.write_atomically(marker, b"evenshard convert writes this folder\n")
+        filesystems.write_atomically(marker, b"evenshard convert writes this folder\n")
 
 
 def owned_files(out: str, incomplete: str) -> list[str]:
@@ -256,7 +257,7 @@ def owned_files(out: str, incomplete: str) -> list[str]:
         if rel and layout.is_temp_of_fixed_file(rel):
             names.append(rel)
     files = [layout.join(out, n) for n in dict.fromkeys(names) if n]
-    return files + paths.folder_files(incomplete)
+    return files + filesystems.folder_files(incomplete)
 
 
 def _matches(folder: str, patterns) -> list[str]:

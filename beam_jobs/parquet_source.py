@@ -26,10 +26,11 @@ import zlib
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from beam_jobs import paths
-from beam_jobs.record_rules import IMAGE_PATH, RecordFormat, RecordRules, is_parquet_file
+from beam_jobs import filesystems
 from beam_jobs.record_source import ReadRecordFile
-from beam_jobs.records import Image, make_reject
+from convert_core import paths
+from convert_core.record_rules import IMAGE_PATH, RecordFormat, RecordRules, is_parquet_file
+from convert_core.records import Image, make_reject
 from schemas.errors import InvalidValueError
 from schemas.images import Rejected
 
@@ -46,7 +47,7 @@ def _parquet():
 
 def _open(path: str):
     """The ParquetFile of ``path`` (close it: ``with``); a URL through Beam's file systems."""
-    return _parquet().ParquetFile(paths.open_binary(path) if paths.is_url(path) else path)
+    return _parquet().ParquetFile(filesystems.open_binary(path) if paths.is_url(path) else path)
 
 
 def _value(value) -> tuple[str, list]:
@@ -215,7 +216,7 @@ def images_again(items: list[tuple[str, Image]], feature: str, scratch: str):
     for path, im in items:
         row, offset, length = im.record
         try:
-            image = paths.read_range(copy_name(scratch, path), length, offset)
+            image = filesystems.read_range(copy_name(scratch, path), length, offset)
         except FileNotFoundError:
             yield b"", f"row {row}: its copy in {scratch} was removed after it was read"
             continue

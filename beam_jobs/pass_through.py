@@ -15,8 +15,8 @@ from __future__ import annotations
 import hashlib
 import zlib
 
-from beam_jobs.options import UserError
-from beam_jobs.record_rules import RecordFeatures
+from convert_core.options import UserError
+from convert_core.record_rules import RecordFeatures
 
 
 def record_facts(data: bytes, hash_content: bool) -> tuple:

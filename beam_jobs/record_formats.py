@@ -7,7 +7,7 @@ import runs in a circle.
 
 from __future__ import annotations
 
-from beam_jobs.record_rules import RecordFormat
+from convert_core.record_rules import RecordFormat
 
 
 def record_format(name: str) -> RecordFormat:

@@ -22,13 +22,14 @@ import itertools
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from beam_jobs import paths
 from beam_jobs.dead_letters import SplitRejects
-from beam_jobs.inspect_images import InspectImage, carried, open_error
+from beam_jobs.inspect_images import InspectImage
 from beam_jobs.pass_through import record_facts
-from beam_jobs.record_rules import RecordFormat, RecordProblem, RecordRules
-from beam_jobs.records import Candidate, make_reject
 from beam_jobs.sources import chunked
+from convert_core import paths
+from convert_core.inspection import carried, open_error
+from convert_core.record_rules import RecordFormat, RecordProblem, RecordRules
+from convert_core.records import Candidate, make_reject
 from schemas.images import Rejected
 
 

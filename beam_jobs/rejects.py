@@ -1,5 +1,5 @@
 """WriteRejects and RejectGate: every input that is not written, in one file, and
-whether there are few enough of them for shards to be written.
+whether there are few enough of them for shards to be written (``convert_core.rejects``).
 
 ``rejects/rejects.jsonl`` appears before ``dataset_info.json``
 (``beam_jobs.finalize``), which adds the inputs that changed while shards were
@@ -8,29 +8,25 @@ written (``add_rejects``).
 
 from __future__ import annotations
 
-import json
-
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from beam_jobs.paths import write_atomically
-from beam_jobs.records import Reject
+from beam_jobs.filesystems import write_atomically
+from convert_core.records import Reject
+from convert_core.rejects import gate, parse_rejects, rejects_text, summary
 
 
 def write_rejects(path: str, rejects: list[Reject]) -> None:
-    """The rejects file: a JSON line each, sorted. The whole reject sorts: one input can be
-    rejected twice (a duplicate row of an empty file), and the runner decides which
-    arrives first."""
-    lines = [r.to_json() for r in sorted(rejects)]
-    write_atomically(path, "".join(line + "\n" for line in lines).encode("utf-8"))
+    """Writes the rejects file (``rejects_text``)."""
+    write_atomically(path, rejects_text(rejects))
 
 
 def add_rejects(path: str, rejects: list[Reject]) -> None:
     """Adds ``rejects`` to the rejects file written already (once: a retried finalize
     finds them there)."""
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        written = [Reject(**json.loads(line)) for line in f.read().decode("utf-8").splitlines()]
+        written = parse_rejects(f.read())
     write_rejects(path, written + [r for r in rejects if r not in set(written)])
 
 
@@ -52,10 +48,7 @@ class WriteRejects(beam.PTransform):
 
         def write(all_rejects):
             write_rejects(path, all_rejects)
-            summary: dict[str, int] = {}
-            for r in all_rejects:
-                summary[r.reason] = summary.get(r.reason, 0) + 1
-            return dict(sorted(summary.items()))
+            return summary(all_rejects)
 
         return rejects | "AllRejects" >> beam.combiners.ToList() | "WriteFile" >> beam.Map(write)
 
@@ -71,17 +64,15 @@ class RejectGate(beam.PTransform):
     def expand(self, pbegin):
         max_fraction = self._max
 
-        def gate(_, inputs, summary):
-            rejected = sum(summary.values())
-            ok = rejected <= max_fraction * inputs
-            return {"ok": ok, "inputs": inputs, "rejects": rejected, "max_fraction": max_fraction}
+        def decide(_, inputs, reject_summary):
+            return gate(max_fraction, inputs, reject_summary)
 
         return (
             pbegin
             | "Once" >> beam.Create([None])
             | "Decide"
             >> beam.Map(
-                gate,
+                decide,
                 beam.pvalue.AsSingleton(self._inputs),
                 beam.pvalue.AsSingleton(self._summary),
             )

@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from beam_jobs.options import UserError
+from convert_core.options import UserError
 
 log = logging.getLogger(__name__)
 

@@ -1,25 +1,25 @@
-"""ReadInputs: the inputs as a PCollection, from an image folder or a CSV/JSONL manifest.
-
-``ReadInputs`` yields one :class:`Candidate` per input plus ``rejects``
-for inputs that fail before any file is opened (bad label, bad path,
-unsupported extension, malformed manifest row, duplicate key). Every input is
-in exactly one of the two; that is what makes ``inputs = written + rejects``
-reconcile. The rules are ``beam_jobs.candidates``, the folder walk
-``beam_jobs.walk``; here they are spread over workers and deduplicated.
+"""ReadInputs: the inputs as a PCollection, from an image folder or a CSV/JSONL manifest
+(``convert_core.listing``): the label folders walked on workers, a manifest's
+duplicates and groups found by grouping over workers.
 """
 
 from __future__ import annotations
 
-import os
-
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from beam_jobs import paths, walk
-from beam_jobs.candidates import CandidateRules, rows_of
 from beam_jobs.dead_letters import SplitRejects
-from beam_jobs.records import Candidate, make_reject
+from beam_jobs.filesystems import FILES
+from convert_core import walk
+from convert_core.candidates import CandidateRules
+from convert_core.listing import (
+    file_identity,
+    keep_first,
+    listed,
+    one_split_per_group,
+    read_manifest,
+    url_files,
+)
 from schemas.progress import Progress
 
 
@@ -40,7 +40,7 @@ class _ListImageFolder(beam.DoFn):
         kind, name = item
         root = self._rules.root
         if kind == "url":
-            yield from chunked(self._listing(_walk_url(root)))
+            yield from chunked(self._listing(url_files(root, FILES)))
             return
         links: list[str] = []
         unlisted: list[str] = []
@@ -57,22 +57,10 @@ class _ListImageFolder(beam.DoFn):
 
     def _listing(self, files):
         progress = Progress("list", "files")
-        root = self._rules.root
-        for source, rejected in files:
+        for found in listed(self._rules, files):
             self._listed.inc()
             progress.add()
-            if rejected is None:
-                yield self._rules.file(source)
-            else:
-                yield make_reject(paths.relative_to(root, source) or source, source, *rejected)
-
-
-def _walk_url(root: str):
-    """A bucket folder: every object under it that is not hidden is an input."""
-    for meta in FileSystems.match([root + "/**"])[0].metadata_list:
-        rel = paths.relative_to(root, meta.path)
-        if rel and not any(p.startswith(".") for p in rel.split("/")):
-            yield meta.path, None
+            yield found
 
 
 # Inputs a listed element: Beam's cost per element between steps (encode, count,
@@ -104,11 +92,10 @@ class _ReadManifest(beam.DoFn):
 
     def _listing(self, manifest: str):
         progress = Progress("list", "rows")
-        with paths.open_text(manifest, errors="surrogateescape") as f:
-            for number, row in rows_of(manifest, f):
-                self._rows.inc()
-                progress.add()
-                yield self._rules.row(number, row)
+        for found in read_manifest(self._rules, manifest, FILES):
+            self._rows.inc()
+            progress.add()
+            yield found
 
 
 class _KeepFirst(beam.DoFn):
@@ -124,15 +111,7 @@ class _KeepFirst(beam.DoFn):
 
     def process(self, element):
         _, candidates = element
-        first, *others = sorted(candidates, key=lambda c: (c.row, c.key, c.source))
-        yield first
-        for c in others:
-            if self._reason == "duplicate_key":
-                detail = f"row {c.row}: key also at row {first.row}"
-            else:
-                detail = f"row {c.row}: the same file as row {first.row} (key {first.key})"
-            source = paths.full_source(self._root, c.source, c.key)
-            yield make_reject(c.key, source, self._reason, detail)
+        yield from keep_first(self._root, self._reason, candidates)
 
 
 class _OneSplitPerGroup(beam.DoFn):
@@ -149,23 +128,7 @@ class _OneSplitPerGroup(beam.DoFn):
 
     def process(self, element):
         group, candidates = element
-        given = sorted({c.split for c in candidates if c.split is not None})
-        if len(given) > 1:
-            detail = f"group {group!r} is given splits {', '.join(given)} by different rows"
-            for c in candidates:
-                source = paths.full_source(self._root, c.source, c.key)
-                yield make_reject(c.key, source, "bad_split", detail)
-            return
-        split = given[0] if given else None
-        for c in candidates:
-            yield c._replace(split=split)
-
-
-def file_identity(root: str, candidate: Candidate) -> str:
-    """What a manifest row's file is: its real path (symlinks and ``..`` resolved),
-    as the folder walk knows files; a URL as written (normalized)."""
-    source = paths.full_source(root, candidate.source, candidate.key)
-    return source if paths.is_url(source) else os.path.realpath(source)
+        yield from one_split_per_group(self._root, group, candidates)
 
 
 def _items(chunk):

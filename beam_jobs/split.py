@@ -1,49 +1,16 @@
-"""AssignSplits: each image to exactly one split.
-
-- A manifest ``split`` value wins when present.
-- ``hash``: bucket = fp(split_seed, "split", group or key) mod 10000, cut at
-  the cumulative fractions. A key's split never changes as the dataset grows,
-  and with ``--group_by`` a whole group shares one bucket, so one split.
-- ``exact``: within each label, order by fingerprint and cut at exact
-  fractions (stratified; per-label counts are exact roundings).
-
-The split salt is ``--split_seed``, separate from the shuffle ``--seed``, so
-reshuffling never moves examples between train and test.
+"""AssignSplits: each image to exactly one split, by the rule of ``convert_core.split``
+(a given split wins; else ``hash`` or ``exact``), the exact ranks within labels taken
+over workers (``ExactRank``).
 """
 
 from __future__ import annotations
 
 import apache_beam as beam
 
-from beam_jobs.fingerprint import fp
-from beam_jobs.rank import LABEL_BUCKET_BITS, ExactRank, top_bucket
-from beam_jobs.records import Image
-from schemas.errors import InvalidValueError
-
-HASH_BUCKETS = 10_000
-
-
-def cut_points(fractions: list[float], n: int) -> list[int]:
-    """Cumulative cut points of ``n`` items, e.g. [0.8, 0.1, 0.1], 10 -> [8, 9, 10]."""
-    cuts, acc = [], 0.0
-    for f in fractions:
-        acc += f
-        cuts.append(min(n, int(round(acc * n))))
-    cuts[-1] = n
-    return cuts
-
-
-def pick(cuts: list[int], value: int) -> int:
-    """Index of the first cut above ``value``."""
-    for i, cut in enumerate(cuts):
-        if value < cut:
-            return i
-    raise InvalidValueError(f"value {value} beyond the last cut {cuts[-1]}")
-
-
-def hash_split(image: Image, names: tuple[str, ...], cuts: list[int], split_seed: int) -> str:
-    unit = image.group if image.group is not None else image.key
-    return names[pick(cuts, fp(split_seed, "split", unit) % HASH_BUCKETS)]
+from beam_jobs.rank import ExactRank
+from convert_core.fingerprint import fp
+from convert_core.rank import LABEL_BUCKET_BITS, top_bucket
+from convert_core.split import HASH_BUCKETS, cut_points, exact_split, given_or_hashed
 
 
 class AssignSplits(beam.PTransform):
@@ -62,10 +29,7 @@ class AssignSplits(beam.PTransform):
             cuts = cut_points(self._fractions, HASH_BUCKETS)
             names, seed = self._names, self._seed
             return images | "HashSplit" >> beam.Map(
-                lambda im: (
-                    im.split if im.split is not None else hash_split(im, names, cuts, seed),
-                    im,
-                )
+                lambda im: (given_or_hashed(im, names, cuts, seed), im)
             )
         # Two Filters rather than beam.Partition: see dead_letters.py (Dask).
         honoured = (
@@ -94,7 +58,7 @@ class _ExactSplit(beam.PTransform):
 
         def to_split(ranked):
             _, rank, total, im = ranked
-            return names[pick(cut_points(fractions, total), rank)], im
+            return exact_split(names, fractions, rank, total), im
 
         return (
             images

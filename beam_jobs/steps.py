@@ -13,20 +13,21 @@ from __future__ import annotations
 import apache_beam as beam
 
 from beam_jobs.dedupe import DedupeContent
-from beam_jobs.finalize import Finalize, settings
+from beam_jobs.finalize import Finalize
 from beam_jobs.inspect_images import InspectImages
-from beam_jobs.job import Job
 from beam_jobs.near_duplicates import NearDuplicates, SplitRule
 from beam_jobs.order import OrderAndShard
 from beam_jobs.plan_shards import PlanShards
 from beam_jobs.record_formats import record_format
-from beam_jobs.record_rules import RecordRules, is_glob
 from beam_jobs.record_source import ReadRecordFiles
 from beam_jobs.rejects import RejectGate, WriteRejects
 from beam_jobs.sources import ReadInputs
 from beam_jobs.split import AssignSplits
 from beam_jobs.vocabulary import Vocabulary
 from beam_jobs.write import WriteShards
+from convert_core.describe import settings
+from convert_core.job import Job
+from convert_core.record_rules import RecordRules, is_glob
 
 
 def build(pipeline, job: Job):

@@ -1,18 +1,16 @@
-"""Vocabulary: the dataset's labels (ids = positions) and image formats."""
+"""Vocabulary: the dataset's labels (ids = positions) and image formats
+(``convert_core.vocabulary``), their sets combined over workers."""
 
 from __future__ import annotations
 
 import apache_beam as beam
 
+from convert_core.vocabulary import vocabulary
+
 
 class Vocabulary(beam.PTransform):
-    """Image -> one dict {"labels": [...], "formats": [...]}.
-
-    Labels are the sorted distinct labels of the written images (as TFDS
-    ImageFolder does), or exactly ``fixed`` (a ``--labels`` file) in its order;
-    ``numbered`` (a record's int labels, as text): "0" to the largest, so each
-    int is its own id.
-    """
+    """Image -> one dict {"labels": [...], "formats": [...]} (``vocabulary``: ``fixed``,
+    a ``--labels`` file's, or the images' own; ``numbered``: a record's int labels)."""
 
     def __init__(self, fixed: list[str] | None = None, numbered: bool = False):
         super().__init__()
@@ -24,15 +22,7 @@ class Vocabulary(beam.PTransform):
 
         def collect(found):
             labels, formats = found
-            # "": no label, no format (--record_kind example without --label_feature)
-            labels, formats = labels - {""}, formats - {""}
-            if fixed:
-                names = fixed
-            elif numbered and labels:
-                names = [str(i) for i in range(max(map(int, labels)) + 1)]
-            else:
-                names = sorted(labels)
-            return {"labels": names, "formats": sorted(formats)}
+            return vocabulary(labels, formats, fixed, numbered)
 
         return (
             images

@@ -3,73 +3,26 @@
 The writer reads each image's bytes again (only metadata went through the
 shuffle), checks they are the bytes inspected (size, and the CRC-32 taken
 then: an input rewritten meanwhile is a ``changed`` reject, left out of the
-shard), builds a ``tf.train.Example``, serializes it deterministically and
-frames it as TFRecord. Framing is done here rather than with
-``tf.io.TFRecordWriter`` so that all IO goes through Beam's FileSystems (gs://
-and friends) and the bytes are ours to pin: gzip output uses zlib's gzip
-wrapper, whose header carries no timestamp.
+shard) and writes the shard's records (``convert_core.write``) through Beam's
+FileSystems (gs:// and friends).
 """
 
 from __future__ import annotations
 
-import hashlib
 import uuid
-import zlib
 
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from beam_jobs import paths
 from beam_jobs.dead_letters import SplitRejects
-from beam_jobs.paths import read_bytes
-from beam_jobs.records import Image, Reject, make_reject
-from schemas import inferred, layout, near, tfrecord
-from schemas.example import encode_record, parse_features
+from beam_jobs.filesystems import FILES
+from convert_core import paths
+from convert_core.records import Image
+from convert_core.write import Sink, read_again, shard_files, shard_info, write_records
+from schemas import layout, tfrecord
 from schemas.progress import Progress
-
-# a shard info's counts of its examples' features (example kind), which finalize merges
-# into the schema and leaves out of dataset_info.json
-FEATURE_STATS = "feature_stats"
-
-
-class _Sink:
-    """Writes to a stream, optionally gzip-compressed, counting bytes and hashing them."""
-
-    def __init__(self, stream, gzip: bool):
-        self._stream = stream
-        self._zip = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS) if gzip else None
-        self.sha256 = hashlib.sha256()
-        self.num_bytes = 0
-
-    def _out(self, data: bytes) -> None:
-        if data:
-            self._stream.write(data)
-            self.sha256.update(data)
-            self.num_bytes += len(data)
-
-    def write(self, data: bytes) -> None:
-        self._out(self._zip.compress(data) if self._zip else data)
-
-    def finish(self) -> None:
-        if self._zip:
-            self._out(self._zip.flush())
-
-
-def example_bytes(im: Image, label_id: int, record_kind: str, data: bytes | None) -> bytes:
-    """The serialized tf.train.Example of one image."""
-    return encode_record(
-        record_kind,
-        key=im.key,
-        label=im.label,
-        label_id=label_id,
-        image_format=im.format,
-        height=im.height,
-        width=im.width,
-        channels=im.channels,
-        payload=data if record_kind == "image" else im.rel_path,
-    )
 
 
 class _WriteShard(beam.DoFn):
@@ -103,17 +56,13 @@ class _WriteShard(beam.DoFn):
         if not gate["ok"]:  # too many rejects: finalize fails the job, write nothing
             return
         label_ids = {label: i for i, label in enumerate(vocab["labels"])}
-        example_kind = self._kind == "example"  # the record as it is (beam_jobs.pass_through)
-        stats: dict = {}  # its features, counted for the schema (schemas.inferred)
-        name = layout.shard_name(split, index, plan[split]["num_shards"], self._compression)
+        files = shard_files(
+            split, index, plan[split]["num_shards"], self._compression, self._fingerprints
+        )
+        name, index_file, near_file = files
         # A unique temp name per attempt: retries and backup attempts never
         # share a half-written file; the rename makes the shard appear whole.
         tmp = f"{self._incomplete}/{name}.{uuid.uuid4().hex}"
-        label_counts: dict[str, int] = {}
-        lengths: list[int] = []  # for the DALI index (a shard's metadata)
-        near_lines: list[bytes] = []  # the fingerprints, with --dedupe near
-        changed: list[Reject] = []
-        count = 0
         again = None
         if self._record_image:  # a record input's images, read again a shard at a time
             images_again, feature = self._record_image
@@ -123,65 +72,41 @@ class _WriteShard(beam.DoFn):
                 if im.data is None  # else carried from inspection
             ]
             again = images_again(items, feature, self._incomplete)
+
+        def image_bytes(source: str, im: Image) -> tuple[bytes, str | None]:
+            if im.data is not None:  # carried from inspection
+                return im.data, None
+            return _read_again(source, im) if again is None else next(again)
+
         with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-            sink = _Sink(f, gzip=self._compression == "gzip")
-            for im in images:
-                data = None
-                if self._kind != "path":
-                    source = paths.full_source(self._root, im.source, im.key)
-                    if im.data is not None:
-                        data, problem = im.data, None
-                    elif again is None:
-                        data, problem = _read_again(source, im)
-                    else:
-                        data, problem = next(again)
-                    if problem:
-                        changed.append(make_reject(im.key, source, "changed", problem))
-                        continue
-                if example_kind:
-                    record = data
-                    inferred.add(stats, parse_features(data))
-                else:
-                    record = example_bytes(im, label_ids[im.label], self._kind, data)
-                sink.write(tfrecord.frame(record))
-                lengths.append(len(record))
-                if self._fingerprints:
-                    near_lines.append(near.sidecar_line(im.key, im.near))
-                if im.label:  # "": an example without --label_feature
-                    label_counts[im.label] = label_counts.get(im.label, 0) + 1
-                count += 1
-                self._progress.add()
-            sink.finish()
+            sink = Sink(f, gzip=self._compression == "gzip")
+            written = write_records(
+                sink,
+                images,
+                image_bytes,
+                self._root,
+                label_ids,
+                self._kind,
+                self._fingerprints,
+                self._progress,
+            )
         # the record first: a file in place always has one (output.py removes,
         # after a run that died, the files these records name and no others)
         # (not empty: Beam's S3 filesystem cannot create an empty object, a multipart
         # upload of no parts, which S3 refuses)
         with FileSystems.create(f"{self._incomplete}/{name}{layout.OWNED_SUFFIX}") as f:
             f.write(name.encode() + b"\n")
-        index_file = layout.index_name(name)
         # the index and fingerprints land first: a shard in place always has them
         if index_file:
-            self._beside(tmp, ".idx", tfrecord.index_text(lengths), index_file)
-        near_file = near.sidecar_name(name) if self._fingerprints else None
+            self._beside(tmp, ".idx", tfrecord.index_text(written.lengths), index_file)
         if near_file:
-            self._beside(tmp, layout.NEAR_SUFFIX, b"".join(near_lines), near_file)
+            self._beside(tmp, layout.NEAR_SUFFIX, b"".join(written.near_lines), near_file)
         FileSystems.rename([tmp], [f"{self._out}/{name}"])
-        self._records.inc(count)
+        self._records.inc(written.count)
         self._bytes.inc(sink.num_bytes)
         self._shards.inc()
-        yield {
-            "split": split,
-            "index": index,
-            "file": name,
-            **({"dali_index": index_file} if index_file else {}),
-            **({"near": near_file} if near_file else {}),
-            "num_examples": count,
-            "num_bytes": sink.num_bytes,
-            "sha256": sink.sha256.hexdigest(),
-            "label_counts": dict(sorted(label_counts.items())),
-            **({FEATURE_STATS: stats} if example_kind else {}),
-        }
-        yield from changed
+        yield shard_info(split, index, files, sink, written, self._kind)
+        yield from written.changed
 
     def _beside(self, tmp: str, suffix: str, data: bytes, name: str) -> None:
         """Writes a file that goes beside the shard, through a temp name."""
@@ -191,16 +116,8 @@ class _WriteShard(beam.DoFn):
 
 
 def _read_again(path: str, im: Image) -> tuple[bytes, str | None]:
-    """The image's bytes, and what changed since inspection (None: nothing)."""
-    try:
-        data = read_bytes(path, im.num_bytes + 1)  # one more: a file that grew is caught
-    except FileNotFoundError:
-        return b"", "the file was removed after it was inspected"
-    if len(data) != im.num_bytes:
-        return data, f"{im.num_bytes} bytes when inspected, {len(data)} when written"
-    if im.crc32 is not None and zlib.crc32(data) != im.crc32:
-        return data, f"the same size ({im.num_bytes} bytes), other bytes than those inspected"
-    return data, None
+    """``read_again`` through Beam's FileSystems."""
+    return read_again(FILES, path, im)
 
 
 class WriteShards(beam.PTransform):

@@ -17,7 +17,7 @@ RUNS_HELP = (
 
 
 def _convert_flags(p: argparse.ArgumentParser) -> None:
-    from beam_jobs.options import DESCRIPTION, add_flags
+    from convert_core.options import DESCRIPTION, add_flags
 
     p.description = DESCRIPTION
     add_flags(p)

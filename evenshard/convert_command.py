@@ -25,7 +25,7 @@ def run(args: argparse.Namespace, pipeline_args: list[str]) -> int:
     a refusal, or a file system that stopped it. Returns the exit code."""
     from beam_jobs import convert
     from beam_jobs.forked_workers import WorkerLost
-    from beam_jobs.options import DatasetRefused, UserError, from_namespace
+    from convert_core.options import DatasetRefused, UserError, from_namespace
     from schemas.errors import Error
 
     # The runner logs a failing step's traceback at ERROR; ours are re-raised

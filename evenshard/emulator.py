@@ -303,7 +303,7 @@ def convert_line(url: str, folder: str | None) -> str:
     ``--input_format`` of its files when they are records of one format
     (``record_input_formats``), else as an image folder (records of several formats:
     convert's own line names them)."""
-    from beam_jobs.record_rules import record_input_formats
+    from convert_core.record_rules import record_input_formats
 
     line = f".venv/bin/evenshard convert --input {url} --output_dir {url}-ds"
     if folder:

@@ -16,7 +16,7 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + "/"
-PACKAGES = ("beam_jobs/", "schemas/", "reader/", "audit/", "evenshard/")
+PACKAGES = ("convert_core/", "beam_jobs/", "schemas/", "reader/", "audit/", "evenshard/")
 
 
 def trace(fn, wanted: list) -> list[tuple[str, str]]:
@@ -61,9 +61,10 @@ def report(name: str, seq: list[tuple[str, str]]) -> None:
 
 def main() -> None:
     sys.path.insert(0, ROOT)
-    from beam_jobs import convert, preflight
-    from beam_jobs.job import Job
-    from beam_jobs.options import parse_args
+    from beam_jobs import convert
+    from convert_core import preflight
+    from convert_core.job import Job
+    from convert_core.options import parse_args
     from evenshard import synthetic
 
     tmp = tempfile.mkdtemp()
@@ -80,7 +81,9 @@ def main() -> None:
         return job
 
     Job.of = classmethod(lambda cls, o: traced(resolve(cls, o)))
-    preflight.preflight = lambda job, offline=False: traced(check(job, offline))
+    preflight.preflight = lambda job, files, records=None, offline=False: traced(
+        check(job, files, records, offline)
+    )
     report("convert's options", trace(lambda: convert.convert(options, beam_args), wanted))
     import reader
 

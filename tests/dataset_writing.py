@@ -1,47 +1,45 @@
-"""Datasets written as ``evenshard convert`` writes them, without running Beam.
+"""Datasets written as ``evenshard convert`` writes them, in one process, without Beam.
 
 The reader tests need small finished datasets; converting each through a Beam
-pipeline (and ``validate --full``) was most of the suite's time, and tested
-Beam again in files whose subject is the reader. ``write_dataset`` takes
-convert's own flags for a local image folder or CSV/JSONL manifest and writes
-the same folder: the shards (the format's framing, ``schemas.tfrecord``, and
-Example codec, ``schemas.example``), their DALI indexes, ``schema.pbtxt``,
-``labels.txt``, the rejects file and ``dataset_info.json``.
+pipeline was most of the suite's time, and tested Beam again in files whose subject
+is the reader. ``write_dataset`` takes convert's own flags for a local image folder
+or CSV/JSONL manifest and runs convert's core (``convert_core``: each step a plain
+function, which ``beam_jobs`` runs as Beam transforms over workers) in one process:
+the same folder, byte for byte (``tests/test_dataset_writer.py`` pins it; Beam is
+never imported: ``tests/test_convert_core.py``).
 
-It is convert without the pipeline, not a second implementation of it: the
-listing and input rules (``CandidateRules``, ``walk``, ``rows_of``), the image
-rules (``schemas.images.inspect_stream``), the split rule (``hash_split``,
-``cut_points``), the shard count (``shard_count``), the fingerprints, the
-record encoding (``write.example_bytes``) and the info (``finalize.settings``,
-``finalize.dataset_info``) are convert's own functions, called in one process.
-Only what Beam distributes is done here in one place: the exact rank (a sort
-by fingerprint, ties by key), the deal to shards and the counts.
-``tests/test_dataset_writer.py`` pins that a real convert writes the same bytes,
-file by file, for every option this supports.
-
-Not supported (a ``ValueError`` names what to use instead): record inputs,
-``--dedupe``, symlinks in the image folder, URLs, Beam's own flags.
+Not done (a ``ValueError`` names what to use instead): record inputs, ``--dedupe``,
+URLs, Beam's own flags.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import zlib
 
 import schemas
-from beam_jobs import finalize, paths, walk
-from beam_jobs.candidates import rows_of
-from beam_jobs.fingerprint import fp, unit
-from beam_jobs.inspect_images import InspectImage
-from beam_jobs.job import Job
-from beam_jobs.options import parse_args
-from beam_jobs.plan_shards import estimated_record_bytes, shard_count
-from beam_jobs.preflight import preflight
-from beam_jobs.records import Candidate, Image, Reject, make_reject
-from beam_jobs.split import HASH_BUCKETS, cut_points, hash_split, pick
-from beam_jobs.write import example_bytes
+from convert_core import paths
+from convert_core.describe import (
+    check_counts,
+    check_planned,
+    dataset_files,
+    dataset_info,
+    inputs_changed,
+    settings,
+    too_many_rejects,
+)
+from convert_core.files import LOCAL
+from convert_core.inspection import Inspector
+from convert_core.job import Job
+from convert_core.listing import list_inputs, unique
+from convert_core.options import parse_args
+from convert_core.order import shards_of
+from convert_core.plan_shards import plan_of, split_stats
+from convert_core.preflight import preflight
+from convert_core.records import Image, Reject
+from convert_core.rejects import gate, rejects_text, summary
+from convert_core.split import assign_splits
+from convert_core.vocabulary import vocabulary
+from convert_core.write import Sink, read_again, shard_files, shard_info, write_records
 from schemas import layout, tfrecord
 
 # Beam's flags the tests pass to convert: they choose how it runs, never what it writes.
@@ -63,57 +61,52 @@ def write_dataset(input_path: str, output_dir: str, *flags: str) -> dict:
         The dataset info, as ``convert.run`` returns it (without ``runner``).
 
     Raises:
-        ValueError: an option this writer does not do, or too many rejects.
+        ValueError: an option this writer does not do, too many rejects, or inputs
+            that changed while it ran.
     """
     flags = tuple(f for f in flags if not f.startswith(_RUNNER_FLAGS))
     if not any(f.startswith("--max_reject_fraction") for f in flags):
         flags += ("--max_reject_fraction=0.05",)
     options, beam_args = parse_args([f"--input={input_path}", f"--output_dir={output_dir}", *flags])
     _check_supported(options, beam_args)
-    job = preflight(Job.of(options))
-    listed = _listing(job)
-    candidates = [c for c in listed if isinstance(c, Candidate)]
+    job = preflight(Job.of(options), LOCAL)
+    o, out = job.options, job.output_dir
+    listed = list_inputs(job.candidate_rules(), job.manifest, LOCAL)  # ReadInputs
+    candidates = [c for c in listed if not isinstance(c, Reject)]
     rejects = [r for r in listed if isinstance(r, Reject)]
-    candidates, duplicates = _unique(job.input_root, candidates)
-    rejects += duplicates
-    inspect = _inspector(job)
+    if job.manifest is not None:
+        candidates, duplicates = unique(job.input_root, candidates)
+        rejects += duplicates
+    inspector = Inspector(o.verify, o.max_image_pixels, job.input_root, int(o.max_image_mb * 10**6))
+    inspector.setup()
     images = []
-    for c in candidates:
-        for found in inspect.process(c):
-            (images if isinstance(found, Image) else rejects).append(found)
-    summary = _summary(rejects)
-    gate = {
-        "ok": len(rejects) <= options.max_reject_fraction * len(listed),
-        "inputs": len(listed),
-        "rejects": len(rejects),
-        "max_fraction": options.max_reject_fraction,
-    }
-    if not gate["ok"]:
-        raise ValueError(
-            f"{len(rejects)} of {len(listed)} inputs rejected ({summary}): above "
-            f"--max_reject_fraction={options.max_reject_fraction}; convert writes no dataset"
-        )
-    vocab = _vocabulary(job, images)
-    plan = _plan(options, _splits(options, images))
-    label_ids = {label: i for i, label in enumerate(vocab["labels"])}
-    out = job.output_dir
+    for found in map(inspector.candidate, candidates):  # InspectImages
+        (images if isinstance(found, Image) else rejects).append(found)
+    by_reason = summary(rejects)  # WriteRejects, RejectGate
+    allowed = gate(o.max_reject_fraction, len(listed), by_reason)
+    if not allowed["ok"]:
+        raise ValueError(too_many_rejects(allowed, job.rejects_file))
+    vocab = vocabulary({im.label for im in images}, {im.format for im in images}, job.vocabulary)
+    fractions = list(o.split_fractions)
+    split_images = assign_splits(images, o.split_names, fractions, o.split_mode, o.split_seed)
+    shard_rule = (o.target_shard_mb * 1e6, o.shard_multiple, o.num_shards, o.examples_per_shard)
+    plan = plan_of(split_stats(split_images, o.record_kind), o.split_names, *shard_rule)
     os.makedirs(f"{out}/rejects", exist_ok=True)
     _put(out, layout.MARKER_FILE, _MARKER)
-    shards = [
-        _write_shard(job, split, index, members, label_ids, len(plan[split]["shards"]))
-        for split in sorted(plan)
-        for index, members in enumerate(plan[split]["shards"])
-    ]
-    lines = "".join(r.to_json() + "\n" for r in sorted(rejects))
-    _put(out, layout.REJECTS_FILE, lines.encode("utf-8"))
-    info = finalize.dataset_info(
-        finalize.settings(options, job.path_root), shards, plan, vocab, gate, summary
-    )
-    schema = schemas.dataset_schema(options.record_kind, vocab["labels"], vocab["formats"])
-    _put(out, layout.SCHEMA_FILE, schemas.to_text(schema).encode("utf-8"))
-    _put(out, layout.LABELS_FILE, "".join(f"{label}\n" for label in vocab["labels"]).encode())
-    text = json.dumps(info, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    _put(out, layout.INFO_FILE, text.encode("utf-8"))  # last, as convert writes it
+    label_ids = {label: i for i, label in enumerate(vocab["labels"])}
+    shards, changed = [], []
+    for split in sorted(plan):  # OrderAndShard, WriteShards
+        members = [im for s, im in split_images if s == split]
+        for index, shard in enumerate(shards_of(members, o.seed, o.balance, plan[split])):
+            shards.append(_write_shard(job, split, index, shard, label_ids, plan, changed))
+    _put(out, layout.REJECTS_FILE, rejects_text(rejects))
+    info = dataset_info(settings(o, job.path_root), shards, plan, vocab, allowed, by_reason)
+    check_counts(info, allowed, changed)  # Finalize
+    if changed:
+        raise ValueError(inputs_changed(changed, job.rejects_file))
+    check_planned(info, plan)
+    for name, data in dataset_files(info, shards, vocab):  # dataset_info.json last
+        _put(out, name, data)
     return schemas.load_info(out)
 
 
@@ -130,180 +123,27 @@ def _check_supported(options, beam_args: list[str]) -> None:
             raise ValueError(f"write_dataset does not do {what}: use conftest.run_convert")
 
 
-def _listing(job: Job) -> list[Candidate | Reject]:
-    """Every input, as convert's ReadInputs lists it (before duplicates are dropped)."""
-    rules = job.candidate_rules()
-    if job.manifest is not None:
-        with paths.open_text(job.manifest, errors="surrogateescape") as f:
-            return [rules.row(number, row) for number, row in rows_of(job.manifest, f)]
-    links: list[str] = []
-    unlisted: list[str] = []
-    listed = []
-    for kind, name in walk.listing_work(job.input_root):
-        tree = walk.walk_tree(job.input_root, name, links, unlisted, recurse=kind == "tree")
-        for source, rejected in tree:
-            if rejected is None:
-                listed.append(rules.file(source))
-            else:
-                rel = paths.relative_to(job.input_root, source) or source
-                listed.append(make_reject(rel, source, *rejected))
-    if links or unlisted:
-        raise ValueError("write_dataset does not follow symlinks: use conftest.run_convert")
-    return listed
-
-
-def _unique(root: str, candidates: list[Candidate]) -> tuple[list[Candidate], list[Reject]]:
-    """A manifest's rows: a key, then a file, kept once (the lowest row), as convert's
-    ``_KeepFirst`` keeps them; groups are convert's to test."""
-    if any(c.group is not None for c in candidates):
-        raise ValueError("write_dataset does not do --group_by: use conftest.run_convert")
-    kept: list[Candidate] = []
-    rejects: list[Reject] = []
-    for reason, identity in (
-        ("duplicate_key", lambda c: c.key),
-        ("duplicate_file", lambda c: os.path.realpath(paths.full_source(root, c.source, c.key))),
-    ):
-        first: dict[str, Candidate] = {}
-        for c in sorted(candidates, key=lambda c: (c.row, c.key, c.source)):
-            seen = first.setdefault(identity(c), c)
-            if seen is c:
-                continue
-            if reason == "duplicate_key":
-                detail = f"row {c.row}: key also at row {seen.row}"
-            else:
-                detail = f"row {c.row}: the same file as row {seen.row} (key {seen.key})"
-            source = paths.full_source(root, c.source, c.key)
-            rejects.append(make_reject(c.key, source, reason, detail))
-        candidates = kept = [c for c in candidates if first[identity(c)] is c]
-    return kept, rejects
-
-
-def _inspector(job: Job) -> InspectImage:
-    """Convert's own inspection (``InspectImages``' DoFn), called directly."""
+def _write_shard(job: Job, split: str, index: int, images, label_ids, plan, changed) -> dict:
+    """One shard file and its DALI index; its entry in the info (an image that changed
+    since inspection: into ``changed``)."""
     o = job.options
-    inspect = InspectImage(
-        o.verify, o.max_image_pixels, job.input_root, int(o.max_image_mb * 10**6)
-    )
-    inspect.setup()
-    return inspect
-
-
-def _summary(rejects: list[Reject]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for r in rejects:
-        counts[r.reason] = counts.get(r.reason, 0) + 1
-    return dict(sorted(counts.items()))
-
-
-def _vocabulary(job: Job, images: list[Image]) -> dict:
-    labels = list(job.vocabulary) if job.vocabulary else sorted({im.label for im in images})
-    return {"labels": labels, "formats": sorted({im.format for im in images})}
-
-
-def _ranked(seed: int, purpose: str, images: list[Image]) -> list[Image]:
-    """Images in the order of their fingerprint, ties broken by key (``rank.sort_key``)."""
-    return sorted(images, key=lambda im: (fp(seed, purpose, im.key), im.key))
-
-
-def _splits(options, images: list[Image]) -> dict[str, list[Image]]:
-    """split -> its images: convert's ``AssignSplits``, a split given by a row winning."""
-    names, fractions = options.split_names, list(options.split_fractions)
-    out: dict[str, list[Image]] = {}
-    if options.split_mode == "hash":
-        cuts = cut_points(fractions, HASH_BUCKETS)
-        for im in images:
-            split = im.split or hash_split(im, names, cuts, options.split_seed)
-            out.setdefault(split, []).append(im)
-        return out
-    by_label: dict[str, list[Image]] = {}
-    for im in images:
-        if im.split is not None:
-            out.setdefault(im.split, []).append(im)
-        else:
-            by_label.setdefault(im.label, []).append(im)
-    for members in by_label.values():
-        cuts = cut_points(fractions, len(members))
-        for rank, im in enumerate(_ranked(options.split_seed, "split", members)):
-            out.setdefault(names[pick(cuts, rank)], []).append(im)
-    return out
-
-
-def _plan(options, splits: dict[str, list[Image]]) -> dict:
-    """split -> convert's plan (``PlanShards``) and the images of each shard in order
-    (``OrderAndShard``): balance none, a rank range a shard; balance label, labels
-    laid end to end and dealt round-robin, each shard ordered by position."""
-    plan = {}
-    for split in sorted(set(options.split_names) | set(splits)):
-        members = splits.get(split, [])
-        labels: dict[str, int] = {}
-        for im in members:
-            labels[im.label] = labels.get(im.label, 0) + 1
-        est = sum(estimated_record_bytes(im, options.record_kind) for im in members)
-        n = len(members)
-        count = shard_count(
-            n,
-            est,
-            options.target_shard_mb * 1e6,
-            options.shard_multiple,
-            options.num_shards,
-            options.examples_per_shard,
+    files = shard_files(split, index, plan[split]["num_shards"], o.compression, False)
+    name, index_file, _ = files
+    with open(layout.join(job.output_dir, name), "wb") as f:
+        sink = Sink(f, gzip=o.compression == "gzip")
+        written = write_records(
+            sink,
+            images,
+            lambda source, im: read_again(LOCAL, source, im),
+            job.input_root,
+            label_ids,
+            o.record_kind,
+            fingerprints=False,
         )
-        shards: list[list] = [[] for _ in range(count)]
-        if options.balance == "none":
-            for rank, im in enumerate(_ranked(options.seed, "order", members)):
-                shards[rank * count // n].append((rank, im))
-        else:
-            offset = 0
-            for label, size in sorted(labels.items()):
-                ranked = _ranked(options.seed, "order", [m for m in members if m.label == label])
-                for i, im in enumerate(ranked):
-                    position = (i + unit(options.seed, "jitter", im.key)) / size
-                    key = (position, fp(options.seed, "order", im.key))
-                    shards[(offset + i) % count].append((key, im))
-                offset += size
-        plan[split] = {
-            "num_examples": n,
-            "label_counts": dict(sorted(labels.items())),
-            "shards": [[im for _, im in sorted(s, key=lambda e: (e[0], e[1].key))] for s in shards],
-        }
-    return plan
-
-
-def _write_shard(job: Job, split: str, index: int, images, label_ids, count: int) -> dict:
-    """One shard file and its DALI index; its entry in the info, as ``WriteShards``'."""
-    o = job.options
-    name = layout.shard_name(split, index, count, o.compression)
-    gzip = (
-        zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS) if o.compression == "gzip" else None
-    )
-    pieces, lengths, labels = [], [], {}
-    for im in images:
-        data = None
-        if o.record_kind == "image":
-            with open(paths.full_source(job.input_root, im.source, im.key), "rb") as f:
-                data = f.read()
-        record = example_bytes(im, label_ids[im.label], o.record_kind, data)
-        framed = tfrecord.frame(record)
-        pieces.append(gzip.compress(framed) if gzip else framed)
-        lengths.append(len(record))
-        labels[im.label] = labels.get(im.label, 0) + 1
-    if gzip:
-        pieces.append(gzip.flush())
-    body = b"".join(pieces)
-    _put(job.output_dir, name, body)
-    index_file = layout.index_name(name)
+    changed += written.changed
     if index_file:
-        _put(job.output_dir, index_file, tfrecord.index_text(lengths))
-    return {
-        "split": split,
-        "index": index,
-        "file": name,
-        **({"dali_index": index_file} if index_file else {}),
-        "num_examples": len(images),
-        "num_bytes": len(body),
-        "sha256": hashlib.sha256(body).hexdigest(),
-        "label_counts": dict(sorted(labels.items())),
-    }
+        _put(job.output_dir, index_file, tfrecord.index_text(written.lengths))
+    return shard_info(split, index, files, sink, written, o.record_kind)
 
 
 def _put(out: str, name: str, data: bytes) -> None:

@@ -24,7 +24,7 @@ import pytest
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 NAMES = sorted(p.name[: -len("_bench.py")] for p in BENCHMARKS.glob("*_bench.py"))
 SCRIPTS = [f"{name}_bench.py" for name in NAMES] + ["gpu_check.py"]
-PROJECT = {"reader", "beam_jobs", "schemas", "audit", "evenshard"}
+PROJECT = {"reader", "convert_core", "beam_jobs", "schemas", "audit", "evenshard"}
 
 
 def _private_uses(path: Path) -> list[str]:

@@ -28,7 +28,7 @@ from conftest import Bucket, run_convert
 from dataset_writer import write_dataset
 
 from audit.validate import validate
-from beam_jobs.options import UserError
+from convert_core.options import UserError
 from evenshard import cli, synthetic
 from schemas import layout, storage
 from schemas.info import DatasetError, load_info
@@ -147,8 +147,9 @@ def test_the_local_default_counts_a_bucket_input_as_it_counts_a_folder(bucket, t
     """Below MULTI_PROCESSING_FROM inputs, one in-memory worker, for a bucket's folder or
     manifest too (a URL counted as large: 1,469 images in a bucket ran on every core).
     A convert of a bucket's folder on that default: test_convert_from_a_bucket_to_a_bucket."""
-    from beam_jobs.job import Job, has_at_least
-    from beam_jobs.options import parse_args
+    from beam_jobs.input_size import has_at_least
+    from convert_core.job import Job
+    from convert_core.options import parse_args
 
     root = tmp_path / "images"
     synthetic.make_image_folder(str(root), num_labels=2, per_label=3, formats=("png",))

@@ -13,7 +13,7 @@ import re
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-PACKAGES = ("schemas", "reader", "beam_jobs", "audit", "evenshard")
+PACKAGES = ("schemas", "reader", "convert_core", "beam_jobs", "audit", "evenshard")
 COMPAT = {
     "reader/compat_torch.py": "torch",
     "reader/compat_tf.py": "tensorflow",

@@ -18,7 +18,7 @@ from conftest import (
     write_pngs,
 )
 
-from beam_jobs.split import cut_points
+from convert_core.split import cut_points
 from evenshard import synthetic
 
 SEEDED = ("--seed=7", "--num_shards=4")
@@ -348,8 +348,9 @@ def test_the_local_default_is_every_core_for_large_inputs_only():
 
 
 def test_inputs_are_counted_without_a_csv_header(tmp_path):
-    from beam_jobs.job import Job, has_at_least
-    from beam_jobs.options import ConvertOptions
+    from beam_jobs.input_size import has_at_least
+    from convert_core.job import Job
+    from convert_core.options import ConvertOptions
 
     rows = "".join(f"x{i}.png,a\n" for i in range(3))
     (tmp_path / "m.csv").write_text("path,label\n" + rows)

@@ -10,13 +10,14 @@ import pytest
 
 import audit
 import beam_jobs
+import convert_core
 import reader
 import schemas
 from beam_jobs import convert
 from beam_jobs.forked_workers import WorkerLost
-from beam_jobs.options import DatasetRefused, UserError
-from beam_jobs.paths import BadPath
-from beam_jobs.record_rules import RecordProblem
+from convert_core.options import DatasetRefused, UserError
+from convert_core.paths import BadPath
+from convert_core.record_rules import RecordProblem
 from reader.dali_decode import UndecodableError
 from reader.preprocess import TransformError
 from schemas.errors import (
@@ -31,7 +32,7 @@ from schemas.info import DatasetError
 from schemas.tfrecord import CorruptRecord
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-PACKAGES = ("schemas", "reader", "beam_jobs", "audit", "evenshard")
+PACKAGES = ("schemas", "reader", "convert_core", "beam_jobs", "audit", "evenshard")
 
 # each public error class and the built-in base callers caught before the root
 ERRORS = {
@@ -57,7 +58,7 @@ INTERNAL = {"_TooLarge"}
 
 @pytest.mark.fast
 def test_every_package_exports_the_one_root():
-    assert schemas.Error is reader.Error is beam_jobs.Error is audit.Error
+    assert schemas.Error is reader.Error is convert_core.Error is beam_jobs.Error is audit.Error
     assert reader.Error.__bases__ == (Exception,)
 
 
@@ -112,7 +113,7 @@ def test_no_module_raises_a_bare_built_in_error():
     bare = re.compile(r"raise (ValueError|TypeError|RuntimeError|FileNotFoundError|OSError)\(")
     found = [
         f"{path.relative_to(root)}:{number}"
-        for package in ("schemas", "beam_jobs", "reader", "audit", "evenshard")
+        for package in PACKAGES
         for path in sorted((root / package).rglob("*.py"))
         for number, line in enumerate(path.read_text().splitlines(), 1)
         if bare.search(line)

@@ -16,7 +16,7 @@ from dataset_writer import write_dataset
 
 import reader
 from audit.validate import validate
-from beam_jobs.options import UserError
+from convert_core.options import UserError
 from evenshard import cli, synthetic
 from schemas import layout
 

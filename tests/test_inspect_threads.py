@@ -11,7 +11,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from beam_jobs.inspect_images import InspectImage, local_threads
-from beam_jobs.records import Candidate
+from convert_core.records import Candidate
 from evenshard import synthetic
 
 

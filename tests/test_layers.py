@@ -1,5 +1,6 @@
-"""The packages form a stack: schemas at the bottom, beam_jobs and reader on it, the tools
-(audit) above the reader, the CLI on top."""
+"""The packages form a stack: schemas at the bottom, convert's core (convert_core) and the
+reader on it, Beam's convert (beam_jobs) over the core and the tools (audit) over the
+reader, the CLI on top."""
 
 from __future__ import annotations
 
@@ -12,7 +13,14 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # package -> its floor; a module may import only packages on a lower floor (and its own).
-FLOORS = {"schemas": 0, "beam_jobs": 1, "reader": 1, "audit": 2, "evenshard": 3}
+FLOORS = {
+    "schemas": 0,
+    "convert_core": 1,
+    "reader": 1,
+    "beam_jobs": 2,
+    "audit": 2,
+    "evenshard": 3,
+}
 
 
 def _imports(path: str) -> set[str]:
@@ -78,8 +86,24 @@ def test_the_format_layer_imports_neither_beam_nor_tensorflow():
 
 
 def test_the_folder_walk_and_the_input_rules_import_no_beam():
-    loaded = _loaded_after("import beam_jobs.walk, beam_jobs.candidates, schemas.images")
+    loaded = _loaded_after("import convert_core.walk, convert_core.candidates, schemas.images")
     assert not loaded & {"apache_beam", "tensorflow"}
+
+
+def test_no_module_of_convert_s_core_imports_beam(tmp_path):
+    """No import of ``apache_beam`` anywhere in ``convert_core``, at module level or in a
+    function; none loaded by importing every module of it (what they import stays on
+    the floors below: schemas, and convert_core itself)."""
+    core = [rel for package, rel in _modules() if package == "convert_core"]
+    assert os.path.join("convert_core", "inspection.py") in core
+    beam = [rel for rel in core if "apache_beam" in _imports(os.path.join(ROOT, rel))]
+    assert not beam, "convert_core modules importing apache_beam:\n" + "\n".join(beam)
+    names = ", ".join(rel[:-3].replace(os.sep, ".").removesuffix(".__init__") for rel in core)
+    assert "apache_beam" not in _loaded_after(f"import {names}")
+    # the check sees an import in a function
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f():\n    from apache_beam.io.filesystems import FileSystems\n")
+    assert "apache_beam" in _imports(str(bad))
 
 
 def test_import_reader_and_the_cli_are_light():

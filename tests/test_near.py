@@ -22,7 +22,7 @@ from conftest import load_info, read_rejects, read_split, run_convert, write_man
 from PIL import Image, ImageEnhance
 
 from audit import leaks
-from beam_jobs.options import ConvertOptions, UserError
+from convert_core.options import ConvertOptions, UserError
 from evenshard import cli, convert_command
 from evenshard.synthetic import photo_bytes
 from schemas import near

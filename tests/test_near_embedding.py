@@ -27,7 +27,7 @@ from conftest import (
 )
 from PIL import Image, ImageEnhance
 
-from beam_jobs.options import ConvertOptions, UserError
+from convert_core.options import ConvertOptions, UserError
 from evenshard import cli
 from tests import near_embeddings
 

@@ -18,7 +18,7 @@ from conftest import assert_multi_process_gives_the_same_bytes, run_convert
 from test_near import split_of_keys, variants
 
 from beam_jobs.near_splits import SplitRule, deal
-from beam_jobs.split import HASH_BUCKETS, cut_points, pick
+from convert_core.split import HASH_BUCKETS, cut_points, pick
 from evenshard.synthetic import photo_bytes
 
 CLUSTERS, ALONE, SIZE = 40, 80, 8

@@ -12,7 +12,7 @@ from conftest import read_rejects, run_convert, write_pngs
 from dataset_writer import write_dataset
 
 import reader
-from beam_jobs.options import UserError
+from convert_core.options import UserError
 from evenshard import cli, convert_command
 
 PY = sys.executable
@@ -87,7 +87,7 @@ def test_a_folder_of_record_files_says_which_input_format(images, tmp_path):
     line naming a file and the --input_format to add (was: TFRecord only; Parquet files
     and tars were each an unsupported_format reject); the emulator's convert line for
     such a folder carries the flag."""
-    from beam_jobs.record_rules import record_input_formats
+    from convert_core.record_rules import record_input_formats
     from evenshard.emulator import convert_line
 
     expected = {

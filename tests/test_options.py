@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from beam_jobs.options import ConvertOptions, parse_args
+from convert_core.options import ConvertOptions, parse_args
 from evenshard.cli import build_parser
 from reader.read_options import ReadOptions
 

@@ -8,7 +8,7 @@ import pytest
 from conftest import load_info, run_convert, write_pngs
 
 from audit.validate import validate
-from beam_jobs.options import UserError
+from convert_core.options import UserError
 from schemas import layout
 
 USERS = [

@@ -16,7 +16,7 @@ from conftest import (
 from test_tfrecord_input import pngs, read_back
 
 from beam_jobs import convert
-from beam_jobs.options import UserError
+from convert_core.options import UserError
 
 FLAGS = ["--input_format=parquet", "--num_shards=2", "--max_reject_fraction=0.5"]
 NAMES = ["cat", "dog", "owl"]
@@ -136,7 +136,7 @@ def test_the_writer_reads_the_rows_copied_as_they_were_read(tmp_path):
     Parquet file again (a row group cannot be read a row at a time)."""
     from beam_jobs.inspect_images import InspectImages
     from beam_jobs.parquet_source import FORMAT, images_again
-    from beam_jobs.record_rules import RecordFeatures, RecordRules
+    from convert_core.record_rules import RecordFeatures, RecordRules
 
     root, scratch = str(tmp_path / "in"), str(tmp_path / "out" / ".incomplete")
     images = pngs(3)

@@ -14,7 +14,7 @@ from test_tfrecord_input import write_records  # the TensorFlow writer the recor
 
 from audit.validate import validate
 from beam_jobs import convert
-from beam_jobs.options import UserError
+from convert_core.options import UserError
 
 FLAGS = ["--input_format=tfrecord", "--record_kind=example", "--num_shards=2"]
 
@@ -303,8 +303,8 @@ def test_dedupe_content_and_duplicate_keys_apply(tmp_path):
 def test_the_writer_reads_a_record_again_and_names_one_that_changed(tmp_path):
     import zlib
 
-    from beam_jobs.records import Image
     from beam_jobs.tfrecord_source import image_again
+    from convert_core.records import Image
     from schemas import tfrecord
     from schemas.example import serialize_example
 
@@ -383,7 +383,7 @@ def test_dask_gives_the_direct_runner_bytes(records, dask_runner_flags, tmp_path
 
 @pytest.mark.fast
 def test_a_group_value_is_text_or_an_int_and_a_record_without_one_is_its_own_group():
-    from beam_jobs.record_rules import RecordFeatures, RecordProblem, RecordRules
+    from convert_core.record_rules import RecordFeatures, RecordProblem, RecordRules
 
     rules = RecordRules(RecordFeatures(None, None, "", None, "who"))
     assert rules.group({"who": ("bytes", [b"ann"])}) == "ann"

@@ -10,7 +10,7 @@ import tarfile
 import pytest
 from conftest import run_convert, write_manifest
 
-from beam_jobs.options import UserError
+from convert_core.options import UserError
 from evenshard import cli
 
 
@@ -177,6 +177,7 @@ def test_the_package_ships_with_setup_file(tmp_path):
         names = tar.getnames()
     for needed in (
         "beam_jobs/convert.py",
+        "convert_core/inspection.py",  # the steps' core, which every worker runs
         "reader/pipeline.py",
         "schemas/layout.py",
         "evenshard/cli.py",

@@ -12,7 +12,7 @@ from conftest import assert_multi_process_gives_the_same_bytes, read_rejects, ru
 from test_tfrecord_input import pngs, read_back
 
 from beam_jobs import convert
-from beam_jobs.options import UserError
+from convert_core.options import UserError
 
 FLAGS = ["--input_format=tfds", "--num_shards=2", "--max_reject_fraction=0.5"]
 NAMES = ["cat", "dog", "owl"]

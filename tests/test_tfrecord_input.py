@@ -11,7 +11,7 @@ import pytest
 from conftest import assert_multi_process_gives_the_same_bytes, load_info, read_rejects, run_convert
 
 from beam_jobs import convert
-from beam_jobs.options import UserError
+from convert_core.options import UserError
 from evenshard import synthetic
 
 FLAGS = ["--input_format=tfrecord", "--num_shards=2", "--max_reject_fraction=0.5"]
@@ -314,8 +314,8 @@ def test_the_writer_reads_a_record_again_and_names_one_that_changed(tmp_path, na
     import gzip
     import zlib
 
-    from beam_jobs.records import Image
     from beam_jobs.tfrecord_source import image_again
+    from convert_core.records import Image
     from schemas import tfrecord
     from schemas.example import serialize_example
 
@@ -340,7 +340,7 @@ def test_the_writer_reads_a_record_again_and_names_one_that_changed(tmp_path, na
 
 @pytest.mark.fast
 def test_features_are_found_in_tfds_and_evenshard_records():
-    from beam_jobs.record_rules import choose_features
+    from convert_core.record_rules import choose_features
 
     png = pngs(1)[0]
     tfds = {
@@ -373,7 +373,7 @@ def test_an_int_label_past_the_largest_id_is_a_reject_not_a_vocabulary_of_it(tmp
     """An int label is its own id, so labels.txt lists 0 to the largest: a hashed or
     huge int (2**62) would be a list of that many names, memory the run never has.
     Past ``record_rules.MAX_LABEL_ID`` it is a ``bad_label`` naming --labels."""
-    from beam_jobs.record_rules import MAX_LABEL_ID
+    from convert_core.record_rules import MAX_LABEL_ID
 
     root = str(tmp_path / "in")
     labels = [0, 1, MAX_LABEL_ID + 1, 1]

@@ -13,7 +13,7 @@ import zlib
 import numpy as np
 import pytest
 
-from beam_jobs import paths
+from beam_jobs import filesystems
 from evenshard import synthetic
 from schemas import tfrecord
 from schemas.example import serialize_example
@@ -30,7 +30,7 @@ def _records(n: int, side: int) -> list[bytes]:
 def _reader(root: str):
     from beam_jobs.inspect_images import InspectImages
     from beam_jobs.record_formats import record_format
-    from beam_jobs.record_rules import RecordFeatures, RecordRules
+    from convert_core.record_rules import RecordFeatures, RecordRules
 
     rules = RecordRules(RecordFeatures("image_raw", "label", "int64"), None, "--labels")
     inspect = InspectImages("full", 10**9, 100, root).arguments
@@ -68,7 +68,7 @@ def test_a_file_read_whole_or_streamed_gives_the_same_records_and_rejects(
         places.append((offset, len(r)))
         offset += len(tfrecord.frame(r))
     streamed = []
-    monkeypatch.setattr(paths, "open_binary", lambda p: streamed.append(p) or open(p, "rb"))
+    monkeypatch.setattr(filesystems, "open_binary", lambda p: streamed.append(p) or open(p, "rb"))
     for body, want in (
         (data, [(f"{name}#{i}", "", place) for i, place in enumerate(places)]),
         (cut, [(f"{name}#{i}", "", place) for i, place in enumerate(places[:11])]),
@@ -127,8 +127,8 @@ def test_a_buckets_files_read_ahead_give_what_each_read_alone_gives(bucket, tmp_
     The writer's reads ahead of a shard give its images in the shard's order."""
     import zlib
 
-    from beam_jobs.records import Image
     from beam_jobs.tfrecord_source import images_again
+    from convert_core.records import Image
 
     records = _records(6, 8)
     for i, r in enumerate(records):

@@ -10,8 +10,9 @@ import zlib
 import numpy as np
 import pytest
 
-from beam_jobs import paths
-from beam_jobs.records import Image
+from beam_jobs import filesystems
+from convert_core import paths
+from convert_core.records import Image
 from evenshard import synthetic
 from schemas import tfrecord
 from schemas.example import serialize_example
@@ -33,8 +34,8 @@ def _write(path: str, images: list[bytes]) -> None:
 
 
 def _job(input: str, tmp_path):
-    from beam_jobs.job import Job
-    from beam_jobs.options import ConvertOptions
+    from convert_core.job import Job
+    from convert_core.options import ConvertOptions
 
     return Job.of(
         ConvertOptions(input=input, output_dir=str(tmp_path / "o"), input_format="tfrecord")
@@ -44,7 +45,7 @@ def _job(input: str, tmp_path):
 @pytest.mark.fast
 @pytest.mark.parametrize("name", ["r.tfrecord", "r.tfrecord.gz"])
 def test_records_are_counted_not_files(tmp_path, name):
-    from beam_jobs.job import has_at_least
+    from beam_jobs.input_size import has_at_least
 
     images = _images(20)
     for f in ("a", "b"):
@@ -58,7 +59,7 @@ def test_records_are_counted_not_files(tmp_path, name):
 
 @pytest.mark.fast
 def test_one_record_files_count_one_each(tmp_path):
-    from beam_jobs.job import has_at_least
+    from beam_jobs.input_size import has_at_least
 
     for i, image in enumerate(_images(3)):
         _write(str(tmp_path / "in" / f"{i}.tfrecord"), [image])
@@ -69,7 +70,7 @@ def test_one_record_files_count_one_each(tmp_path):
 
 @pytest.mark.fast
 def test_a_folder_of_many_files_counts_without_reading_one(tmp_path):
-    from beam_jobs.job import has_at_least
+    from beam_jobs.input_size import has_at_least
 
     for i in range(8):  # no readable record: a read would count them small
         (tmp_path / "in").mkdir(exist_ok=True)
@@ -97,8 +98,8 @@ def test_a_shard_reads_each_gzip_file_once(tmp_path, monkeypatch):
     order = np.random.default_rng(1).permutation(len(items))
     shard = [items[i] for i in order]
     opened = []
-    open_binary = paths.open_binary
-    monkeypatch.setattr(paths, "open_binary", lambda p: opened.append(p) or open_binary(p))
+    open_binary = filesystems.open_binary
+    monkeypatch.setattr(filesystems, "open_binary", lambda p: opened.append(p) or open_binary(p))
     got = list(images_again(shard, "image_raw"))
     assert got == [(images[i], None) for i in order]
     assert opened.count(gz) == 1

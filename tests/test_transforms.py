@@ -11,13 +11,16 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from beam_jobs.fingerprint import fp
 from beam_jobs.inspect_images import InspectImages
 from beam_jobs.order import OrderAndShard
-from beam_jobs.plan_shards import PlanShards, shard_count
-from beam_jobs.rank import ExactRank, top_bucket
-from beam_jobs.records import Candidate, Image
-from beam_jobs.split import HASH_BUCKETS, AssignSplits, cut_points, hash_split
+from beam_jobs.plan_shards import PlanShards
+from beam_jobs.rank import ExactRank
+from beam_jobs.split import AssignSplits
+from convert_core.fingerprint import fp
+from convert_core.plan_shards import shard_count
+from convert_core.rank import top_bucket
+from convert_core.records import Candidate, Image
+from convert_core.split import HASH_BUCKETS, cut_points, hash_split
 from evenshard import synthetic
 
 pytestmark = pytest.mark.fast  # the unit lane: make test-fast
@@ -185,7 +188,7 @@ def test_fingerprint_is_pinned():
 
 
 def test_sources_travel_compact_and_come_back_whole():
-    from beam_jobs.paths import compact_source, full_source
+    from convert_core.paths import compact_source, full_source
 
     cases = [
         ("/data", "/data/cat/1.jpg", "cat/1.jpg", ""),

@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from beam_jobs import walk
-from beam_jobs.candidates import CandidateRules, rows_of
-from beam_jobs.records import Candidate, Reject
+from convert_core import walk
+from convert_core.candidates import CandidateRules, rows_of
+from convert_core.records import Candidate, Reject
 
 pytestmark = pytest.mark.fast  # the unit lane: make test-fast
 

@@ -10,7 +10,7 @@ from conftest import assert_multi_process_gives_the_same_bytes, read_rejects, ru
 from test_tfrecord_input import pngs, read_back
 
 from beam_jobs import convert
-from beam_jobs.options import UserError
+from convert_core.options import UserError
 
 FLAGS = ["--input_format=webdataset", "--num_shards=2", "--max_reject_fraction=0.5"]
 
@@ -120,8 +120,8 @@ def test_json_labels_keys_by_flag_and_ambiguity_is_one_line(tmp_path):
 def test_the_writer_reads_images_again_and_names_one_that_changed(tmp_path):
     import zlib
 
-    from beam_jobs.records import Image
     from beam_jobs.webdataset_source import _samples, images_again
+    from convert_core.records import Image
 
     [plain] = write_tars(f"{tmp_path}/a/t-%03d.tar", samples(3, cls=lambda i: 0), 3)
     [gz] = write_tars(f"{tmp_path}/b/t-%03d.tar.gz", samples(3, cls=lambda i: 0), 3)

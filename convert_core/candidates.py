@@ -15,9 +15,9 @@ import io
 import json
 import os
 
-from beam_jobs import paths
-from beam_jobs.options import is_csv
-from beam_jobs.records import Candidate, Reject, make_reject
+from convert_core import paths
+from convert_core.options import is_csv
+from convert_core.records import Candidate, Reject, make_reject
 from schemas.images import IMAGE_EXTENSIONS
 from schemas.layout import MAX_SPLIT_NAME, SPLIT_NAME_RE
 

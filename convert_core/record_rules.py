@@ -9,9 +9,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from beam_jobs import paths
-from beam_jobs.candidates import bad_label
-from beam_jobs.options import UserError
+from convert_core import paths
+from convert_core.candidates import bad_label
+from convert_core.options import UserError
 from schemas.errors import Error
 from schemas.images import IMAGE_EXTENSIONS, MAGIC
 

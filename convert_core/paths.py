@@ -1,22 +1,16 @@
-"""Path arithmetic that works for local paths and Beam URLs (gs://...), and the writer's IO."""
+"""Path arithmetic that works for local paths and URLs (gs://...): plain Python, no IO but
+a local folder's listing (``local_files``). The core reads files through
+``convert_core.files``; the writer's IO is ``beam_jobs.filesystems``."""
 
 from __future__ import annotations
 
 import functools
-import gzip
-import io
 import os
 import posixpath
-import uuid
 
-from schemas import layout, storage, stores
+from schemas import stores
 from schemas.errors import Error
 from schemas.storage import is_url
-
-if os.environ.get("EVENSHARD_GCP_ANONYMOUS"):  # a worker of a job the driver found anonymous
-    from beam_jobs.runners import anonymous_beam
-
-    anonymous_beam()
 
 
 def normalize_root(path: str) -> str:
@@ -171,109 +165,3 @@ def local_files(folder: str):
             yield from local_files(e.path)
         elif e.is_file():
             yield e.path
-
-
-def folder_files(folder: str) -> list[str]:
-    """What removing ``folder`` takes, for ``FileSystems.delete``: the folder itself where
-    it exists (local: removed with its files), else the objects under its prefix (a
-    bucket has no folders: ``FileSystems.exists`` is False for a prefix)."""
-    from apache_beam.io.filesystems import FileSystems
-
-    if FileSystems.exists(folder):
-        return [folder]
-    if not is_url(folder):
-        return []
-    return sorted(m.path for m in FileSystems.match([folder + "/*"])[0].metadata_list)
-
-
-def write_atomically(path: str, data: bytes) -> None:
-    """Writes to a unique temp name beside ``path`` and renames it into place; in a
-    bucket (gs://, s3://), one put, which is atomic itself (and the empty file Beam's
-    S3 filesystem cannot create: a multipart upload of no parts)."""
-    from apache_beam.io.filesystem import CompressionTypes
-    from apache_beam.io.filesystems import FileSystems
-
-    if stores.store(path):
-        storage.put(path, data)
-        return
-    tmp = layout.temp_name(path, uuid.uuid4().hex)
-    with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        f.write(data)
-    FileSystems.rename([tmp], [path])
-
-
-def read_bytes(path: str, size: int) -> bytes:
-    """Up to ``size`` bytes of a file from its start.
-
-    Local files with ``os.open`` and ``os.read``: half the time of
-    ``open(path, "rb")`` on small images (no buffered reader, no fstat or
-    isatty of its own: 5 against 10 us here); gs:// and s3:// in one ranged
-    request (``schemas.storage``: Beam's GCS filesystem makes three a file);
-    other URLs through FileSystems.
-    """
-    if stores.store(path):
-        return storage.read_range(path, size)
-    if is_url(path):
-        with open_binary(path) as f:
-            return f.read(size)
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    try:
-        chunks, left = [], size
-        while left > 0:
-            chunk = os.read(fd, left)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
-def read_range(path: str, size: int, start: int) -> bytes:
-    """Up to ``size`` bytes of a file from byte ``start``: gs:// and s3:// in one ranged
-    request, other URLs through FileSystems, local files with ``os.pread``."""
-    if stores.store(path):
-        return storage.read_range(path, size, start)
-    if is_url(path):
-        with open_binary(path) as f:
-            f.seek(start)
-            return f.read(size)
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    try:
-        return os.pread(fd, size, start)
-    finally:
-        os.close(fd)
-
-
-def open_binary(path: str):
-    """Opens a file for reading, never decompressing it.
-
-    Local paths use ``open`` directly: Beam's FileSystems resolves its plugin
-    on every call, which costs more than reading a small image. URLs
-    (gs://, ...) go through FileSystems.
-    """
-    if is_url(path):
-        from apache_beam.io.filesystem import CompressionTypes
-        from apache_beam.io.filesystems import FileSystems
-
-        return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
-    return open(path, "rb")
-
-
-def open_text(path: str, errors: str = "strict") -> io.TextIOBase:
-    """A text stream of a manifest or labels file; ``.gz`` files are gunzipped.
-
-    Opened uncompressed and unzipped here: Beam's own decompressing stream
-    lacks what ``io.TextIOWrapper`` needs. ``errors="surrogateescape"`` keeps
-    bytes that are not UTF-8 as lone surrogates, which the row checks reject
-    (``bad_path``, ``bad_label``) row by row.
-    """
-    from apache_beam.io.filesystem import CompressionTypes
-    from apache_beam.io.filesystems import FileSystems
-
-    raw = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
-    if path.lower().endswith(".gz"):
-        raw = gzip.GzipFile(fileobj=raw, mode="rb")
-    # utf-8-sig drops a BOM; newline="" lets csv handle CRLF line ends.
-    return io.TextIOWrapper(raw, encoding="utf-8-sig", errors=errors, newline="")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-from beam_jobs import paths
+from convert_core import paths
 
 
 class Links(NamedTuple):
