@@ -16,6 +16,7 @@ from convert_core.options import ConvertOptions
 from convert_core.records import Reject
 from convert_core.write import FEATURE_STATS
 from schemas import inferred
+from schemas.dataset_info import parse_dataset_info
 from schemas.errors import OperationError
 from schemas.layout import FORMAT_VERSION, INFO_FILE, LABELS_FILE, REJECTS_FILE, SCHEMA_FILE
 
@@ -155,5 +156,7 @@ def dataset_files(info: dict, shards: list[dict], vocab: dict) -> list[tuple[str
     order they are written: ``dataset_info.json`` last."""
     schema = schemas.to_text(schema_of(info, shards, vocab)).encode("utf-8")
     labels = "".join(label + "\n" for label in vocab["labels"]).encode("utf-8")
-    text = json.dumps(info, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    return [(SCHEMA_FILE, schema), (LABELS_FILE, labels), (INFO_FILE, text.encode("utf-8"))]
+    # written as the readers parse it: a document they would refuse stops convert here
+    text = json.dumps(info, indent=2, sort_keys=True, ensure_ascii=False)
+    described = parse_dataset_info(text, f"the {INFO_FILE} convert made")
+    return [(SCHEMA_FILE, schema), (LABELS_FILE, labels), (INFO_FILE, described.to_json().encode())]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import types
 import warnings
 from collections.abc import Mapping
@@ -117,6 +118,11 @@ class DatasetInfo:
     def to_dict(self) -> dict:
         """The document as dataset_info.json holds it (a new dict: yours to change)."""
         return _thawed(self.document)
+
+    def to_json(self) -> str:
+        """dataset_info.json's text: sorted keys, two-space indents, one final newline
+        (what convert writes: the same bytes for the same dataset)."""
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
     def __getattr__(self, name: str):  # a field this version has no attribute for
         document = self.__dict__.get("document", _EMPTY)
