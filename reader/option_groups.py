@@ -266,6 +266,25 @@ class PythonStage:
             or on_error == "skip"
         )
 
+    def route(self, on_error: str = "raise", backend: str | None = None) -> str | None:
+        """The route a read takes, chosen here for every face: "python" where it is
+        ``needed`` (``on_error="skip"`` takes it only where no backend is asked), else
+        the ``backend`` asked (TorchReader's "tf", "dali" or "python"; None: the face's
+        default: the graph, or TorchReader's for the machine). One line where the
+        keywords and the backend do not fit."""
+        python = self.needed(on_error if backend is None else "raise")
+        if python and backend not in ("python", None):
+            raise InvalidValueError(
+                f'transform= and views= run on the Python route: backend="python" (or '
+                f"None), not {backend!r}"
+            )
+        if backend == "tf" and on_error != "raise":
+            raise InvalidValueError(
+                'on_error="skip" is the Python faces\': TorchReader(backend="python" or '
+                '"dali"); with tf.data a record fails inside TensorFlow'
+            )
+        return "python" if python else backend
+
 
 # group name -> its class, in the order the flat keywords are checked
 GROUPS = {

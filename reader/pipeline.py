@@ -112,7 +112,7 @@ def _read(data_dir, split, batch_size, options, state, python: PythonStage, over
     or records skipped one by one: docs/design.md, "A record that cannot be read")."""
     options = merge(options, overrides)
     check_state(state)
-    if python.needed(options.on_error):
+    if python.route(options.on_error) == "python":
         return _preprocessed(data_dir, split, batch_size, options, state, python)
     read = resolve(data_dir, split, batch_size, options, state)
     check_sized(options, batch_size, read)

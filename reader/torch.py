@@ -122,15 +122,10 @@ class TorchReader(torch.utils.data.IterableDataset):
         stage = PythonStage(transform, views, view_spread, mirror_views, num_processes)
         # on_error="skip" by default on the Python route (with tf.data a record fails
         # inside TensorFlow); DALI where it is asked for
-        python = stage.needed(o.on_error if backend is None else "raise")
+        route = stage.route(o.on_error, backend)
         if o.image_size is None and transform is None and not holds_examples(data_dir):
             raise InvalidValueError("TorchReader batches decoded images: give image_size")
-        if python and backend not in ("python", None):
-            raise InvalidValueError(
-                f'transform= and views= run on the Python route: backend="python" (or '
-                f"None), not {backend!r}"
-            )
-        if python or backend == "python":
+        if route == "python":
             from reader.python_route import PythonRoute
 
             # checked now: the transform picklable, views and batch_size agree
@@ -166,11 +161,6 @@ class TorchReader(torch.utils.data.IterableDataset):
         self._loads, self._loaded = multiprocessing.RawValue("l", 0), 0
         self.load_state_dict({"read_state": state.to_json()})  # the options and files checked
         self.backend = backend or _default_backend([s.info for s in self._sources])
-        if self.backend == "tf" and o.on_error != "raise":
-            raise InvalidValueError(
-                'on_error="skip" is the Python faces\': TorchReader(backend="python" or '
-                '"dali"); with tf.data a record fails inside TensorFlow'
-            )
         if self.backend == "dali":
             from reader.dali_decode import check_formats, check_options
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import types
 import warnings
 from collections.abc import Mapping
 
@@ -23,16 +22,38 @@ from schemas import layout
 from schemas.info import DatasetError, load_info, parse_info
 
 
+class ReadOnly(Mapping):
+    """A JSON object, read-only (a mappingproxy would be too, but it does not pickle,
+    and a reader goes to DataLoader workers and decode processes pickled)."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: dict):
+        self._items = items
+
+    def __getitem__(self, key):
+        return self._items[key]
+
+    def __iter__(self):
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __repr__(self) -> str:
+        return f"ReadOnly({self._items!r})"
+
+
 def frozen(value):
     """A JSON value made read-only: objects as read-only mappings, lists as tuples."""
     if isinstance(value, dict):
-        return types.MappingProxyType({k: frozen(v) for k, v in value.items()})
+        return ReadOnly({k: frozen(v) for k, v in value.items()})
     if isinstance(value, list):
         return tuple(frozen(v) for v in value)
     return value
 
 
-_EMPTY: Mapping = types.MappingProxyType({})
+_EMPTY: Mapping = ReadOnly({})
 
 
 # read-only mappings are not hashable: a field holding one is left out of the hash

@@ -164,3 +164,12 @@ def test_dict_access_still_works_for_a_release_and_warns_naming_the_attribute():
     with pytest.warns(DeprecationWarning):
         info["splits"]["train"]["num_examples"] = 99  # a copy: the info is unchanged
     assert info.split("train").num_examples == 5
+
+
+def test_the_typed_info_pickles_as_a_reader_going_to_its_workers_does():
+    import pickle
+
+    info = DatasetInfo.of(info_dict(near_duplicates={"clusters": 4}))
+    again = pickle.loads(pickle.dumps(info))
+    assert again == info and again.near_duplicates["clusters"] == 4
+    assert again.to_json() == info.to_json()
