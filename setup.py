@@ -7,7 +7,7 @@ Beam, ``reader`` reading the format, ``audit`` checking and measuring it) and th
 Dataflow workers install the same distribution from ``--setup_file ./setup.py``.
 """
 
-from setuptools import setup
+from setuptools import find_packages, setup
 
 setup(
     name="evenshard",
@@ -17,7 +17,10 @@ setup(
         "TFRecord shards (Apache Beam), with tf.data readers and TFMD schemas."
     ),
     python_requires=">=3.10,<3.13",
-    packages=["schemas", "convert_core", "beam_jobs", "reader", "audit", "evenshard"],
+    # reader's floors are sub-packages (reader.order, ...): a wheel holds them too
+    packages=find_packages(
+        include=["schemas", "convert_core", "beam_jobs", "reader", "reader.*", "audit", "evenshard"]
+    ),
     package_data={"schemas": ["*.pbtxt"]},
     install_requires=[
         # tfx-bsl 1.21 pins tensorflow 2.21 and tensorflow-metadata 1.21.
