@@ -252,7 +252,7 @@ def check_not_forked() -> None:
     """TensorFlow's runtime does not survive a fork: a DataLoader worker forked from a
     process where it had started hangs on its first op. Refuse, saying what works
     (``reader.torch`` calls it in a DataLoader worker)."""
-    from reader.compat_tf import runtime_started
+    from reader.compat.tf import runtime_started
 
     if runtime_started():  # before the fork
         raise OperationError(

@@ -13,7 +13,7 @@ that came early and hands all over in turn (``in_order=True``), so what the loop
 is what that iterator yielded: the process that unpickles a batch finds the iterator on
 its stack and counts by it (its count of the batches it yielded, kept when it goes; a
 new pass of a persistent DataLoader restarts it; the names read are torch's private
-ones, in ``reader.compat_torch``). Unknown, and said so: batches the DataLoader's
+ones, in ``reader.compat.torch``). Unknown, and said so: batches the DataLoader's
 pin-memory thread unpickled (it runs ahead of the loop) and batches of several workers
 unpickled outside an iterator. No torch here: plain multiprocessing.
 
@@ -27,7 +27,7 @@ from __future__ import annotations
 import weakref
 from multiprocessing.reduction import ForkingPickler
 
-from reader import compat_torch
+from reader.compat import torch as compat_torch
 from schemas.errors import OperationError
 
 _WORKER_FIRST = "worker_first"  # a DataLoader worker's state: its next batch

@@ -36,7 +36,8 @@ import signal
 import time
 from concurrent.futures.process import BrokenProcessPool
 
-from reader import compat_mp, script_preload
+from reader import script_preload
+from reader.compat import mp as compat_mp
 from reader.preprocess_worker import (
     TransformError,
     example_rng,

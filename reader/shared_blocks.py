@@ -228,8 +228,8 @@ def _unlink_name(memory) -> None:
 def sweep() -> None:
     """Removes the blocks of readers whose processes died all at once (kill -9 of a
     process group, a container's end): none was left to unlink them; and so their
-    pools' semaphores (``sem.evenshard-...``: ``compat_mp.semaphores_named``), which
-    their resource tracker, killed too, did not unlink. A name is removed only when
+    pools' semaphores (``sem.evenshard-...``: ``reader.compat.mp.semaphores_named``),
+    which their resource tracker, killed too, did not unlink. A name is removed only when
     its reader is provably dead (``cache_folder.dead``)."""
     for name in _listed("evenshard-") + _listed("sem.evenshard-"):
         owner = _OWNER.match(name.removeprefix("sem."))

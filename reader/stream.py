@@ -16,7 +16,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from reader import compat_tf, tfcall
+from reader import tfcall
+from reader.compat import tf as compat_tf
 from reader.one_line import OWN_CHECK, own_message
 from reader.order.plan import ReadPlan, Resume, Runs
 from reader.read_options import ReadOptions

@@ -1,8 +1,9 @@
 """Other libraries' internals in one place each: the compat modules.
 
-Each ``compat_*`` module holds every private name of one library that evenshard touches
-and a ``check()`` that fails, naming the name and the installed version, when a release
-moves it. The grep below keeps those names out of every other module."""
+Each compat module (``reader/compat/*.py``, ``beam_jobs/compat_beam.py``) holds every
+private name of one library that evenshard touches and a ``check()`` that fails, naming
+the name and the installed version, when a release moves it. The grep below keeps those
+names out of every other module."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = ("schemas", "reader", "convert_core", "beam_jobs", "audit", "evenshard")
 COMPAT = {
-    "reader/compat_torch.py": "torch",
-    "reader/compat_tf.py": "tensorflow",
-    "reader/compat_mp.py": "multiprocessing",
+    "reader/compat/torch.py": "torch",
+    "reader/compat/tf.py": "tensorflow",
+    "reader/compat/mp.py": "multiprocessing",
     "beam_jobs/compat_beam.py": "apache_beam",
 }
 LIBRARIES = ("torch", "torchdata", "tensorflow", "apache_beam", "multiprocessing")
@@ -123,7 +124,7 @@ def test_no_private_name_of_another_library_outside_the_compat_modules():
             found += foreign_private_names(rel, tree, own)
     assert not found, (
         "private names of other libraries outside the compat modules (move them into "
-        "reader/compat_*.py or beam_jobs/compat_beam.py):\n" + "\n".join(found)
+        "reader/compat/*.py or beam_jobs/compat_beam.py):\n" + "\n".join(found)
     )
 
 
@@ -162,7 +163,7 @@ def test_the_grep_finds_each_kind_of_reach():
 
 
 @pytest.mark.fast
-@pytest.mark.parametrize("module", ["reader.compat_torch", "reader.compat_tf", "reader.compat_mp"])
+@pytest.mark.parametrize("module", ["reader.compat.torch", "reader.compat.tf", "reader.compat.mp"])
 def test_the_installed_library_still_has_each_private_name(module):
     import importlib
 
@@ -274,7 +275,8 @@ def test_a_stateful_dofn_runs_on_the_local_runner_with_its_inspection_kept(monke
 def test_a_changed_name_fails_loudly_naming_it_and_the_version(monkeypatch):
     import torch
 
-    from reader import compat_mp, compat_torch
+    from reader.compat import mp as compat_mp
+    from reader.compat import torch as compat_torch
 
     monkeypatch.setattr(compat_torch, "_YIELDED", "_renamed_by_a_release")
     with pytest.raises(RuntimeError, match=f"torch {re.escape(torch.__version__)}.*_renamed"):

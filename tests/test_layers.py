@@ -188,9 +188,7 @@ READER_FLOORS = {
     "reader/state.py": 1,
     "reader/mixture.py": 1,
     "reader/one_line.py": 1,
-    "reader/compat_torch.py": 1,  # other libraries' private names, one module each
-    "reader/compat_tf.py": 1,
-    "reader/compat_mp.py": 1,
+    "reader/compat/": 1,  # other libraries' private names, one module each
     "reader/split_shards.py": 1,
     "reader/share.py": 2,  # the read: one front door
     "reader/read.py": 2,
@@ -238,7 +236,7 @@ ENGINES = {
         "reader/decode.py",
         "reader/tfcall.py",
         "reader/graph.py",
-        "reader/compat_tf.py",
+        "reader/compat/tf.py",
         "reader/examples.py",  # pass-through records: tf.io.parse_example
     },
     "torch": {
@@ -246,7 +244,7 @@ ENGINES = {
         "reader/torch_tensors.py",
         "reader/torch_backend.py",
         "reader/torch_spread.py",
-        "reader/compat_torch.py",
+        "reader/compat/torch.py",
     },
     "nvidia": {"reader/dali_decode.py"},
 }

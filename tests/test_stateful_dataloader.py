@@ -7,7 +7,7 @@ of the batches it yielded, and gives each worker its own back on resume. A worke
 reader says where its read stands and which batch it yields next
 (``reader.handover.worker_state``), so a resumed loader yields the rest of the read,
 in order; the batches travel untagged, so ``reader.handover`` never looks for the
-DataLoader's iterator on the stack (``reader.compat_torch``).
+DataLoader's iterator on the stack (``reader.compat.torch``).
 
 One script runs every test's case in turn (DataLoader workers are forked from it, as in a
 training script) over 51 images in batches of 4, 2 epochs: 26 batches.
@@ -38,7 +38,8 @@ def data(tmp_path_factory):
 SCRIPT = r"""
 import hashlib, json, multiprocessing, pickle, sys
 from torchdata.stateful_dataloader import StatefulDataLoader
-from reader import compat_torch, handover
+from reader import handover
+from reader.compat import torch as compat_torch
 from reader.torch import TorchReader
 
 data_dir = sys.argv[1]

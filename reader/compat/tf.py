@@ -80,7 +80,7 @@ def check() -> None:
 
     def missing(what: str) -> OperationError:
         return OperationError(
-            f"tensorflow {tf.__version__}: {what} (reader/compat_tf.py, checked with 2.21.0)"
+            f"tensorflow {tf.__version__}: {what} (reader/compat/tf.py, checked with 2.21.0)"
         )
 
     if not hasattr(context.context(), _HANDLE):

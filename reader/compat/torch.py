@@ -62,7 +62,7 @@ def check() -> None:
     import torch
     from torch.utils.data import dataloader
 
-    where = f"torch {torch.__version__} (reader/compat_torch.py, checked with 2.13.0)"
+    where = f"torch {torch.__version__} (reader/compat/torch.py, checked with 2.13.0)"
     loader = torch.utils.data.DataLoader([1, 2, 3], batch_size=None)
     iterator = iter(loader)
     next(iterator)

@@ -151,7 +151,7 @@ def check() -> None:
     if server is None or not isinstance(getattr(server, _PRELOAD, None), list):
         raise OperationError(
             f"Python {sys.version.split()[0]}: multiprocessing.forkserver has no "
-            f"{_SERVER}.{_PRELOAD} list (reader/compat_mp.py)"
+            f"{_SERVER}.{_PRELOAD} list (reader/compat/mp.py)"
         )
     import threading
 
@@ -163,29 +163,29 @@ def check() -> None:
             raise OperationError(
                 f"Python {sys.version.split()[0]}: multiprocessing.popen_forkserver's "
                 "Popen._launch no longer gets its preparation data from "
-                "spawn.get_preparation_data alone (reader/compat_mp.py)"
+                "spawn.get_preparation_data alone (reader/compat/mp.py)"
             )
     config = getattr(multiprocessing.current_process(), _CONFIG, None)
     if not isinstance(config, dict) or not isinstance(config.get(_SEMPREFIX), str):
         raise OperationError(
             f"Python {sys.version.split()[0]}: multiprocessing's process has no "
-            f"{_CONFIG}[{_SEMPREFIX!r}] naming its semaphores (reader/compat_mp.py)"
+            f"{_CONFIG}[{_SEMPREFIX!r}] naming its semaphores (reader/compat/mp.py)"
         )
     if not callable(getattr(threading, _AT_EXIT, None)):
         raise OperationError(
-            f"Python {sys.version.split()[0]}: threading has no {_AT_EXIT} (reader/compat_mp.py)"
+            f"Python {sys.version.split()[0]}: threading has no {_AT_EXIT} (reader/compat/mp.py)"
         )
     pool = concurrent.futures.ProcessPoolExecutor(1)  # starts no process before a submit
     try:
         if not isinstance(getattr(pool, _PROCESSES, None), dict):
             raise OperationError(
                 f"Python {sys.version.split()[0]}: concurrent.futures.ProcessPoolExecutor "
-                f"has no {_PROCESSES} dict (reader/compat_mp.py)"
+                f"has no {_PROCESSES} dict (reader/compat/mp.py)"
             )
         if not hasattr(pool, _MANAGER):
             raise OperationError(
                 f"Python {sys.version.split()[0]}: concurrent.futures.ProcessPoolExecutor "
-                f"has no {_MANAGER} (reader/compat_mp.py)"
+                f"has no {_MANAGER} (reader/compat/mp.py)"
             )
     finally:
         pool.shutdown()
