@@ -101,10 +101,10 @@ def _timed(make, steps: range, rounds: int) -> dict:
 
 
 def measure(a) -> dict:
-    from reader.read_options import ReadOptions
     from reader.shard_keys import shard_keys
-    from reader.split_shards import load_index, split_shards
-    from reader.state import ReadState
+    from reader.values.read_options import ReadOptions
+    from reader.values.split_shards import load_index, split_shards
+    from reader.values.state import ReadState
     from schemas.dataset_info import load_dataset_info
 
     plain = ReadOptions(seed=0, epochs=None, num_workers=WORKERS, worker_index=RANK)

@@ -73,8 +73,8 @@ def _leaks_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _shuffle_report_flags(p: argparse.ArgumentParser) -> None:
-    from reader.read_options import DEFAULT_CYCLE  # the reader's defaults
-    from reader.read_options import ReadOptions as d
+    from reader.values.read_options import DEFAULT_CYCLE  # the reader's defaults
+    from reader.values.read_options import ReadOptions as d
 
     a = p.add_argument
     a("data_dir", help="a folder written by evenshard convert")
@@ -142,7 +142,7 @@ def _steps(text: str) -> range:
 
 
 def _explain_flags(p: argparse.ArgumentParser) -> None:
-    from reader.read_options import ReadOptions as d
+    from reader.values.read_options import ReadOptions as d
 
     a = p.add_argument
     a("data_dir", help="a folder written by evenshard convert")

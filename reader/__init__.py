@@ -28,10 +28,10 @@ TensorFlow, torch and DALI are imported on first use of the entry point that
 needs them, not by ``import reader``.
 """
 
-from reader.mixture import Mixture, mix
-from reader.one_line import one_line
-from reader.read_options import ReadOptions
-from reader.state import ReadState
+from reader.values.mixture import Mixture, mix
+from reader.values.one_line import one_line
+from reader.values.read_options import ReadOptions
+from reader.values.state import ReadState
 from schemas.dataset_info import load_dataset_info as load_info
 from schemas.errors import Error
 from schemas.info import DatasetError

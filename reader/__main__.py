@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     import reader
-    from reader.split_shards import named_split
+    from reader.values.split_shards import named_split
     from schemas.dataset_info import load_dataset_info
 
     try:

@@ -18,8 +18,8 @@ transform run in worker processes: the face of the spine's Python route
 
 from __future__ import annotations
 
-from reader.option_groups import GROUPS
 from reader.python_route import PythonRoute
+from reader.values.option_groups import GROUPS
 
 
 class NumpyReader(PythonRoute):

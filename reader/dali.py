@@ -26,8 +26,8 @@ from reader.dali_decode import (
 )
 from reader.example_batches import refuse_examples
 from reader.read import merge, start_state
-from reader.read_options import ReadOptions
 from reader.source import RecordSource
+from reader.values.read_options import ReadOptions
 
 
 def make_dali_pipeline(

@@ -13,17 +13,17 @@ import dataclasses
 import numpy as np
 
 from reader.example_batches import refuse
-from reader.option_groups import GROUPS, refuse_untaken
 from reader.pydecode import image_shape
-from reader.read_options import ReadOptions
 from reader.source import Batch, RecordSource
-from reader.state import ReadState
+from reader.values.option_groups import GROUPS, refuse_untaken
+from reader.values.read_options import ReadOptions
+from reader.values.state import ReadState
 from schemas.dataset_info import DatasetInfo
 from schemas.errors import InvalidValueError
 from schemas.images import DALI_FORMATS
 from schemas.info import DatasetError
 
-# the groups of options the DALI reader takes (reader/option_groups.py)
+# the groups of options the DALI reader takes (reader/values/option_groups.py)
 TAKES = frozenset(GROUPS) - {"form", "tuning", "device"}
 INSTEAD = {
     "form": "its batches are dicts (batch['image'], batch['label'])",

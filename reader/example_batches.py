@@ -167,7 +167,7 @@ def python_parser(read, transform, views: int):
 
 def _first_info(data):
     """The dataset_info of ``data`` (a folder, or a ``reader.mix``'s first source)."""
-    from reader.mixture import Mixture
+    from reader.values.mixture import Mixture
     from schemas.dataset_info import load_dataset_info
 
     return load_dataset_info(data.sources[0][0] if isinstance(data, Mixture) else data)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from reader.shard_keys import key_feature, shard_keys
-from reader.split_shards import load_index, split_fingerprint, split_shards
+from reader.values.split_shards import load_index, split_fingerprint, split_shards
 from schemas import storage
 from schemas.info import DatasetError
 

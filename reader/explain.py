@@ -20,9 +20,9 @@ import numpy as np
 from reader.order.batches import skipped
 from reader.order.views import check_blocks, checked_spread, emitted
 from reader.read import Read, merge, resolve, start_state
-from reader.read_options import ReadOptions
 from reader.shard_keys import ShardKeys, key_feature
-from reader.state import ReadState
+from reader.values.read_options import ReadOptions
+from reader.values.state import ReadState
 from schemas.errors import InvalidTypeError, InvalidValueError
 
 

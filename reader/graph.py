@@ -18,9 +18,9 @@ from reader.cache import open_cache
 from reader.decode import Decoder, ExampleDecoder
 from reader.example_batches import read_spec
 from reader.read import Read, Source
-from reader.read_options import ReadOptions
-from reader.split_shards import check_path_root, default_path_root
 from reader.stream import CHUNK, Stream, lead, named
+from reader.values.read_options import ReadOptions
+from reader.values.split_shards import check_path_root, default_path_root
 from schemas import features, storage, tfrecord
 from schemas.errors import InvalidValueError, OperationError
 

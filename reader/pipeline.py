@@ -16,18 +16,18 @@ import numpy as np
 
 from reader import graph, tfcall
 from reader.examples import Padded
-from reader.mixture import Mixture
-from reader.option_groups import GROUPS, PythonStage, refuse_untaken
 from reader.python_route import PythonRoute
 from reader.read import check_sized, check_state, merge, resolve
-from reader.read_options import ReadOptions
-from reader.state import ReadState
+from reader.values.mixture import Mixture
+from reader.values.option_groups import GROUPS, PythonStage, refuse_untaken
+from reader.values.read_options import ReadOptions
+from reader.values.state import ReadState
 from schemas import storage
 from schemas.errors import InvalidTypeError, InvalidValueError, OperationError
 
 tf = storage.tensorflow()
 
-# the groups of options the Python route of this face takes (reader/option_groups.py);
+# the groups of options the Python route of this face takes (reader/values/option_groups.py);
 # the tf graph takes them all (on_error="raise" there: a record that fails stops it)
 PYTHON_TAKES = frozenset(GROUPS) - {"form", "device"}
 # the Python route's keywords make_dataset and resume take (a PythonStage's fields)

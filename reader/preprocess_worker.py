@@ -22,11 +22,11 @@ import threading
 import numpy as np
 
 from reader import pixels
-from reader.one_line import one_line
 from reader.order.draws import AUGMENT, draws, key_digest
 from reader.pydecode import parse
 from reader.record_offsets import Descriptors, fetch
 from reader.shared_blocks import new_block, unlink_all
+from reader.values.one_line import one_line
 from schemas.errors import Error
 
 

@@ -14,13 +14,13 @@ from __future__ import annotations
 import itertools
 
 from reader.example_batches import python_parser
-from reader.option_groups import GROUPS, PythonStage, refuse_untaken
 from reader.order.views import check_blocks, checked_spread, restart, rounds, skip_limit, started
 from reader.preprocess import Preprocess, check_transform, default_processes
 from reader.read import check_sized, check_state, merge, start_state
-from reader.read_options import ReadOptions
 from reader.source import RecordSource
-from reader.state import ReadState, changes
+from reader.values.option_groups import GROUPS, PythonStage, refuse_untaken
+from reader.values.read_options import ReadOptions
+from reader.values.state import ReadState, changes
 from reader.view_handover import ViewHandover, block_count, rows
 from schemas.errors import InvalidValueError
 
@@ -29,7 +29,7 @@ class PythonRoute:
     """Batches of one split as dicts of numpy arrays (``reader.NumpyReader``'s
     arguments, which it documents); ``len()`` is the number of batches."""
 
-    # the groups of options taken (reader/option_groups.py); a face over the route that
+    # the groups of options taken (reader/values/option_groups.py); a face over the route that
     # takes fewer says so, and what to do instead of each group it does not take
     takes = frozenset(GROUPS)
     face, instead = "the Python route", {}

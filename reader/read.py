@@ -16,13 +16,13 @@ import numbers
 import secrets
 
 from reader.excluded_keys import warn_unheld
-from reader.mixture import Mixture
 from reader.order.batches import remaining, yielded
 from reader.order.mix import Schedule
-from reader.read_options import ReadOptions
 from reader.share import Share, random_access
-from reader.split_shards import check_record_options, split_fingerprint, split_shards
-from reader.state import ReadState
+from reader.values.mixture import Mixture
+from reader.values.read_options import ReadOptions
+from reader.values.split_shards import check_record_options, split_fingerprint, split_shards
+from reader.values.state import ReadState
 from schemas.dataset_info import DatasetInfo, load_dataset_info
 from schemas.errors import InvalidTypeError, InvalidValueError
 
@@ -325,7 +325,7 @@ def _check_resumable(
 def check_state(state) -> None:
     """``state=`` is a ReadState or None: a reader's ``state_dict()`` given there is one
     line saying where it goes."""
-    from reader.state import ReadState
+    from reader.values.state import ReadState
 
     if state is not None and not isinstance(state, ReadState):
         hint = (

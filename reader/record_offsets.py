@@ -1,8 +1,9 @@
 """Serialized records fetched by their offsets, without TensorFlow: ``Records(shards)``.
 
 Convert writes a DALI index beside each uncompressed shard (one ``offset size`` line a
-record), checked when the read is built (``reader.split_shards.load_index``), so any record is
-one ``pread`` away: the Python faces and a resized read's lead fetch records so.
+record), checked when the read is built (``reader.values.split_shards.load_index``), so
+any record is one ``pread`` away: the Python faces and a resized read's lead fetch records
+so.
 A record's :class:`Place` is all a process needs to fetch it (``fetch``): the Python
 route's workers fetch their records so, the reader sending places, not bytes.
 """
@@ -16,7 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from reader.split_shards import open_shard
+from reader.values.split_shards import open_shard
 from schemas import storage, tfrecord
 from schemas.info import DatasetError
 

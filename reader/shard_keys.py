@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from reader.split_shards import open_shard
+from reader.values.split_shards import open_shard
 from schemas import features, storage
 from schemas.dataset_info import DatasetInfo
 from schemas.errors import InvalidValueError

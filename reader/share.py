@@ -15,8 +15,8 @@ from reader.order.batches import remaining
 from reader.order.deal import deal, worker_plan
 from reader.order.elastic import Position, Segment
 from reader.order.plan import ReadPlan
-from reader.read_options import DEFAULT_CYCLE, ReadOptions
-from reader.split_shards import load_index
+from reader.values.read_options import DEFAULT_CYCLE, ReadOptions
+from reader.values.split_shards import load_index
 from schemas import storage
 from schemas.errors import InvalidValueError
 from schemas.info import DatasetError
@@ -73,9 +73,9 @@ class Share:
         seed: int | None,
         saved=None,
     ) -> Share:
-        """Deals the split's ``shards`` (``reader.split_shards.split_shards``: checked); plans the
-        order from the start the options give, or (``saved``: a ``ReadState``) resumes it
-        with any worker count."""
+        """Deals the split's ``shards`` (``reader.values.split_shards.split_shards``:
+        checked); plans the order from the start the options give, or (``saved``: a
+        ``ReadState``) resumes it with any worker count."""
         if not shards:
             raise DatasetError(f"split {split!r} of {data_dir} has no examples")
         shuffle = options.shuffles(split)

@@ -23,13 +23,13 @@ from reader.cache import open_cache
 from reader.cache_policy import check_limit
 from reader.example_batches import RecordFields
 from reader.examples import load_spec
-from reader.one_line import one_line
 from reader.order.batches import skipped
 from reader.pydecode import parse
 from reader.read import resolve
-from reader.read_options import ReadOptions
 from reader.record_offsets import Records
-from reader.split_shards import default_path_root
+from reader.values.one_line import one_line
+from reader.values.read_options import ReadOptions
+from reader.values.split_shards import default_path_root
 from schemas import features, storage
 from schemas.errors import InvalidTypeError, InvalidValueError
 from schemas.example import parse_example

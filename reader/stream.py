@@ -18,12 +18,12 @@ import numpy as np
 
 from reader import tfcall
 from reader.compat import tf as compat_tf
-from reader.one_line import OWN_CHECK, own_message
 from reader.order.plan import ReadPlan, Resume, Runs
-from reader.read_options import ReadOptions
 from reader.record_offsets import Records
 from reader.share import Share
-from reader.split_shards import open_shard
+from reader.values.one_line import OWN_CHECK, own_message
+from reader.values.read_options import ReadOptions
+from reader.values.split_shards import open_shard
 from schemas import storage, tfrecord
 from schemas.info import DatasetError
 

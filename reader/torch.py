@@ -22,20 +22,20 @@ import torch
 
 from reader import handover
 from reader.example_batches import holds_examples
-from reader.mixture import Mixture
-from reader.option_groups import GROUPS, PythonStage, refuse_untaken
 from reader.read import check_sized, check_state, merge, resolve, start_state
-from reader.read_options import ReadOptions
-from reader.state import ReadState
 from reader.torch_backend import BUILT as _BUILT
 from reader.torch_backend import INHERITED as _INHERITED
 from reader.torch_backend import default_backend as _default_backend
 from reader.torch_backend import distributed_workers
 from reader.torch_passes import Passes
 from reader.torch_tensors import from_dali, from_examples, from_numpy, from_tf
+from reader.values.mixture import Mixture
+from reader.values.option_groups import GROUPS, PythonStage, refuse_untaken
+from reader.values.read_options import ReadOptions
+from reader.values.state import ReadState
 from schemas.errors import InvalidTypeError, InvalidValueError, OperationError
 
-# the groups of options TorchReader takes (reader/option_groups.py): all but the device
+# the groups of options TorchReader takes (reader/values/option_groups.py): all but the device
 TAKES = frozenset(GROUPS) - {"device"}
 INSTEAD = {
     "device": "its batches are CPU tensors (or CUDA ones from DALI on a GPU): move them "

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from reader.state import ReadState
+from reader.values.state import ReadState
 
 
 @dataclasses.dataclass

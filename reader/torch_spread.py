@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from reader.python_route import PythonRoute
-from reader.state import ReadState
+from reader.values.state import ReadState
 from schemas.errors import OperationError
 
 

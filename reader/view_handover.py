@@ -12,7 +12,7 @@ import numpy as np
 from reader.order.batches import remaining
 from reader.order.views import handover
 from reader.source import RecordSource
-from reader.state import ReadState
+from reader.values.state import ReadState
 from schemas.errors import InvalidValueError
 
 

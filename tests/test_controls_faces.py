@@ -24,7 +24,7 @@ from dataset_writer import write_dataset
 import reader
 from evenshard import synthetic
 from reader.explain import explain
-from reader.state import ReadState
+from reader.values.state import ReadState
 
 OPTS = dict(image_size=(8, 8), seed=4, shuffle_buffer=16, cycle_length=4, epochs=2)
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from reader.split_shards import default_path_root, split_fingerprint, split_shards
+from reader.values.split_shards import default_path_root, split_fingerprint, split_shards
 from schemas import layout
 from schemas.dataset_info import DatasetInfo, ShardInfo, load_dataset_info, parse_dataset_info
 from schemas.info import DatasetError

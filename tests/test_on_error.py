@@ -20,7 +20,7 @@ from dataset_writer import write_dataset
 
 import reader
 from evenshard import synthetic
-from reader.split_shards import load_index, split_shards
+from reader.values.split_shards import load_index, split_shards
 from schemas import features, tfrecord
 from schemas.example import parse_example
 

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 import reader
-from reader.option_groups import GROUPS, ImageOptions, OrderOptions, refuse_untaken
+from reader.values.option_groups import GROUPS, ImageOptions, OrderOptions, refuse_untaken
 
 pytestmark = pytest.mark.fast
 START = {"start_epoch", "start_step"}  # a read's start: its ReadState, no group's
@@ -116,7 +116,7 @@ def test_the_python_stage_is_one_group_with_one_rule():
     4-tuple in TorchReader, flat keywords in NumpyReader before), checked in one place,
     with the one rule for when a read takes the Python route; every face refuses a bad
     value before reading, with the same line."""
-    from reader.option_groups import PythonStage
+    from reader.values.option_groups import PythonStage
 
     assert not PythonStage().needed() and PythonStage().needed("skip")
     assert PythonStage(views=2).needed() and PythonStage(mirror_views=True).needed()

@@ -6,7 +6,7 @@ import pytest
 
 from convert_core.options import ConvertOptions, parse_args
 from evenshard.cli import build_parser
-from reader.read_options import ReadOptions
+from reader.values.read_options import ReadOptions
 
 pytestmark = pytest.mark.fast  # the unit lane: make test-fast
 

@@ -271,7 +271,7 @@ def test_a_damaged_record_is_skipped_alike_by_numpy_reader_and_make_dataset(conv
     import json
     import shutil
 
-    from reader.split_shards import load_index, split_shards
+    from reader.values.split_shards import load_index, split_shards
 
     out, written = converted
     bad = str(tmp_path / "bad")

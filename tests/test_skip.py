@@ -14,7 +14,7 @@ from controls_data import controls_dataset, keys, same, saved_after
 
 import reader
 from reader.explain import explain
-from reader.state import ReadState
+from reader.values.state import ReadState
 
 OPTS = dict(image_size=(8, 8), seed=4, shuffle_buffer=16, cycle_length=4, epochs=2)
 

@@ -1,11 +1,12 @@
 """``ReadOptions``: how a face reads a split, as one frozen, self-checking object: the
-flat keywords users type, made of the groups a reader has (``reader/option_groups.py``)."""
+flat keywords users type, made of the groups a reader has (``reader/values/option_groups.py``)."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from reader.option_groups import (
+from reader.order.augment import Augment
+from reader.values.option_groups import (
     AUTOTUNE,
     GROUPS,
     BatchOptions,
@@ -20,7 +21,6 @@ from reader.option_groups import (
     TuningOptions,
     check_whole,
 )
-from reader.order.augment import Augment
 from schemas.errors import InvalidValueError
 
 DEFAULT_CYCLE = 16  # runs read at once when cycle_length is None
@@ -33,7 +33,7 @@ class ReadOptions:
     """Options of the faces (like TFDS ``ReadConfig``, Grain ``ReadOptions``), flat as
     users type them, made of groups: ``options.ordering``, ``.sharding``, ``.images``,
     ``.batches``, ``.form``, ``.bucket``, ``.tuning``, ``.device``, ``.errors``
-    (``reader/option_groups.py``); each group checks itself. A face states the groups
+    (``reader/values/option_groups.py``); each group checks itself. A face states the groups
     it takes; an option of another group is refused in one line. ``start_epoch`` and
     ``start_step`` are in no group: a read's start, which becomes its ``ReadState``.
 

@@ -7,7 +7,7 @@ import hashlib
 import json
 import os
 
-from reader.option_groups import GROUPS, refuse_untaken
+from reader.values.option_groups import GROUPS, refuse_untaken
 from schemas import layout, storage, tfrecord
 from schemas.dataset_info import DatasetInfo, SplitInfo
 from schemas.errors import InvalidValueError

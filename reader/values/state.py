@@ -12,7 +12,7 @@ import dataclasses
 import json
 
 from reader.order.batches import after
-from reader.read_options import MAX_POSITION
+from reader.values.read_options import MAX_POSITION
 from schemas.errors import InvalidTypeError, InvalidValueError
 
 
