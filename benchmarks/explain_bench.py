@@ -37,8 +37,8 @@ FLAGS = {
 
 def _read(records: int, options, state=None):
     """The resolved read of rank ``RANK`` over a synthetic split (no files)."""
-    from reader.read import Read, Source
-    from reader.share import Share
+    from reader.front.read import Read, Source
+    from reader.front.share import Share
 
     per = records // SHARDS
     folder = os.path.join(WORK, f"explain_index_{records}")
@@ -101,7 +101,7 @@ def _timed(make, steps: range, rounds: int) -> dict:
 
 
 def measure(a) -> dict:
-    from reader.shard_keys import shard_keys
+    from reader.front.shard_keys import shard_keys
     from reader.values.read_options import ReadOptions
     from reader.values.split_shards import load_index, split_shards
     from reader.values.state import ReadState

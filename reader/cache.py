@@ -66,7 +66,7 @@ def open_cache(read, options) -> ShardCache | None:
     """The cache a worker's read of a bucket goes through; None when its shards are local.
 
     Args:
-        read: a ``reader.share.Share`` (its shards, plan and start).
+        read: a ``reader.front.share.Share`` (its shards, plan and start).
         options: a ``reader.ReadOptions`` (``cache_dir``, ``cache_limit``, ``epochs``).
 
     Raises:

@@ -25,7 +25,7 @@ from reader.dali_decode import (
     modules,
 )
 from reader.example_batches import refuse_examples
-from reader.read import merge, start_state
+from reader.front.read import merge, start_state
 from reader.source import RecordSource
 from reader.values.read_options import ReadOptions
 

@@ -2,7 +2,7 @@
 
 The read order is a function of a few integers (``reader.order``), so the batches of
 any steps of any worker, from any state, are computable: the same ``Read`` every face
-resolves (``reader.read.resolve``: resume, elastic lead, mixing schedule), its stream of
+resolves (``reader.front.read.resolve``: resume, elastic lead, mixing schedule), its stream of
 records laid out by position, cut into batches as the faces cut it, the views as
 ``NumpyReader`` deals them (together, or spread by ``reader.order.views``), the crops
 and flips drawn by ``reader.order.augment``. Only the keys (and the image sizes the
@@ -17,10 +17,10 @@ import json
 
 import numpy as np
 
+from reader.front.read import Read, merge, resolve, start_state
+from reader.front.shard_keys import ShardKeys, key_feature
 from reader.order.batches import skipped
 from reader.order.views import check_blocks, checked_spread, emitted
-from reader.read import Read, merge, resolve, start_state
-from reader.shard_keys import ShardKeys, key_feature
 from reader.values.read_options import ReadOptions
 from reader.values.state import ReadState
 from schemas.errors import InvalidTypeError, InvalidValueError

@@ -1,4 +1,4 @@
-"""The tf graph stream: a resolved :class:`reader.read.Read` as a ``tf.data.Dataset``.
+"""The tf graph stream: a resolved :class:`reader.front.read.Read` as a ``tf.data.Dataset``.
 
 The spine's tf.data route, which ``make_dataset`` and ``TorchReader(backend="tf")``
 both stand on. Order of stages (each one's reason in its comment):
@@ -17,7 +17,7 @@ from reader import tfcall
 from reader.cache import open_cache
 from reader.decode import Decoder, ExampleDecoder
 from reader.example_batches import read_spec
-from reader.read import Read, Source
+from reader.front.read import Read, Source
 from reader.stream import CHUNK, Stream, lead, named
 from reader.values.read_options import ReadOptions
 from reader.values.split_shards import check_path_root, default_path_root
@@ -32,7 +32,7 @@ def dataset(read: Read, resumed: bool = False, deal: tuple[int, int] = (1, 0)):
     None: single examples), padded, prefetched.
 
     Args:
-        read: what this worker reads (``reader.read.resolve``).
+        read: what this worker reads (``reader.front.read.resolve``).
         resumed: the read was given a state (a seeded read: deterministic by default).
         deal: (every, first): only batches first, first + every, ... of the read, the
             others never decoded (a DataLoader worker's share).

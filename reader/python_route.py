@@ -14,9 +14,9 @@ from __future__ import annotations
 import itertools
 
 from reader.example_batches import python_parser
+from reader.front.read import check_sized, check_state, merge, start_state
 from reader.order.views import check_blocks, checked_spread, restart, rounds, skip_limit, started
 from reader.preprocess import Preprocess, check_transform, default_processes
-from reader.read import check_sized, check_state, merge, start_state
 from reader.source import RecordSource
 from reader.values.option_groups import GROUPS, PythonStage, refuse_untaken
 from reader.values.read_options import ReadOptions

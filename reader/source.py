@@ -1,7 +1,7 @@
 """Batches of a worker's examples in read order, without TensorFlow.
 
 The DALI pipeline and the PyTorch iterable read through here: the same
-:class:`reader.read.Read` as ``make_dataset`` (files, counts, order,
+:class:`reader.front.read.Read` as ``make_dataset`` (files, counts, order,
 batches across epoch boundaries, padding, ``start_step``, mixing), its records
 fetched by offset (``reader.record_offsets``) and parsed in Python (``reader.pydecode``).
 
@@ -23,9 +23,9 @@ from reader.cache import open_cache
 from reader.cache_policy import check_limit
 from reader.example_batches import RecordFields
 from reader.examples import load_spec
+from reader.front.read import resolve
 from reader.order.batches import skipped
 from reader.pydecode import parse
-from reader.read import resolve
 from reader.record_offsets import Records
 from reader.values.one_line import one_line
 from reader.values.read_options import ReadOptions

@@ -22,7 +22,7 @@ import torch
 
 from reader import handover
 from reader.example_batches import holds_examples
-from reader.read import check_sized, check_state, merge, resolve, start_state
+from reader.front.read import check_sized, check_state, merge, resolve, start_state
 from reader.torch_backend import BUILT as _BUILT
 from reader.torch_backend import INHERITED as _INHERITED
 from reader.torch_backend import default_backend as _default_backend

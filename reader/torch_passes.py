@@ -26,7 +26,7 @@ from reader.values.state import ReadState
 
 @dataclasses.dataclass
 class Loaded:
-    """A loaded state not yet read: its read (``reader.read.resolve``'s), the first
+    """A loaded state not yet read: its read (``reader.front.read.resolve``'s), the first
     batch of a ``StatefulDataLoader`` worker's state, and the process that loaded it."""
 
     read: object

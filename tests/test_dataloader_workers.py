@@ -298,7 +298,7 @@ def test_make_dataset_deals_undecoded_batches_to_workers(data, pad):
     batches w, w + W, ... of the read (padding counted over the whole read), with their
     cardinality."""
     from reader import graph
-    from reader.read import merge, resolve
+    from reader.front.read import merge, resolve
 
     kw = dict(image_size=(8, 8), shuffle=False, pad_final_batch=pad)
     whole = [b["key"].numpy().tolist() for b in reader.make_dataset(data, "train", 4, **kw)]

@@ -185,10 +185,7 @@ READER_FLOORS = {
     "reader/order/": 0,  # the order: pure numpy functions of ints
     "reader/values/": 1,  # values
     "reader/compat/": 1,  # other libraries' private names, one module each
-    "reader/share.py": 2,  # the read: one front door
-    "reader/read.py": 2,
-    "reader/shard_keys.py": 2,  # the keys of a split, which read.py looks excluded keys up in
-    "reader/excluded_keys.py": 2,
+    "reader/front/": 2,  # the read: one front door; a split's keys, the excluded ones
     "reader/record_offsets.py": 3,  # records in read order, and decoding
     "reader/cache.py": 3,
     "reader/cache_policy.py": 3,

@@ -27,7 +27,7 @@ def test_shuffle_report_flags_default_to_the_readers_defaults():
 
 
 def test_a_name_that_is_no_read_option_is_named_with_the_closest():
-    from reader.read import merge
+    from reader.front.read import merge
 
     with pytest.raises(TypeError, match=r"'image_sise' is not a read option \(did you mean"):
         merge(None, {"image_sise": 3})

@@ -201,7 +201,7 @@ def test_excluded_keys_the_split_does_not_hold_are_named_once_on_every_face(data
     said(lambda state: list(numpy(data, state, **OPTS)), "numpy")
     said(lambda state: explain(data, "train", 4, range(2), state=state, **OPTS), "explain")
     # a split past the bound is not searched: every start of every process would wait
-    import reader.excluded_keys
+    import reader.front.excluded_keys
 
     state = ReadState(4, 4).exclude(["past/the/bound.png"])
     caplog.clear()
@@ -209,6 +209,6 @@ def test_excluded_keys_the_split_does_not_hold_are_named_once_on_every_face(data
         pytest.MonkeyPatch.context() as mp,
         caplog.at_level(logging.WARNING, logger="reader"),
     ):
-        mp.setattr(reader.excluded_keys, "EXCLUDED_CHECKED_MOST", 3)
+        mp.setattr(reader.front.excluded_keys, "EXCLUDED_CHECKED_MOST", 3)
         list(numpy(data, state, **OPTS))
     assert caplog.records == []

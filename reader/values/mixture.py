@@ -4,7 +4,7 @@
 reader takes the :class:`Mixture` in place of a dataset folder. Each source is read
 as it would be alone (its files, its order, its resume); a schedule says
 which source gives each record of the mixed stream (``reader.order.mix``), and
-``reader.read.resolve`` reads the sources by it.
+``reader.front.read.resolve`` reads the sources by it.
 """
 
 from __future__ import annotations

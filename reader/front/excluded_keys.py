@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from reader.shard_keys import key_feature, shard_keys
+from reader.front.shard_keys import key_feature, shard_keys
 from reader.values.split_shards import load_index, split_fingerprint, split_shards
 from schemas import storage
 from schemas.info import DatasetError
@@ -22,7 +22,7 @@ _LOOKED_FOR: set[tuple] = set()
 def warn_unheld(read) -> None:
     """Logs once a process, naming them, the keys the state excludes that no shard of
     the read's splits holds: they exclude nothing (a typo in a takedown list).
-    ``read``: a ``reader.read.Read`` (not imported: read.py imports this module).
+    ``read``: a ``reader.front.read.Read`` (not imported: read.py imports this module).
 
     Every record's key is read by the shards' DALI indexes (``shard_keys``: the images
     jumped over, about 14,000 records a second); a split whose shards have none (gzip)

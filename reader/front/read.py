@@ -15,10 +15,10 @@ import functools
 import numbers
 import secrets
 
-from reader.excluded_keys import warn_unheld
+from reader.front.excluded_keys import warn_unheld
+from reader.front.share import Share, random_access
 from reader.order.batches import remaining, yielded
 from reader.order.mix import Schedule
-from reader.share import Share, random_access
 from reader.values.mixture import Mixture
 from reader.values.read_options import ReadOptions
 from reader.values.split_shards import check_record_options, split_fingerprint, split_shards
