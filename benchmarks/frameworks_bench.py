@@ -4,7 +4,7 @@ The same 20,000 JPEGs in 16 shards as read_bench, decode + resize to 64x64,
 batch 256, one epoch a pass, best of 3 passes measured round-robin:
 (a) reader.make_dataset (tf.data), (b) reader.make_dali_pipeline on the CPU,
 (c) reader.torch.TorchReader with the DALI backend, (d) with the tf.data
-backend, (e) reader.source.RecordSource alone (fetch by DALI index
+backend, (e) reader.records.source.RecordSource alone (fetch by DALI index
 offset + parse, no decode): the rate at which Python feeds DALI, and (f)
 DALI's own limit: the same DALI decode + resize over one batch of encoded
 bytes in memory, fed again and again.
@@ -42,7 +42,7 @@ def measure(a) -> dict:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import reader
     from reader.dali import make_dali_pipeline
-    from reader.source import RecordSource
+    from reader.records.source import RecordSource
     from reader.torch import TorchReader
 
     src = make_jpegs(os.path.join(WORK, f"jpegs_{IMAGES}"), IMAGES)
@@ -101,7 +101,7 @@ NAMES = {
     "b_dali_cpu": '`reader.make_dali_pipeline(device="cpu")`',
     "c_torch_dali_cpu": "`reader.torch.TorchReader`, DALI backend (CPU)",
     "d_torch_tf": "`reader.torch.TorchReader`, tf.data backend",
-    "e_record_source": "`reader.source.RecordSource` alone: fetch + parse, no decode",
+    "e_record_source": "`reader.records.source.RecordSource` alone: fetch + parse, no decode",
     "f_dali_in_memory": "DALI decode + resize over encoded bytes in memory (DALI's limit)",
 }
 

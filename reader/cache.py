@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterator
 from reader import cache_fetch
 from reader.cache_folder import cache_folder, lock_shard, release_shard, sweep, this_owner, unlink
 from reader.cache_policy import by_runs, check_limit, keys
-from reader.record_offsets import span
+from reader.records.record_offsets import span
 from schemas import storage
 from schemas.errors import OperationError
 from schemas.info import SHA256, DatasetError

@@ -9,7 +9,7 @@ import contextlib
 import hashlib
 from collections.abc import Callable
 
-from reader.record_offsets import span
+from reader.records.record_offsets import span
 from schemas import storage, tfrecord
 
 RANGE_PIECE = 8 << 20  # bytes a run is fetched in at a time, at most (one request each)

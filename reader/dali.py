@@ -1,6 +1,6 @@
 """NVIDIA DALI pipelines over a split: decoding on the GPU (nvJPEG) when there is one.
 
-``make_dali_pipeline`` feeds DALI from :class:`reader.source.RecordSource`,
+``make_dali_pipeline`` feeds DALI from :class:`reader.records.source.RecordSource`,
 so it reads exactly what ``reader.make_dataset`` reads, in the same order
 (the same files per worker, equal counts, the seeded order that changes
 every epoch, batches across epoch boundaries, ``start_step``, padding and
@@ -24,9 +24,9 @@ from reader.dali_decode import (
     installed,
     modules,
 )
-from reader.example_batches import refuse_examples
 from reader.front.read import merge, start_state
-from reader.source import RecordSource
+from reader.records.example_batches import refuse_examples
+from reader.records.source import RecordSource
 from reader.values.read_options import ReadOptions
 
 

@@ -1,4 +1,4 @@
-"""The DALI decode stage: a :class:`reader.source.RecordSource`'s batches decoded,
+"""The DALI decode stage: a :class:`reader.records.source.RecordSource`'s batches decoded,
 cropped and resized by an NVIDIA DALI pipeline (nvJPEG on the GPU when there is one).
 
 The spine's DALI decode, which ``make_dali_pipeline`` and ``TorchReader(backend="dali")``
@@ -12,9 +12,9 @@ import dataclasses
 
 import numpy as np
 
-from reader.example_batches import refuse
 from reader.pydecode import image_shape
-from reader.source import Batch, RecordSource
+from reader.records.example_batches import refuse
+from reader.records.source import Batch, RecordSource
 from reader.values.option_groups import GROUPS, refuse_untaken
 from reader.values.read_options import ReadOptions
 from reader.values.state import ReadState

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from reader import tfcall
+from reader.records import tfcall
 from schemas import features, layout, storage
 from schemas.errors import InvalidValueError
 
@@ -272,7 +272,7 @@ def to_channels(image, channels):
 class ExampleDecoder:
     """The decode stage for records that are not images (``record_kind: "example"``):
     a batch parsed by ``tf.io.parse_example`` (``reader.examples.tf_parse_batch``),
-    nothing decoded; its ``label`` ids and ``key`` as ``reader.example_batches`` says.
+    nothing decoded; its ``label`` ids and ``key`` as ``reader.records.example_batches`` says.
 
     Args:
         spec: the features to parse (``reader.examples.Feature`` values).

@@ -13,12 +13,12 @@ joined -> batch -> dealt to a DataLoader worker -> parallel parse and decode
 from __future__ import annotations
 
 import schemas
-from reader import tfcall
 from reader.cache import open_cache
 from reader.decode import Decoder, ExampleDecoder
-from reader.example_batches import read_spec
 from reader.front.read import Read, Source
-from reader.stream import CHUNK, Stream, lead, named
+from reader.records import tfcall
+from reader.records.example_batches import read_spec
+from reader.records.stream import CHUNK, Stream, lead, named
 from reader.values.read_options import ReadOptions
 from reader.values.split_shards import check_path_root, default_path_root
 from schemas import features, storage, tfrecord

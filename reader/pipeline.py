@@ -14,10 +14,11 @@ import warnings
 
 import numpy as np
 
-from reader import graph, tfcall
+from reader import graph
 from reader.examples import Padded
 from reader.front.read import check_sized, check_state, merge, resolve
 from reader.python_route import PythonRoute
+from reader.records import tfcall
 from reader.values.mixture import Mixture
 from reader.values.option_groups import GROUPS, PythonStage, refuse_untaken
 from reader.values.read_options import ReadOptions

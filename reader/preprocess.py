@@ -1,7 +1,7 @@
 """Python preprocessing in worker processes: each image decoded once, a user's transform
 run on it (once a view), the batches back in read order through shared memory.
 
-The order is computed before preprocessing (``reader.source``); the pool maps the
+The order is computed before preprocessing (``reader.records.source``); the pool maps the
 numbered batches and they come back by number, so the output order is the read order
 for any number of processes. Every random choice a transform makes draws from the rng
 ``example_rng(seed, key, epoch, view)`` gives (the order's keyed hash, purpose
@@ -107,7 +107,7 @@ class Preprocess:
         self.first = None  # the first batch's fields, and its first key
 
     def map(self, batches):
-        """Outputs of ``batches`` (``reader.source.Batch``), in order: dicts of stacked
+        """Outputs of ``batches`` (``reader.records.source.Batch``), in order: dicts of stacked
         arrays or lists, with ``key``, ``view``, ``epoch``, ``mask``."""
         sweep()
         # lent at once: as many as are in flight (a caller holding more gets copies)
@@ -211,7 +211,7 @@ class Preprocess:
 _PRELOAD = (
     "reader.preprocess",
     "reader.script_preload",
-    "reader.record_offsets",
+    "reader.records.record_offsets",
     "reader.pydecode",
     "numpy",
     "cv2",

@@ -24,7 +24,7 @@ import numpy as np
 from reader import pixels
 from reader.order.draws import AUGMENT, draws, key_digest
 from reader.pydecode import parse
-from reader.record_offsets import Descriptors, fetch
+from reader.records.record_offsets import Descriptors, fetch
 from reader.shared_blocks import new_block, unlink_all
 from reader.values.one_line import one_line
 from schemas.errors import Error
@@ -147,7 +147,7 @@ _CHUNK = 16  # images decoded at a time: their boxes drawn in one call, memory b
 
 
 def _fetch_placed(task, worker: dict, skip: bool, failed: list) -> None:
-    """The batch's placed rows (``reader.source.Batch``) fetched from their shards and
+    """The batch's placed rows (``reader.records.source.Batch``) fetched from their shards and
     parsed here, each row's image, label and key set in ``task`` (a padding row's
     label and key stay blank); with ``skip``, a row that cannot be read is left None
     (a stand-in, masked) and said in ``failed``, else its error is raised."""

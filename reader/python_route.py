@@ -4,7 +4,7 @@ view, and batched (views together, or spread batches apart).
 
 The spine's Python stream, which ``NumpyReader``, ``TorchReader(backend="python")``
 and ``make_dataset(transform=...)`` stand on: records from
-:class:`reader.source.RecordSource`, decoded and transformed by
+:class:`reader.records.source.RecordSource`, decoded and transformed by
 :class:`reader.preprocess.Preprocess`, views handed over across an elastic resume
 by :class:`reader.view_handover.ViewHandover`.
 """
@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import itertools
 
-from reader.example_batches import python_parser
 from reader.front.read import check_sized, check_state, merge, start_state
 from reader.order.views import check_blocks, checked_spread, restart, rounds, skip_limit, started
 from reader.preprocess import Preprocess, check_transform, default_processes
-from reader.source import RecordSource
+from reader.records.example_batches import python_parser
+from reader.records.source import RecordSource
 from reader.values.option_groups import GROUPS, PythonStage, refuse_untaken
 from reader.values.read_options import ReadOptions
 from reader.values.state import ReadState, changes

@@ -21,8 +21,8 @@ import secrets
 import torch
 
 from reader import handover
-from reader.example_batches import holds_examples
 from reader.front.read import check_sized, check_state, merge, resolve, start_state
+from reader.records.example_batches import holds_examples
 from reader.torch_backend import BUILT as _BUILT
 from reader.torch_backend import INHERITED as _INHERITED
 from reader.torch_backend import default_backend as _default_backend
@@ -287,7 +287,7 @@ class TorchReader(torch.utils.data.IterableDataset):
         if self._reader is None:
             if self.backend == "dali":
                 from reader.dali_decode import build
-                from reader.source import RecordSource
+                from reader.records.source import RecordSource
 
                 self._reader = build(RecordSource(*self._args, self._state))
                 _BUILT.add(self._reader)

@@ -11,7 +11,7 @@ import numpy as np
 
 from reader.order.batches import remaining
 from reader.order.views import handover
-from reader.source import RecordSource
+from reader.records.source import RecordSource
 from reader.values.state import ReadState
 from schemas.errors import InvalidValueError
 

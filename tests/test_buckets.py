@@ -309,7 +309,7 @@ def test_a_tight_cache_downloads_each_byte_once_an_epoch(
     the folder's, record for record; with a limit that holds the split, once in all."""
     import reader
     from reader import cache_fetch
-    from reader.source import RecordSource
+    from reader.records.source import RecordSource
     from reader.values.read_options import ReadOptions
 
     # runs fetched in pieces of 1,000 bytes: records span pieces, each still checked
@@ -622,7 +622,7 @@ def test_a_read_resumed_with_another_worker_count_from_a_bucket(bucket, local_da
     offset, one ranged request a record; the read equals the local one, on tf.data
     and on the record source of DALI and Torch."""
     import reader
-    from reader.source import RecordSource
+    from reader.records.source import RecordSource
     from reader.values.read_options import ReadOptions
 
     url = bucket.upload(local_dataset, "elastic/out")
@@ -714,7 +714,7 @@ def test_the_record_source_reads_a_bucket_through_the_cache_as_it_reads_the_fold
     """The DALI and Torch readers' source: through the cache, at the smallest limit it
     allows (windows span groups: each is read as its groups give it), the read is the
     folder's, record for record."""
-    from reader.source import RecordSource
+    from reader.records.source import RecordSource
     from reader.values.read_options import ReadOptions
 
     def source(data_dir, **cache):  # (the cache's runs and windows on the folder too)

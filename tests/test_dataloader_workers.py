@@ -21,8 +21,8 @@ from dataset_writer import write_dataset
 
 import reader
 from evenshard import synthetic
-from reader.record_offsets import Records
-from reader.source import RecordSource
+from reader.records.record_offsets import Records
+from reader.records.source import RecordSource
 
 PY = sys.executable
 

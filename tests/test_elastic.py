@@ -93,7 +93,7 @@ def test_every_example_once_across_old_and_new_workers(data_240, old_n, new_n):
 
 @contextlib.contextmanager
 def _small_chunks():
-    from reader import stream
+    from reader.records import stream
 
     with pytest.MonkeyPatch.context() as m:
         m.setattr(stream, "CHUNK", 4)

@@ -186,19 +186,15 @@ READER_FLOORS = {
     "reader/values/": 1,  # values
     "reader/compat/": 1,  # other libraries' private names, one module each
     "reader/front/": 2,  # the read: one front door; a split's keys, the excluded ones
-    "reader/record_offsets.py": 3,  # records in read order, and decoding
+    "reader/records/": 3,  # records in read order, and decoding
     "reader/cache.py": 3,
     "reader/cache_policy.py": 3,
     "reader/cache_fetch.py": 3,
     "reader/cache_folder.py": 3,
-    "reader/stream.py": 3,
-    "reader/tfcall.py": 3,
     "reader/pydecode.py": 3,
     "reader/pixels.py": 3,
     "reader/decode.py": 3,
     "reader/examples.py": 3,
-    "reader/example_batches.py": 3,
-    "reader/source.py": 3,
     "reader/explain.py": 3,
     "reader/preprocess.py": 4,  # the spine's decode stages and routes (no face's)
     "reader/preprocess_worker.py": 4,
@@ -224,9 +220,9 @@ READER_FLOORS = {
 ENGINES = {
     "tensorflow": {
         "reader/pipeline.py",
-        "reader/stream.py",
+        "reader/records/stream.py",
         "reader/decode.py",
-        "reader/tfcall.py",
+        "reader/records/tfcall.py",
         "reader/graph.py",
         "reader/compat/tf.py",
         "reader/examples.py",  # pass-through records: tf.io.parse_example

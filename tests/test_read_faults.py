@@ -112,7 +112,7 @@ def test_a_shard_removed_between_its_check_and_its_open_is_still_read_whole(data
     TensorFlow reads that descriptor; a missing shard is the named error."""
     import shutil
 
-    from reader.stream import _Held
+    from reader.records.stream import _Held
     from reader.values.split_shards import split_shards
     from schemas import storage, tfrecord
 

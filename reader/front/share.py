@@ -2,7 +2,7 @@
 
 A :class:`Share` is what every face reads of a source: the tf.data pipeline
 (``reader.pipeline``), the Python record source behind DALI and PyTorch
-(``reader.source``) and the bucket cache. Its order comes from the order floor
+(``reader.records.source``) and the bucket cache. Its order comes from the order floor
 (``reader.order``), given the split's example counts and a few integers. No TensorFlow.
 """
 

@@ -6,7 +6,7 @@ message is the pipeline's node, the iterator's path, the Python error, then its
 traceback. ``one_line`` gives the Python error alone (``FileNotFoundError:
 gs://bucket/ds/train-00003-of-00008.tfrecord does not exist``); a check of the
 readers' own in the graph (a shard corrupt or holding more records than listed,
-``reader/stream.py``), or a record fetched by place whose check failed, its message
+``reader/records/stream.py``), or a record fetched by place whose check failed, its message
 alone; for any other error, its first line.
 """
 
@@ -27,7 +27,7 @@ _ESCAPED = re.compile(r"\\(['\"\\])")
 
 
 # a DatasetError raised in a Python function tf.data calls (a record fetched by place
-# and checked, ``reader.record_offsets``): TensorFlow writes its type before it
+# and checked, ``reader.records.record_offsets``): TensorFlow writes its type before it
 _RAISED = re.compile(r"^(?:[\w.]+\.)?DatasetError: (.*)$")
 
 

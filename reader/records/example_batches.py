@@ -106,7 +106,7 @@ def read_spec(sources, features) -> tuple[dict[str, Feature], RecordFields]:
 
 
 def python_batch(batch, spec: dict[str, Feature], fields: RecordFields) -> dict:
-    """The Python route's batch of a ``reader.source.Batch`` whose ``encoded`` rows are
+    """The Python route's batch of a ``reader.records.source.Batch`` whose ``encoded`` rows are
     serialized records: the real rows parsed (``parse_batch``), the masked rows zeros
     (0 values of a variable-length feature), as the tf graph pads them."""
     mask = np.asarray(batch.mask, bool)
@@ -148,7 +148,7 @@ def refuse(data_dir: str, info, face: str) -> None:
 
 def python_parser(read, transform, views: int):
     """The Python route's decode stage for a read of pass-through records: a function of
-    a ``reader.source.Batch`` (``python_batch`` with the read's spec); None for images.
+    a ``reader.records.source.Batch`` (``python_batch`` with the read's spec); None for images.
 
     Raises:
         ValueError: a ``transform`` or ``views``, which run on decoded images.

@@ -16,11 +16,11 @@ from collections import OrderedDict
 
 import numpy as np
 
-from reader import tfcall
 from reader.compat import tf as compat_tf
 from reader.front.share import Share
 from reader.order.plan import ReadPlan, Resume, Runs
-from reader.record_offsets import Records
+from reader.records import tfcall
+from reader.records.record_offsets import Records
 from reader.values.one_line import OWN_CHECK, own_message
 from reader.values.read_options import ReadOptions
 from reader.values.split_shards import open_shard
