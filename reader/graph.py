@@ -13,7 +13,7 @@ joined -> batch -> dealt to a DataLoader worker -> parallel parse and decode
 from __future__ import annotations
 
 import schemas
-from reader.cache import open_cache
+from reader.cache.shard_cache import open_cache
 from reader.decode import Decoder, ExampleDecoder
 from reader.front.read import Read, Source
 from reader.records import tfcall

@@ -3,7 +3,7 @@ arrays come from a worker process in one block, which the reader lends to the ca
 the arrays themselves (views of the block, no copy) and takes back for a later batch
 once every array of that batch, and every view or tensor made from one, is gone.
 
-The blocks are named after the reader's process (``cache_folder.this_owner``) and the
+The blocks are named after the reader's process (``reader.cache.folder.this_owner``) and the
 read, so the reader unlinks every block of a read when it ends, and a reader starting
 removes those of readers that died all at once (``sweep``). A block still lent when the
 read ends is unlinked by name and stays mapped until its arrays are gone.
@@ -22,7 +22,7 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
-from reader.cache_folder import dead, this_owner
+from reader.cache.folder import dead, this_owner
 
 
 class Blocks:
@@ -230,7 +230,7 @@ def sweep() -> None:
     process group, a container's end): none was left to unlink them; and so their
     pools' semaphores (``sem.evenshard-...``: ``reader.compat.mp.semaphores_named``),
     which their resource tracker, killed too, did not unlink. A name is removed only when
-    its reader is provably dead (``cache_folder.dead``)."""
+    its reader is provably dead (``reader.cache.folder.dead``)."""
     for name in _listed("evenshard-") + _listed("sem.evenshard-"):
         owner = _OWNER.match(name.removeprefix("sem."))
         if owner and dead(owner[1]):

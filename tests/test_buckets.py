@@ -308,7 +308,7 @@ def test_a_tight_cache_downloads_each_byte_once_an_epoch(
     draws again may still be held), on tf.data and on the record source, and the read is
     the folder's, record for record; with a limit that holds the split, once in all."""
     import reader
-    from reader import cache_fetch
+    from reader.cache import fetch as cache_fetch
     from reader.records.source import RecordSource
     from reader.values.read_options import ReadOptions
 
@@ -381,7 +381,7 @@ def test_the_cache_fetches_ahead_in_plan_order_within_its_limit(bucket, local_da
     readers sharing the folder fetch a shard once between them when they overlap."""
     import threading
 
-    from reader.cache import CacheOptions, ShardCache
+    from reader.cache.shard_cache import CacheOptions, ShardCache
 
     url = bucket.upload(local_dataset, "c2/out")
     info = load_info(url)
@@ -468,7 +468,7 @@ def test_an_endless_read_that_the_cache_holds_does_not_walk_the_plan_ahead(
     import itertools
     import time
 
-    from reader.cache import AHEAD, LOOKAHEAD, CacheOptions, ShardCache
+    from reader.cache.shard_cache import AHEAD, LOOKAHEAD, CacheOptions, ShardCache
 
     url = bucket.upload(local_dataset, "endless/out")
     shards = [

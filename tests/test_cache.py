@@ -1,4 +1,4 @@
-"""The bounded cache of a bucket's shards (reader/cache.py) against a hostile folder or
+"""The bounded cache of a bucket's shards (reader/cache/shard_cache.py) against a hostile folder or
 dataset_info.json, dead readers and a full disk (issue 27). Shards here are random bytes
 in a loopback bucket: the cache reads bytes, not records."""
 
@@ -15,7 +15,7 @@ import stat
 import numpy as np
 import pytest
 
-from reader.cache import CacheOptions, ShardCache, open_cache
+from reader.cache.shard_cache import CacheOptions, ShardCache, open_cache
 from schemas.info import DatasetError
 
 pytestmark = pytest.mark.slow
@@ -244,7 +244,7 @@ def test_a_second_user_of_the_machine_reads_with_a_folder_of_its_own(bucket, tmp
 
 NAMESPACED_READER = """
 import hashlib, json, os, sys
-from reader.cache import CacheOptions, ShardCache
+from reader.cache.shard_cache import CacheOptions, ShardCache
 shards, folder, ready = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
 with ShardCache(shards, lambda: iter([(0, 1)]), CacheOptions(folder, 10**6)) as cache:
     paths = cache.enter((0, 1))
@@ -311,8 +311,8 @@ def test_a_reader_in_another_pid_namespace_is_not_taken_for_dead(bucket, tmp_pat
 
 KILLED_MID_FETCH = """
 import json, sys, time
-from reader import cache as module
-from reader.cache import CacheOptions, ShardCache
+from reader.cache import shard_cache as module
+from reader.cache.shard_cache import CacheOptions, ShardCache
 shards, folder, ready = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
 real = module.storage.download
 
@@ -430,7 +430,7 @@ def test_the_files_of_a_runs_copy_are_swept_as_a_shards_are(tmp_path):
     """A tight cache keeps runs of shards (``NAME~START-STOP``): a dead reader's link and
     download of one, and then the copy and lock no reader uses, are swept; a run-like
     name the cache does not make stays."""
-    from reader.cache_folder import _kind, _namespace, sweep
+    from reader.cache.folder import _kind, _namespace, sweep
 
     copy = f"{'a' * 32}-train-00000-of-00002.tfrecord~3-9"
     assert _kind(copy) == (copy, "", "copy") and _kind(f"{copy}.lock")[2] == "lock"
@@ -454,7 +454,7 @@ def test_runs_are_fetched_where_they_download_less_than_whole_shards():
     keeps what the plan needs soonest). So runs below RUNS_BELOW of the bytes, for
     shuffled reads (unshuffled, a run is a whole shard: its sha256 is checked), and
     never without a DALI index (gzip)."""
-    from reader.cache_policy import RUNS_BELOW, by_runs
+    from reader.cache.policy import RUNS_BELOW, by_runs
 
     shards = [{"num_bytes": 100, "table": [[0, 100]]} for _ in range(10)]
     assert by_runs(shards, 100) and by_runs(shards, int(RUNS_BELOW * 1000) - 1)

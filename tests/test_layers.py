@@ -187,10 +187,7 @@ READER_FLOORS = {
     "reader/compat/": 1,  # other libraries' private names, one module each
     "reader/front/": 2,  # the read: one front door; a split's keys, the excluded ones
     "reader/records/": 3,  # records in read order, and decoding
-    "reader/cache.py": 3,
-    "reader/cache_policy.py": 3,
-    "reader/cache_fetch.py": 3,
-    "reader/cache_folder.py": 3,
+    "reader/cache/": 3,  # the bucket cache
     "reader/pydecode.py": 3,
     "reader/pixels.py": 3,
     "reader/decode.py": 3,

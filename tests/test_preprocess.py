@@ -199,7 +199,7 @@ def test_two_reads_side_by_side_keep_their_own_transforms_and_blocks(data, proce
 def _own_blocks() -> set[str]:
     """This process's readers' shared memory blocks (another process's are not ours to
     count: a busy machine has them come and go)."""
-    from reader.cache_folder import this_owner
+    from reader.cache.folder import this_owner
 
     return {n for n in os.listdir("/dev/shm") if n.startswith(f"evenshard-{this_owner()}-")}
 

@@ -228,7 +228,7 @@ def test_an_empty_block_of_a_dead_reader_is_removed_too(data):
     cannot be mapped: the next reader's start removes it all the same (it raised
     ValueError: cannot mmap an empty file; a read's own end met the same race)."""
     owner = subprocess.run(
-        [sys.executable, "-c", "from reader import cache_folder; print(cache_folder.this_owner())"],
+        [sys.executable, "-c", "from reader.cache import folder; print(folder.this_owner())"],
         capture_output=True,
         text=True,
         check=True,

@@ -5,7 +5,7 @@ The DALI pipeline and the PyTorch iterable read through here: the same
 batches across epoch boundaries, padding, ``start_step``, mixing), its records
 fetched by offset (``reader.records.record_offsets``) and parsed in Python (``reader.pydecode``).
 
-A bucket's shards are read from the local copies of a ``reader.cache.ShardCache``,
+A bucket's shards are read from the local copies of a ``reader.cache.shard_cache.ShardCache``,
 which fetches them ahead group by group: there each window of the order is read
 as its groups give it (group after group, as the cache has them), then permuted.
 """
@@ -19,8 +19,8 @@ import json
 
 import numpy as np
 
-from reader.cache import open_cache
-from reader.cache_policy import check_limit
+from reader.cache.policy import check_limit
+from reader.cache.shard_cache import open_cache
 from reader.examples import load_spec
 from reader.front.read import resolve
 from reader.order.batches import skipped
@@ -192,7 +192,7 @@ class RecordSource:
         DatasetError: as ``make_dataset``; also for gzip-compressed shards
             (no index: convert without ``--compression gzip``).
         ValueError: for a bucket, a ``cache_limit`` below what a group of runs reads
-            at once (``reader.cache.open_cache``).
+            at once (``reader.cache.shard_cache.open_cache``).
     """
 
     def __init__(

@@ -4,7 +4,7 @@
 each group's runs interleaved round-robin, the seeded window permutation on top,
 epochs joined, a start anywhere. ``lead`` fetches the records a resized read
 begins with. A bucket's shards are read from the local copies of a
-``reader.cache.ShardCache``. No function of tf.data's runs per record:
+``reader.cache.shard_cache.ShardCache``. No function of tf.data's runs per record:
 a per-record map or filter cost 80% of the raw read rate.
 """
 

@@ -167,7 +167,7 @@ class FormOptions:
 
 @dataclasses.dataclass(frozen=True)
 class BucketOptions:
-    """Local copies of a bucket's shards, fetched ahead (``reader/cache.py``)."""
+    """Local copies of a bucket's shards, fetched ahead (``reader/cache/shard_cache.py``)."""
 
     cache_dir: str | None = None
     cache_limit: int = 10 * 2**30

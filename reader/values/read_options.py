@@ -93,7 +93,7 @@ class ReadOptions:
             ahead in the order the read uses them, at most ``cache_limit`` bytes
             (default 10 GiB) at once; under a limit below 70 % of the worker's
             shards, each run of records is fetched as a byte range and dropped when
-            read, so each byte is downloaded once an epoch (``reader/cache.py``).
+            read, so each byte is downloaded once an epoch (``reader/cache/shard_cache.py``).
         start_epoch, start_step: where to start: batch ``start_step`` (an
             example, with batch_size=None) counted from the start of epoch
             ``start_epoch``. With start_epoch 0 the dataset yields exactly

@@ -1,4 +1,4 @@
-"""Fetching one key of the bucket cache (``reader.cache``): a whole shard, checked by
+"""Fetching one key of the bucket cache (``shard_cache``): a whole shard, checked by
 its size and sha256, or a run of its records, fetched by ranged requests and
 checked record by record (length and CRCs). Each returns None, or what was wrong
 (the cache fetches once more, then names the shard)."""

@@ -1,6 +1,6 @@
 """The cache folder: whose it is, who of its readers is alive, and the shard locks.
 
-A bucket's shard copies (``reader.cache``) live in a folder only this user can write
+A bucket's shard copies (``shard_cache``) live in a folder only this user can write
 (``cache_folder``), so a copy found in place is used unread. Readers sharing the folder
 name their links and downloads after themselves (``this_owner``: the machine's boot,
 the PID namespace, the PID and its start), so a cache opening the folder removes what

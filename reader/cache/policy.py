@@ -1,4 +1,4 @@
-"""What the bucket cache (``reader.cache``) fetches, and the least limit it can read under.
+"""What the bucket cache (``shard_cache``) fetches, and the least limit it can read under.
 
 What is fetched depends on the limit (``by_runs``). One that holds most of the
 worker's shards gets each shard whole (once for the whole read, when it holds them

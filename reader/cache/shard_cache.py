@@ -13,7 +13,7 @@ that holds every shard has nothing to fetch, and an endless read never ends). A
 reader waits only when it outruns the fetches.
 
 What is fetched depends on the limit: whole shards, or runs of records
-(``reader.cache_policy``).
+(``reader.cache.policy``).
 
 Several processes on one machine (local ranks) share one cache folder: a shard is
 fetched under a lock of its own, into a temporary name, checked against the size
@@ -21,7 +21,7 @@ and sha256 dataset_info.json lists (fetched again once if it does not match, the
 an error naming it), and renamed into place; a rank that finds it in place uses
 it. Eviction removes only files of this cache. The limit bounds each reader's own
 fetches (downloads in flight included); ranks sharing a folder share the files they
-both read. The folder is one only this user can write (``reader.cache_folder``): a copy in
+both read. The folder is one only this user can write (``reader.cache.folder``): a copy in
 place is used unread. A cache that opens the folder sweeps what readers that provably
 died left (links, downloads) and the locks and copies no reader uses (``sweep``).
 """
@@ -39,9 +39,9 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 
-from reader import cache_fetch
-from reader.cache_folder import cache_folder, lock_shard, release_shard, sweep, this_owner, unlink
-from reader.cache_policy import by_runs, check_limit, keys
+from reader.cache import fetch as cache_fetch
+from reader.cache.folder import cache_folder, lock_shard, release_shard, sweep, this_owner, unlink
+from reader.cache.policy import by_runs, check_limit, keys
 from reader.records.record_offsets import span
 from schemas import storage
 from schemas.errors import OperationError
