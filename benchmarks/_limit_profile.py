@@ -13,7 +13,7 @@ lowest of ROUNDS rounds (others' work on a shared machine adds, never takes
 away). Stages are differences of these runs:
 
 * tf.data: records (``decode=False``: read, parse, batch the bytes, the consumer's
-  ``.numpy()``), the decode + resize alone (``reader.pixels`` on one thread over the
+  ``.numpy()``), the decode + resize alone (``reader.decode.pixels`` on one thread over the
   same bytes), the whole read at SIZE; the rest = whole - records - decode (the batch's
   crossing into Python and back, stacking, tf.data's threads).
 * NumpyReader: in-process (``num_processes=0``: fetch by offset, parse in Python,
@@ -66,7 +66,7 @@ def main(data: str, size: int, rounds: int, stages: str = "") -> dict:
     import numpy as np
 
     import reader
-    from reader import pixels
+    from reader.decode import pixels
     from reader.pipeline import make_dataset  # noqa: F401 (imported before the clocks)
 
     kw = dict(seed=0, epochs=1)

@@ -117,7 +117,7 @@ cost, A/B in one process, best of 3, images/s:
 
 The 16-bit output would make DALI's 16-bit PNGs exact for every image's cost;
 instead the record source rewrites the rare 16-bit PNG as 8-bit
-(`reader/pydecode.py`, `eight_bit_png`).
+(`reader/decode/pydecode.py`, `eight_bit_png`).
 """
 
 

@@ -3,7 +3,7 @@
 The limit: the encoded JPEGs of the peers corpus (``_peers_corpus.make_corpus``:
 real-photo crops of about ImageNet's size) held in memory, split into one share a
 core, each share decoded and resized by a process of its own with the readers' own
-pixel functions (``reader.pixels.decode`` and ``reader.pixels.resize``: libjpeg-turbo
+pixel functions (``reader.decode.pixels.decode`` and ``reader.decode.pixels.resize``: libjpeg-turbo
 through simplejpeg, accurate IDCT, fancy upsampling; OpenCV's bilinear) and nothing
 else: no records, no parsing, no batches, no consumer. Images a second from the first
 process's start to the last one's end (the processes are forked with the bytes in
@@ -80,7 +80,7 @@ _ENCODED: list[bytes] = []  # the images, set before the limit's processes fork
 
 
 def _decode_share(share: int, processes: int, size: int, go, out) -> None:
-    from reader import pixels
+    from reader.decode import pixels
 
     mine = _ENCODED[share::processes]
     pixels.resize(pixels.decode(mine[0], 3), (size, size))  # imports and first call
@@ -296,7 +296,7 @@ def render(r: dict) -> str:
 
 The limit: {c["images"]:,} real-photo JPEGs (the peers corpus: {c["mean_kb"]} KB,
 {c["mean_pixels"]:,} pixels on average) decoded and resized from memory by one process a
-core with the readers' own pixel functions (`reader.pixels`: simplejpeg, accurate IDCT,
+core with the readers' own pixel functions (`reader.decode.pixels`: simplejpeg, accurate IDCT,
 fancy upsampling; OpenCV's bilinear) and nothing else. Each reader reads the same images
 (converted, one split) in a process of its own, {_epochs(r.get("epochs", 1))}, batches of
 {r["batch"]}; its rate from making it to its last batch ("steady": from its first batch

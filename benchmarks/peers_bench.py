@@ -32,7 +32,7 @@ processes where it has workers (the machine has 2 cores); the table says which.
 The per-image work is the same everywhere: the Python readers (the peers and
 ``NumpyReader``) decode with libjpeg-turbo through simplejpeg and resize with
 OpenCV's bilinear (no antialiasing), as evenshard's Python route does, and as its
-tf.data route does too (one Python call a batch, ``reader/pixels.py``); the plain
+tf.data route does too (one Python call a batch, ``reader/decode/pixels.py``); the plain
 tf.data loop with ``decode_jpeg`` and ``tf.image.resize`` (bilinear, no
 antialiasing).
 One more torchvision row shows the route of its docs instead (Pillow's loader and

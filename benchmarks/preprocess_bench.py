@@ -106,7 +106,7 @@ class FolderDataset:
     def __getitem__(self, i: int):
         from PIL import Image
 
-        from reader.pixels import resize  # the resize NumpyReader applies
+        from reader.decode.pixels import resize  # the resize NumpyReader applies
 
         path, label = self.items[i]
         with Image.open(path) as im:

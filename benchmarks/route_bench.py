@@ -1,7 +1,7 @@
 """The tf.data route's decode against TensorFlow's own, on small PNGs and on photos.
 
 With an ``image_size``, ``make_dataset`` decodes and resizes a batch in one Python
-call (``reader/pixels.py``); before, it decoded and resized each image in
+call (``reader/decode/pixels.py``); before, it decoded and resized each image in
 TensorFlow's ops. What a route costs depends on the images: a change of route is
 measured here on both kinds, A/B in one process on the same bytes:
 
@@ -150,7 +150,7 @@ def _pass(ds, n: int) -> tuple[float, float, dict]:
 
 def _corpus(tf, src: str, name: str, rounds: int) -> dict:
     import reader
-    from reader.decode import decode_full
+    from reader.decode.tf_decode import decode_full
 
     data_dir = convert_once(src, os.path.join(WORK, f"route_{name}_out"), "--splits=train=1.0")
     files = list_images(src)

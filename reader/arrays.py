@@ -27,7 +27,7 @@ class NumpyReader(PythonRoute):
 
     The records are read in the reader's one order (the same as ``make_dataset`` and
     ``TorchReader`` for the same options), decoded once each (libjpeg-turbo or
-    Pillow, ``reader/pixels.py``) in worker processes, and given to ``transform``
+    Pillow, ``reader/decode/pixels.py``) in worker processes, and given to ``transform``
     once a view.
 
     Args:

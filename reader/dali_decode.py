@@ -12,7 +12,7 @@ import dataclasses
 
 import numpy as np
 
-from reader.pydecode import image_shape
+from reader.decode.pydecode import image_shape
 from reader.records.example_batches import refuse
 from reader.records.source import Batch, RecordSource
 from reader.values.option_groups import GROUPS, refuse_untaken
@@ -140,7 +140,7 @@ class UndecodableError(DatasetError, RuntimeError):
 def _undecodable(error: RuntimeError, fed) -> DatasetError:
     """One line for DALI's decoder failing a batch (its message names no image): the
     keys whose images Python cannot decode either, among the batches fed to it."""
-    from reader import pixels
+    from reader.decode import pixels
 
     bad = []
     for batch in fed:

@@ -5,7 +5,7 @@ both stand on. Order of stages (each one's reason in its comment):
 files -> worker sharding -> runs of records in a seeded order (new each
 epoch) -> round-robin interleave -> seeded window permutation -> epochs
 joined -> batch -> dealt to a DataLoader worker -> parallel parse and decode
-(``reader/decode.py``: the one place a record kind picks its decode) -> padding
+(``reader/decode/tf_decode.py``: the one place a record kind picks its decode) -> padding
 -> prefetch (to the GPU when there is one). The order is a pure function of
 (seed, epoch, position) (``reader/order/plan.py``), so a read can start at any batch.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import schemas
 from reader.cache.shard_cache import open_cache
-from reader.decode import Decoder, ExampleDecoder
+from reader.decode.tf_decode import Decoder, ExampleDecoder
 from reader.front.read import Read, Source
 from reader.records import tfcall
 from reader.records.example_batches import read_spec

@@ -212,7 +212,7 @@ _PRELOAD = (
     "reader.preprocess",
     "reader.script_preload",
     "reader.records.record_offsets",
-    "reader.pydecode",
+    "reader.decode.pydecode",
     "numpy",
     "cv2",
     "simplejpeg",

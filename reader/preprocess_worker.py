@@ -21,9 +21,9 @@ import threading
 
 import numpy as np
 
-from reader import pixels
+from reader.decode import pixels
+from reader.decode.pydecode import parse
 from reader.order.draws import AUGMENT, draws, key_digest
-from reader.pydecode import parse
 from reader.records.record_offsets import Descriptors, fetch
 from reader.shared_blocks import new_block, unlink_all
 from reader.values.one_line import one_line

@@ -1,5 +1,5 @@
 """The Python route: a read's records decoded once each (libjpeg-turbo or Pillow,
-``reader/pixels.py``) in worker processes, given to a Python ``transform`` once a
+``reader/decode/pixels.py``) in worker processes, given to a Python ``transform`` once a
 view, and batched (views together, or spread batches apart).
 
 The spine's Python stream, which ``NumpyReader``, ``TorchReader(backend="python")``

@@ -13,9 +13,9 @@ from dataset_writer import write_dataset
 
 import reader
 from evenshard import synthetic
+from reader.decode.pixels import decode as _decode
+from reader.decode.pixels import resize as _resize
 from reader.order.augment import Augment
-from reader.pixels import decode as _decode
-from reader.pixels import resize as _resize
 
 AUG = dict(random_crop=True, random_flip=True, crop_scale=(0.25, 1.0), image_size=(16, 16))
 

@@ -188,9 +188,7 @@ READER_FLOORS = {
     "reader/front/": 2,  # the read: one front door; a split's keys, the excluded ones
     "reader/records/": 3,  # records in read order, and decoding
     "reader/cache/": 3,  # the bucket cache
-    "reader/pydecode.py": 3,
-    "reader/pixels.py": 3,
-    "reader/decode.py": 3,
+    "reader/decode/": 3,  # decoding
     "reader/examples.py": 3,
     "reader/explain.py": 3,
     "reader/preprocess.py": 4,  # the spine's decode stages and routes (no face's)
@@ -218,7 +216,7 @@ ENGINES = {
     "tensorflow": {
         "reader/pipeline.py",
         "reader/records/stream.py",
-        "reader/decode.py",
+        "reader/decode/tf_decode.py",
         "reader/records/tfcall.py",
         "reader/graph.py",
         "reader/compat/tf.py",

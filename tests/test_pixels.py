@@ -1,4 +1,4 @@
-"""reader/pixels.py decodes a PNG (through libpng, OpenCV) to Pillow's pixels at 1, 3
+"""reader/decode/pixels.py decodes a PNG (through libpng, OpenCV) to Pillow's pixels at 1, 3
 and 4 channels: every colour type, bit depth, tRNS and interlace; a PNG it cannot
 decode fails as Pillow fails."""
 
@@ -11,8 +11,8 @@ import pytest
 from image_matrix import build
 from PIL import Image
 
-from reader import pixels
-from reader.pydecode import eight_bit_png
+from reader.decode import pixels
+from reader.decode.pydecode import eight_bit_png
 
 pytestmark = pytest.mark.fast
 

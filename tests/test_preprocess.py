@@ -494,7 +494,7 @@ def test_the_python_routes_jpeg_decoder_gives_pillows_pixels():
     from PIL import Image
 
     from evenshard.synthetic import photo_bytes
-    from reader.pixels import decode as _decode
+    from reader.decode.pixels import decode as _decode
 
     photo = Image.open(io.BytesIO(photo_bytes(np.random.default_rng(2), 75, 98)))
     kinds = {

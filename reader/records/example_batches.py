@@ -6,8 +6,8 @@ features by name (``reader.examples``: arrays, variable-length ones ``Padded``),
 ``label`` (the label feature's id in ``labels.txt``: an int label is its own id; only
 when the dataset names a label feature), ``key`` (the key feature's text; only when it
 names one) and ``mask`` (False on padding rows, every value zero there). The tf graph
-parses with ``tf.io.parse_example`` (``decode.ExampleDecoder``), the Python route with the
-protobuf codec (``python_batch``): the same arrays.
+parses with ``tf.io.parse_example`` (``reader.decode.tf_decode.ExampleDecoder``), the
+Python route with the protobuf codec (``python_batch``): the same arrays.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 The DALI pipeline and the PyTorch iterable read through here: the same
 :class:`reader.front.read.Read` as ``make_dataset`` (files, counts, order,
 batches across epoch boundaries, padding, ``start_step``, mixing), its records
-fetched by offset (``reader.records.record_offsets``) and parsed in Python (``reader.pydecode``).
+fetched by offset (``reader.records.record_offsets``) and parsed in Python
+(``reader.decode.pydecode``).
 
 A bucket's shards are read from the local copies of a ``reader.cache.shard_cache.ShardCache``,
 which fetches them ahead group by group: there each window of the order is read
@@ -21,10 +22,10 @@ import numpy as np
 
 from reader.cache.policy import check_limit
 from reader.cache.shard_cache import open_cache
+from reader.decode.pydecode import parse
 from reader.examples import load_spec
 from reader.front.read import resolve
 from reader.order.batches import skipped
-from reader.pydecode import parse
 from reader.records.example_batches import RecordFields
 from reader.records.record_offsets import Records
 from reader.values.one_line import one_line

@@ -156,10 +156,10 @@ class Decoder:
 
 
 def _pixels(channels, size, boxes, data, names, heights, widths, crops):
-    """A batch's images decoded, cropped and resized (``reader.pixels``, the Python
+    """A batch's images decoded, cropped and resized (``reader.decode.pixels``, the Python
     route's own functions: the same pixels, in a third of TensorFlow's decode and
     resize time); an image that fails, one line naming it."""
-    from reader import pixels
+    from reader.decode import pixels
 
     out = np.empty((len(data), *size, channels), np.uint8)
     for i, encoded in enumerate(data):

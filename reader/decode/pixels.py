@@ -2,7 +2,7 @@
 flipped and resized as ``make_dataset`` resizes, in numpy (libjpeg-turbo through
 simplejpeg for colour JPEGs, Pillow for the rest, OpenCV's bilinear resize). The
 preprocessing processes (``reader.preprocess``) and the tf.data route's batch decode
-(``reader.decode``) both go through here, so their pixels are one function's."""
+(``reader.decode.tf_decode``) both go through here, so their pixels are one function's."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import io
 
 import numpy as np
 
-from reader.pydecode import eight_bit_png, trns
+from reader.decode.pydecode import eight_bit_png, trns
 
 
 def decode(encoded: bytes, channels: int) -> np.ndarray:
