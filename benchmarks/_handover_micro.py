@@ -15,7 +15,7 @@ from multiprocessing import shared_memory
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from reader.shared_blocks import Blocks  # noqa: E402
+from reader.routes.shared_blocks import Blocks  # noqa: E402
 
 
 def handover(size: int, lend_most: int) -> float:

@@ -42,7 +42,7 @@ def read_bytes(path: str) -> bytes:
 
 
 def decode_resize(data: bytes) -> np.ndarray:
-    """The per-image work of evenshard's Python route (``reader/preprocess.py``), given
+    """The per-image work of evenshard's Python route (``reader/routes/preprocess.py``), given
     to every Python reader alike: libjpeg-turbo through simplejpeg (accurate IDCT,
     fancy upsampling: Pillow's pixels in a third of its time), then OpenCV's bilinear
     resize to 224x224 on one thread (no antialiasing, as ``tf.image.resize``)."""

@@ -5,7 +5,7 @@ multiprocessing fork server, a new set each read (each epoch, each eval read). O
 Python < 3.13 each runs the training script's top level again (as ``__mp_main__``:
 the server never preloads ``__main__``, cpython gh-126631): ``import torch`` and
 ``import tensorflow`` there cost some 5 CPU-s in every process of every read, unless
-the server has imported them (``reader.preprocess.script_imports``, the fix).
+the server has imported them (``reader.routes.script_preload.script_imports``, the fix).
 
 Two training scripts, identical but for where the heavy imports (``--imports``) sit:
 "top" (at the script's top, as users write) and "main" (inside ``main()``, which the

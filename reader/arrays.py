@@ -1,6 +1,6 @@
 """Batches of numpy arrays, for JAX and plain Python: ``NumpyReader``, with a Python
 transform run in worker processes: the face of the spine's Python route
-(``reader.python_route``).
+(``reader.routes.python_route``).
 
     from reader import NumpyReader
 
@@ -18,7 +18,7 @@ transform run in worker processes: the face of the spine's Python route
 
 from __future__ import annotations
 
-from reader.python_route import PythonRoute
+from reader.routes.python_route import PythonRoute
 from reader.values.option_groups import GROUPS
 
 

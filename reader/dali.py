@@ -16,7 +16,10 @@ convert writes serve both: this reader fetches records by their offsets, and
 
 from __future__ import annotations
 
-from reader.dali_decode import (
+from reader.front.read import merge, start_state
+from reader.records.example_batches import refuse_examples
+from reader.records.source import RecordSource
+from reader.routes.dali_decode import (
     DaliReader,
     build,
     check_formats,
@@ -24,9 +27,6 @@ from reader.dali_decode import (
     installed,
     modules,
 )
-from reader.front.read import merge, start_state
-from reader.records.example_batches import refuse_examples
-from reader.records.source import RecordSource
 from reader.values.read_options import ReadOptions
 
 

@@ -1,9 +1,9 @@
 """``make_dataset``: a tf.data pipeline over one split of an evenshard dataset.
 
 The tf.data face: an adapter over the spine (docs/design.md, "One spine"): what
-to read (``reader.front.read.resolve``), then the tf graph stream (``reader.graph``), or,
+to read (``reader.front.read.resolve``), then the tf graph stream (``reader.routes.graph``), or,
 with a Python ``transform``, views or ``on_error="skip"``, the Python route's batches
-(``reader.python_route``) through ``tf.data.Dataset.from_generator``. ``resume`` is
+(``reader.routes.python_route``) through ``tf.data.Dataset.from_generator``. ``resume`` is
 the form that also gives the state to advance.
 """
 
@@ -14,11 +14,11 @@ import warnings
 
 import numpy as np
 
-from reader import graph
 from reader.examples import Padded
 from reader.front.read import check_sized, check_state, merge, resolve
-from reader.python_route import PythonRoute
 from reader.records import tfcall
+from reader.routes import graph
+from reader.routes.python_route import PythonRoute
 from reader.values.mixture import Mixture
 from reader.values.option_groups import GROUPS, PythonStage, refuse_untaken
 from reader.values.read_options import ReadOptions

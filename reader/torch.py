@@ -6,7 +6,7 @@
         ...
 
 The face over three routes, the same records in one order: ``"dali"`` (CUDA tensors
-on a GPU), ``"tf"`` (``reader.graph``) and ``"python"`` (``reader.python_route``); by
+on a GPU), ``"tf"`` (``reader.routes.graph``) and ``"python"`` (``reader.routes.python_route``); by
 default the faster for the machine. ``torch.distributed`` workers (or ``RANK``/
 ``WORLD_SIZE``) read disjoint files with equal step counts.
 """
@@ -23,12 +23,12 @@ import torch
 from reader import handover
 from reader.front.read import check_sized, check_state, merge, resolve, start_state
 from reader.records.example_batches import holds_examples
-from reader.torch_backend import BUILT as _BUILT
-from reader.torch_backend import INHERITED as _INHERITED
-from reader.torch_backend import default_backend as _default_backend
-from reader.torch_backend import distributed_workers
-from reader.torch_passes import Passes
-from reader.torch_tensors import from_dali, from_examples, from_numpy, from_tf
+from reader.routes.torch_backend import BUILT as _BUILT
+from reader.routes.torch_backend import INHERITED as _INHERITED
+from reader.routes.torch_backend import default_backend as _default_backend
+from reader.routes.torch_backend import distributed_workers
+from reader.routes.torch_passes import Passes
+from reader.routes.torch_tensors import from_dali, from_examples, from_numpy, from_tf
 from reader.values.mixture import Mixture
 from reader.values.option_groups import GROUPS, PythonStage, refuse_untaken
 from reader.values.read_options import ReadOptions
@@ -64,7 +64,7 @@ class TorchReader(torch.utils.data.IterableDataset):
             become tensors, other values stay lists). In a ``DataLoader`` worker the
             worker runs the transform (it cannot start processes): ``num_workers=W``
             is then the parallelism; views spread are read in this process only, and
-            saved and resumed with their own state (``reader.torch_spread``).
+            saved and resumed with their own state (``reader.routes.torch_spread``).
 
     Each batch: ``image`` uint8 [N, H, W, C] (or [N, C, H, W]), ``label``
     int64 [N], ``key`` list of N str, ``mask`` bool [N] (False on the
@@ -82,7 +82,7 @@ class TorchReader(torch.utils.data.IterableDataset):
     (0 workers, StatefulDataLoader workers: a resumed run's later passes are the
     uninterrupted run's; a state saved after a pass ended resumes a whole pass); plain
     DataLoader workers that copied a reader given a state read from it each pass
-    (``reader.torch_passes``).
+    (``reader.routes.torch_passes``).
 
     Building checks the options and the split's files, and nothing more: the process
     that iterates builds the pipeline, on its first ``iter()`` (a pipeline made
@@ -126,13 +126,13 @@ class TorchReader(torch.utils.data.IterableDataset):
         if o.image_size is None and transform is None and not holds_examples(data_dir):
             raise InvalidValueError("TorchReader batches decoded images: give image_size")
         if route == "python":
-            from reader.python_route import PythonRoute
+            from reader.routes.python_route import PythonRoute
 
             # checked now: the transform picklable, views and batch_size agree
             route = PythonRoute(data_dir, split, batch_size, o, stage=stage, state=state)
             backend = "python"
-            if route.spread is not None:  # the route's own state (reader.torch_spread)
-                from reader.torch_spread import SpreadViews
+            if route.spread is not None:  # the route's own state (reader.routes.torch_spread)
+                from reader.routes.torch_spread import SpreadViews
 
                 self._spread = SpreadViews(route, state)
         self._python = stage
@@ -162,7 +162,7 @@ class TorchReader(torch.utils.data.IterableDataset):
         self.load_state_dict({"read_state": state.to_json()})  # the options and files checked
         self.backend = backend or _default_backend([s.info for s in self._sources])
         if self.backend == "dali":
-            from reader.dali_decode import check_formats, check_options
+            from reader.routes.dali_decode import check_formats, check_options
 
             for source in self._sources:
                 check_formats(source.data_dir, source.info)
@@ -171,7 +171,7 @@ class TorchReader(torch.utils.data.IterableDataset):
     # in a StatefulDataLoader's worker: the loader counts what it yielded (state_dict
     # asked there), and the worker's first batch from its state, when it resumed
     _loader_counts, _worker_first = False, None
-    _spread = None  # views spread: their read and its state (reader.torch_spread)
+    _spread = None  # views spread: their read and its state (reader.routes.torch_spread)
 
     def state_dict(self) -> dict:
         """Where this reader stands: ``{"read_state": ReadState JSON}``, advanced by the
@@ -225,7 +225,7 @@ class TorchReader(torch.utils.data.IterableDataset):
     def load_state_dict(self, state_dict: dict) -> None:
         """Continues the read ``state_dict`` saved (any worker count: the ranks of this
         run read what the saved ones left, each record once; docs/design.md): this
-        process's next pass, later ones from the beginning (``reader.torch_passes``)."""
+        process's next pass, later ones from the beginning (``reader.routes.torch_passes``)."""
         if self._spread is not None:
             return self._spread.load_state_dict(state_dict)
         saved = ReadState.from_json(state_dict["read_state"])
@@ -286,13 +286,13 @@ class TorchReader(torch.utils.data.IterableDataset):
         self._dealt = deal
         if self._reader is None:
             if self.backend == "dali":
-                from reader.dali_decode import build
                 from reader.records.source import RecordSource
+                from reader.routes.dali_decode import build
 
                 self._reader = build(RecordSource(*self._args, self._state))
                 _BUILT.add(self._reader)
             elif self.backend == "python":
-                from reader.python_route import PythonRoute
+                from reader.routes.python_route import PythonRoute
 
                 stage = self._python
                 if torch.utils.data.get_worker_info() is not None:
@@ -300,7 +300,7 @@ class TorchReader(torch.utils.data.IterableDataset):
                     stage = dataclasses.replace(stage, num_processes=0)
                 self._reader = PythonRoute(*self._args, stage=stage, state=self._state)
             else:
-                from reader import graph
+                from reader.routes import graph
 
                 # a DataLoader worker, unless TensorFlow started here (a later pass)
                 if torch.utils.data.get_worker_info() and os.getpid() not in _TF_BUILT:

@@ -159,7 +159,7 @@ def test_explain_refuses_gzip_shards_in_one_line(tmp_path):
 def test_explain_refuses_views_spread_handed_over_to_2_workers(data):
     """Views spread, saved by 3 workers: a spread state has an image with a view still to
     go after every batch but the read's ends (view_skip > 0), which 2 workers then hand
-    over (reader/view_handover.py); explain does not follow it, in one line. (Spread
+    over (reader/routes/view_handover.py); explain does not follow it, in one line. (Spread
     views from a state with the same worker count: test_explain.py.)"""
     kw = dict(OPTS, views=2, view_spread=2)
     r = numpy(data, num_workers=3, worker_index=1, **kw)

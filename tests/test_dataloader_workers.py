@@ -297,8 +297,8 @@ def test_make_dataset_deals_undecoded_batches_to_workers(data, pad):
     """The tf backend's share of a DataLoader worker: graph.dataset(deal=(W, w)) yields
     batches w, w + W, ... of the read (padding counted over the whole read), with their
     cardinality."""
-    from reader import graph
     from reader.front.read import merge, resolve
+    from reader.routes import graph
 
     kw = dict(image_size=(8, 8), shuffle=False, pad_final_batch=pad)
     whole = [b["key"].numpy().tolist() for b in reader.make_dataset(data, "train", 4, **kw)]

@@ -18,8 +18,8 @@ from beam_jobs.forked_workers import WorkerLost
 from convert_core.options import DatasetRefused, UserError
 from convert_core.paths import BadPath
 from convert_core.record_rules import RecordProblem
-from reader.dali_decode import UndecodableError
-from reader.preprocess import TransformError
+from reader.routes.dali_decode import UndecodableError
+from reader.routes.preprocess import TransformError
 from schemas.errors import (
     InvalidTypeError,
     InvalidValueError,

@@ -191,18 +191,7 @@ READER_FLOORS = {
     "reader/decode/": 3,  # decoding
     "reader/examples.py": 3,
     "reader/explain.py": 3,
-    "reader/preprocess.py": 4,  # the spine's decode stages and routes (no face's)
-    "reader/preprocess_worker.py": 4,
-    "reader/script_preload.py": 4,  # the fork server's imports of the training script
-    "reader/shared_blocks.py": 4,
-    "reader/graph.py": 4,
-    "reader/python_route.py": 4,
-    "reader/view_handover.py": 4,
-    "reader/dali_decode.py": 4,
-    "reader/torch_tensors.py": 4,
-    "reader/torch_backend.py": 4,  # TorchReader's backend choice and fork bookkeeping
-    "reader/torch_passes.py": 4,  # which state each pass of a TorchReader reads from
-    "reader/torch_spread.py": 4,  # a TorchReader's read with views spread
+    "reader/routes/": 4,  # the spine's decode stages and routes (no face's)
     "reader/pipeline.py": 5,  # the faces
     "reader/dali.py": 5,
     "reader/torch.py": 5,
@@ -218,18 +207,18 @@ ENGINES = {
         "reader/records/stream.py",
         "reader/decode/tf_decode.py",
         "reader/records/tfcall.py",
-        "reader/graph.py",
+        "reader/routes/graph.py",
         "reader/compat/tf.py",
         "reader/examples.py",  # pass-through records: tf.io.parse_example
     },
     "torch": {
         "reader/torch.py",
-        "reader/torch_tensors.py",
-        "reader/torch_backend.py",
-        "reader/torch_spread.py",
+        "reader/routes/torch_tensors.py",
+        "reader/routes/torch_backend.py",
+        "reader/routes/torch_spread.py",
         "reader/compat/torch.py",
     },
-    "nvidia": {"reader/dali_decode.py"},
+    "nvidia": {"reader/routes/dali_decode.py"},
 }
 # The faces: thin adapters over the one spine, side by side (docs/design.md, "One spine").
 FACES = {"reader/pipeline.py", "reader/arrays.py", "reader/torch.py", "reader/dali.py"}

@@ -17,7 +17,7 @@ from dataset_writer import write_dataset
 
 import reader
 from evenshard import synthetic
-from reader.shared_blocks import SMALL
+from reader.routes.shared_blocks import SMALL
 
 B = 8  # a batch of 8 images of 64x64x3: 98,304 bytes, over SMALL (lent, not copied)
 OPTS = dict(image_size=(64, 64), seed=3, epochs=2)

@@ -342,7 +342,7 @@ def test_explain_names_each_batch_s_records_by_their_key_feature(converted):
 
 
 def test_a_transform_is_refused_and_torch_reads_them_through_tf_even_on_a_gpu(converted):
-    from reader.torch_backend import default_backend
+    from reader.routes.torch_backend import default_backend
     from schemas.dataset_info import load_dataset_info
 
     out, _ = converted

@@ -15,8 +15,8 @@ from dataset_writer import write_dataset
 
 import reader
 from evenshard import synthetic
-from reader import preprocess
 from reader.records import record_offsets
+from reader.routes import preprocess
 
 B = 8
 OPTS = dict(image_size=(32, 32), seed=5, epochs=2)

@@ -24,7 +24,7 @@ from preprocess_transforms import (
 
 import reader
 from evenshard import synthetic
-from reader.preprocess import TransformError, example_rng
+from reader.routes.preprocess import TransformError, example_rng
 
 B = 8
 OPTS = dict(image_size=(12, 12), seed=4, epochs=2, shuffle_buffer=16, cycle_length=4)

@@ -22,7 +22,7 @@ from dataset_writer import write_dataset
 
 import reader
 from evenshard import synthetic
-from reader.preprocess import TransformError
+from reader.routes.preprocess import TransformError
 
 B = 4
 OPTS = dict(image_size=(12, 12), seed=4, epochs=1)
@@ -330,7 +330,7 @@ def never_lets_its_process_end(example, rng):
     """From epoch 1 on: holds the lock a worker process ends under, so its watcher cannot
     end it (as if the read's end never reached it), and sleeps; says when it starts and
     when it wakes."""
-    from reader import preprocess_worker
+    from reader.routes import preprocess_worker
 
     if example["epoch"] >= 1:
         with preprocess_worker._LEAVING:
@@ -342,7 +342,7 @@ def never_lets_its_process_end(example, rng):
 
 
 def test_a_process_that_does_not_end_with_the_read_is_killed_not_waited_for(data, monkeypatch):
-    from reader import preprocess
+    from reader.routes import preprocess
 
     shutil.rmtree(MARKS, ignore_errors=True)
     monkeypatch.setattr(preprocess, "LEAVE_WAIT", 1.0)
@@ -380,7 +380,7 @@ UNFINISHED = textwrap.dedent(
     """
     import os, sys, time
     import reader
-    from reader import preprocess
+    from reader.routes import preprocess
     from test_preprocess_lifecycle import MARKS, never_lets_its_process_end
 
     if __name__ == "__main__":

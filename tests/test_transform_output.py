@@ -14,7 +14,7 @@ from dataset_writer import write_dataset
 
 import reader
 from evenshard import synthetic
-from reader.preprocess import TransformError
+from reader.routes.preprocess import TransformError
 
 B = 8
 OPTS = dict(seed=4, epochs=1, shuffle_buffer=16, cycle_length=4)

@@ -3,7 +3,7 @@
 ``set_forkserver_preload`` replaces the list of modules the fork server imports; there
 is no public way to read it, to add to what another library (or the user) set.
 ``pool_processes`` gives a ``concurrent.futures.ProcessPoolExecutor``'s processes, which
-a read left early ends itself rather than wait on the pool (``reader.preprocess``);
+a read left early ends itself rather than wait on the pool (``reader.routes.preprocess``);
 ``join_pool_thread`` waits for a pool's thread to end; ``before_pools_join`` runs a
 function at exit before ``concurrent.futures`` waits on every pool still running (a
 read never finished ends its processes first).
@@ -13,7 +13,7 @@ guard, and works from stdin): multiprocessing has no switch for it, so the stdli
 own launch code runs with a ``spawn`` whose preparation data names no main module.
 ``semaphores_named`` names the semaphores a pool makes (its queues' locks) after the
 read, as its shared memory blocks are, so that a reader's start removes those of a
-reader killed with its resource tracker (``reader.shared_blocks.sweep``).
+reader killed with its resource tracker (``reader.routes.shared_blocks.sweep``).
 ``check()`` says, naming the Python version, when a release changes that
 (tests/test_compat.py runs it). Checked with Python 3.11 and 3.12.
 """

@@ -1,7 +1,7 @@
 """The Python route's pixels: an encoded image decoded as the readers decode it, cropped,
 flipped and resized as ``make_dataset`` resizes, in numpy (libjpeg-turbo through
 simplejpeg for colour JPEGs, Pillow for the rest, OpenCV's bilinear resize). The
-preprocessing processes (``reader.preprocess``) and the tf.data route's batch decode
+preprocessing processes (``reader.routes.preprocess``) and the tf.data route's batch decode
 (``reader.decode.tf_decode``) both go through here, so their pixels are one function's."""
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ RUNS = 1  # the order of an epoch's runs (reader.order.plan)
 WINDOW = 2  # the permutation of a window of records (reader.order.plan)
 CUTS = 3  # where each file is cut into runs (reader.order.plan)
 MIX = 4  # each source's offset in a mixing schedule (reader.order.mix)
-AUGMENT = 5  # an example's transform rng (reader.preprocess)
+AUGMENT = 5  # an example's transform rng (reader.routes.preprocess)
 CROP = 6  # an example's built-in crop box and flip (reader.order.augment)
 ORDER = 7  # an epoch's permutation of a worker's records read by place (reader.order.plan)
 

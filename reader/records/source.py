@@ -143,7 +143,7 @@ class _Part:
     def fetch(self, records: Records, i: int, epoch: int) -> tuple:
         """Record ``i`` of ``records``, read in ``epoch``, as ``example`` gives it; when
         ``placed``, a local record as ((its place, kind, root), 0, "", epoch): a worker
-        fetches and parses it (``reader.preprocess_worker``), its label and key unknown
+        fetches and parses it (``reader.routes.preprocess_worker``), its label and key unknown
         here."""
         if self.placed:
             place = records.place(i)

@@ -5,8 +5,8 @@ view, and batched (views together, or spread batches apart).
 The spine's Python stream, which ``NumpyReader``, ``TorchReader(backend="python")``
 and ``make_dataset(transform=...)`` stand on: records from
 :class:`reader.records.source.RecordSource`, decoded and transformed by
-:class:`reader.preprocess.Preprocess`, views handed over across an elastic resume
-by :class:`reader.view_handover.ViewHandover`.
+:class:`reader.routes.preprocess.Preprocess`, views handed over across an elastic resume
+by :class:`reader.routes.view_handover.ViewHandover`.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ import itertools
 
 from reader.front.read import check_sized, check_state, merge, start_state
 from reader.order.views import check_blocks, checked_spread, restart, rounds, skip_limit, started
-from reader.preprocess import Preprocess, check_transform, default_processes
 from reader.records.example_batches import python_parser
 from reader.records.source import RecordSource
+from reader.routes.preprocess import Preprocess, check_transform, default_processes
+from reader.routes.view_handover import ViewHandover, block_count, rows
 from reader.values.option_groups import GROUPS, PythonStage, refuse_untaken
 from reader.values.read_options import ReadOptions
 from reader.values.state import ReadState, changes
-from reader.view_handover import ViewHandover, block_count, rows
 from schemas.errors import InvalidValueError
 
 

@@ -8,7 +8,7 @@ import torch
 
 
 def from_tf(batch) -> dict:
-    """A tf.data batch (``reader.graph``) as tensors; ``mask`` all True when absent."""
+    """A tf.data batch (``reader.routes.graph``) as tensors; ``mask`` all True when absent."""
     n = int(batch["label"].shape[0])
     mask = batch["mask"].numpy() if "mask" in batch else np.ones(n, bool)
     return {
@@ -20,13 +20,13 @@ def from_tf(batch) -> dict:
 
 
 def from_dali(batch) -> dict:
-    """A DALI batch (``reader.dali_decode``) as tensors: a GPU image copied into a CUDA
+    """A DALI batch (``reader.routes.dali_decode``) as tensors: a GPU image copied into a CUDA
     tensor on DALI's stream, its padding rows zeros."""
     image = batch["image"]
     if isinstance(image, np.ndarray):
         image = torch.from_numpy(image)
     else:  # a DALI TensorListGPU: copy into a CUDA tensor on DALI's stream
-        from reader.dali_decode import feed_ndarray
+        from reader.routes.dali_decode import feed_ndarray
 
         tensor = image.as_tensor()
         out = torch.empty(tensor.shape(), dtype=torch.uint8, device="cuda")

@@ -22,7 +22,7 @@ class ViewHandover:
     merged with its own read (``reader/order/views.py``).
 
     Args:
-        route: the read's :class:`reader.python_route.PythonRoute` (its arguments,
+        route: the read's :class:`reader.routes.python_route.PythonRoute` (its arguments,
             views, view spread and own read).
         saved, skip, handed: the saved state, its ``view_skip`` and ``view_handover``.
     """

@@ -1,6 +1,6 @@
-"""A worker process of the Python route (``reader.preprocess``): each image of a batch
+"""A worker process of the Python route (``reader.routes.preprocess``): each image of a batch
 decoded once, each view transformed with its own rng, the arrays stacked into a shared
-memory block (``reader.shared_blocks``), the rest pickled.
+memory block (``reader.routes.shared_blocks``), the rest pickled.
 
 The process ends with the read, however it ends, whatever its transform is doing: it
 watches a pipe only the reader holds (``_watch``), whose end (the read left early, the
@@ -25,7 +25,7 @@ from reader.decode import pixels
 from reader.decode.pydecode import parse
 from reader.order.draws import AUGMENT, draws, key_digest
 from reader.records.record_offsets import Descriptors, fetch
-from reader.shared_blocks import new_block, unlink_all
+from reader.routes.shared_blocks import new_block, unlink_all
 from reader.values.one_line import one_line
 from schemas.errors import Error
 

@@ -56,7 +56,7 @@ def default_backend(infos: list, gpu: bool | None = None) -> str:
         gpu = torch.cuda.device_count() > 0
     if not gpu:
         return "tf"
-    from reader.dali_decode import installed
+    from reader.routes.dali_decode import installed
 
     if not installed():
         return "tf"

@@ -1,5 +1,5 @@
 """The training script's own imports, made once in the fork server the Python route's
-processes fork from (``reader.preprocess``), not once a process.
+processes fork from (``reader.routes.preprocess``), not once a process.
 
 Each process of a read with a transform runs the script's top again (as
 ``__mp_main__``, where ``if __name__ == "__main__":`` is false: the transform may be

@@ -1,4 +1,4 @@
-"""Shared memory blocks of the Python route's reads (``reader.preprocess``): a batch's
+"""Shared memory blocks of the Python route's reads (``reader.routes.preprocess``): a batch's
 arrays come from a worker process in one block, which the reader lends to the caller as
 the arrays themselves (views of the block, no copy) and takes back for a later batch
 once every array of that batch, and every view or tensor made from one, is gone.

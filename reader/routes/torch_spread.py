@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from reader.python_route import PythonRoute
+from reader.routes.python_route import PythonRoute
 from reader.values.state import ReadState
 from schemas.errors import OperationError
 

@@ -12,14 +12,14 @@ number of processes, after a resume at any step and after an elastic resize, and
 Processes start with forkserver (spawn where there is none): a TensorFlow runtime
 cannot be forked. A batch's arrays of one shape are stacked by the process into one
 shared memory block, which the reader lends to the caller as the batch's arrays, no copy
-made, and reuses once they are gone (``reader.shared_blocks``); other values (strings,
+made, and reuses once they are gone (``reader.routes.shared_blocks``); other values (strings,
 dicts, arrays of other shapes) come pickled, as lists.
 
 The processes end with the read, however it ends, whatever their transform is doing
-(``reader.preprocess_worker``: what a process does); the fork server and the resource
+(``reader.routes.preprocess_worker``: what a process does); the fork server and the resource
 tracker end once no process of theirs is left. The blocks are named after the reader's
 process, so a reader starting removes those of readers that died all at once
-(``reader.shared_blocks``).
+(``reader.routes.shared_blocks``).
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ import signal
 import time
 from concurrent.futures.process import BrokenProcessPool
 
-from reader import script_preload
 from reader.compat import mp as compat_mp
-from reader.preprocess_worker import (
+from reader.routes import script_preload
+from reader.routes.preprocess_worker import (
     TransformError,
     example_rng,
     fields_differ,
@@ -47,7 +47,7 @@ from reader.preprocess_worker import (
     run,
     work,
 )
-from reader.shared_blocks import Blocks, sweep, unlink_block
+from reader.routes.shared_blocks import Blocks, sweep, unlink_block
 from schemas.errors import InvalidTypeError, OperationError
 
 __all__ = ["Preprocess", "TransformError", "check_transform", "default_processes", "example_rng"]
@@ -209,8 +209,8 @@ class Preprocess:
 # imported once by the fork server, not by every process of every read (0.4 s -> 0.1 s a
 # pool); none of them imports TensorFlow
 _PRELOAD = (
-    "reader.preprocess",
-    "reader.script_preload",
+    "reader.routes.preprocess",
+    "reader.routes.script_preload",
     "reader.records.record_offsets",
     "reader.decode.pydecode",
     "numpy",
@@ -224,7 +224,7 @@ _PRELOAD = (
 def _context(script: bool):
     """Forkserver (a TensorFlow runtime cannot be forked; spawn where there is none),
     its server preloading what the processes import, beside what it preloads already:
-    ours, and the training script's own imports (``reader.script_preload``).
+    ours, and the training script's own imports (``reader.routes.script_preload``).
 
     ``script``: the processes import the training script (``__main__``), as
     multiprocessing's do, for a transform defined there; without a transform they run
