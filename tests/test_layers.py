@@ -180,26 +180,30 @@ def test_reading_and_validating_print_no_tensorflow_start_up_lines(converted, pl
 
 
 # Inside the reader: modules on floors, each importing only its own floor or lower
-# (docs/design.md, "The reader's floors"). A module not listed fails the test.
+# (docs/design.md, "The reader's floors"). A sub-package is one floor, given by its
+# prefix; reader/'s top holds the faces and the two modules users import by path, each
+# named. A module without a floor fails the test.
 READER_FLOORS = {
     "reader/order/": 0,  # the order: pure numpy functions of ints
-    "reader/values/": 1,  # values
+    "reader/values/": 1,  # options, state, mixture, a split's shards, one_line
     "reader/compat/": 1,  # other libraries' private names, one module each
-    "reader/front/": 2,  # the read: one front door; a split's keys, the excluded ones
-    "reader/records/": 3,  # records in read order, and decoding
+    "reader/front/": 2,  # the read's one front door; a split's keys, the excluded ones
+    "reader/records/": 3,  # records in read order
     "reader/cache/": 3,  # the bucket cache
     "reader/decode/": 3,  # decoding
-    "reader/examples.py": 3,
-    "reader/explain.py": 3,
     "reader/routes/": 4,  # the spine's decode stages and routes (no face's)
+    "reader/examples.py": 3,  # users import these two by path: reader.examples,
+    "reader/explain.py": 3,  # reader.explain (README)
     "reader/pipeline.py": 5,  # the faces
     "reader/dali.py": 5,
     "reader/torch.py": 5,
     "reader/arrays.py": 5,
-    "reader/handover.py": 5,
+    "reader/handover.py": 5,  # the torch face's: DataLoader workers' batches counted
     "reader/__init__.py": 5,
     "reader/__main__.py": 5,
 }
+# the most modules reader/'s top may hold (the faces, and what users import by path)
+TOP_MODULES = 15
 # which modules may import each engine
 ENGINES = {
     "tensorflow": {
@@ -237,10 +241,13 @@ def _reader_modules() -> dict[str, str]:
 
 
 def _floor(rel: str) -> int:
-    for prefix, floor in READER_FLOORS.items():
-        if rel == prefix or (prefix.endswith("/") and rel.startswith(prefix)):
-            return floor
-    raise AssertionError(f"{rel} has no floor in READER_FLOORS")
+    """A module's floor: its own entry, or its package's (the longest prefix)."""
+    if rel in READER_FLOORS:
+        return READER_FLOORS[rel]
+    prefixes = [p for p in READER_FLOORS if p.endswith("/") and rel.startswith(p)]
+    if not prefixes:
+        raise AssertionError(f"{rel} has no floor in READER_FLOORS")
+    return READER_FLOORS[max(prefixes, key=len)]
 
 
 def _reader_imports(rel: str) -> list[tuple[str, list[str]]]:
@@ -331,3 +338,28 @@ def test_no_face_imports_another_face(tmp_path):
     bad.write_text("from reader import arrays\ndef f():\n    import reader.dali\n")
     found = _faces_imported(str(bad), modules)
     assert found == {"reader/arrays.py", "reader/dali.py"}
+
+
+def test_the_reader_s_top_holds_the_faces_and_each_sub_package_one_floor():
+    """reader/'s top holds at most TOP_MODULES modules: the faces (floor 5) and the two
+    modules users import by path, examples.py and explain.py (floor 3), so the top spans
+    floors 3 and 5. Every other module lives in a sub-package, whose modules all share
+    one floor, and which has an __init__.py (setup.py's find_packages ships only those).
+    Every module has a floor, imported by another module or not."""
+    top = sorted(n for n in os.listdir(os.path.join(ROOT, "reader")) if n.endswith(".py"))
+    assert len(top) <= TOP_MODULES, f"{len(top)} modules at reader/'s top: {top}"
+    assert {os.path.basename(face) for face in FACES} <= set(top)
+    floors: dict[str, dict[str, int]] = {}
+    for rel in _reader_modules().values():
+        floors.setdefault(os.path.dirname(rel), {})[rel] = _floor(rel)
+    assert set(floors.pop("reader").values()) == {3, 5}
+    for folder, by_module in sorted(floors.items()):
+        assert os.path.isfile(os.path.join(ROOT, folder, "__init__.py")), folder
+        assert len(set(by_module.values())) == 1, f"{folder} spans floors: {by_module}"
+    # a module's own entry comes before its package's: the check above would see it
+    READER_FLOORS["reader/routes/graph.py"] = 3
+    try:
+        assert _floor(os.path.join("reader", "routes", "graph.py")) == 3
+        assert _floor(os.path.join("reader", "routes", "python_route.py")) == 4
+    finally:
+        del READER_FLOORS["reader/routes/graph.py"]
