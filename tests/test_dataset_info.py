@@ -142,7 +142,7 @@ def test_reader_load_info_gives_every_field_as_an_attribute(tmp_path):
     with pytest.raises(TypeError):
         info.near_duplicates["clusters"] = 5  # read-only
     with pytest.raises(AttributeError, match="no field 'nothing'"):
-        info.nothing
+        _ = info.nothing
     assert info.to_dict() == raw  # the document, a new dict
     assert hash(info) == hash(reader.load_info(str(tmp_path)))
 

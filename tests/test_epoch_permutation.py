@@ -111,7 +111,9 @@ def test_a_state_names_whether_it_was_read_by_place(tmp_path):
     assert [k for b in ds for k in b["key"].numpy()] == by_runs[12:]
 
 
-def test_setting_the_windows_options_for_a_read_by_place_is_said_once(tmp_path, caplog):
+def test_setting_the_windows_options_for_a_read_by_place_is_said_once(
+    tmp_path, caplog, monkeypatch
+):
     """shuffle_buffer, cycle_length and block_length shape the runs and windows only:
     set for a local read by place, which they do not change, one warning says so
     (a new user's make_dataset(shuffle_buffer=16) gave the default order silently)."""
@@ -119,6 +121,10 @@ def test_setting_the_windows_options_for_a_read_by_place_is_said_once(tmp_path, 
 
     import reader
     from evenshard import synthetic
+    from reader.front import share
+
+    # once a process: a test of this process may have been told already
+    monkeypatch.setattr(share, "_SAID_UNSHAPED", set())
 
     root = tmp_path / "images"
     synthetic.make_image_folder(str(root), num_labels=2, per_label=6, formats=("png",))
