@@ -76,7 +76,12 @@ def run() -> None:
             said = f"evenshard {command}: interrupted"
             print(convert_command.INTERRUPTED if command == "convert" else said, file=sys.stderr)
         code = 130
-    sys.stdout.flush()
+    except BrokenPipeError:  # `evenshard inspect --json | head`: the reader left early
+        code = 0
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        pass  # what was left for a reader that left
     sys.stderr.flush()
     logging.shutdown()
     os._exit(code)

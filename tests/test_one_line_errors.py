@@ -241,3 +241,20 @@ def test_ctrl_c_in_any_subcommand_is_one_line_and_exit_code_130():
         m.setitem(cli._RUN, "inspect", lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
         with pytest.raises(KeyboardInterrupt):
             cli.main(["inspect", "somewhere"])
+
+
+def test_a_reader_that_leaves_the_pipe_early_is_no_traceback(tmp_path):
+    """`evenshard inspect --json | head`: the command wrote into a pipe whose reader had
+    gone and printed BrokenPipeError's traceback."""
+    write_pngs(tmp_path / "img", 6)
+    out = str(tmp_path / "out")
+    write_dataset(str(tmp_path / "img"), out, "--splits=train=1.0")
+    done = subprocess.Popen(
+        [PY, "-m", "evenshard", "inspect", out, "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    done.stdout.close()  # gone before the command writes a byte
+    err = done.stderr.read()
+    assert done.wait(timeout=120) == 0 and err == "", err
