@@ -24,7 +24,15 @@ VERIFY_MODES = ("full", "header")
 DEDUPE_MODES = ("none", "content", "near")
 NEAR_KEEP = ("all", "one")
 MANIFEST_SUFFIXES = (".csv", ".jsonl", ".csv.gz", ".jsonl.gz")
-INPUT_FORMATS = ("images", "tfrecord", "parquet", "webdataset", "tfds")
+# --input_format for records -> the module whose FORMAT (a record_rules.RecordFormat)
+# reads them: the one registry of record formats (beam_jobs.record_formats imports it)
+RECORD_FORMATS = {
+    "tfrecord": "beam_jobs.tfrecord_source",
+    "parquet": "beam_jobs.parquet_source",
+    "webdataset": "beam_jobs.webdataset_source",
+    "tfds": "beam_jobs.tfds_source",
+}
+INPUT_FORMATS = ("images", *RECORD_FORMATS)
 # --record_kind example: each tf.train.Example of a record input written as it is
 EXAMPLE_KIND = "example"
 EXAMPLE_INPUTS = ("tfrecord", "tfds")  # the formats whose records are tf.train.Examples
