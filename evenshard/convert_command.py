@@ -61,15 +61,20 @@ def run(args: argparse.Namespace, pipeline_args: list[str]) -> int:
 # The runner's note of the step an error was raised in, at the end of its message.
 _STEP = re.compile(r" \[while running '[^']*'\]$")
 
-# evenshard's own error as a worker process's traceback ends, inside the runner's message
-_OURS = re.compile(r"^(?:schemas|beam_jobs|reader|audit|evenshard)\.[\w.]+: (.+)$", re.MULTILINE)
+# An exception's line in a traceback's text: its qualified name at the line's start
+_RAISED = re.compile(r"^([A-Za-z_][\w.]*): (.+)$", re.MULTILINE)
+_OURS = ("schemas.", "convert_core.", "beam_jobs.", "reader.", "audit.", "evenshard.")
 
 
 def raised_in_a_worker(message: str) -> str | None:
     """evenshard's one line where a worker process raised it (the multi-processing
-    runner hands back the worker's traceback as text), or None."""
-    found = _OURS.findall(message)
-    return _STEP.sub("", found[-1]) if found else None
+    runner hands back the worker's traceback as text), or None: the last exception of
+    the text must be evenshard's (one raised while handling it is a fault, shown
+    whole)."""
+    found = _RAISED.findall(message)
+    if not found or not found[-1][0].startswith(_OURS):
+        return None
+    return _STEP.sub("", found[-1][1])
 
 
 # A system error as Python words it, somewhere in the runner's wrapped message.

@@ -122,9 +122,9 @@ class TorchReader(torch.utils.data.IterableDataset):
         stage = PythonStage(transform, views, view_spread, mirror_views, num_processes)
         # on_error="skip" by default on the Python route (with tf.data a record fails
         # inside TensorFlow); DALI where it is asked for
-        route = stage.route(o.on_error, backend)
         if o.image_size is None and transform is None and not holds_examples(data_dir):
             raise InvalidValueError("TorchReader batches decoded images: give image_size")
+        route = stage.route(o.on_error, backend)
         if route == "python":
             from reader.routes.python_route import PythonRoute
 

@@ -22,26 +22,26 @@ from schemas import layout
 from schemas.info import DatasetError, load_info, parse_info
 
 
-class ReadOnly(Mapping):
-    """A JSON object, read-only (a mappingproxy would be too, but it does not pickle,
+class ReadOnly(dict):
+    """A JSON object, read-only: a dict (json.dumps and isinstance see one) whose
+    changing methods raise. It pickles and copies (a mappingproxy would not pickle,
     and a reader goes to DataLoader workers and decode processes pickled)."""
 
-    __slots__ = ("_items",)
+    __slots__ = ()
 
-    def __init__(self, items: dict):
-        self._items = items
+    def _refused(self, *args, **kwargs):
+        raise TypeError("a DatasetInfo is read-only: info.to_dict() is a copy to change")
 
-    def __getitem__(self, key):
-        return self._items[key]
+    __setitem__ = __delitem__ = __ior__ = _refused
+    clear = pop = popitem = setdefault = update = _refused
 
-    def __iter__(self):
-        return iter(self._items)
-
-    def __len__(self) -> int:
-        return len(self._items)
+    def __reduce__(self):
+        return ReadOnly, (dict(self),)
 
     def __repr__(self) -> str:
-        return f"ReadOnly({self._items!r})"
+        return f"ReadOnly({dict.__repr__(self)})"
+
+    __hash__ = None  # as a dict's
 
 
 def frozen(value):
@@ -113,7 +113,7 @@ class DatasetInfo:
     near_duplicates: Mapping | None = _mapping(
         optional=True
     )  # what --dedupe near found (read-only)
-    document: Mapping = dataclasses.field(default_factory=dict, repr=False, compare=False)
+    document: Mapping = dataclasses.field(default_factory=dict, repr=False, hash=False)
 
     def __post_init__(self) -> None:
         if self.rejects is None:
@@ -148,29 +148,61 @@ class DatasetInfo:
     def __getattr__(self, name: str):  # a field this version has no attribute for
         document = self.__dict__.get("document", _EMPTY)
         if name.startswith("_") or name not in document:
+            if hasattr(dict, name):  # setdefault, update, pop, copy, ...
+                raise AttributeError(
+                    f"DatasetInfo has no {name}(): it is no longer a dict; info.to_dict() "
+                    "is one (a copy), or read its attributes"
+                )
             raise AttributeError(f"DatasetInfo has no field {name!r}")
         return document[name]
 
-    # the dict it used to be, for a release: each use warns, naming the attribute
+    # The dict it used to be, for a release: each use warns, naming the attribute. One
+    # plain dict, made at the first use: changing it changes what these give, as
+    # changing the dict did, and never the attributes.
+    def _plain(self) -> dict:
+        plain = self.__dict__.get("_plain_dict")
+        if plain is None:
+            plain = self.to_dict()
+            object.__setattr__(self, "_plain_dict", plain)
+        return plain
+
     def __getitem__(self, key: str):
-        _deprecated(f"info[{key!r}]", key)
-        return _thawed(self.document[key])
+        _deprecated(f"info[{key!r}]", key, self.document)
+        return self._plain()[key]
 
     def get(self, key: str, default=None):
-        _deprecated(f"info.get({key!r})", key)
-        return _thawed(self.document[key]) if key in self.document else default
+        _deprecated(f"info.get({key!r})", key, self.document)
+        return self._plain().get(key, default)
 
     def __contains__(self, key: str) -> bool:
-        _deprecated(f"{key!r} in info", key)
+        _deprecated(f"{key!r} in info", key, self.document)
         return key in self.document
 
+    def __iter__(self):
+        _deprecated("iterating over info", None, self.document)
+        return iter(self._plain())
+
+    def __len__(self) -> int:
+        _deprecated("len(info)", None, self.document)
+        return len(self.document)
+
+    def __bool__(self) -> bool:
+        return True
+
     def keys(self):
-        _deprecated("info.keys()", None)
-        return self.to_dict().keys()
+        _deprecated("info.keys()", None, self.document)
+        return self._plain().keys()
+
+    def values(self):
+        _deprecated("info.values()", None, self.document)
+        return self._plain().values()
 
     def items(self):
-        _deprecated("info.items()", None)
-        return self.to_dict().items()
+        _deprecated("info.items()", None, self.document)
+        return self._plain().items()
+
+    def __getstate__(self) -> dict:  # the dict made for dict access is not the info
+        return {k: v for k, v in self.__dict__.items() if k != "_plain_dict"}
 
     @classmethod
     def of(cls, info: dict) -> DatasetInfo:
@@ -238,8 +270,11 @@ _INSTEAD = {
 }
 
 
-def _deprecated(use: str, key: str | None) -> None:
-    instead = _INSTEAD.get(key, f"info.{key}") if key else "info.to_dict()"
+def _deprecated(use: str, key: str | None, document: Mapping) -> None:
+    if key is not None and key in document:
+        instead = _INSTEAD.get(key, f"info.{key}")
+    else:  # no such field, or the dict as a whole
+        instead = "info.to_dict() (a dict), or the attributes"
     warnings.warn(
         f"{use}: DatasetInfo is no longer a dict, and its dict access goes in the next "
         f"release: use {instead}",

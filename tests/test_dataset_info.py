@@ -161,9 +161,24 @@ def test_dict_access_still_works_for_a_release_and_warns_naming_the_attribute():
         assert "labels" in info
     with pytest.warns(DeprecationWarning, match=r"use info.to_dict\(\)"):
         assert dict(info.items()) == info_dict()
+    with pytest.warns(DeprecationWarning, match=r"iterating over info"):
+        assert list(info) == list(info_dict())
+    with pytest.warns(DeprecationWarning, match=r"len\(info\)"):
+        assert len(info) == len(info_dict())
+    with pytest.warns(DeprecationWarning, match=r"info.values\(\)"):
+        assert list(info.values()) == list(info_dict().values())
+    with pytest.warns(DeprecationWarning, match=r"no such|use info.to_dict\(\) \(a dict\)"):
+        assert info.get("num_examples") is None  # not a field: no attribute named for it
+    with pytest.raises(AttributeError, match=r"no setdefault\(\): it is no longer a dict"):
+        info.setdefault("x", 1)
+    with pytest.warns(DeprecationWarning):  # one plain dict, as it was: the user's to change
+        info["splits"]["train"]["num_examples"] = 99
     with pytest.warns(DeprecationWarning):
-        info["splits"]["train"]["num_examples"] = 99  # a copy: the info is unchanged
-    assert info.split("train").num_examples == 5
+        assert info["splits"]["train"]["num_examples"] == 99
+    assert info.split("train").num_examples == 5  # the attributes never change
+    assert json.dumps(info.split("train").label_counts) == "{}"  # read-only, still JSON
+    with pytest.raises(TypeError, match="read-only"):
+        info.split("train").label_counts["a"] = 1
 
 
 def test_the_typed_info_pickles_as_a_reader_going_to_its_workers_does():

@@ -258,3 +258,34 @@ def test_a_reader_that_leaves_the_pipe_early_is_no_traceback(tmp_path):
     done.stdout.close()  # gone before the command writes a byte
     err = done.stderr.read()
     assert done.wait(timeout=120) == 0 and err == "", err
+
+
+def test_a_workers_error_is_one_line_only_when_it_is_evenshards_and_last():
+    """The multi-processing runner hands back a worker's traceback as text: evenshard's
+    own error (convert_core's too) becomes one line; a fault raised while handling it
+    is shown whole (it was reported as the user's mistake)."""
+    import traceback
+
+    from schemas.errors import InvalidValueError
+
+    def text(fn) -> str:
+        try:
+            fn()
+        except Exception:
+            return "RuntimeError: " + traceback.format_exc()
+
+    def ours():
+        raise InvalidValueError("--near_embedding m:f gave no array [while running 'A/B']")
+
+    def fault():
+        try:
+            ours()
+        except InvalidValueError:
+            return {}["missing"]
+
+    def refused():
+        raise UserError("--input: no such folder")
+
+    assert convert_command.raised_in_a_worker(text(ours)) == "--near_embedding m:f gave no array"
+    assert convert_command.raised_in_a_worker(text(fault)) is None
+    assert convert_command.raised_in_a_worker(text(refused)) == "--input: no such folder"
