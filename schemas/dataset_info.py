@@ -19,6 +19,7 @@ import warnings
 from collections.abc import Mapping
 
 from schemas import layout
+from schemas.errors import InvalidTypeError
 from schemas.info import DatasetError, load_info, parse_info
 
 
@@ -30,7 +31,7 @@ class ReadOnly(dict):
     __slots__ = ()
 
     def _refused(self, *args, **kwargs):
-        raise TypeError("a DatasetInfo is read-only: info.to_dict() is a copy to change")
+        raise InvalidTypeError("a DatasetInfo is read-only: info.to_dict() is a copy to change")
 
     __setitem__ = __delitem__ = __ior__ = _refused
     clear = pop = popitem = setdefault = update = _refused
@@ -159,8 +160,10 @@ class DatasetInfo:
     # The dict it used to be, for a release: each use warns, naming the attribute. One
     # plain dict, made at the first use: changing it changes what these give, as
     # changing the dict did, and never the attributes.
+    _plain_dict = None  # (not a field)
+
     def _plain(self) -> dict:
-        plain = self.__dict__.get("_plain_dict")
+        plain = self._plain_dict
         if plain is None:
             plain = self.to_dict()
             object.__setattr__(self, "_plain_dict", plain)
