@@ -181,9 +181,10 @@ def report(
         name = f"tf.data shuffle({baseline_buffer}) of one sorted file"
         results[name] = measure(b_keys, b_labels, n, batch_size, source_rank)
         panels.append((name, b_labels, [source_rank[k] for k in b_keys], n))
-    plot([(name, results[name], *rest) for name, *rest in panels], out, list(info["labels"]))
+    plot([(name, results[name], *rest) for name, *rest in panels], out, list(info.labels))
     return {
         "split": split,
+        "order": _order_of(info, data_dir, split, reader_options),
         "num_examples": n,
         "batch_size": batch_size,
         "epochs": epochs,
@@ -194,10 +195,24 @@ def report(
     }
 
 
+def _order_of(info, data_dir: str, split: str, reader_options: dict) -> str:
+    """The order the reader read, in words: what the figures measure."""
+    from reader.front.share import random_access
+    from reader.values.split_shards import split_shards
+
+    if reader_options.get("shuffle") is False:
+        return "the stored order (shuffle=False)"
+    shards = split_shards(info, data_dir, split)
+    if random_access(shards, reader_options.get("random_access")):
+        return "one permutation of the records an epoch, each fetched by its place"
+    return "runs of shards interleaved, then a shuffle window (a bucket, gzip, --no_random_access)"
+
+
 def render(r: dict) -> str:
     lines = [
         f"{r['split']}: {r['num_examples']:,} examples, batch {r['batch_size']}, "
         f"{r['epochs']} epochs, reader options {json.dumps(r['reader_options'])}",
+        f"  order: {r['order']}",
         f"  {'pipeline':<44}{'label mix':>10}{'order mem':>11}{'repeats (x indep.)':>20}",
     ]
     for name, m in r["results"].items():

@@ -79,6 +79,8 @@ def test_the_report_reads_by_place_or_in_runs_as_asked(tmp_path, capsys):
         or reports[0]["reader_options"]["random_access"] is None
     )
     assert reports[1]["reader_options"]["random_access"] is False
+    assert reports[0]["order"].startswith("one permutation of the records an epoch")
+    assert reports[1]["order"].startswith("runs of shards interleaved, then a shuffle window")
     # explain says the same read, row for row, as the reader gives in each mode
     import reader
 
