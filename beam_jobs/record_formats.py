@@ -17,4 +17,4 @@ from convert_core.record_rules import RecordFormat
 def record_format(name: str) -> RecordFormat:
     """The ``RecordFormat`` of ``--input_format=name`` (a key of ``RECORD_FORMATS``,
     which ``convert_core.options`` checked): its source module's ``FORMAT``."""
-    return importlib.import_module(RECORD_FORMATS[name]).FORMAT
+    return importlib.import_module(RECORD_FORMATS[name].module).FORMAT

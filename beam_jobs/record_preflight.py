@@ -34,10 +34,8 @@ def check_records(job: Job) -> tuple[RecordFeatures, tuple[str, ...] | None]:
     fmt = record_format(options.input_format)
     check_scheme(options.input, FILES)
     image, label = options.image_feature, options.label_feature
-    if options.input_format == "tfds":  # features.json gives the defaults
-        from beam_jobs import tfds_source
-
-        image_default, label_default = tfds_source.check(job.input_root, options.input_split)
+    if fmt.feature_defaults is not None:  # a dataset's own description gives them (TFDS)
+        image_default, label_default = fmt.feature_defaults(job.input_root, options.input_split)
         image, label = image or image_default, label or label_default
     named_only = not is_glob(options.input)
     try:

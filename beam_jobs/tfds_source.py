@@ -82,5 +82,9 @@ def class_names(path: str, label: str) -> tuple[str, ...] | None:
 
 
 FORMAT = dataclasses.replace(
-    TFRECORD, what="TFDS", files="NAME-SPLIT.tfrecord-*", class_names=class_names
+    TFRECORD,
+    what="TFDS",
+    files="NAME-SPLIT.tfrecord-*",
+    class_names=class_names,
+    feature_defaults=check,
 )

@@ -12,7 +12,7 @@ import dataclasses
 
 from convert_core import paths
 from convert_core.candidates import CandidateRules
-from convert_core.options import ConvertOptions
+from convert_core.options import RECORD_FORMATS, ConvertOptions
 from convert_core.record_rules import RecordFeatures, glob_root, is_glob
 from schemas.layout import INCOMPLETE_DIR, REJECTS_FILE, join
 
@@ -63,9 +63,9 @@ class Job:
         if options.is_manifest:
             manifest = paths.normalize_root(options.input)
             root = paths.normalize_root(paths.posix_dirname(options.input))
-        elif options.input_format == "tfds":  # the version folder's shards (of a split)
+        elif split_files := _split_files(options.input_format):  # a split's files (TFDS)
             manifest, root = None, paths.normalize_root(options.input)
-            records = f"{root}/*-{options.input_split or '*'}.tfrecord-*-of-*"
+            records = split_files.format(root=root, split=options.input_split or "*")
         elif options.input_format != "images":
             manifest, root = None, paths.normalize_root(glob_root(options.input))
             glob = is_glob(options.input)
@@ -99,3 +99,10 @@ class Job:
             vocabulary=frozenset(self.vocabulary) if self.vocabulary else None,
             group_by=o.group_by,
         )
+
+
+def _split_files(input_format: str) -> str | None:
+    """The registry's pattern of one split's files for a format whose input is a
+    dataset's folder of splits (TFDS's version folder), else None."""
+    row = RECORD_FORMATS.get(input_format)
+    return row.split_files if row else None

@@ -24,18 +24,31 @@ VERIFY_MODES = ("full", "header")
 DEDUPE_MODES = ("none", "content", "near")
 NEAR_KEEP = ("all", "one")
 MANIFEST_SUFFIXES = (".csv", ".jsonl", ".csv.gz", ".jsonl.gz")
-# --input_format for records -> the module whose FORMAT (a record_rules.RecordFormat)
-# reads them: the one registry of record formats (beam_jobs.record_formats imports it)
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordInput:
+    """A row of the registry of record formats (``RECORD_FORMATS``)."""
+
+    module: str  # the module whose FORMAT (a record_rules.RecordFormat) reads the files
+    examples: bool = False  # its records are tf.train.Examples: --record_kind example
+    split_files: str | None = None  # one --input_split's files ({root}, {split}; "*" all)
+
+
+# --input_format for records -> its row: the one registry of record formats
+# (beam_jobs.record_formats imports each module; nothing else names a format)
 RECORD_FORMATS = {
-    "tfrecord": "beam_jobs.tfrecord_source",
-    "parquet": "beam_jobs.parquet_source",
-    "webdataset": "beam_jobs.webdataset_source",
-    "tfds": "beam_jobs.tfds_source",
+    "tfrecord": RecordInput("beam_jobs.tfrecord_source", examples=True),
+    "parquet": RecordInput("beam_jobs.parquet_source"),
+    "webdataset": RecordInput("beam_jobs.webdataset_source"),
+    "tfds": RecordInput(
+        "beam_jobs.tfds_source", examples=True, split_files="{root}/*-{split}.tfrecord-*-of-*"
+    ),
 }
 INPUT_FORMATS = ("images", *RECORD_FORMATS)
 # --record_kind example: each tf.train.Example of a record input written as it is
 EXAMPLE_KIND = "example"
-EXAMPLE_INPUTS = ("tfrecord", "tfds")  # the formats whose records are tf.train.Examples
+EXAMPLE_INPUTS = tuple(name for name, row in RECORD_FORMATS.items() if row.examples)
 TARGET_SHARD_MB = 128.0  # --target_shard_mb's default
 
 
@@ -178,9 +191,11 @@ class ConvertOptions:
                 "--record_kind=path stores image paths, and records hold no image files: "
                 f"drop --record_kind with --input_format={self.input_format}"
             )
-        if self.input_split is not None and self.input_format != "tfds":
+        splits = [name for name, row in RECORD_FORMATS.items() if row.split_files]
+        if self.input_split is not None and self.input_format not in splits:
             raise UserError(
-                "--input_split names a split of a TFDS dataset: add --input_format=tfds"
+                "--input_split names a split of a TFDS dataset: add "
+                f"--input_format={' or '.join(splits)}"
             )
         features = (self.image_feature, self.label_feature, self.key_feature)
         if self.input_format == "images" and any(features):

@@ -109,6 +109,9 @@ class RecordFormat:
         place: an ``Image.record`` in words (``byte 120``, ``row 3``).
         label_names: the names of its label features (WebDataset's ``cls``), chosen
             as ``*label*`` ones are.
+        feature_defaults: (the input's folder, --input_split) -> (image, label)
+            features the input's own description names (TFDS's features.json), after
+            checking it; None: the records' first features decide.
     """
 
     what: str
@@ -120,6 +123,7 @@ class RecordFormat:
     images_again: Callable
     place: Callable[[tuple[int, int]], str]
     label_names: tuple[str, ...] = ()
+    feature_defaults: Callable[[str, str | None], tuple[str | None, str | None]] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
