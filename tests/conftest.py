@@ -103,6 +103,17 @@ def load_info(output_dir: str) -> dict:
     return schemas.load_info(output_dir)
 
 
+def files_of(folder) -> dict[str, bytes]:
+    """{path relative to ``folder``: bytes} of every file below it."""
+    found = {}
+    for parent, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(parent, name)
+            with open(path, "rb") as f:
+                found[os.path.relpath(path, folder)] = f.read()
+    return found
+
+
 def read_rejects(output_dir: str) -> list[dict]:
     with open(layout.join(output_dir, layout.REJECTS_FILE)) as f:
         return [json.loads(line) for line in f]

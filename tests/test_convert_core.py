@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 
-from conftest import run_convert, write_manifest
+from conftest import files_of, run_convert, write_manifest
 from dataset_writer import write_dataset
 
 from evenshard import synthetic
@@ -85,21 +85,11 @@ def test_the_block_refuses_beam():
     assert done.stdout.split() == ["refused"] * 3, done.stderr[-2000:]
 
 
-def _files(folder) -> dict[str, bytes]:
-    found = {}
-    for parent, _, names in os.walk(folder):
-        for name in names:
-            path = os.path.join(parent, name)
-            with open(path, "rb") as f:
-                found[os.path.relpath(path, folder)] = f.read()
-    return found
-
-
 def _same_as_beam(source: str, tmp_path, *flags: str) -> dict:
     flags = (*flags, "--max_reject_fraction=0.5")
     beam = run_convert(source, str(tmp_path / "beam"), *flags, validated=False)
     fast = write_dataset(source, str(tmp_path / "fast"), *flags)
-    written, expected = _files(tmp_path / "fast"), _files(tmp_path / "beam")
+    written, expected = files_of(tmp_path / "fast"), files_of(tmp_path / "beam")
     assert sorted(written) == sorted(expected)
     assert [n for n in expected if written[n] != expected[n]] == []
     beam.pop("runner")

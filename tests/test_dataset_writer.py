@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import run_convert, write_manifest
+from conftest import files_of, run_convert, write_manifest
 from dataset_writer import write_dataset
 
 from evenshard import synthetic
@@ -81,23 +81,13 @@ CASES = {
 }
 
 
-def _files(folder) -> dict[str, bytes]:
-    found = {}
-    for parent, _, names in os.walk(folder):
-        for name in names:
-            path = os.path.join(parent, name)
-            with open(path, "rb") as f:
-                found[os.path.relpath(path, folder)] = f.read()
-    return found
-
-
 @pytest.mark.parametrize("case", CASES)
 def test_the_writer_writes_the_bytes_convert_writes(inputs, tmp_path, case):
     source, *flags = CASES[case]
     flags = [f.format(root=inputs) for f in flags] + ["--max_reject_fraction=0.5"]
     beam = run_convert(str(inputs / source), str(tmp_path / "beam"), *flags, validated=False)
     fast = write_dataset(str(inputs / source), str(tmp_path / "fast"), *flags)
-    written, expected = _files(tmp_path / "fast"), _files(tmp_path / "beam")
+    written, expected = files_of(tmp_path / "fast"), files_of(tmp_path / "beam")
     assert sorted(written) == sorted(expected)
     assert [n for n in expected if written[n] != expected[n]] == []
     beam.pop("runner")
