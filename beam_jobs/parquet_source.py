@@ -21,13 +21,12 @@ import hashlib
 import json
 import sys
 import uuid
-import zlib
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs import filesystems
-from beam_jobs.record_source import ReadRecordFile
+from beam_jobs.record_source import ReadRecordFile, as_inspected
 from convert_core import paths
 from convert_core.record_rules import IMAGE_PATH, RecordFormat, RecordRules, is_parquet_file
 from convert_core.records import Image, make_reject
@@ -220,10 +219,7 @@ def images_again(items: list[tuple[str, Image]], feature: str, scratch: str):
         except FileNotFoundError:
             yield b"", f"row {row}: its copy in {scratch} was removed after it was read"
             continue
-        if len(image) != im.num_bytes or zlib.crc32(image) != im.crc32:
-            yield image, f"row {row}: the copy's image is not the one inspected"
-        else:
-            yield image, None
+        yield as_inspected(image, im, f"row {row}", "the copy's image")
 
 
 FORMAT = RecordFormat(

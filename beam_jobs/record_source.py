@@ -18,6 +18,7 @@ as any others.
 from __future__ import annotations
 
 import itertools
+import zlib
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -180,3 +181,11 @@ class ReadRecordFiles(beam.PTransform):
         )
         rejects = (split["rejects"], unique["rejects"]) | "AllRejects" >> beam.Flatten()
         return {"main": unique["main"], "rejects": rejects, "inputs": inputs}
+
+
+def as_inspected(data: bytes, im, where: str, what: str) -> tuple[bytes, str | None]:
+    """The writer's second read of an image, checked against what inspection saw (its
+    size and CRC): (data, None), or (data, "WHERE: WHAT is not the one inspected")."""
+    if len(data) != im.num_bytes or zlib.crc32(data) != im.crc32:
+        return data, f"{where}: {what} is not the one inspected"
+    return data, None

@@ -16,10 +16,9 @@ import contextlib
 import functools
 import io
 import itertools
-import zlib
 
 from beam_jobs import filesystems
-from beam_jobs.record_source import ReadRecordFile
+from beam_jobs.record_source import ReadRecordFile, as_inspected
 from convert_core import paths
 from convert_core.record_rules import RecordFormat, RecordProblem, RecordRules, is_record_file
 from convert_core.records import Image, make_reject
@@ -210,9 +209,7 @@ def _checked(path: str, im: Image, feature: str, found: dict | None, framed=None
         return b"", "the file was removed after it was inspected"
     except (ValueError, RecordProblem) as e:  # CorruptRecord is a ValueError
         return b"", f"byte {offset}: the record is not the one inspected ({e})"
-    if len(image) != im.num_bytes or zlib.crc32(image) != im.crc32:
-        return image, f"byte {offset}: the record's image is not the one inspected"
-    return image, None
+    return as_inspected(image, im, f"byte {offset}", "the record's image")
 
 
 FORMAT = RecordFormat(

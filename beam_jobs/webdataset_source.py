@@ -24,7 +24,7 @@ import tarfile
 import zlib
 
 from beam_jobs import filesystems
-from beam_jobs.record_source import ReadRecordFile
+from beam_jobs.record_source import ReadRecordFile, as_inspected
 from convert_core import paths
 from convert_core.record_rules import TAR_SUFFIXES, RecordFormat, RecordProblem, is_tar_file
 from convert_core.records import Image, make_reject
@@ -231,10 +231,7 @@ def images_again(items: list[tuple[str, Image]], feature: str, scratch: str | No
         except (OSError, EOFError, zlib.error) as e:
             yield b"", f"byte {offset}: the member is not the one inspected ({e})"
             continue
-        if len(data) != im.num_bytes or zlib.crc32(data) != im.crc32:
-            yield data, f"byte {offset}: the member's image is not the one inspected"
-        else:
-            yield data, None
+        yield as_inspected(data, im, f"byte {offset}", "the member's image")
 
 
 def _gzipped(path: str) -> bool:
