@@ -93,7 +93,7 @@ def render(summary: dict, data_dir: str) -> str:
         for s in splits.values():
             n = s["label_counts"].get(label, 0)
             cells.append(
-                f"{n:>8,} {s['label_fractions'].get(label, 0.0):>6.1%}" if n else "MISSING"
+                f"{n:>8,} {n / s['num_examples']:>6.1%}" if n else "MISSING"  # not rounded twice
             )
         lines.append("  " + label.ljust(width) + "".join(f"{c:>16}" for c in cells))
     if len(summary["labels"]) > len(shown):

@@ -44,13 +44,24 @@ class Embedder:
         self._pending.append(item)
         return self.flush() if len(self._pending) >= self._size else []
 
+    def _called(self, pixels, key: str, batch: int = 0):
+        """The user's function on an image (or a batch of ``batch`` from ``key``): what
+        it raises is one line naming it and the image, not Beam's traceback."""
+        try:
+            return self._fn(pixels)
+        except Exception as e:
+            where = f"a batch of {batch} images from {key}" if batch else key
+            raise InvalidValueError(
+                f"--near_embedding {self._spec} raised {type(e).__name__} for {where}: {e}"
+            ) from e
+
     def flush(self) -> list[Image]:
         """The Images held, embedded."""
         batch, self._pending = self._pending, []
         if not batch:
             return []
         if self._batched:
-            vectors = self._fn([im.near for im in batch])
+            vectors = self._called([im.near for im in batch], batch[0].key, len(batch))
             if not hasattr(vectors, "__len__"):
                 raise InvalidValueError(
                     f"--near_embedding {self._spec} gave a {type(vectors).__name__} for a "
@@ -64,7 +75,7 @@ class Embedder:
                     "gives one row an image"
                 )
         else:
-            vectors = [self._fn(im.near) for im in batch]
+            vectors = [self._called(im.near, im.key) for im in batch]
         return [
             im._replace(near=near_embedding.quantised(v, self._spec, im.key).tobytes().hex())
             for im, v in zip(batch, vectors)

@@ -32,12 +32,14 @@ from reader.values.mixture import Mixture, mix
 from reader.values.one_line import one_line
 from reader.values.read_options import ReadOptions
 from reader.values.state import ReadState
+from schemas.dataset_info import DatasetInfo
 from schemas.dataset_info import load_dataset_info as load_info
 from schemas.errors import Error
 from schemas.info import DatasetError
 
 __all__ = [
     "DatasetError",
+    "DatasetInfo",
     "Error",
     "Mixture",
     "NumpyReader",

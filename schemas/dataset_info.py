@@ -268,7 +268,8 @@ class RejectsInfo:
 
 
 _INSTEAD = {
-    "splits": "info.splits (a SplitInfo each) or info.split(name)",
+    "splits": "info.split(name) (a SplitInfo: .num_examples, .shards; info.splits is "
+    "a tuple of them)",
     "rejects": "info.rejects (.total, .by_reason, .file)",
 }
 

@@ -140,6 +140,8 @@ def bands_for(threshold: float) -> int:
     hit = (1 - theta / math.pi) ** BAND_BITS
     if hit >= 1:
         return 1
+    if hit <= 0:  # no pair is sure to share a sign (vectors all alike, centred: ~0)
+        return MAX_BANDS
     return max(1, min(MAX_BANDS, math.ceil(math.log(MISS) / math.log(1 - hit))))
 
 

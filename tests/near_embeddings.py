@@ -50,3 +50,13 @@ def generated(images: list[np.ndarray]):
 
 
 generated.batched = True
+
+
+def alike(image: np.ndarray) -> np.ndarray:
+    """The same vector for every image: every pair at cosine 1."""
+    return np.ones(8)
+
+
+def raising(image: np.ndarray) -> np.ndarray:
+    """A model that fails."""
+    raise RuntimeError("model exploded")

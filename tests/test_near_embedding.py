@@ -258,6 +258,30 @@ def test_the_command_says_a_functions_bad_output_in_one_line(corpus, tmp_path, c
     assert "Traceback" not in "\n".join(err)
 
 
+def test_vectors_all_alike_are_one_cluster_not_a_division_by_zero(corpus, tmp_path):
+    """Centred on the run's mean, vectors that all point one way are about zero, and
+    sizing the bands divided by zero (a user's trial: 112 lines of traceback)."""
+    from schemas import near_embedding as ne
+
+    assert ne.bands_for(-1.0) == ne.MAX_BANDS
+    flags = ("--dedupe=near", "--near_embedding=tests.near_embeddings:alike")
+    info = run_convert(corpus[0], str(tmp_path / "alike"), *flags)
+    found = info["near_duplicates"]
+    assert found["clusters"] == 1 and found["largest_cluster"] == found["inputs_in_clusters"]
+
+
+def test_a_function_that_raises_is_one_line_naming_it_and_the_image(corpus, tmp_path, capsys):
+    flags = ("--dedupe=near", "--near_embedding=tests.near_embeddings:raising")
+    args = ["convert", f"--input={corpus[0]}", f"--output_dir={tmp_path / 'out'}", *flags]
+    assert cli.main(args) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert re.fullmatch(
+        r"evenshard convert: error: --near_embedding tests.near_embeddings:raising raised "
+        r"RuntimeError for x/\w+\.jpg: model exploded",
+        err[-1],
+    ), err[-1]
+
+
 def test_vectors_of_two_lengths_stop_the_run_naming_an_image_of_each(tmp_path):
     """Lengths were compared only where two vectors met in a band: a run whose vectors
     differed was written, and leaks refused it later."""
