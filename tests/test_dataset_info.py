@@ -149,7 +149,7 @@ def test_reader_load_info_gives_every_field_as_an_attribute(tmp_path):
 
 def test_dict_access_still_works_for_a_release_and_warns_naming_the_attribute():
     info = DatasetInfo.of(info_dict())
-    with pytest.warns(DeprecationWarning, match=r"info\['splits'\]: .* use info.splits"):
+    with pytest.warns(DeprecationWarning, match=r"info\['splits'\]: .* use info.split\(name\)"):
         assert info["splits"]["train"]["num_examples"] == 5
     with pytest.warns(DeprecationWarning, match=r"use info.inputs"):
         assert info.get("inputs") == 5
