@@ -60,11 +60,11 @@ def star_clusters(members: list[tuple[str, bytes]], rule) -> list[list[str]]:
         else:  # a sample, and the members that match most of it (a copy all others match)
             size = max(SAMPLE_FLOOR, size // 3)
             sample = left[np.argsort(rank[left])[:size]]
-            seen = rule.grid(left, sample, parsed).astype(np.int64) @ count[sample]
+            seen = _weighted(rule.grid(left, sample, parsed), count[sample])
             most = left[np.lexsort((by_key[left], -seen))[:size]]
             chosen = np.union1d(sample, most)
         grid = rule.grid(chosen, left, parsed)
-        degree = grid.astype(np.int64) @ count[left]
+        degree = _weighted(grid, count[left])
         for row in np.lexsort((by_key[chosen], -degree)).tolist():
             if centre[chosen[row]] < 0:
                 took = left[grid[row] & (centre[left] < 0)]  # the centre itself among them
@@ -74,3 +74,14 @@ def star_clusters(members: list[tuple[str, bytes]], rule) -> list[list[str]]:
     for u, c in enumerate(centre.tolist()):
         clusters.setdefault(c, []).extend(keys[u])
     return sorted(sorted(m) for m in clusters.values() if len(m) > 1)
+
+
+def _weighted(grid: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Each row of a bool grid's sum of ``weights`` where it is True (``grid @
+    weights``), a block of rows at a time: no int64 copy of a whole grid (8 bytes a
+    cell: 134 MB at ``GRID_CELLS``)."""
+    out = np.empty(len(grid), dtype=np.int64)
+    rows = max(1, (1 << 20) // max(1, grid.shape[1]))
+    for start in range(0, len(grid), rows):
+        out[start : start + rows] = grid[start : start + rows].astype(np.int64) @ weights
+    return out
