@@ -156,7 +156,7 @@ def dataset_files(info: dict, shards: list[dict], vocab: dict) -> list[tuple[str
     order they are written: ``dataset_info.json`` last."""
     schema = schemas.to_text(schema_of(info, shards, vocab)).encode("utf-8")
     labels = "".join(label + "\n" for label in vocab["labels"]).encode("utf-8")
-    # written as the readers parse it: a document they would refuse stops convert here
-    text = json.dumps(info, indent=2, sort_keys=True, ensure_ascii=False)
-    described = parse_dataset_info(text, f"the {INFO_FILE} convert made")
+    # parsed as the readers parse it (a document they would refuse stops convert here),
+    # written in the one form DatasetInfo.to_json gives
+    described = parse_dataset_info(json.dumps(info), f"the {INFO_FILE} convert made")
     return [(SCHEMA_FILE, schema), (LABELS_FILE, labels), (INFO_FILE, described.to_json().encode())]

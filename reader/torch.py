@@ -124,8 +124,7 @@ class TorchReader(torch.utils.data.IterableDataset):
         # inside TensorFlow); DALI where it is asked for
         if o.image_size is None and transform is None and not holds_examples(data_dir):
             raise InvalidValueError("TorchReader batches decoded images: give image_size")
-        route = stage.route(o.on_error, backend)
-        if route == "python":
+        if stage.route(o.on_error, backend) == "python":
             from reader.routes.python_route import PythonRoute
 
             # checked now: the transform picklable, views and batch_size agree

@@ -89,6 +89,15 @@ class SplitInfo:
 
 
 @dataclasses.dataclass(frozen=True)
+class RejectsInfo:
+    """The inputs not written: how many, by reason, and the file that lists each."""
+
+    total: int = 0
+    by_reason: Mapping[str, int] = _mapping()
+    file: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class DatasetInfo:
     """dataset_info.json, checked (``parse_info``): typed attributes for every field
     convert writes; any other field (a later version's) as a read-only attribute too."""
@@ -103,22 +112,17 @@ class DatasetInfo:
     label_feature: str | None = None  # record_kind example: the features of the label
     key_feature: str | None = None  # and key (None: none named at conversion)
     inputs: int = 0  # inputs listed; each is written or rejected
-    rejects: RejectsInfo = None  # type: ignore[assignment]  # set by __post_init__
+    rejects: RejectsInfo = dataclasses.field(default_factory=RejectsInfo)
     seed: int | None = None
     input: str | None = None  # --input as given
     dedupe: str | None = None
     balance: str | None = None
     verify: str | None = None
-    split_options: Mapping | None = _mapping(optional=True)  # how the splits were made (read-only)
+    # how the splits and shards were made, what --dedupe near found (read-only dicts)
+    split_options: Mapping | None = _mapping(optional=True)
     shard_options: Mapping | None = _mapping(optional=True)
-    near_duplicates: Mapping | None = _mapping(
-        optional=True
-    )  # what --dedupe near found (read-only)
+    near_duplicates: Mapping | None = _mapping(optional=True)
     document: Mapping = dataclasses.field(default_factory=dict, repr=False, hash=False)
-
-    def __post_init__(self) -> None:
-        if self.rejects is None:
-            object.__setattr__(self, "rejects", RejectsInfo())
 
     @property
     def split_names(self) -> tuple[str, ...]:
@@ -256,15 +260,6 @@ class DatasetInfo:
             near_duplicates=frozen(info.get("near_duplicates")),
             document=frozen(info),
         )
-
-
-@dataclasses.dataclass(frozen=True)
-class RejectsInfo:
-    """The inputs not written: how many, by reason, and the file that lists each."""
-
-    total: int = 0
-    by_reason: Mapping[str, int] = _mapping()
-    file: str | None = None
 
 
 _INSTEAD = {
