@@ -1,9 +1,8 @@
 """Apache Beam's private names that evenshard relies on, and nowhere else.
 
 Three places need Beam's internals: the Dask runner (``beam_jobs.dask_runner``) rebuilds
-Beam's own translation of a ParDo and of Reshuffle, which Beam keeps private; an
-anonymous GCS client (``beam_jobs.runners.anonymous_beam``), for which Beam's credential
-lookup, cached per process, has no public switch; and Beam's inspection of each DoFn
+Beam's own translation of a ParDo and of Reshuffle, which Beam keeps private; the local
+runner's workers (``beam_jobs.local_runner``); and Beam's inspection of each DoFn
 (``remember_dofn_specs``), which it repeats for the same DoFn. ``check()`` says, naming
 the installed version, when a release changes one of them (tests/test_compat.py runs
 it). Checked with apache-beam 2.77.0.
@@ -51,16 +50,6 @@ def bag_kwargs(dask_options: dict) -> dict:
     from apache_beam.runners.dask.dask_runner import DaskOptions
 
     return DaskOptions._extract_bag_kwargs(dask_options)
-
-
-def anonymous_gcs() -> None:
-    """Beam's GCS client in this process connects anonymously: its credential lookup,
-    cached per process, is given the answer None."""
-    from apache_beam.internal.gcp import auth
-
-    with auth._Credentials._credentials_lock:
-        auth._Credentials._credentials_init = True
-        auth._Credentials._credentials = None
 
 
 def worker_command(handler) -> str:
@@ -152,7 +141,6 @@ def check() -> None:
     import inspect
 
     import apache_beam as beam
-    from apache_beam.internal.gcp import auth
     from apache_beam.runners.dask import overrides
     from apache_beam.runners.dask import transform_evaluator as te
 
@@ -161,9 +149,6 @@ def check() -> None:
     view, options, mapping = side_input_view(side)
     if view is not beam.pvalue.AsSingleton or not isinstance(options, dict) or not mapping:
         raise OperationError(f"{where}: side inputs changed _view_options/_window_mapping_fn")
-    for name in ("_credentials_lock", "_credentials_init", "_credentials"):
-        if not hasattr(auth._Credentials, name):
-            raise OperationError(f"{where}: auth._Credentials has no {name}")
     if not isinstance(bag_kwargs({"npartitions": 3}), dict):
         raise OperationError(f"{where}: DaskOptions._extract_bag_kwargs changed")
     try:

@@ -2,7 +2,7 @@
 
 The driver, one way: the flags (convert's own, then Beam's, an unknown one an
 error), the runner, the frozen ``Job`` (every path resolved once, the inputs
-checked: ``convert_core.preflight``), the output folder (``beam_jobs.output``),
+checked: ``convert_core.preflight``), the output folder (``convert_core.output``),
 the pipeline (``beam_jobs.steps.build`` wires its composite transforms) run,
 and the dataset info it wrote.
 """
@@ -17,7 +17,7 @@ import shutil
 
 from convert_core.job import Job
 from convert_core.options import ConvertOptions, UserError, parse_args
-from schemas import layout
+from schemas import layout, storage
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,14 @@ def pipeline_options(pipeline_args: list[str]):
             raise UserError(
                 f"--runner: the Dask runner needs `pip install evenshard[dask]` ({e})"
             ) from None
+    aws = sorted({a.split("=", 1)[0] for a in pipeline_args if a.startswith("--s3_")})
+    if aws:  # Beam's S3 file system's flags: convert reaches s3:// through boto3 alone
+        raise UserError(
+            f"{', '.join(aws)}: convert reaches s3:// through boto3, which takes its endpoint, "
+            "region and credentials from its own settings: set AWS_ENDPOINT_URL, "
+            "AWS_DEFAULT_REGION, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or `aws "
+            "configure`) instead"
+        )
     # All DoFns live in installed modules, nothing in __main__, so the main
     # session need not be pickled (pickling it breaks under pytest).
     options = BeamOptions(pipeline_args, save_main_session=False)
@@ -134,7 +142,6 @@ def convert(options: ConvertOptions, pipeline_args: list[str], pipeline=None) ->
     from beam_jobs.input_size import has_at_least
     from beam_jobs.runners import (
         MULTI_PROCESSING_FROM,
-        gcp_credentials,
         lean_malloc,
         local_default,
         resolve_runner,
@@ -142,10 +149,8 @@ def convert(options: ConvertOptions, pipeline_args: list[str], pipeline=None) ->
 
     lean_malloc()
     resolved = Job.of(options)  # every path, once; nothing is read yet
-    urls = [options.input, options.output_dir, options.labels_file]
     many = functools.partial(has_at_least, resolved, MULTI_PROCESSING_FROM)
     with (
-        gcp_credentials(urls),
         resolve_runner(local_default(pipeline_args, many)) as pipeline_args,
         fork_server(pipeline_args),  # before Beam is imported here: it imports as we do
     ):
@@ -154,26 +159,22 @@ def convert(options: ConvertOptions, pipeline_args: list[str], pipeline=None) ->
 
 def _convert(resolved: Job, pipeline_args: list[str], pipeline) -> dict:
     """``convert`` with the runner resolved: the pipeline built on the checked Job, run."""
-    from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import TestOptions
 
-    from beam_jobs import compat_beam, output
-    from beam_jobs.filesystems import FILES
+    from beam_jobs import compat_beam
     from beam_jobs.record_preflight import RECORDS
     from beam_jobs.runners import describe
     from beam_jobs.steps import build
+    from convert_core import output
     from convert_core.preflight import preflight
     from schemas.info import parse_info
 
     compat_beam.remember_dofn_specs()  # Beam inspects each DoFn once, not 4 times
     beam_options = pipeline_options(pipeline_args)
-    # the driver's own file system calls (preflight, the output folder) see the
-    # run's flags too (--s3_endpoint_url, say), as the pipeline's do
-    FileSystems.set_options(beam_options)
     dry_run = bool(beam_options.view_as(TestOptions).dry_run)
     if dry_run:
         _check_dry_run(beam_options)
-    job = preflight(resolved, FILES, RECORDS, offline=dry_run)
+    job = preflight(resolved, RECORDS, offline=dry_run)
     own = pipeline is None
     if own:
         pipeline = _pipeline(beam_options)
@@ -191,8 +192,7 @@ def _convert(resolved: Job, pipeline_args: list[str], pipeline) -> dict:
             "steps": [t.full_label for t in pipeline.transforms_stack[0].parts],
         }
     path = layout.join(job.output_dir, layout.INFO_FILE)
-    with FileSystems.open(path) as f:
-        info = parse_info(f.read(), path)
+    info = parse_info(storage.read_bytes(path), path)
     info["runner"] = describe(beam_options)  # for the summary; not in the file
     return info
 
@@ -243,7 +243,6 @@ def _write_job_file(result, beam_options) -> None:
     """
     import json
 
-    from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import DebugOptions
     from google.protobuf import json_format
 
@@ -257,5 +256,4 @@ def _write_job_file(result, beam_options) -> None:
             },
             indent=2,
         )
-        with FileSystems.create(path) as f:
-            f.write(text.encode("utf-8"))
+        storage.write_atomically(path, text.encode("utf-8"))

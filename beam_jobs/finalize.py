@@ -1,67 +1,28 @@
 """Finalize: the end of ``convert``, once every shard and the rejects are written.
 
-The description (``convert_core.describe``) written through Beam's FileSystems:
+The description (``convert_core.describe``) written by ``convert_core.output.finish``:
 ``schema.pbtxt`` and ``labels.txt``, and ``dataset_info.json`` last. Its presence
 means the dataset is complete; a run that fails or is killed leaves none, and
 readers refuse such a directory. A run refused for its inputs writes the reason
-instead (``refuse``), which the driver raises
+instead (``convert_core.output.refuse``), which the driver raises
 (``convert_core.options.DatasetRefused``).
 """
 
 from __future__ import annotations
 
-import logging
-
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 
-from beam_jobs.filesystems import folder_files, write_atomically
-from beam_jobs.rejects import add_rejects
-from convert_core.describe import (
-    check_counts,
-    check_planned,
-    dataset_files,
-    dataset_info,
-    inputs_changed,
-    too_many_rejects,
-)
-from schemas.layout import REFUSED_FILE, join
-
-
-def refuse(out: str, message: str) -> None:
-    """Ends the run without a dataset: ``message`` (one line) for the driver to raise."""
-    logging.info("evenshard: no dataset: %s", message)
-    write_atomically(join(out, REFUSED_FILE), message.encode("utf-8"))
+from convert_core.output import finish
 
 
 class _Finalize(beam.DoFn):
     def __init__(self, output_dir: str, rejects_file: str, incomplete_dir: str, settings: dict):
-        self._out, self._rejects, self._incomplete = output_dir, rejects_file, incomplete_dir
-        self._settings = settings
+        self._args = (output_dir, incomplete_dir, rejects_file, settings)
 
     def process(self, _, shards, plan, vocab, gate, reject_summary, changed, near):
-        out, rejects_file = self._out, self._rejects
-        if not gate["ok"]:
-            refuse(out, too_many_rejects(gate, rejects_file))
-            return
-        info = dataset_info(
-            self._settings, shards, plan, vocab, gate, reject_summary, near[0] if near else None
-        )
-        written = check_counts(info, gate, changed)
-        if changed:  # the shards are one short each: no balanced dataset to declare
-            add_rejects(rejects_file, changed)
-            refuse(out, inputs_changed(changed, rejects_file))
-            return
-        check_planned(info, plan)
-        for name, data in dataset_files(info, shards, vocab):  # dataset_info.json LAST
-            write_atomically(join(out, name), data)
-        # after the info, which now lists the shards: until then the records in
-        # .incomplete/ say which files in the folder this run wrote
-        incomplete = folder_files(self._incomplete)
-        if incomplete:
-            FileSystems.delete(incomplete)
-        logging.info("evenshard: wrote %s examples to %s", written, out)
-        yield info
+        info = finish(*self._args, shards, plan, vocab, gate, reject_summary, changed, near)
+        if info is not None:
+            yield info
 
 
 class Finalize(beam.PTransform):

@@ -1,7 +1,7 @@
 """How large a job's input is, cheaply: whether it lists at least N entries, which
 picks the local runner's mode (``runners.local_default``). Nothing here imports Beam
-until a URL or a record input is looked at: the driver asks before its fork server
-starts (``convert.convert``)."""
+(a record input's format module is imported when one is looked at): the driver asks
+before its fork server starts (``convert.convert``)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import itertools
 import os
 
 from convert_core import paths
-from convert_core.files import LOCAL
 from convert_core.job import Job
 from convert_core.options import is_csv
 from convert_core.record_rules import is_glob
+from schemas import storage
 
 
 def has_at_least(job: Job, n: int) -> bool:
@@ -30,17 +30,14 @@ def has_at_least(job: Job, n: int) -> bool:
             return _records_at_least(job, n)
         if manifest is not None:
             lines = n + 1 if is_csv(manifest) else n  # a CSV's header is no input
-            with _files(manifest).open_text(manifest) as f:
+            with storage.open_text(manifest) as f:
                 for line in f:
                     count += bool(line.strip())
                     if count >= lines:
                         return True
             return False
         if paths.is_url(job.input_root):
-            from apache_beam.io.filesystems import FileSystems
-
-            listed = FileSystems.match([job.input_root + "/**"], limits=[n])[0]
-            return len(listed.metadata_list) >= n
+            return len(storage.match(job.input_root + "/**", n)) >= n
         for _, _, files in os.walk(job.input_root, followlinks=True):
             count += len(files)
             if count >= n:
@@ -63,10 +60,7 @@ def _records_at_least(job: Job, n: int) -> bool:
             return True
         listed = [(path, os.path.getsize(path)) for path in found]
     else:
-        from apache_beam.io.filesystems import FileSystems
-
-        matched = FileSystems.match([job.records], limits=[2 * n])[0].metadata_list
-        listed = [(m.path, m.size_in_bytes) for m in matched]
+        listed = storage.match(job.records, 2 * n)
     from beam_jobs.record_formats import record_format
 
     fmt = record_format(job.options.input_format)
@@ -90,12 +84,3 @@ def _stored_bytes(features: dict) -> int:
     distinct = {id(vs): vs for _, vs in features.values()}.values()  # an alias counted once
     values = (len(v) if isinstance(v, bytes) else 8 for vs in distinct for v in vs)
     return 16 + sum(len(name) + 8 for name in features) + sum(values)
-
-
-def _files(path: str):
-    """The core's reads of ``path``: Beam's FileSystems only for a URL (imported then)."""
-    if paths.is_url(path):
-        from beam_jobs.filesystems import FILES
-
-        return FILES
-    return LOCAL

@@ -12,7 +12,6 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 
 from beam_jobs.dead_letters import SplitRejects
-from beam_jobs.filesystems import FILES
 from beam_jobs.near_embedding import Embedder
 from convert_core import paths
 from convert_core.inspection import Inspector, image_of, outcome
@@ -50,7 +49,6 @@ class InspectImage(beam.DoFn):
             hash_content,
             near,
             pixels=embedding is not None,
-            files=FILES,
         )
         self._read = Metrics.counter("evenshard", "images_read")
         self._bytes = Metrics.counter("evenshard", "bytes_read")

@@ -17,19 +17,16 @@ read is one reject naming its first row, the row groups around it kept.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sys
-import uuid
 
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
-
-from beam_jobs import filesystems
 from beam_jobs.record_source import ReadRecordFile, as_inspected
 from convert_core import paths
 from convert_core.record_rules import IMAGE_PATH, RecordFormat, RecordRules, is_parquet_file
 from convert_core.records import Image, make_reject
+from schemas import storage
 from schemas.errors import InvalidValueError
 from schemas.images import Rejected
 
@@ -45,8 +42,8 @@ def _parquet():
 
 
 def _open(path: str):
-    """The ParquetFile of ``path`` (close it: ``with``); a URL through Beam's file systems."""
-    return _parquet().ParquetFile(filesystems.open_binary(path) if paths.is_url(path) else path)
+    """The ParquetFile of ``path`` (close it: ``with``); a URL through ``schemas.storage``."""
+    return _parquet().ParquetFile(storage.open_binary(path) if paths.is_url(path) else path)
 
 
 def _value(value) -> tuple[str, list]:
@@ -94,10 +91,8 @@ class _ReadParquetFile(ReadRecordFile):
         except Exception as e:  # noqa: BLE001 - ArrowInvalid: no Parquet footer
             yield _damage(rel, path, 0, f"not a Parquet file, or cut short ({e})")
             return
-        copies = _Copies(self._scratch, path)
-        with pf:
+        with pf, _Copies(self._scratch, path) as copies:
             yield from self._rows(pf, path, rel, copies)
-        copies.close()
 
     def _rows(self, pf, path: str, rel: str, copies: _Copies):
         columns, first = _columns(self._rules), 0
@@ -141,28 +136,26 @@ class _ReadParquetFile(ReadRecordFile):
 
 class _Copies:
     """The images of one Parquet file's rows, copied as they are read, in order, into one
-    file of the run's ``.incomplete/`` (``copy_name``): written under a temp name and
-    renamed whole (a read run twice writes the same bytes)."""
+    file of the run's ``.incomplete/`` (``copy_name``), written whole
+    (``schemas.storage.writer``: a read run twice writes the same bytes)."""
 
     def __init__(self, scratch: str, path: str):
         self._name = copy_name(scratch, path)
-        self._tmp = f"{self._name}.{uuid.uuid4().hex}"
-        self._file, self._at = None, 0
+        self._file, self._at = contextlib.ExitStack(), 0
 
     def put(self, data: bytes) -> tuple[int, int]:
         """Appends ``data``; returns its (byte offset, length) in the copy."""
-        if self._file is None:
-            self._file = FileSystems.create(
-                self._tmp, compression_type=CompressionTypes.UNCOMPRESSED
-            )
-        self._file.write(data)
+        if not self._at:
+            self._out = self._file.enter_context(storage.writer(self._name))
+        self._out.write(data)
         self._at += len(data)
         return self._at - len(data), len(data)
 
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            FileSystems.rename([self._tmp], [self._name])
+    def __enter__(self) -> _Copies:
+        return self
+
+    def __exit__(self, *raised) -> None:
+        self._file.__exit__(*raised)  # the copy lands only when every row was read
 
 
 def copy_name(scratch: str, path: str) -> str:
@@ -215,7 +208,7 @@ def images_again(items: list[tuple[str, Image]], feature: str, scratch: str):
     for path, im in items:
         row, offset, length = im.record
         try:
-            image = filesystems.read_range(copy_name(scratch, path), length, offset)
+            image = storage.read_range(copy_name(scratch, path), length, offset)
         except FileNotFoundError:
             yield b"", f"row {row}: its copy in {scratch} was removed after it was read"
             continue

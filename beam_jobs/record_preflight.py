@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from beam_jobs.filesystems import FILES
 from convert_core.job import Job
 from convert_core.options import EXAMPLE_KIND, ConvertOptions, UserError
-from convert_core.preflight import FIRST_FILES, check_scheme
+from convert_core.preflight import FIRST_FILES
 from convert_core.record_rules import RecordFeatures, choose_features, is_glob
 
 
@@ -32,7 +31,6 @@ def check_records(job: Job) -> tuple[RecordFeatures, tuple[str, ...] | None]:
 
     options = job.options
     fmt = record_format(options.input_format)
-    check_scheme(options.input, FILES)
     image, label = options.image_feature, options.label_feature
     if fmt.feature_defaults is not None:  # a dataset's own description gives them (TFDS)
         image_default, label_default = fmt.feature_defaults(job.input_root, options.input_split)
@@ -40,7 +38,7 @@ def check_records(job: Job) -> tuple[RecordFeatures, tuple[str, ...] | None]:
     named_only = not is_glob(options.input)
     try:
         files = record_files(fmt, job.records, job.input_root, named_only, FIRST_FILES)
-    except OSError:  # BeamIOError: nothing there
+    except OSError:  # nothing there
         files = []
     if not files and is_glob(options.input):
         raise UserError(f"--input: no files match {options.input!r}")

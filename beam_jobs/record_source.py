@@ -3,7 +3,7 @@
 files (``tfrecord_source``, ``parquet_source``, ``webdataset_source``); what they
 share is here.
 
-Listing is one ``FileSystems.match`` of the pattern, run in a worker: the driver
+Listing is one ``schemas.storage.match`` of the pattern, run in a worker: the driver
 plans nothing per file (it reads one record, to choose the features). The files
 are spread over workers in chunks, and each is read once, front to back. A
 record's image is inspected as a file's is (``InspectImage.inspect_bytes``, the
@@ -21,7 +21,6 @@ import itertools
 import zlib
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs.dead_letters import SplitRejects
 from beam_jobs.inspect_images import InspectImage
@@ -31,6 +30,7 @@ from convert_core import paths
 from convert_core.inspection import carried, open_error
 from convert_core.record_rules import RecordFormat, RecordProblem, RecordRules
 from convert_core.records import Candidate, make_reject
+from schemas import storage
 from schemas.images import Rejected
 
 
@@ -41,8 +41,7 @@ def record_files(fmt: RecordFormat, pattern: str, root: str, named_only: bool, l
     if pattern == root + "/**" and not paths.is_url(root):
         files = sorted(itertools.islice(paths.local_files(root), limit))
     else:
-        found = FileSystems.match([pattern], limits=[limit] if limit else None)[0].metadata_list
-        files = sorted(m.path for m in found)
+        files = [path for path, _ in storage.match(pattern, limit)]
     if named_only:
         files = [f for f in files if fmt.named(paths.relative_to(root, f) or f)]
     return files

@@ -9,25 +9,8 @@ written (``add_rejects``).
 from __future__ import annotations
 
 import apache_beam as beam
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 
-from beam_jobs.filesystems import write_atomically
-from convert_core.records import Reject
-from convert_core.rejects import gate, parse_rejects, rejects_text, summary
-
-
-def write_rejects(path: str, rejects: list[Reject]) -> None:
-    """Writes the rejects file (``rejects_text``)."""
-    write_atomically(path, rejects_text(rejects))
-
-
-def add_rejects(path: str, rejects: list[Reject]) -> None:
-    """Adds ``rejects`` to the rejects file written already (once: a retried finalize
-    finds them there)."""
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        written = parse_rejects(f.read())
-    write_rejects(path, written + [r for r in rejects if r not in set(written)])
+from convert_core.rejects import gate, summary, write_rejects
 
 
 class WriteRejects(beam.PTransform):

@@ -187,56 +187,6 @@ def local_default(pipeline_args: list[str], many_inputs: Callable[[], bool]) -> 
 _MALLOC = {"MALLOC_ARENA_MAX": (-8, "2"), "MALLOC_TRIM_THRESHOLD_": (-1, "1048576")}
 
 
-ANONYMOUS_GCP = "EVENSHARD_GCP_ANONYMOUS"  # told to worker processes by the driver
-
-
-@contextlib.contextmanager
-def gcp_credentials(urls):
-    """Looks for Google credentials once, without retries, when the job touches gs://.
-
-    Beam looks them up itself in every process, and with none it retries with
-    backoff (about 30 s, a traceback each try) before it connects anonymously.
-    Here: against the GCS emulator (``STORAGE_EMULATOR_HOST``) or with no
-    credentials found, Beam connects anonymously at once (one warning line when
-    none were found), and the worker processes started inside the block are
-    told so (an environment variable, removed on leaving).
-    """
-    anonymous = False
-    if any(u and u.startswith("gs://") for u in urls):
-        anonymous = bool(os.environ.get("STORAGE_EMULATOR_HOST"))
-        if not anonymous:
-            import google.auth
-            from google.auth.exceptions import DefaultCredentialsError
-
-            try:
-                google.auth.default()
-            except DefaultCredentialsError:
-                anonymous = True
-                log.warning(
-                    "evenshard: no Google Cloud credentials found, reaching gs:// anonymously "
-                    "(public buckets only); `gcloud auth application-default login` uses yours"
-                )
-    if not anonymous:
-        yield
-        return
-    before = os.environ.get(ANONYMOUS_GCP)
-    os.environ[ANONYMOUS_GCP] = "1"
-    anonymous_beam()
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(ANONYMOUS_GCP, None)
-
-
-def anonymous_beam() -> None:
-    """Beam's GCS client in this process connects anonymously, without looking for
-    credentials (Beam caches the answer of its lookup per process: it is given)."""
-    from beam_jobs.compat_beam import anonymous_gcs
-
-    anonymous_gcs()
-
-
 # Beam imports pandas and pyarrow as it starts (its DataFrame API, Parquet, and
 # their type conversions), each in a ``try: import ... except ImportError``. A
 # local convert uses none of them; refused, they are not imported: about 0.6 s

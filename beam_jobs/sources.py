@@ -9,7 +9,6 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from beam_jobs.dead_letters import SplitRejects
-from beam_jobs.filesystems import FILES
 from convert_core import walk
 from convert_core.candidates import CandidateRules
 from convert_core.listing import (
@@ -40,7 +39,7 @@ class _ListImageFolder(beam.DoFn):
         kind, name = item
         root = self._rules.root
         if kind == "url":
-            yield from chunked(self._listing(url_files(root, FILES)))
+            yield from chunked(self._listing(url_files(root)))
             return
         links: list[str] = []
         unlisted: list[str] = []
@@ -92,7 +91,7 @@ class _ReadManifest(beam.DoFn):
 
     def _listing(self, manifest: str):
         progress = Progress("list", "rows")
-        for found in read_manifest(self._rules, manifest, FILES):
+        for found in read_manifest(self._rules, manifest):
             self._rows.inc()
             progress.add()
             yield found

@@ -14,11 +14,11 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from beam_jobs import filesystems
 from beam_jobs.tfrecord_source import FORMAT as TFRECORD
 from convert_core import paths
 from convert_core.options import UserError
 from convert_core.record_rules import TFDS_FILES
+from schemas import storage
 from schemas.errors import InvalidValueError
 
 INFO, FEATURES = TFDS_FILES
@@ -26,12 +26,12 @@ INFO, FEATURES = TFDS_FILES
 
 def _json(root: str, name: str, what: str) -> dict:
     try:
-        with filesystems.open_text(f"{root}/{name}") as f:
+        with storage.open_text(f"{root}/{name}") as f:
             found = json.load(f)
         if not isinstance(found, dict):
             raise InvalidValueError("not an object")
         return found
-    except (OSError, ValueError) as e:  # missing (BeamIOError), or not JSON
+    except (OSError, ValueError) as e:  # missing, or not JSON
         missing = isinstance(e, OSError)
         problem = "a JSON object" if str(e) == "not an object" else "JSON"
         raise UserError(
@@ -74,7 +74,7 @@ def check(root: str, split: str | None) -> tuple[str | None, str | None]:
 def class_names(path: str, label: str) -> tuple[str, ...] | None:
     """The names TFDS wrote beside the shard ``path`` for ClassLabel ``label``."""
     try:
-        with filesystems.open_text(f"{paths.posix_dirname(path)}/{label}.labels.txt") as f:
+        with storage.open_text(f"{paths.posix_dirname(path)}/{label}.labels.txt") as f:
             names = tuple(line.strip() for line in f if line.strip())
     except OSError:  # no file: not a ClassLabel, or its names not written
         return None

@@ -17,12 +17,11 @@ import functools
 import io
 import itertools
 
-from beam_jobs import filesystems
 from beam_jobs.record_source import ReadRecordFile, as_inspected
 from convert_core import paths
 from convert_core.record_rules import RecordFormat, RecordProblem, RecordRules, is_record_file
 from convert_core.records import Image, make_reject
-from schemas import tfrecord
+from schemas import storage, tfrecord
 from schemas.example import parse_features
 
 
@@ -114,7 +113,7 @@ def read_ahead(read, items, in_flight: int = READS_IN_FLIGHT):
 
 def _head(path: str) -> bytes:
     """The file's first ``WHOLE_FILE + 1`` bytes: all of it when it is small."""
-    return filesystems.read_bytes(path, WHOLE_FILE + 1)
+    return storage.read_range(path, WHOLE_FILE + 1)
 
 
 def _opened(path: str, head=None):
@@ -124,7 +123,7 @@ def _opened(path: str, head=None):
     head = _head(path) if head is None else head.result()
     if len(head) <= WHOLE_FILE:
         return contextlib.nullcontext(io.BytesIO(head))
-    return filesystems.open_binary(path)
+    return storage.open_binary(path)
 
 
 def _first(path: str) -> dict | None:
@@ -160,7 +159,7 @@ def _framed(item: tuple[str, Image]) -> bytes:
     """The framed record ``im.record`` of a file: one ranged read."""
     path, im = item
     offset, length = im.record
-    return filesystems.read_range(path, length + tfrecord.FRAME_OVERHEAD, offset)
+    return storage.read_range(path, length + tfrecord.FRAME_OVERHEAD, offset)
 
 
 def image_again(path: str, im: Image, feature: str) -> tuple[bytes, str | None]:
@@ -174,7 +173,7 @@ def _gzip_records(path: str, offsets: set[int]) -> dict:
     the last of them; the error that ended the pass, if any, under None."""
     got: dict = {}
     try:
-        with filesystems.open_binary(path) as raw:
+        with storage.open_binary(path) as raw:
             for item in tfrecord.records_and_damage(path, raw):  # read past as inspection did
                 if isinstance(item, tfrecord.LostStretch):
                     continue

@@ -23,11 +23,11 @@ import re
 import tarfile
 import zlib
 
-from beam_jobs import filesystems
 from beam_jobs.record_source import ReadRecordFile, as_inspected
 from convert_core import paths
 from convert_core.record_rules import TAR_SUFFIXES, RecordFormat, RecordProblem, is_tar_file
 from convert_core.records import Image, make_reject
+from schemas import storage
 from schemas.errors import Error, InvalidValueError
 from schemas.images import IMAGE_EXTENSIONS
 
@@ -169,7 +169,7 @@ class _ReadTar(ReadRecordFile):
         rel = paths.relative_to(self._root, path) or path
         index, byte = 0, 0  # the next sample, and where its first member starts
         try:
-            with filesystems.open_binary(path) as raw:
+            with storage.open_binary(path) as raw:
                 for key, members in _samples(raw):
                     first = min(o for o, _ in members.values())
                     place = _member(members, self._image) or (first, b"")
@@ -199,7 +199,7 @@ class _ReadTar(ReadRecordFile):
 
 def _first(path: str) -> dict | None:
     try:
-        with filesystems.open_binary(path) as raw:
+        with storage.open_binary(path) as raw:
             for key, members in _samples(raw):
                 return _features(key, members)
     except (tarfile.ReadError, EOFError, zlib.error, gzip.BadGzipFile) as e:
@@ -224,7 +224,7 @@ def images_again(items: list[tuple[str, Image]], feature: str, scratch: str | No
             if isinstance(data, Exception):
                 raise data
             if data is None:
-                data = filesystems.read_range(path, length, offset)
+                data = storage.read_range(path, length, offset)
         except FileNotFoundError:
             yield b"", "the file was removed after it was inspected"
             continue
@@ -242,7 +242,7 @@ def _gzip_ranges(path: str, ranges: set[tuple[int, int]]) -> dict:
     """The (offset, length) ranges of a gzip tar's decompressed stream, or the error."""
     got: dict = {}
     try:
-        with filesystems.open_binary(path) as raw, gzip.GzipFile(fileobj=raw) as stream:
+        with storage.open_binary(path) as raw, gzip.GzipFile(fileobj=raw) as stream:
             at = 0
             for offset, length in sorted(ranges):
                 while at < offset:  # skipped a megabyte at a time

@@ -1,27 +1,20 @@
-"""WriteShards: one TFRecord file per (split, shard), written to a temp name and renamed.
+"""WriteShards: one TFRecord file per (split, shard), written whole or not at all.
 
 The writer reads each image's bytes again (only metadata went through the
 shuffle), checks they are the bytes inspected (size, and the CRC-32 taken
 then: an input rewritten meanwhile is a ``changed`` reject, left out of the
-shard) and writes the shard's records (``convert_core.write``) through Beam's
-FileSystems (gs:// and friends).
+shard) and writes the shard (``convert_core.write.write_shard``).
 """
 
 from __future__ import annotations
 
-import uuid
-
 import apache_beam as beam
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from beam_jobs.dead_letters import SplitRejects
-from beam_jobs.filesystems import FILES
 from convert_core import paths
 from convert_core.records import Image
-from convert_core.write import Sink, read_again, shard_files, shard_info, write_records
-from schemas import layout, tfrecord
+from convert_core.write import read_again, write_shard
 from schemas.progress import Progress
 
 
@@ -56,13 +49,6 @@ class _WriteShard(beam.DoFn):
         if not gate["ok"]:  # too many rejects: finalize fails the job, write nothing
             return
         label_ids = {label: i for i, label in enumerate(vocab["labels"])}
-        files = shard_files(
-            split, index, plan[split]["num_shards"], self._compression, self._fingerprints
-        )
-        name, index_file, near_file = files
-        # A unique temp name per attempt: retries and backup attempts never
-        # share a half-written file; the rename makes the shard appear whole.
-        tmp = f"{self._incomplete}/{name}.{uuid.uuid4().hex}"
         again = None
         if self._record_image:  # a record input's images, read again a shard at a time
             images_again, feature = self._record_image
@@ -76,48 +62,28 @@ class _WriteShard(beam.DoFn):
         def image_bytes(source: str, im: Image) -> tuple[bytes, str | None]:
             if im.data is not None:  # carried from inspection
                 return im.data, None
-            return _read_again(source, im) if again is None else next(again)
+            return read_again(source, im) if again is None else next(again)
 
-        with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-            sink = Sink(f, gzip=self._compression == "gzip")
-            written = write_records(
-                sink,
-                images,
-                image_bytes,
-                self._root,
-                label_ids,
-                self._kind,
-                self._fingerprints,
-                self._progress,
-            )
-        # the record first: a file in place always has one (output.py removes,
-        # after a run that died, the files these records name and no others)
-        # (not empty: Beam's S3 filesystem cannot create an empty object, a multipart
-        # upload of no parts, which S3 refuses)
-        with FileSystems.create(f"{self._incomplete}/{name}{layout.OWNED_SUFFIX}") as f:
-            f.write(name.encode() + b"\n")
-        # the index and fingerprints land first: a shard in place always has them
-        if index_file:
-            self._beside(tmp, ".idx", tfrecord.index_text(written.lengths), index_file)
-        if near_file:
-            self._beside(tmp, layout.NEAR_SUFFIX, b"".join(written.near_lines), near_file)
-        FileSystems.rename([tmp], [f"{self._out}/{name}"])
+        info, written = write_shard(
+            self._out,
+            self._incomplete,
+            split,
+            index,
+            plan[split]["num_shards"],
+            images,
+            image_bytes,
+            root=self._root,
+            label_ids=label_ids,
+            record_kind=self._kind,
+            compression=self._compression,
+            fingerprints=self._fingerprints,
+            progress=self._progress,
+        )
         self._records.inc(written.count)
-        self._bytes.inc(sink.num_bytes)
+        self._bytes.inc(info["num_bytes"])
         self._shards.inc()
-        yield shard_info(split, index, files, sink, written, self._kind)
+        yield info
         yield from written.changed
-
-    def _beside(self, tmp: str, suffix: str, data: bytes, name: str) -> None:
-        """Writes a file that goes beside the shard, through a temp name."""
-        with FileSystems.create(tmp + suffix) as f:
-            f.write(data)
-        FileSystems.rename([tmp + suffix], [f"{self._out}/{name}"])
-
-
-def _read_again(path: str, im: Image) -> tuple[bytes, str | None]:
-    """``read_again`` through Beam's FileSystems."""
-    return read_again(FILES, path, im)
 
 
 class WriteShards(beam.PTransform):

@@ -22,7 +22,6 @@ import zlib
 from collections.abc import Callable
 
 from convert_core import paths
-from convert_core.files import LOCAL, Files
 from convert_core.records import Candidate, Image, Reject, make_reject
 from schemas import storage, stores
 from schemas.images import MAGIC, Rejected, inspect_stream
@@ -101,7 +100,6 @@ class Inspector:
         hash_content: bool = False,
         near: bool = False,
         pixels: bool = False,
-        files: Files = LOCAL,
     ):
         self.root = source_root
         self._hash = hash_content
@@ -110,7 +108,6 @@ class Inspector:
         self._full = verify == "full"
         self._max_pixels = max_image_pixels
         self._max_bytes = max_image_bytes
-        self._files = files
 
     @staticmethod
     def setup() -> None:
@@ -158,7 +155,7 @@ class Inspector:
             return self._all_of(source, size, data)
         except Rejected:
             raise
-        except (OSError, ValueError) as e:  # BeamIOError is an OSError
+        except (OSError, ValueError) as e:
             raise open_error(e) from e
 
     def _check_size(self, size: int) -> None:
@@ -188,7 +185,7 @@ class Inspector:
                 # image, several times dearer on a file than in memory
                 data = self._all_of(source, size, data)
                 return self.inspect_bytes(data), data
-            with self._files.open_binary(source) as f:
+            with storage.open_binary(source) as f:
                 head = f.read(16)
                 if not head.startswith(MAGIC):
                     raise Rejected("unsupported_format", "not an image Pillow can identify")
@@ -198,7 +195,7 @@ class Inspector:
                 return self._inspected(f, size), None  # the header only
         except Rejected:
             raise
-        except (OSError, ValueError) as e:  # BeamIOError is an OSError
+        except (OSError, ValueError) as e:
             raise open_error(e) from e
 
     @staticmethod
@@ -238,7 +235,7 @@ class Inspector:
         """The file's size, and its bytes when they came with it: an object of a bucket
         up to ``SMALL_FILE`` is one ranged request for both (its size alone is one too)."""
         if stores.store(source):
-            data = self._files.read_bytes(source, SMALL_FILE + 1)
+            data = storage.read_range(source, SMALL_FILE + 1)
             if len(data) <= SMALL_FILE:
                 return len(data), data
             return storage.size(source), None
@@ -246,18 +243,13 @@ class Inspector:
 
     def _all_of(self, source: str, size: int, data: bytes | None) -> bytes:
         """The ``size`` bytes of a file (``data``, when they came with its size), in one read."""
-        data = self._files.read_bytes(source, size + 1) if data is None else data
+        data = storage.read_range(source, size + 1) if data is None else data
         if len(data) != size:
             raise Rejected("unreadable", "the file changed size while it was read")
         return data
 
     def _regular_file_size(self, source: str) -> int:
         """The size of a regular file; a folder, FIFO, device or socket is ``unreadable``."""
-        if paths.is_url(source):
-            found = self._files.urls.match(source)
-            if not found:
-                raise Rejected("missing", "file not found")
-            return found[0][1]
         st = os.stat(source)
         if stat.S_ISDIR(st.st_mode):
             raise Rejected("unreadable", "a folder, not a file")

@@ -16,8 +16,8 @@ from collections.abc import Iterable, Iterator
 
 from convert_core import paths, walk
 from convert_core.candidates import CandidateRules, rows_of
-from convert_core.files import Files
 from convert_core.records import Candidate, Reject, make_reject
+from schemas import storage
 
 
 def listed(rules: CandidateRules, walked) -> Iterator[Candidate | Reject]:
@@ -30,31 +30,31 @@ def listed(rules: CandidateRules, walked) -> Iterator[Candidate | Reject]:
             yield make_reject(paths.relative_to(rules.root, source) or source, source, *rejected)
 
 
-def url_files(root: str, files: Files):
+def url_files(root: str):
     """A bucket folder's walk: every object under it that is not hidden is an input."""
-    for path, _ in files.urls.match(root + "/**"):
+    for path, _ in storage.match(root + "/**"):
         rel = paths.relative_to(root, path)
         if rel and not any(p.startswith(".") for p in rel.split("/")):
             yield path, None
 
 
-def read_manifest(rules: CandidateRules, manifest: str, files: Files):
+def read_manifest(rules: CandidateRules, manifest: str):
     """A manifest's rows, each a Candidate or a Reject (blank lines are not inputs)."""
-    with files.open_text(manifest, errors="surrogateescape") as f:
+    with storage.open_text(manifest, errors="surrogateescape") as f:
         for number, row in rows_of(manifest, f):
             yield rules.row(number, row)
 
 
-def list_inputs(rules: CandidateRules, manifest: str | None, files: Files) -> list:
+def list_inputs(rules: CandidateRules, manifest: str | None) -> list:
     """Every input, in one process: the rows of ``manifest``, or with none the image
     folder ``rules.root`` walked (pass 1 a label folder, then the symlinks they hold
     followed: ``convert_core.walk``)."""
     if manifest is not None:
-        return list(read_manifest(rules, manifest, files))
+        return list(read_manifest(rules, manifest))
     root, found, links, unlisted = rules.root, [], [], []
     for kind, name in walk.listing_work(root):
         if kind == "url":
-            found += listed(rules, url_files(root, files))
+            found += listed(rules, url_files(root))
         else:
             tree = walk.walk_tree(root, name, links, unlisted, recurse=kind == "tree")
             found += listed(rules, tree)

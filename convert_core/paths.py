@@ -1,6 +1,6 @@
 """Path arithmetic that works for local paths and URLs (gs://...): plain Python, no IO but
-a local folder's listing (``local_files``). The core reads files through
-``convert_core.files``; the writer's IO is ``beam_jobs.filesystems``."""
+a local folder's listing (``local_files``). Files are read and written through
+``schemas.storage``."""
 
 from __future__ import annotations
 

@@ -3,10 +3,9 @@
 ``preflight`` completes the frozen :class:`Job` whose paths ``Job.of``
 resolved: the input checked to exist (a manifest's header too), and a
 ``--labels`` vocabulary read. A mistake stops here, in the driver, as a
-:class:`UserError` naming the flag. URLs are read through the ``files`` given
-(Beam's FileSystems in convert: ``beam_jobs.filesystems``), a record input's first
-record through the ``records`` given (``beam_jobs.record_preflight``); no pipeline is
-involved.
+:class:`UserError` naming the flag. Files are read through ``schemas.storage``, a
+record input's first record through the ``records`` given
+(``beam_jobs.record_preflight``); no pipeline is involved.
 """
 
 from __future__ import annotations
@@ -19,10 +18,10 @@ from typing import Protocol
 
 from convert_core import paths
 from convert_core.candidates import manifest_columns
-from convert_core.files import Files
 from convert_core.job import Job
 from convert_core.options import ConvertOptions, UserError, is_csv
 from convert_core.record_rules import RecordFeatures, record_input_formats
+from schemas import storage, stores
 
 log = logging.getLogger(__name__)
 
@@ -54,14 +53,11 @@ class NoRecordInputs:
         return input_format
 
 
-def preflight(
-    job: Job, files: Files, records: RecordInputs | None = None, offline: bool = False
-) -> Job:
+def preflight(job: Job, records: RecordInputs | None = None, offline: bool = False) -> Job:
     """Checks the inputs ``job`` names and reads its vocabulary, once: the Job complete.
 
     Args:
         job: the Job of the options, its paths resolved (``Job.of``).
-        files: how files are read (``convert_core.files``).
         records: the record formats' checks (None: no record input is read).
         offline: a dry run: checks that would reach a cloud store (an input
             or ``--labels`` file at a URL) are skipped, with one log line.
@@ -71,6 +67,10 @@ def preflight(
             bad ``--labels`` file.
     """
     options = job.options
+    for flag, url in (("--input", options.input), ("--output_dir", options.output_dir)):
+        check_scheme(flag, url)
+    if options.labels_file:
+        check_scheme("--labels", options.labels_file)
     skipped = []
     features = class_names = None
     if offline and paths.is_url(options.input):
@@ -83,12 +83,12 @@ def preflight(
     elif job.records:
         features, class_names = (records or NoRecordInputs()).check(job)
     else:
-        check_input(options, job.input_root, job.manifest, files, records or NoRecordInputs())
+        check_input(options, job.input_root, job.manifest, records or NoRecordInputs())
     vocabulary = None
     if options.labels_file and offline and paths.is_url(options.labels_file):
         skipped.append("--labels (the job is translated without a fixed vocabulary)")
     elif options.labels_file:
-        vocabulary = tuple(load_vocabulary(options.labels_file, files))
+        vocabulary = tuple(load_vocabulary(options.labels_file))
     elif class_names and features.label_kind == "int64":
         vocabulary = class_names  # an int label is a position in them, as in --labels
     if skipped:
@@ -97,11 +97,11 @@ def preflight(
 
 
 def check_input(
-    options: ConvertOptions, root: str, manifest: str | None, files: Files, records: RecordInputs
+    options: ConvertOptions, root: str, manifest: str | None, records: RecordInputs
 ) -> list[str]:
     """Checks the input exists (and a manifest's header) in the driver: the image folder
-    ``root``, or ``manifest`` (both resolved; messages name ``--input`` as typed), read
-    through ``files``; a folder of record files names their format (``records``).
+    ``root``, or ``manifest`` (both resolved; messages name ``--input`` as typed); a
+    folder of record files names their format (``records``).
 
     Returns:
         The manifest's column names ([] for an image folder).
@@ -110,10 +110,9 @@ def check_input(
         UserError: missing folder or manifest, or a manifest without the
             required columns.
     """
-    check_scheme(options.input, files)
     if manifest is None:
         if paths.is_url(root):
-            listed = files.urls.match(root + "/**", FIRST_FILES)
+            listed = storage.match(root + "/**", FIRST_FILES)
             if not listed:
                 raise UserError(f"--input: no files under {root}")
             names = [paths.relative_to(root, path) for path, _ in listed]
@@ -136,10 +135,10 @@ def check_input(
             f"--input: {options.input!r} is a folder, not a manifest file; "
             "give the folder without a manifest suffix, or a .csv/.jsonl file"
         )
-    if not files.exists(manifest):
+    if not storage.exists(manifest):
         raise UserError(f"--input: manifest {options.input!r} does not exist")
     try:
-        with files.open_text(manifest, errors="surrogateescape") as f:
+        with storage.open_text(manifest, errors="surrogateescape") as f:
             columns, has_rows = manifest_columns(manifest, f)
     except (UnicodeDecodeError, OSError, EOFError, csv.Error) as e:
         raise UserError(f"--input: manifest {options.input} cannot be read: {e}") from None
@@ -181,24 +180,24 @@ def _check_not_records(given: str, names: list[str], records: RecordInputs) -> N
     raise UserError(f"--input: folder {given!r} holds {held}, no images: add {flags}")
 
 
-def check_scheme(url: str, files: Files) -> None:
-    """A URL's scheme is one ``files`` reads (a local path always is)."""
-    if paths.is_url(url) and not files.urls.reads(url):
+def check_scheme(flag: str, url: str) -> None:
+    """``url`` is a local path, or a URL of a store convert reads and writes (gs://, s3://)."""
+    if paths.is_url(url) and stores.store(url) is None:
         scheme = url.split("://", 1)[0]
         raise UserError(
-            f"--input {url}: {scheme}:// is not a file system Beam reads; give a "
-            "local path or a gs:// URL (s3:// with apache-beam[aws])"
+            f"{flag} {url}: convert reads and writes local paths, gs:// and s3:// URLs, "
+            f"not {scheme}://"
         )
 
 
-def load_vocabulary(path: str, files: Files) -> list[str]:
+def load_vocabulary(path: str) -> list[str]:
     """Reads a ``--labels`` file: one label a line; blank lines ignored."""
     if not paths.is_url(path) and os.path.isdir(path):
         raise UserError(f"--labels: {path!r} is a folder; give a file with one label a line")
-    if not files.exists(path):
+    if not storage.exists(path):
         raise UserError(f"--labels: file {path!r} does not exist")
     try:
-        with files.open_text(path) as f:
+        with storage.open_text(path) as f:
             labels = [line.strip() for line in f if line.strip()]
     except UnicodeDecodeError as e:
         raise UserError(f"--labels: file {path!r} is not UTF-8 text ({e.reason})") from None

@@ -3,9 +3,9 @@
 TFRecord (``schemas.tfrecord``), optionally gzip-compressed, counted and hashed.
 
 Framing is done here rather than with ``tf.io.TFRecordWriter`` so that the bytes are
-ours to pin and go to any stream: Beam's ``WriteShards`` (``beam_jobs.write``) gives a
-FileSystems file, the in-process writer a local one. Gzip output uses zlib's gzip
-wrapper, whose header carries no timestamp.
+ours to pin and go to any stream (``write_shard``: ``schemas.storage.writer``'s, local
+or a bucket's). Gzip output uses zlib's gzip wrapper, whose header carries no
+timestamp.
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ import hashlib
 import zlib
 from collections.abc import Callable
 
-from convert_core.files import Files
 from convert_core.paths import full_source
 from convert_core.records import Image, Reject, make_reject
-from schemas import inferred, layout, near, tfrecord
+from schemas import inferred, layout, near, storage, tfrecord
 from schemas.example import encode_record, parse_features
 
 # a shard info's counts of its examples' features (example kind), which finalize merges
@@ -64,10 +63,10 @@ def example_bytes(im: Image, label_id: int, record_kind: str, data: bytes | None
     )
 
 
-def read_again(files: Files, path: str, im: Image) -> tuple[bytes, str | None]:
+def read_again(path: str, im: Image) -> tuple[bytes, str | None]:
     """The image's bytes, and what changed since inspection (None: nothing)."""
     try:
-        data = files.read_bytes(path, im.num_bytes + 1)  # one more: a file that grew is caught
+        data = storage.read_range(path, im.num_bytes + 1)  # one more: a file that grew is caught
     except FileNotFoundError:
         return b"", "the file was removed after it was inspected"
     if len(data) != im.num_bytes:
@@ -168,3 +167,45 @@ def shard_info(
         "label_counts": dict(sorted(written.label_counts.items())),
         **({FEATURE_STATS: written.stats} if record_kind == "example" else {}),
     }
+
+
+def write_shard(
+    out: str,
+    incomplete: str,
+    split: str,
+    index: int,
+    num_shards: int,
+    images: list[Image],
+    image_bytes: Callable[[str, Image], tuple[bytes, str | None]],
+    *,
+    root: str | None,
+    label_ids: dict[str, int],
+    record_kind: str,
+    compression: str,
+    fingerprints: bool,
+    progress=None,
+) -> tuple[dict, Written]:
+    """Writes one shard (``write_records``) and the files beside it into ``out``, whole or
+    not at all (``schemas.storage.writer``; a local shard through a temp name in
+    ``incomplete``). Before the shard lands: a record of its name in ``incomplete``
+    (``convert_core.output`` removes, after a run that died, the files these name and no
+    others), then its DALI index and fingerprints, so a shard in place has them.
+
+    Returns:
+        (its entry in the info, what ``write_records`` wrote).
+    """
+    files = shard_files(split, index, num_shards, compression, fingerprints)
+    name, index_file, near_file = files
+    with storage.writer(layout.join(out, name), incomplete) as f:
+        sink = Sink(f, gzip=compression == "gzip")
+        written = write_records(
+            sink, images, image_bytes, root, label_ids, record_kind, fingerprints, progress
+        )
+        storage.write_atomically(f"{incomplete}/{name}{layout.OWNED_SUFFIX}", name.encode() + b"\n")
+        beside = [(index_file, tfrecord.index_text(written.lengths))]
+        beside += [(near_file, b"".join(written.near_lines))]
+        for file, data in beside:
+            if file:
+                with storage.writer(layout.join(out, file), incomplete) as g:
+                    g.write(data)
+    return shard_info(split, index, files, sink, written, record_kind), written

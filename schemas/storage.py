@@ -1,10 +1,11 @@
-"""Reading files of a dataset: local paths with Python's own IO, gs:// and s3://
-with their stores' clients (``schemas.stores``), other URLs with ``tf.io.gfile``.
+"""The one way to files: local paths with Python's own IO, gs:// and s3:// with their
+stores' clients (``schemas.stores``: one client a process, reused), and, for reading
+only, other URLs with ``tf.io.gfile``.
 
-The reading side (reader, validate, inspect) goes through here, and convert's
-lock on its output folder (``create_new``, ``remove_if``); the rest of the
-writing side (``beam_jobs``) goes through Beam's FileSystems. Training never imports
-Beam, and ``inspect`` of a local folder imports neither Beam nor TensorFlow.
+Everything goes through here: convert's inputs, shards, rejects, description and
+the lock on its output folder, the readers and their cache, validate and inspect.
+Beam's FileSystems are left to Beam (its temp and staging folders). Training never
+imports Beam, and ``inspect`` of a local folder imports neither Beam nor TensorFlow.
 gs:// goes through google-cloud-storage, not TensorFlow's GCS client, because
 it honours ``STORAGE_EMULATOR_HOST`` (a GCS API server on loopback: the tests
 run every gs:// path against one) and says what failed in one line.
@@ -13,10 +14,16 @@ run every gs:// path against one) and says what failed in one line.
 from __future__ import annotations
 
 import contextlib
+import gzip
+import io
 import os
+import re
+import shutil
 import sys
+import tempfile
+import uuid
 
-from schemas import stores
+from schemas import layout, stores
 from schemas.errors import InvalidValueError
 
 
@@ -93,12 +100,37 @@ def download(path: str, out) -> None:
 
 
 def read_range(path: str, size: int, start: int = 0) -> bytes:
-    """Up to ``size`` bytes from ``start`` (from a bucket: one ranged request)."""
+    """Up to ``size`` bytes from ``start``: from a bucket in one ranged request; a local
+    file with ``os.pread`` (no buffered reader, no fstat or isatty of its own: half the
+    time of ``open(path, "rb")`` on small images, 5 against 10 us)."""
     if store := stores.store(path):
         return store.read(path, size, start)
-    with open_binary(path) as f:
-        f.seek(start)
-        return f.read(size)
+    if is_url(path):
+        with open_binary(path) as f:
+            f.seek(start)
+            return f.read(size)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        chunks = []
+        while size > 0 and (chunk := os.pread(fd, size, start)):
+            chunks.append(chunk)
+            size, start = size - len(chunk), start + len(chunk)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def open_text(path: str, errors: str = "strict") -> io.TextIOBase:
+    """A text stream of a manifest or labels file; ``.gz`` files are gunzipped.
+
+    ``errors="surrogateescape"`` keeps bytes that are not UTF-8 as lone surrogates,
+    which convert's row checks reject (``bad_path``, ``bad_label``) row by row.
+    """
+    raw = open_binary(path)
+    if path.lower().endswith(".gz"):
+        raw = gzip.GzipFile(fileobj=raw, mode="rb")
+    # utf-8-sig drops a BOM; newline="" lets csv handle CRLF line ends.
+    return io.TextIOWrapper(raw, encoding="utf-8-sig", errors=errors, newline="")
 
 
 def read_bytes(path: str) -> bytes:
@@ -187,3 +219,140 @@ def remove_if(path: str, token) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+# -- writing (local paths and buckets) and listing by glob
+
+SPOOL_BYTES = 1 << 26  # a bucket object is written from memory up to this, then from disk
+
+
+def _writes(path: str) -> None:
+    if is_url(path) and stores.store(path) is None:
+        raise InvalidValueError(f"{path}: evenshard writes local paths, gs:// and s3:// only")
+
+
+@contextlib.contextmanager
+def writer(path: str, temp_dir: str | None = None):
+    """A binary stream whose bytes become the file ``path`` whole when the block ends
+    without an error, and never in part: a local file is written to a unique temp name
+    (in ``temp_dir``, else beside it) and renamed into place; a bucket's object is one
+    upload (spooled to disk past ``SPOOL_BYTES``). A block that raises leaves nothing."""
+    _writes(path)
+    if store := stores.store(path):
+        with tempfile.SpooledTemporaryFile(SPOOL_BYTES) as spool:
+            yield spool
+            spool.seek(0)
+            store.upload(path, spool)
+        return
+    name = os.path.basename(path)
+    tmp = layout.temp_name(os.path.join(temp_dir, name) if temp_dir else path, uuid.uuid4().hex)
+    os.makedirs(os.path.dirname(os.path.abspath(tmp)), exist_ok=True)
+    try:
+        with open(tmp, "wb") as f:
+            yield f
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    """Writes the file whole or not at all (``writer``)."""
+    with writer(path) as f:
+        f.write(data)
+
+
+def delete(paths) -> None:
+    """Removes files (a local folder with what it holds); missing ones are no error."""
+    for path in paths:
+        _writes(path)
+        if store := stores.store(path):
+            store.delete(path)
+        elif os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+
+
+def files_under(folder: str) -> list[str]:
+    """What removing ``folder`` takes (``delete``): a local folder itself, where it is; a
+    bucket's objects under its prefix (a bucket has no folders)."""
+    if stores.store(folder):
+        return [p for p, _ in match(folder.rstrip("/") + "/**")]
+    return [folder] if os.path.exists(folder) else []
+
+
+GLOB_CHARS = "*?["
+
+
+def match(pattern: str, limit: int | None = None) -> list[tuple[str, int]]:
+    """(path, size in bytes) of each file ``pattern`` matches, sorted; with ``limit``, the
+    first that many found (in a fixed order).
+
+    Beam's FileSystems.match's rules, local and in a bucket alike: ``*`` and ``?``
+    match within one name, ``**`` across folders, ``[...]`` is a class; a pattern
+    without them names one file (or none). A local folder's symlinks to folders
+    are not followed.
+    """
+    _writes(pattern)
+    cut = min((pattern.find(c) for c in GLOB_CHARS if c in pattern), default=len(pattern))
+    static, rule = pattern[:cut], _glob_rule(pattern)
+    if store := stores.store(pattern):
+        listed = store.walk(static)
+    else:
+        listed = _local_files(static, pattern[cut:])
+    found = []
+    for path, n in listed:
+        if rule.fullmatch(path):
+            found.append((path, n))
+            if limit and len(found) >= limit:
+                break
+    return sorted(found)
+
+
+def _local_files(static: str, rest: str):
+    """(path, size) of the local files a pattern of ``static`` + ``rest`` may match, in
+    folders no deeper than ``rest`` reaches (unbounded with ``**``)."""
+    if not rest:
+        with contextlib.suppress(OSError):
+            if os.path.isfile(static):
+                yield static, os.path.getsize(static)
+        return
+    base = static[: static.rfind("/") + 1]
+    depth = None if "**" in rest else (static[len(base) :] + rest).count("/")
+    top = base or "."
+    for folder, dirs, files in os.walk(top):
+        rel = os.path.relpath(folder, top)
+        prefix = base if rel == "." else f"{base}{rel}/"
+        dirs.sort()
+        if depth is not None and (0 if rel == "." else rel.count("/") + 1) >= depth:
+            dirs[:] = []
+        for name in sorted(files):
+            with contextlib.suppress(OSError):
+                yield prefix + name, os.path.getsize(prefix + name)
+
+
+def _glob_rule(pattern: str) -> re.Pattern:
+    out, i = [], 0
+    while i < len(pattern):
+        c = pattern[i]
+        if pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        end = pattern.find("]", i + 2) if c == "[" else -1
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif end > 0:
+            body = pattern[i + 1 : end]
+            out.append("[" + ("^" + body[1:] if body.startswith("!") else body) + "]")
+            i = end + 1
+            continue
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return re.compile("".join(out))

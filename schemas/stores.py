@@ -128,9 +128,28 @@ class GCS:
             )
             return [b.name for b in found], list(found.prefixes)
 
+    def walk(self, url: str):
+        """(URL, size) of every object whose URL starts with ``url``, by key."""
+        bucket, key = split(url)
+        with self.errors(url):
+            for blob in self.client().list_blobs(bucket, prefix=key):
+                yield f"gs://{bucket}/{blob.name}", int(blob.size)
+
     def put(self, url: str, data: bytes) -> None:
         with self.errors(url):
             self._blob(url).upload_from_string(data)
+
+    def upload(self, url: str, stream) -> None:
+        """Writes the object from a readable stream at its start (large ones in parts)."""
+        with self.errors(url):
+            self._blob(url).upload_from_file(stream)
+
+    def delete(self, url: str) -> None:
+        """Removes the object; a missing one is no error."""
+        from google.api_core import exceptions
+
+        with self.errors(url), contextlib.suppress(exceptions.NotFound):
+            self._blob(url).delete()
 
     def create_new(self, url: str, data: bytes):
         from google.api_core import exceptions
@@ -280,10 +299,33 @@ class S3:
                 prefixes += [p["Prefix"] for p in page.get("CommonPrefixes", [])]
         return keys, prefixes
 
+    def walk(self, url: str):
+        """(URL, size) of every object whose URL starts with ``url``, by key."""
+        bucket, key = split(url)
+        with self.errors(url):
+            pages = (
+                self.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key)
+            )
+            for page in pages:
+                for found in page.get("Contents", []):
+                    yield f"s3://{bucket}/{found['Key']}", int(found["Size"])
+
     def put(self, url: str, data: bytes) -> None:
         bucket, key = split(url)
         with self.errors(url):
             self.client().put_object(Bucket=bucket, Key=key, Body=data)
+
+    def upload(self, url: str, stream) -> None:
+        """Writes the object from a readable stream at its start (large ones in parts)."""
+        bucket, key = split(url)
+        with self.errors(url):
+            self.client().upload_fileobj(stream, bucket, key)
+
+    def delete(self, url: str) -> None:
+        """Removes the object; a missing one is no error (S3 says none)."""
+        bucket, key = split(url)
+        with self.errors(url):
+            self.client().delete_object(Bucket=bucket, Key=key)
 
     def create_new(self, url: str, data: bytes) -> str:
         bucket, key = split(url)
@@ -349,6 +391,14 @@ class _Ranged(io.RawIOBase):
 
 
 STORES = {"gs": GCS(), "s3": S3()}
+
+
+def _forget_clients() -> None:
+    """A forked process makes its own clients: a client's connections are not shared."""
+    GCS._client = S3._client = None
+
+
+os.register_at_fork(after_in_child=_forget_clients)
 
 
 def store(path: str):

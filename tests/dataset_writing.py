@@ -14,37 +14,25 @@ URLs, Beam's own flags.
 
 from __future__ import annotations
 
-import os
-
 import schemas
 from convert_core import paths
-from convert_core.describe import (
-    check_counts,
-    check_planned,
-    dataset_files,
-    dataset_info,
-    inputs_changed,
-    settings,
-    too_many_rejects,
-)
-from convert_core.files import LOCAL
+from convert_core.describe import settings
 from convert_core.inspection import Inspector
 from convert_core.job import Job
 from convert_core.listing import list_inputs, unique
 from convert_core.options import parse_args
 from convert_core.order import shards_of
+from convert_core.output import claim, finish
 from convert_core.plan_shards import plan_of, split_stats
 from convert_core.preflight import preflight
 from convert_core.records import Image, Reject
-from convert_core.rejects import gate, rejects_text, summary
+from convert_core.rejects import gate, summary, write_rejects
 from convert_core.split import assign_splits
 from convert_core.vocabulary import vocabulary
-from convert_core.write import Sink, read_again, shard_files, shard_info, write_records
-from schemas import layout, tfrecord
+from convert_core.write import read_again, write_shard
 
 # Beam's flags the tests pass to convert: they choose how it runs, never what it writes.
 _RUNNER_FLAGS = ("--direct_running_mode", "--direct_num_workers")
-_MARKER = b"evenshard convert writes this folder\n"  # beam_jobs.output writes it first
 
 
 def write_dataset(input_path: str, output_dir: str, *flags: str) -> dict:
@@ -61,17 +49,18 @@ def write_dataset(input_path: str, output_dir: str, *flags: str) -> dict:
         The dataset info, as ``convert.run`` returns it (without ``runner``).
 
     Raises:
-        ValueError: an option this writer does not do, too many rejects, or inputs
-            that changed while it ran.
+        ValueError: an option this writer does not do.
+        convert_core.options.DatasetRefused: too many rejects, or inputs that changed
+            while it ran (as convert).
     """
     flags = tuple(f for f in flags if not f.startswith(_RUNNER_FLAGS))
     if not any(f.startswith("--max_reject_fraction") for f in flags):
         flags += ("--max_reject_fraction=0.05",)
     options, beam_args = parse_args([f"--input={input_path}", f"--output_dir={output_dir}", *flags])
     _check_supported(options, beam_args)
-    job = preflight(Job.of(options), LOCAL)
+    job = preflight(Job.of(options))
     o, out = job.options, job.output_dir
-    listed = list_inputs(job.candidate_rules(), job.manifest, LOCAL)  # ReadInputs
+    listed = list_inputs(job.candidate_rules(), job.manifest)  # ReadInputs
     candidates = [c for c in listed if not isinstance(c, Reject)]
     rejects = [r for r in listed if isinstance(r, Reject)]
     if job.manifest is not None:
@@ -84,29 +73,46 @@ def write_dataset(input_path: str, output_dir: str, *flags: str) -> dict:
         (images if isinstance(found, Image) else rejects).append(found)
     by_reason = summary(rejects)  # WriteRejects, RejectGate
     allowed = gate(o.max_reject_fraction, len(listed), by_reason)
-    if not allowed["ok"]:
-        raise ValueError(too_many_rejects(allowed, job.rejects_file))
     vocab = vocabulary({im.label for im in images}, {im.format for im in images}, job.vocabulary)
     fractions = list(o.split_fractions)
     split_images = assign_splits(images, o.split_names, fractions, o.split_mode, o.split_seed)
     shard_rule = (o.target_shard_mb * 1e6, o.shard_multiple, o.num_shards, o.examples_per_shard)
     plan = plan_of(split_stats(split_images, o.record_kind), o.split_names, *shard_rule)
-    os.makedirs(f"{out}/rejects", exist_ok=True)
-    _put(out, layout.MARKER_FILE, _MARKER)
     label_ids = {label: i for i, label in enumerate(vocab["labels"])}
-    shards, changed = [], []
-    for split in sorted(plan):  # OrderAndShard, WriteShards
-        members = [im for s, im in split_images if s == split]
-        for index, shard in enumerate(shards_of(members, o.seed, o.balance, plan[split])):
-            shards.append(_write_shard(job, split, index, shard, label_ids, plan, changed))
-    _put(out, layout.REJECTS_FILE, rejects_text(rejects))
-    info = dataset_info(settings(o, job.path_root), shards, plan, vocab, allowed, by_reason)
-    check_counts(info, allowed, changed)  # Finalize
-    if changed:
-        raise ValueError(inputs_changed(changed, job.rejects_file))
-    check_planned(info, plan)
-    for name, data in dataset_files(info, shards, vocab):  # dataset_info.json last
-        _put(out, name, data)
+    with claim(job):  # locks and prepares the folder; raises a refusal as it ends
+        write_rejects(job.rejects_file, rejects)
+        shards, changed = [], []
+        for split in sorted(plan) if allowed["ok"] else []:  # OrderAndShard, WriteShards
+            members = [im for s, im in split_images if s == split]
+            for index, shard in enumerate(shards_of(members, o.seed, o.balance, plan[split])):
+                entry, written = write_shard(
+                    out,
+                    job.incomplete_dir,
+                    split,
+                    index,
+                    plan[split]["num_shards"],
+                    shard,
+                    read_again,
+                    root=job.input_root,
+                    label_ids=label_ids,
+                    record_kind=o.record_kind,
+                    compression=o.compression,
+                    fingerprints=False,
+                )
+                shards.append(entry)
+                changed += written.changed
+        finish(  # Finalize
+            out,
+            job.incomplete_dir,
+            job.rejects_file,
+            settings(o, job.path_root),
+            shards,
+            plan,
+            vocab,
+            allowed,
+            by_reason,
+            changed,
+        )
     return schemas.load_info(out)
 
 
@@ -121,31 +127,3 @@ def _check_supported(options, beam_args: list[str]) -> None:
     for found, what in unsupported:
         if found:
             raise ValueError(f"write_dataset does not do {what}: use conftest.run_convert")
-
-
-def _write_shard(job: Job, split: str, index: int, images, label_ids, plan, changed) -> dict:
-    """One shard file and its DALI index; its entry in the info (an image that changed
-    since inspection: into ``changed``)."""
-    o = job.options
-    files = shard_files(split, index, plan[split]["num_shards"], o.compression, False)
-    name, index_file, _ = files
-    with open(layout.join(job.output_dir, name), "wb") as f:
-        sink = Sink(f, gzip=o.compression == "gzip")
-        written = write_records(
-            sink,
-            images,
-            lambda source, im: read_again(LOCAL, source, im),
-            job.input_root,
-            label_ids,
-            o.record_kind,
-            fingerprints=False,
-        )
-    changed += written.changed
-    if index_file:
-        _put(job.output_dir, index_file, tfrecord.index_text(written.lengths))
-    return shard_info(split, index, files, sink, written, o.record_kind)
-
-
-def _put(out: str, name: str, data: bytes) -> None:
-    with open(layout.join(out, name), "wb") as f:
-        f.write(data)

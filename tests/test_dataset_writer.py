@@ -14,6 +14,7 @@ import pytest
 from conftest import files_of, run_convert, write_manifest
 from dataset_writer import write_dataset
 
+from convert_core.options import DatasetRefused
 from evenshard import synthetic
 
 
@@ -141,7 +142,8 @@ def test_the_writer_refuses_what_it_does_not_do(inputs, tmp_path):
     for flags, what in [
         (["--dedupe=content"], "--dedupe=content"),
         (["--runner=DirectRunner"], "Beam's flags"),
-        ([], "--max_reject_fraction"),  # the broken files are more than 5% of the inputs
     ]:
         with pytest.raises(ValueError, match=what):
             write_dataset(images, str(tmp_path / "out"), *flags)
+    with pytest.raises(DatasetRefused, match="--max_reject_fraction"):  # as convert refuses
+        write_dataset(images, str(tmp_path / "out"))  # the broken files are over 5 %

@@ -32,6 +32,7 @@ def images(tmp_path_factory):
         (["--output-dir=x"], "--output-dir (did you mean --output_dir?)"),
         (["--direct_running_mode=bogus"], "argument --direct_running_mode: invalid choice"),
         (["--num_shards=100000"], "--num_shards must be in [1, 99999]"),
+        (["--s3_endpoint_url=http://127.0.0.1:9"], "--s3_endpoint_url: convert reaches s3://"),
         ([f"--splits={'s' * 250}=1.0"], "at most 128 of them"),
         (["--examples_per_shard=0"], "--examples_per_shard must be a whole number >= 1"),
         (["--examples_per_shard=2.5"], "--examples_per_shard: invalid int value: '2.5'"),
@@ -59,7 +60,7 @@ def test_flag_mistakes_are_one_line(images, tmp_path, capsys, caplog, flags, mes
     "given, message",
     [
         ("img/l0/0.png", "is a file, not a folder"),
-        ("http://example.com/images", "http:// is not a file system Beam reads"),
+        ("http://example.com/images", "local paths, gs:// and s3:// URLs, not http://"),
         ("nowhere", "folder 'nowhere' does not exist"),
     ],
 )

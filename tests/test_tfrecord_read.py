@@ -13,9 +13,8 @@ import zlib
 import numpy as np
 import pytest
 
-from beam_jobs import filesystems
 from evenshard import synthetic
-from schemas import tfrecord
+from schemas import storage, tfrecord
 from schemas.example import serialize_example
 
 
@@ -68,7 +67,7 @@ def test_a_file_read_whole_or_streamed_gives_the_same_records_and_rejects(
         places.append((offset, len(r)))
         offset += len(tfrecord.frame(r))
     streamed = []
-    monkeypatch.setattr(filesystems, "open_binary", lambda p: streamed.append(p) or open(p, "rb"))
+    monkeypatch.setattr(storage, "open_binary", lambda p: streamed.append(p) or open(p, "rb"))
     for body, want in (
         (data, [(f"{name}#{i}", "", place) for i, place in enumerate(places)]),
         (cut, [(f"{name}#{i}", "", place) for i, place in enumerate(places[:11])]),

@@ -10,11 +10,10 @@ import zlib
 import numpy as np
 import pytest
 
-from beam_jobs import filesystems
 from convert_core import paths
 from convert_core.records import Image
 from evenshard import synthetic
-from schemas import tfrecord
+from schemas import storage, tfrecord
 from schemas.example import serialize_example
 
 
@@ -98,8 +97,8 @@ def test_a_shard_reads_each_gzip_file_once(tmp_path, monkeypatch):
     order = np.random.default_rng(1).permutation(len(items))
     shard = [items[i] for i in order]
     opened = []
-    open_binary = filesystems.open_binary
-    monkeypatch.setattr(filesystems, "open_binary", lambda p: opened.append(p) or open_binary(p))
+    open_binary = storage.open_binary
+    monkeypatch.setattr(storage, "open_binary", lambda p: opened.append(p) or open_binary(p))
     got = list(images_again(shard, "image_raw"))
     assert got == [(images[i], None) for i in order]
     assert opened.count(gz) == 1

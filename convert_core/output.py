@@ -19,8 +19,8 @@ Rules (docs/convert.md#output-folder):
   pattern. A folder is convert's when it holds the marker file (written
   first) or a finished dataset. Files of convert's names in a folder that is
   not convert's are the user's: the job refuses.
-- A run refused for its inputs leaves its one line in ``.incomplete/``
-  (``finalize.refuse``); the claim raises it as it ends (``DatasetRefused``).
+- A run refused for its inputs leaves its one line in the folder
+  (``refuse``); the claim raises it as it ends (``DatasetRefused``).
 """
 
 from __future__ import annotations
@@ -31,16 +31,24 @@ import logging
 import os
 import socket
 
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
-
-from beam_jobs import filesystems
 from convert_core import paths
+from convert_core.describe import (
+    check_counts,
+    check_planned,
+    dataset_files,
+    dataset_info,
+    inputs_changed,
+    too_many_rejects,
+)
 from convert_core.job import Job
 from convert_core.options import DatasetRefused, UserError
+from convert_core.records import Reject
+from convert_core.rejects import add_rejects
 from schemas import layout, storage
 
 log = logging.getLogger(__name__)
+
+MARKER = b"evenshard convert writes this folder\n"  # a folder holding it is convert's
 
 
 def _real(path: str) -> str:
@@ -129,9 +137,15 @@ def claim(job: Job, dry_run: bool = False):
             with contextlib.suppress(OSError):
                 storage.remove_if(*lock)
     refused = layout.join(out, layout.REFUSED_FILE)
-    if FileSystems.exists(refused):
-        with FileSystems.open(refused, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-            raise DatasetRefused(f.read().decode("utf-8"))
+    if storage.exists(refused):
+        raise DatasetRefused(storage.read_bytes(refused).decode("utf-8"))
+
+
+def refuse(out: str, message: str) -> None:
+    """Ends the run without a dataset: ``message`` (one line) for the driver to raise
+    (``claim``); written by the run's last step, wherever it runs."""
+    log.info("evenshard: no dataset: %s", message)
+    storage.write_atomically(layout.join(out, layout.REFUSED_FILE), message.encode("utf-8"))
 
 
 def _lock(out: str) -> tuple[str, int]:
@@ -187,8 +201,8 @@ def _prepare(out: str, incomplete: str, overwrite: bool) -> None:
     """
     info = layout.join(out, layout.INFO_FILE)
     marker = layout.join(out, layout.MARKER_FILE)
-    finished = FileSystems.exists(info)
-    ours = finished or FileSystems.exists(marker)
+    finished = storage.exists(info)
+    ours = finished or storage.exists(marker)
     if finished and not overwrite:
         raise UserError(
             f"--output_dir {out} holds a finished dataset; pass --overwrite "
@@ -203,12 +217,12 @@ def _prepare(out: str, incomplete: str, overwrite: bool) -> None:
                 f"{', ...' if len(claimed) > 5 else ''}); choose an empty or new folder"
             )
     else:
-        earlier = [p for p in owned_files(out, incomplete) if FileSystems.exists(p)]
+        earlier = [p for p in owned_files(out, incomplete) if storage.exists(p)]
         if earlier:
             log.warning("evenshard: removing %d files of an earlier run from %s", len(earlier), out)
-            FileSystems.delete(earlier)
+            storage.delete(earlier)
         if finished:
-            FileSystems.delete([info])
+            storage.delete([info])
         kept = _matches(out, layout.CLAIMED_PATTERNS)
         if kept:
             log.warning(
@@ -218,8 +232,8 @@ def _prepare(out: str, incomplete: str, overwrite: bool) -> None:
                 len(kept),
                 ", ".join(paths.relative_to(out, p) or p for p in kept[:5]),
             )
-    if not FileSystems.exists(marker):
-        filesystems.write_atomically(marker, b"evenshard convert writes this folder\n")
+    if not storage.exists(marker):
+        storage.write_atomically(marker, MARKER)
 
 
 def owned_files(out: str, incomplete: str) -> list[str]:
@@ -237,10 +251,9 @@ def owned_files(out: str, incomplete: str) -> list[str]:
 
     names: list[str] = []
     info = layout.join(out, layout.INFO_FILE)
-    if FileSystems.exists(info):
+    if storage.exists(info):
         try:
-            with FileSystems.open(info) as f:
-                parsed = parse_info(f.read(), info)
+            parsed = parse_info(storage.read_bytes(info), info)
         except DatasetError as e:
             log.warning("evenshard: %s; the shards it lists are not removed", e)
         else:
@@ -257,9 +270,50 @@ def owned_files(out: str, incomplete: str) -> list[str]:
         if rel and layout.is_temp_of_fixed_file(rel):
             names.append(rel)
     files = [layout.join(out, n) for n in dict.fromkeys(names) if n]
-    return files + filesystems.folder_files(incomplete)
+    return files + storage.files_under(incomplete)
 
 
 def _matches(folder: str, patterns) -> list[str]:
-    found = FileSystems.match([layout.join(folder, p) for p in patterns])
-    return sorted({m.path for r in found for m in r.metadata_list})
+    return sorted({path for p in patterns for path, _ in storage.match(layout.join(folder, p))})
+
+
+def finish(
+    out: str,
+    incomplete: str,
+    rejects_file: str,
+    settings: dict,
+    shards: list[dict],
+    plan: dict,
+    vocab: dict,
+    gate: dict,
+    reject_summary: dict,
+    changed: list[Reject],
+    near: list | None = None,
+) -> dict | None:
+    """The run's last step, once every shard and the rejects are written: the description
+    (``convert_core.describe``), ``dataset_info.json`` last, then ``.incomplete/``
+    removed; or no dataset (``refuse``, and None): too many rejects, or inputs that
+    changed while shards were written (``changed``: added to the rejects file).
+
+    ``settings``: what the info records of the flags (``describe.settings``); ``near``:
+    ``[the summary of --dedupe near]``, or empty.
+    """
+    if not gate["ok"]:
+        refuse(out, too_many_rejects(gate, rejects_file))
+        return None
+    info = dataset_info(
+        settings, shards, plan, vocab, gate, reject_summary, near[0] if near else None
+    )
+    written = check_counts(info, gate, changed)
+    if changed:  # the shards are one short each: no balanced dataset to declare
+        add_rejects(rejects_file, changed)
+        refuse(out, inputs_changed(changed, rejects_file))
+        return None
+    check_planned(info, plan)
+    for name, data in dataset_files(info, shards, vocab):  # dataset_info.json LAST
+        storage.write_atomically(layout.join(out, name), data)
+    # after the info, which now lists the shards: until then the records in
+    # .incomplete/ say which files in the folder this run wrote
+    storage.delete(storage.files_under(incomplete))
+    log.info("evenshard: wrote %s examples to %s", written, out)
+    return info
