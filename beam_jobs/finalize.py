@@ -30,7 +30,7 @@ class Finalize(beam.PTransform):
     no dataset (``refuse``): too many rejects, or inputs that changed while shards were
     written (``changed``: added to the rejects file).
 
-    ``settings``: what the info records of the flags (``convert_core.describe.settings``); the other
+    ``settings``: what the info records of the flags (``Job.settings``); the other
     arguments are the side inputs the info is made of (``near``: the summary of
     ``--dedupe near``, or None).
     """

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from convert_core.rejects import gate, summary, write_rejects
+from convert_core.output import write_rejects
+from convert_core.rejects import gate, summary
 
 
 class WriteRejects(beam.PTransform):

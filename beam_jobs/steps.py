@@ -25,7 +25,6 @@ from beam_jobs.sources import ReadInputs
 from beam_jobs.split import AssignSplits
 from beam_jobs.vocabulary import Vocabulary
 from beam_jobs.write import WriteShards
-from convert_core.describe import settings
 from convert_core.job import Job
 from convert_core.record_rules import RecordRules, is_glob
 
@@ -34,6 +33,9 @@ def build(pipeline, job: Job):
     """Wires the conversion of ``job`` onto ``pipeline``; returns the PCollection of the
     dataset info."""
     o = job.options
+    # what the steps are given of the job, taken before they are wired
+    rules, settings = job.candidate_rules(), job.settings()
+    splits = (o.split_names, o.split_fractions)
     inspect = InspectImages(
         o.verify,
         o.max_image_pixels,
@@ -60,7 +62,7 @@ def build(pipeline, job: Job):
         )
         images, rejected = inputs["main"], [inputs["rejects"]]
     else:
-        inputs = pipeline | "ReadInputs" >> ReadInputs(job.candidate_rules(), job.manifest)
+        inputs = pipeline | "ReadInputs" >> ReadInputs(rules, job.manifest)
         # Candidate -> Image | Reject
         inspected = inputs["main"] | "InspectImages" >> inspect
         images = inspected["main"]
@@ -76,7 +78,7 @@ def build(pipeline, job: Job):
             o.near_keep,
             o.group_by is not None,
             job.input_root,
-            SplitRule(o.split_names, o.split_fractions, o.split_seed),
+            SplitRule(*splits, o.split_seed),
             embedding=(o.near_embedding, o.near_threshold) if o.near_embedding else None,
         )
         images, near = clustered["main"], clustered["summary"]
@@ -89,9 +91,7 @@ def build(pipeline, job: Job):
     int_labels = job.features is not None and job.features.label_kind == "int64"
     vocab = images | "Vocabulary" >> Vocabulary(job.vocabulary, numbered=int_labels)
     # Image -> (split, Image)
-    split_images = images | "AssignSplits" >> AssignSplits(
-        o.split_names, o.split_fractions, o.split_mode, o.split_seed
-    )
+    split_images = images | "AssignSplits" >> AssignSplits(*splits, o.split_mode, o.split_seed)
     plan = split_images | "PlanShards" >> PlanShards(
         o.split_names,
         o.record_kind,
@@ -125,7 +125,7 @@ def build(pipeline, job: Job):
         job.output_dir,
         job.rejects_file,
         job.incomplete_dir,
-        settings(o, job.path_root),
+        settings,
         shards=written["main"],
         changed=written["rejects"],
         plan=plan,

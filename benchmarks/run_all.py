@@ -41,6 +41,7 @@ BENCHES = (
     "scale",
     "dask",
     "bucket",
+    "storage",
     "preprocess",
     "peers",
     "limit",

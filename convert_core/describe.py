@@ -12,46 +12,12 @@ from __future__ import annotations
 import json
 
 import schemas
-from convert_core.options import ConvertOptions
 from convert_core.records import Reject
 from convert_core.write import FEATURE_STATS
 from schemas import inferred
 from schemas.dataset_info import parse_dataset_info
 from schemas.errors import OperationError
-from schemas.layout import FORMAT_VERSION, INFO_FILE, LABELS_FILE, REJECTS_FILE, SCHEMA_FILE
-
-
-def settings(options: ConvertOptions, path_root: str | None) -> dict:
-    """What dataset_info.json records of how the dataset was made: the flags that shape
-    it (``input`` as typed) and, for path records, the resolved path root."""
-    recorded = {
-        "format_version": FORMAT_VERSION,
-        "record_kind": options.record_kind,
-        "seed": options.seed,
-        "balance": options.balance,
-        "compression": options.compression,
-        "verify": options.verify,
-        "dedupe": options.dedupe,
-        "input": options.input,
-        "split_options": {
-            "splits": dict(options.splits),
-            "split_mode": options.split_mode,
-            "split_seed": options.split_seed,
-            "group_by": options.group_by,
-        },
-        "shard_options": {
-            "target_shard_mb": options.target_shard_mb,
-            "num_shards": options.num_shards,
-            "examples_per_shard": options.examples_per_shard,
-            "shard_multiple": options.shard_multiple,
-        },
-    }
-    if options.record_kind == "path":
-        recorded["path_root"] = path_root
-    if options.record_kind == "example":  # the features a reader takes the label, key from
-        recorded["label_feature"] = options.label_feature
-        recorded["key_feature"] = options.key_feature
-    return recorded
+from schemas.layout import INFO_FILE, LABELS_FILE, REJECTS_FILE, SCHEMA_FILE
 
 
 def dataset_info(

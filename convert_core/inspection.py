@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from convert_core import paths
 from convert_core.records import Candidate, Image, Reject, make_reject
-from schemas import storage, stores
+from schemas import storage
 from schemas.images import MAGIC, Rejected, inspect_stream
 
 # Files up to this size (a typical photo or icon) are read whole in one call;
@@ -234,7 +234,7 @@ class Inspector:
     def _size_and_bytes(self, source: str) -> tuple[int, bytes | None]:
         """The file's size, and its bytes when they came with it: an object of a bucket
         up to ``SMALL_FILE`` is one ranged request for both (its size alone is one too)."""
-        if stores.store(source):
+        if storage.store_of(source):
             data = storage.read_range(source, SMALL_FILE + 1)
             if len(data) <= SMALL_FILE:
                 return len(data), data

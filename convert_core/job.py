@@ -14,7 +14,7 @@ from convert_core import paths
 from convert_core.candidates import CandidateRules
 from convert_core.options import RECORD_FORMATS, ConvertOptions
 from convert_core.record_rules import RecordFeatures, glob_root, is_glob
-from schemas.layout import INCOMPLETE_DIR, REJECTS_FILE, join
+from schemas.layout import FORMAT_VERSION, INCOMPLETE_DIR, REJECTS_FILE, join
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +99,39 @@ class Job:
             vocabulary=frozenset(self.vocabulary) if self.vocabulary else None,
             group_by=o.group_by,
         )
+
+    def settings(self) -> dict:
+        """What dataset_info.json records of how the dataset was made: the flags that shape
+        it (``input`` as typed) and, for path records, the resolved path root."""
+        options = self.options
+        recorded = {
+            "format_version": FORMAT_VERSION,
+            "record_kind": options.record_kind,
+            "seed": options.seed,
+            "balance": options.balance,
+            "compression": options.compression,
+            "verify": options.verify,
+            "dedupe": options.dedupe,
+            "input": options.input,
+            "split_options": {
+                "splits": dict(options.splits),
+                "split_mode": options.split_mode,
+                "split_seed": options.split_seed,
+                "group_by": options.group_by,
+            },
+            "shard_options": {
+                "target_shard_mb": options.target_shard_mb,
+                "num_shards": options.num_shards,
+                "examples_per_shard": options.examples_per_shard,
+                "shard_multiple": options.shard_multiple,
+            },
+        }
+        if options.record_kind == "path":
+            recorded["path_root"] = self.path_root
+        if options.record_kind == "example":  # the features a reader takes the label, key from
+            recorded["label_feature"] = options.label_feature
+            recorded["key_feature"] = options.key_feature
+        return recorded
 
 
 def _split_files(input_format: str) -> str | None:

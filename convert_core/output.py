@@ -43,7 +43,7 @@ from convert_core.describe import (
 from convert_core.job import Job
 from convert_core.options import DatasetRefused, UserError
 from convert_core.records import Reject
-from convert_core.rejects import add_rejects
+from convert_core.rejects import parse_rejects, rejects_text
 from schemas import layout, storage
 
 log = logging.getLogger(__name__)
@@ -125,8 +125,7 @@ def claim(job: Job, dry_run: bool = False):
             if os.path.exists(out) and not os.path.isdir(out):
                 raise UserError(f"--output_dir {out} is a file, not a folder")
             os.makedirs(out, exist_ok=True)
-        if storage.can_create_new(out):
-            lock = _lock(out)
+        lock = _lock(out)
     except OSError as e:
         raise UserError(f"--output_dir {out} cannot be written: {e.strerror or e}") from None
     try:
@@ -277,6 +276,18 @@ def _matches(folder: str, patterns) -> list[str]:
     return sorted({path for p in patterns for path, _ in storage.match(layout.join(folder, p))})
 
 
+def write_rejects(path: str, rejects: list[Reject]) -> None:
+    """Writes the rejects file (``rejects_text``)."""
+    storage.write_atomically(path, rejects_text(rejects))
+
+
+def add_rejects(path: str, rejects: list[Reject]) -> None:
+    """Adds ``rejects`` to the rejects file written already (once: a retried finish
+    finds them there)."""
+    written = parse_rejects(storage.read_bytes(path))
+    write_rejects(path, written + [r for r in rejects if r not in set(written)])
+
+
 def finish(
     out: str,
     incomplete: str,
@@ -295,7 +306,7 @@ def finish(
     removed; or no dataset (``refuse``, and None): too many rejects, or inputs that
     changed while shards were written (``changed``: added to the rejects file).
 
-    ``settings``: what the info records of the flags (``describe.settings``); ``near``:
+    ``settings``: what the info records of the flags (``Job.settings``); ``near``:
     ``[the summary of --dedupe near]``, or empty.
     """
     if not gate["ok"]:

@@ -8,7 +8,7 @@ import functools
 import os
 import posixpath
 
-from schemas import stores
+from schemas import storage, stores
 from schemas.errors import Error
 from schemas.storage import is_url
 
@@ -102,7 +102,7 @@ def _inside(root: str, joined: str, outside: str) -> str:
 def check_object_url(url: str) -> None:
     """A gs:// or s3:// URL names a bucket and an object in it (the stores' clients
     fail on ``gs:///x.jpg`` with an IndexError, not a message)."""
-    if stores.store(url):
+    if storage.store_of(url):
         bucket, key = stores.split(url)
         if not bucket:
             raise BadPath(f"URL {url!r} names no bucket")

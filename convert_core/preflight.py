@@ -21,7 +21,7 @@ from convert_core.candidates import manifest_columns
 from convert_core.job import Job
 from convert_core.options import ConvertOptions, UserError, is_csv
 from convert_core.record_rules import RecordFeatures, record_input_formats
-from schemas import storage, stores
+from schemas import storage
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +182,7 @@ def _check_not_records(given: str, names: list[str], records: RecordInputs) -> N
 
 def check_scheme(flag: str, url: str) -> None:
     """``url`` is a local path, or a URL of a store convert reads and writes (gs://, s3://)."""
-    if paths.is_url(url) and stores.store(url) is None:
+    if paths.is_url(url) and storage.store_of(url) is None:
         scheme = url.split("://", 1)[0]
         raise UserError(
             f"{flag} {url}: convert reads and writes local paths, gs:// and s3:// URLs, "

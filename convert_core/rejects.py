@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 from convert_core.records import Reject
-from schemas import storage
 
 
 def rejects_text(rejects: list[Reject]) -> bytes:
@@ -35,15 +34,3 @@ def gate(max_fraction: float, inputs: int, reject_summary: dict[str, int]) -> di
     rejected = sum(reject_summary.values())
     ok = rejected <= max_fraction * inputs
     return {"ok": ok, "inputs": inputs, "rejects": rejected, "max_fraction": max_fraction}
-
-
-def write_rejects(path: str, rejects: list[Reject]) -> None:
-    """Writes the rejects file (``rejects_text``)."""
-    storage.write_atomically(path, rejects_text(rejects))
-
-
-def add_rejects(path: str, rejects: list[Reject]) -> None:
-    """Adds ``rejects`` to the rejects file written already (once: a retried finish
-    finds them there)."""
-    written = parse_rejects(storage.read_bytes(path))
-    write_rejects(path, written + [r for r in rejects if r not in set(written)])

@@ -120,6 +120,11 @@ def is_shard_name(name: str) -> bool:
     return bool(SHARD_NAME_RE.match(name))
 
 
+def is_url(path: str) -> bool:
+    """A URL (``scheme://...``), not a local path."""
+    return "://" in path
+
+
 def join(data_dir: str, name: str) -> str:
     """``data_dir/name`` for local folders and URLs alike."""
     return f"{data_dir.rstrip('/')}/{name}"

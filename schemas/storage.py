@@ -25,10 +25,13 @@ import uuid
 
 from schemas import layout, stores
 from schemas.errors import InvalidValueError
+from schemas.layout import is_url  # noqa: F401 - storage.is_url, as callers know it
 
 
-def is_url(path: str) -> bool:
-    return "://" in path
+def store_of(path: str):
+    """The object store of a URL (gs://, s3://: ``schemas.stores``), or None."""
+    scheme, sep, _ = path.partition("://")
+    return stores.STORES.get(scheme) if sep else None
 
 
 def tensorflow():
@@ -82,7 +85,7 @@ def gcs_client():
 
 def open_binary(path: str):
     """A binary stream of the file's stored bytes (never decompressed); seekable."""
-    if store := stores.store(path):
+    if store := store_of(path):
         return store.open(path)
     if is_url(path):
         return _gfile().GFile(path, "rb")
@@ -92,7 +95,7 @@ def open_binary(path: str):
 def download(path: str, out) -> None:
     """Writes the file's stored bytes to ``out`` (anything with ``write``): from a
     bucket in one request, no checksum of the client's (callers check their own)."""
-    if store := stores.store(path):
+    if store := store_of(path):
         return store.download(path, out)
     with open_binary(path) as src:
         while chunk := src.read(1 << 22):
@@ -103,7 +106,7 @@ def read_range(path: str, size: int, start: int = 0) -> bytes:
     """Up to ``size`` bytes from ``start``: from a bucket in one ranged request; a local
     file with ``os.pread`` (no buffered reader, no fstat or isatty of its own: half the
     time of ``open(path, "rb")`` on small images, 5 against 10 us)."""
-    if store := stores.store(path):
+    if store := store_of(path):
         return store.read(path, size, start)
     if is_url(path):
         with open_binary(path) as f:
@@ -134,7 +137,7 @@ def open_text(path: str, errors: str = "strict") -> io.TextIOBase:
 
 
 def read_bytes(path: str) -> bytes:
-    if store := stores.store(path):
+    if store := store_of(path):
         return store.read(path)
     with open_binary(path) as f:
         return f.read()
@@ -142,27 +145,27 @@ def read_bytes(path: str) -> bytes:
 
 def exists(path: str) -> bool:
     """A file, or a folder (a prefix of objects in a bucket)."""
-    if store := stores.store(path):
+    if store := store_of(path):
         return store.is_object(path) or isdir(path)
     return _gfile().exists(path) if is_url(path) else os.path.exists(path)
 
 
 def isdir(path: str) -> bool:
-    if store := stores.store(path):
+    if store := store_of(path):
         keys, prefixes = store.list(path, limit=1)
         return bool(keys or prefixes)
     return _gfile().isdir(path) if is_url(path) else os.path.isdir(path)
 
 
 def size(path: str) -> int:
-    if store := stores.store(path):
+    if store := store_of(path):
         return store.size(path)
     return _gfile().stat(path).length if is_url(path) else os.stat(path).st_size
 
 
 def listdir(path: str) -> list[str]:
     """Names in a folder (not recursive), sorted."""
-    if store := stores.store(path):
+    if store := store_of(path):
         prefix = stores.prefix_of(stores.split(path)[1])
         keys, prefixes = store.list(path)
         names = [k[len(prefix) :] for k in keys] + [p[len(prefix) :].rstrip("/") for p in prefixes]
@@ -172,15 +175,10 @@ def listdir(path: str) -> list[str]:
 
 def put(path: str, data: bytes) -> None:
     """Writes an object of a bucket (gs://, s3://) in one request: all or nothing."""
-    store = stores.store(path)
+    store = store_of(path)
     if store is None:
         raise InvalidValueError(f"{path}: put writes objects of a bucket only")
     store.put(path, data)
-
-
-def can_create_new(path: str) -> bool:
-    """Whether ``create_new`` works here: local paths, gs:// and s3://."""
-    return stores.store(path) is not None or not is_url(path)
 
 
 def create_new(path: str, data: bytes):
@@ -190,7 +188,7 @@ def create_new(path: str, data: bytes):
     Raises:
         FileExistsError: a file is there.
     """
-    if store := stores.store(path):
+    if store := store_of(path):
         return store.create_new(path, data)
     fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     with os.fdopen(fd, "wb") as f:
@@ -200,7 +198,7 @@ def create_new(path: str, data: bytes):
 
 def read_versioned(path: str) -> tuple[bytes, object]:
     """The file's bytes and its token (for ``remove_if``)."""
-    if store := stores.store(path):
+    if store := store_of(path):
         return store.read_versioned(path)
     with open(path, "rb") as f:
         return f.read(), os.fstat(f.fileno()).st_ino
@@ -210,7 +208,7 @@ def remove_if(path: str, token) -> bool:
     """Removes the file if it is still the one of that token; False if it is not
     (replaced, or gone). A bucket checks and removes in one step; a local file is
     checked by its inode, then removed."""
-    if store := stores.store(path):
+    if store := store_of(path):
         return store.remove_if(path, token)
     try:
         if os.stat(path).st_ino != token:
@@ -227,7 +225,7 @@ SPOOL_BYTES = 1 << 26  # a bucket object is written from memory up to this, then
 
 
 def _writes(path: str) -> None:
-    if is_url(path) and stores.store(path) is None:
+    if is_url(path) and store_of(path) is None:
         raise InvalidValueError(f"{path}: evenshard writes local paths, gs:// and s3:// only")
 
 
@@ -238,7 +236,7 @@ def writer(path: str, temp_dir: str | None = None):
     (in ``temp_dir``, else beside it) and renamed into place; a bucket's object is one
     upload (spooled to disk past ``SPOOL_BYTES``). A block that raises leaves nothing."""
     _writes(path)
-    if store := stores.store(path):
+    if store := store_of(path):
         with tempfile.SpooledTemporaryFile(SPOOL_BYTES) as spool:
             yield spool
             spool.seek(0)
@@ -267,7 +265,7 @@ def delete(paths) -> None:
     """Removes files (a local folder with what it holds); missing ones are no error."""
     for path in paths:
         _writes(path)
-        if store := stores.store(path):
+        if store := store_of(path):
             store.delete(path)
         elif os.path.isdir(path) and not os.path.islink(path):
             shutil.rmtree(path, ignore_errors=True)
@@ -279,7 +277,7 @@ def delete(paths) -> None:
 def files_under(folder: str) -> list[str]:
     """What removing ``folder`` takes (``delete``): a local folder itself, where it is; a
     bucket's objects under its prefix (a bucket has no folders)."""
-    if stores.store(folder):
+    if store_of(folder):
         return [p for p, _ in match(folder.rstrip("/") + "/**")]
     return [folder] if os.path.exists(folder) else []
 
@@ -299,7 +297,7 @@ def match(pattern: str, limit: int | None = None) -> list[tuple[str, int]]:
     _writes(pattern)
     cut = min((pattern.find(c) for c in GLOB_CHARS if c in pattern), default=len(pattern))
     static, rule = pattern[:cut], _glob_rule(pattern)
-    if store := stores.store(pattern):
+    if store := store_of(pattern):
         listed = store.walk(static)
     else:
         listed = _local_files(static, pattern[cut:])

@@ -399,9 +399,3 @@ def _forget_clients() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_clients)
-
-
-def store(path: str):
-    """The object store of a URL (gs://, s3://), or None."""
-    scheme, sep, _ = path.partition("://")
-    return STORES.get(scheme) if sep else None

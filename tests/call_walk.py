@@ -81,8 +81,8 @@ def main() -> None:
         return job
 
     Job.of = classmethod(lambda cls, o: traced(resolve(cls, o)))
-    preflight.preflight = lambda job, files, records=None, offline=False: traced(
-        check(job, files, records, offline)
+    preflight.preflight = lambda job, records=None, offline=False: traced(
+        check(job, records, offline)
     )
     report("convert's options", trace(lambda: convert.convert(options, beam_args), wanted))
     import reader

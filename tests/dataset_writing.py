@@ -16,17 +16,16 @@ from __future__ import annotations
 
 import schemas
 from convert_core import paths
-from convert_core.describe import settings
 from convert_core.inspection import Inspector
 from convert_core.job import Job
 from convert_core.listing import list_inputs, unique
 from convert_core.options import parse_args
 from convert_core.order import shards_of
-from convert_core.output import claim, finish
+from convert_core.output import claim, finish, write_rejects
 from convert_core.plan_shards import plan_of, split_stats
 from convert_core.preflight import preflight
 from convert_core.records import Image, Reject
-from convert_core.rejects import gate, summary, write_rejects
+from convert_core.rejects import gate, summary
 from convert_core.split import assign_splits
 from convert_core.vocabulary import vocabulary
 from convert_core.write import read_again, write_shard
@@ -105,7 +104,7 @@ def write_dataset(input_path: str, output_dir: str, *flags: str) -> dict:
             out,
             job.incomplete_dir,
             job.rejects_file,
-            settings(o, job.path_root),
+            job.settings(),
             shards,
             plan,
             vocab,
