@@ -24,7 +24,7 @@ import sys
 
 from beam_jobs.record_source import ReadRecordFile, as_inspected
 from convert_core import paths
-from convert_core.record_rules import IMAGE_PATH, RecordFormat, RecordRules, is_parquet_file
+from convert_core.record_rules import IMAGE_PATH, RecordFormat, RecordRules, named_by
 from convert_core.records import Image, make_reject
 from schemas import storage
 from schemas.errors import InvalidValueError
@@ -218,7 +218,7 @@ def images_again(items: list[tuple[str, Image]], feature: str, scratch: str):
 FORMAT = RecordFormat(
     what="Parquet",
     files="*.parquet",
-    named=is_parquet_file,
+    named=named_by("parquet"),
     reader=_ReadParquetFile,
     first=_first,
     class_names=class_names,

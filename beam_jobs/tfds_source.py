@@ -16,12 +16,11 @@ import json
 
 from beam_jobs.tfrecord_source import FORMAT as TFRECORD
 from convert_core import paths
-from convert_core.options import UserError
-from convert_core.record_rules import TFDS_FILES
+from convert_core.options import RECORD_FORMATS, UserError
 from schemas import storage
 from schemas.errors import InvalidValueError
 
-INFO, FEATURES = TFDS_FILES
+INFO, FEATURES = RECORD_FORMATS["tfds"].beside  # dataset_info.json, features.json
 
 
 def _json(root: str, name: str, what: str) -> dict:

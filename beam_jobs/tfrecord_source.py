@@ -19,7 +19,7 @@ import itertools
 
 from beam_jobs.record_source import ReadRecordFile, as_inspected
 from convert_core import paths
-from convert_core.record_rules import RecordFormat, RecordProblem, RecordRules, is_record_file
+from convert_core.record_rules import RecordFormat, RecordProblem, RecordRules, named_by
 from convert_core.records import Image, make_reject
 from schemas import storage, tfrecord
 from schemas.example import parse_features
@@ -214,7 +214,7 @@ def _checked(path: str, im: Image, feature: str, found: dict | None, framed=None
 FORMAT = RecordFormat(
     what="TFRecord",
     files="*.tfrecord*",
-    named=is_record_file,
+    named=named_by("tfrecord"),
     reader=_ReadRecordFile,
     first=_first,
     class_names=lambda path, label: None,

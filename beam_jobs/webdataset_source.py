@@ -25,7 +25,7 @@ import zlib
 
 from beam_jobs.record_source import ReadRecordFile, as_inspected
 from convert_core import paths
-from convert_core.record_rules import TAR_SUFFIXES, RecordFormat, RecordProblem, is_tar_file
+from convert_core.record_rules import RecordFormat, RecordProblem, named_by
 from convert_core.records import Image, make_reject
 from schemas import storage
 from schemas.errors import Error, InvalidValueError
@@ -235,7 +235,7 @@ def images_again(items: list[tuple[str, Image]], feature: str, scratch: str | No
 
 
 def _gzipped(path: str) -> bool:
-    return path.lower().endswith(TAR_SUFFIXES[1:])
+    return path.lower().endswith((".tar.gz", ".tgz"))
 
 
 def _gzip_ranges(path: str, ranges: set[tuple[int, int]]) -> dict:
@@ -260,7 +260,7 @@ def _gzip_ranges(path: str, ranges: set[tuple[int, int]]) -> dict:
 FORMAT = RecordFormat(
     what="WebDataset",
     files="*.tar, *.tar.gz, *.tgz",
-    named=is_tar_file,
+    named=named_by("webdataset"),
     reader=_ReadTar,
     first=_first,
     class_names=lambda path, label: None,

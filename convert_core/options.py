@@ -31,18 +31,26 @@ class RecordInput:
     """A row of the registry of record formats (``RECORD_FORMATS``)."""
 
     module: str  # the module whose FORMAT (a record_rules.RecordFormat) reads the files
+    names: tuple[str, ...]  # a folder's files of it: patterns of the name, any case
     examples: bool = False  # its records are tf.train.Examples: --record_kind example
     split_files: str | None = None  # one --input_split's files ({root}, {split}; "*" all)
+    # files a folder of it holds beside its records, which tell it from a format of the
+    # same names (a TFDS version folder's JSON beside its TFRecord files)
+    beside: tuple[str, ...] = ()
 
 
 # --input_format for records -> its row: the one registry of record formats
 # (beam_jobs.record_formats imports each module; nothing else names a format)
 RECORD_FORMATS = {
-    "tfrecord": RecordInput("beam_jobs.tfrecord_source", examples=True),
-    "parquet": RecordInput("beam_jobs.parquet_source"),
-    "webdataset": RecordInput("beam_jobs.webdataset_source"),
+    "tfrecord": RecordInput("beam_jobs.tfrecord_source", ("*.tfrecord*",), examples=True),
+    "parquet": RecordInput("beam_jobs.parquet_source", ("*.parquet",)),
+    "webdataset": RecordInput("beam_jobs.webdataset_source", ("*.tar", "*.tar.gz", "*.tgz")),
     "tfds": RecordInput(
-        "beam_jobs.tfds_source", examples=True, split_files="{root}/*-{split}.tfrecord-*-of-*"
+        "beam_jobs.tfds_source",
+        ("*.tfrecord*",),
+        examples=True,
+        split_files="{root}/*-{split}.tfrecord-*-of-*",
+        beside=("dataset_info.json", "features.json"),
     ),
 }
 INPUT_FORMATS = ("images", *RECORD_FORMATS)

@@ -7,11 +7,13 @@ reject (``RecordRules.read``). Plain Python: no Beam.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
+import functools
 from collections.abc import Callable
 
 from convert_core import paths
 from convert_core.candidates import bad_label
-from convert_core.options import UserError
+from convert_core.options import RECORD_FORMATS, UserError
 from schemas.errors import Error
 from schemas.images import IMAGE_EXTENSIONS, MAGIC
 
@@ -43,50 +45,38 @@ def _visible(parts: list[str]) -> bool:
     return not any(p.startswith(".") for p in parts)
 
 
-def is_record_file(rel: str) -> bool:
-    """A file of a folder given as ``--input``: visible, its name holding ``.tfrecord``
-    (``x.tfrecord``, ``x.tfrecord.gz``, TFDS's ``x.tfrecord-00000-of-00010``)."""
+def is_named(rel: str, patterns: tuple[str, ...]) -> bool:
+    """A file of a folder given as ``--input`` (``rel``: its path relative to it) is one
+    of a record format: visible, its name matching one of the format's ``patterns``
+    (``RecordInput.names``), in any case."""
     parts = rel.split("/")
-    return ".tfrecord" in parts[-1] and _visible(parts)
+    name = parts[-1].lower()
+    return _visible(parts) and any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
-def is_parquet_file(rel: str) -> bool:
-    """A folder's Parquet file: visible, named ``*.parquet``."""
-    parts = rel.split("/")
-    return parts[-1].endswith(".parquet") and _visible(parts)
-
-
-TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz")
-
-
-def is_tar_file(rel: str) -> bool:
-    """A folder's WebDataset tar: visible, named ``*.tar``, ``*.tar.gz`` or ``*.tgz``."""
-    parts = rel.split("/")
-    return parts[-1].lower().endswith(TAR_SUFFIXES) and _visible(parts)
-
-
-# A TFDS version folder's own files, beside its TFRecord shards (tfds_source reads them)
-TFDS_FILES = ("dataset_info.json", "features.json")
+def named_by(input_format: str) -> Callable[[str], bool]:
+    """``RecordFormat.named`` of a format of the registry."""
+    return functools.partial(is_named, patterns=RECORD_FORMATS[input_format].names)
 
 
 def record_input_formats(names: list[str]) -> dict[str, list[str]]:
     """The record ``--input_format`` a folder of files ``names`` (relative to it) is of
     when none is an image: format -> its files, sorted (several formats: each). {} when
     a file is an image or none is a record file: an image folder, its other files
-    ``unsupported_format`` rejects. A TFDS version folder is ``tfds``."""
+    ``unsupported_format`` rejects. A format known by the files beside its records
+    (``RecordInput.beside``: a TFDS version folder) stands for the one of the same
+    names."""
     if any(n.lower().endswith(IMAGE_EXTENSIONS) for n in names):
         return {}
     found = {}
-    for fmt, named in (
-        ("tfrecord", is_record_file),
-        ("parquet", is_parquet_file),
-        ("webdataset", is_tar_file),
-    ):
-        files = sorted(n for n in names if named(n))
-        if files:
+    for fmt, row in RECORD_FORMATS.items():
+        files = sorted(n for n in names if is_named(n, row.names))
+        if files and set(row.beside) <= set(names):
             found[fmt] = files
-    if "tfrecord" in found and set(TFDS_FILES) <= set(names):
-        found["tfds"] = found.pop("tfrecord")
+    for fmt, row in RECORD_FORMATS.items():
+        if row.beside and fmt in found:
+            alike = [f for f in found if f != fmt and RECORD_FORMATS[f].names == row.names]
+            found = {f: files for f, files in found.items() if f not in alike}
     return found
 
 

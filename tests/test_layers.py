@@ -106,6 +106,41 @@ def test_no_module_of_convert_s_core_imports_beam(tmp_path):
     assert "apache_beam" in _imports(str(bad))
 
 
+def test_a_record_format_is_named_in_the_registry_and_its_source_module_alone():
+    """Each ``--input_format`` of records is a row of ``RECORD_FORMATS``: no other module
+    of the product spells its name as a string (the TFDS dataset's own ``fileFormat``
+    value, read in its source module, is the data's); a folder's formats are found by
+    the rows (their name patterns, any case; the files beside a TFDS folder's records)."""
+    from convert_core.options import RECORD_FORMATS
+    from convert_core.record_rules import record_input_formats
+
+    spelled = []
+    for package, rel in _modules():
+        if package in ("tests", "benchmarks"):
+            continue
+        with open(os.path.join(ROOT, rel)) as f:
+            strings = {
+                n.value
+                for n in ast.walk(ast.parse(f.read()))
+                if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            }
+        for name, row in RECORD_FORMATS.items():
+            own = rel in ("convert_core/options.py", row.module.replace(".", "/") + ".py")
+            data = (rel, name) == ("beam_jobs/tfds_source.py", "tfrecord")  # fileFormat's
+            if name in strings and not (own or data):
+                spelled.append(f"{rel}: {name!r}")
+    assert not spelled, spelled
+    names = ["a.tfrecord", "b.PARQUET", "c.Tar.Gz", ".hidden/d.tar", "x/e.tfrecord-00000-of-00001"]
+    assert record_input_formats(names) == {
+        "tfrecord": ["a.tfrecord", "x/e.tfrecord-00000-of-00001"],
+        "parquet": ["b.PARQUET"],
+        "webdataset": ["c.Tar.Gz"],
+    }
+    tfds = ["dataset_info.json", "features.json", "m-train.tfrecord-00000-of-00001"]
+    assert record_input_formats(tfds) == {"tfds": tfds[2:]}
+    assert record_input_formats(["a.tfrecord", "b.png"]) == {}  # an image folder
+
+
 def test_import_reader_and_the_cli_are_light():
     heavy = {"apache_beam", "tensorflow", "torch", "nvidia"}
     assert not _loaded_after("import reader, evenshard.cli") & heavy
