@@ -24,7 +24,7 @@ import sys
 
 from beam_jobs.record_source import ReadRecordFile, as_inspected
 from convert_core import paths
-from convert_core.record_rules import IMAGE_PATH, RecordFormat, RecordRules, named_by
+from convert_core.record_rules import IMAGE_PATH, RecordFormat, RecordRules
 from convert_core.records import Image, make_reject
 from schemas import storage
 from schemas.errors import InvalidValueError
@@ -216,12 +216,11 @@ def images_again(items: list[tuple[str, Image]], feature: str, scratch: str):
 
 
 FORMAT = RecordFormat(
-    what="Parquet",
-    files="*.parquet",
-    named=named_by("parquet"),
-    reader=_ReadParquetFile,
-    first=_first,
+    "parquet",
+    "Parquet",
+    _ReadParquetFile,
+    _first,
+    images_again,
     class_names=class_names,
-    images_again=images_again,
     place=lambda record: f"row {record[0]}",
 )

@@ -82,6 +82,7 @@ def class_names(path: str, label: str) -> tuple[str, ...] | None:
 
 FORMAT = dataclasses.replace(
     TFRECORD,
+    name="tfds",
     what="TFDS",
     files="NAME-SPLIT.tfrecord-*",
     class_names=class_names,

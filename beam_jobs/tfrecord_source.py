@@ -19,7 +19,7 @@ import itertools
 
 from beam_jobs.record_source import ReadRecordFile, as_inspected
 from convert_core import paths
-from convert_core.record_rules import RecordFormat, RecordProblem, RecordRules, named_by
+from convert_core.record_rules import RecordFormat, RecordProblem, RecordRules
 from convert_core.records import Image, make_reject
 from schemas import storage, tfrecord
 from schemas.example import parse_features
@@ -211,13 +211,4 @@ def _checked(path: str, im: Image, feature: str, found: dict | None, framed=None
     return as_inspected(image, im, f"byte {offset}", "the record's image")
 
 
-FORMAT = RecordFormat(
-    what="TFRecord",
-    files="*.tfrecord*",
-    named=named_by("tfrecord"),
-    reader=_ReadRecordFile,
-    first=_first,
-    class_names=lambda path, label: None,
-    images_again=images_again,
-    place=lambda record: f"byte {record[0]}",
-)
+FORMAT = RecordFormat("tfrecord", "TFRecord", _ReadRecordFile, _first, images_again)

@@ -25,7 +25,7 @@ import zlib
 
 from beam_jobs.record_source import ReadRecordFile, as_inspected
 from convert_core import paths
-from convert_core.record_rules import RecordFormat, RecordProblem, named_by
+from convert_core.record_rules import RecordFormat, RecordProblem
 from convert_core.records import Image, make_reject
 from schemas import storage
 from schemas.errors import Error, InvalidValueError
@@ -258,13 +258,5 @@ def _gzip_ranges(path: str, ranges: set[tuple[int, int]]) -> dict:
 
 
 FORMAT = RecordFormat(
-    what="WebDataset",
-    files="*.tar, *.tar.gz, *.tgz",
-    named=named_by("webdataset"),
-    reader=_ReadTar,
-    first=_first,
-    class_names=lambda path, label: None,
-    images_again=images_again,
-    place=lambda record: f"byte {record[0]}",
-    label_names=("cls",),
+    "webdataset", "WebDataset", _ReadTar, _first, images_again, label_names=("cls",)
 )

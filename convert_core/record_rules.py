@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import functools
 from collections.abc import Callable
 
 from convert_core import paths
@@ -54,11 +53,6 @@ def is_named(rel: str, patterns: tuple[str, ...]) -> bool:
     return _visible(parts) and any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
-def named_by(input_format: str) -> Callable[[str], bool]:
-    """``RecordFormat.named`` of a format of the registry."""
-    return functools.partial(is_named, patterns=RECORD_FORMATS[input_format].names)
-
-
 def record_input_formats(names: list[str]) -> dict[str, list[str]]:
     """The record ``--input_format`` a folder of files ``names`` (relative to it) is of
     when none is an image: format -> its files, sorted (several formats: each). {} when
@@ -80,40 +74,56 @@ def record_input_formats(names: list[str]) -> dict[str, list[str]]:
     return found
 
 
+def _no_class_names(path: str, label: str) -> None:
+    return None
+
+
+def _byte(record: tuple) -> str:
+    return f"byte {record[0]}"
+
+
 @dataclasses.dataclass(frozen=True)
 class RecordFormat:
     """What convert needs of one format of record files (its source module's ``FORMAT``).
 
     Attributes:
+        name: its ``--input_format``: its row of ``RECORD_FORMATS`` names its files.
         what: its name in messages (``TFRecord``).
-        files: a folder's files of it, in words (``*.tfrecord*``).
-        named: whether a folder's file (its path relative to the folder) is one.
         reader: the DoFn class reading a file (``record_source.ReadRecordFile``).
         first: a file's first record's features (``parse_features``' shape), None when
             it holds none; raises OSError or ValueError for a damaged file.
-        class_names: (file, label feature) -> the label's class names the file
-            declares, or None.
         images_again: ([(file, Image)] of a shard, image feature, the run's
             ``.incomplete/``) -> (bytes, what changed or None) of each, in order: the
             writer's second read.
-        place: an ``Image.record`` in words (``byte 120``, ``row 3``).
+        class_names: (file, label feature) -> the label's class names the file
+            declares, or None (by default, none).
+        place: an ``Image.record`` in words (by default ``byte 120``).
         label_names: the names of its label features (WebDataset's ``cls``), chosen
             as ``*label*`` ones are.
         feature_defaults: (the input's folder, --input_split) -> (image, label)
             features the input's own description names (TFDS's features.json), after
             checking it; None: the records' first features decide.
+        files: a folder's files of it, in words (by default its row's name patterns).
     """
 
+    name: str
     what: str
-    files: str
-    named: Callable[[str], bool]
     reader: type
     first: Callable[[str], dict | None]
-    class_names: Callable[[str, str], tuple[str, ...] | None]
     images_again: Callable
-    place: Callable[[tuple[int, int]], str]
+    class_names: Callable[[str, str], tuple[str, ...] | None] = _no_class_names
+    place: Callable[[tuple], str] = _byte
     label_names: tuple[str, ...] = ()
     feature_defaults: Callable[[str, str | None], tuple[str | None, str | None]] | None = None
+    files: str = ""
+
+    def __post_init__(self):
+        if not self.files:
+            object.__setattr__(self, "files", ", ".join(RECORD_FORMATS[self.name].names))
+
+    def named(self, rel: str) -> bool:
+        """Whether a folder's file (its path relative to the folder) is one."""
+        return is_named(rel, RECORD_FORMATS[self.name].names)
 
 
 @dataclasses.dataclass(frozen=True)
