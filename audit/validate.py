@@ -17,9 +17,12 @@ Every problem is one line naming the file (and record index).
 
 from __future__ import annotations
 
+import dataclasses
+
 from schemas import features, layout, near, storage, tfrecord
+from schemas.dataset_info import DatasetInfo, ShardInfo, load_dataset_info
 from schemas.example import parse_example
-from schemas.info import DatasetError, load_info
+from schemas.info import DatasetError
 from schemas.progress import Progress
 
 INFO = layout.INFO_FILE
@@ -86,11 +89,11 @@ def validate(
     if not storage.isdir(out):
         return [f"{out}: not a folder"]
     try:
-        info = load_info(out)
+        info = load_dataset_info(out)
     except (DatasetError, OSError) as e:
         return [str(e)]
     if path_root is not None:
-        info = {**info, "path_root": path_root.rstrip("/")}
+        info = dataclasses.replace(info, path_root=path_root.rstrip("/"))
 
     problems: list[str] = []
     schema = None
@@ -99,20 +102,19 @@ def validate(
             schema = schemas.load(out)
         except Exception as e:  # noqa: BLE001 - reported, not raised
             problems.append(f"{layout.join(out, layout.SCHEMA_FILE)}: cannot be read: {e}")
-    labels = info["labels"]
-    total = sum(s["num_examples"] for s in info["splits"].values())
+    labels = info.labels
+    total = sum(s.num_examples for s in info.splits)
     progress = progress or Progress("validate", "records", total)
     listed = set()
     written = 0
     label_schema = _label_schema()
     missing = _Missing()
-    for split, s in info["splits"].items():
+    for s in info.splits:
+        split = s.name
         split_labels: dict[str, int] = {}
-        for shard in s["shards"]:
-            listed.add(shard["file"])
-            listed.add(shard.get("dali_index"))
-            listed.add(shard.get("near"))
-            path = layout.join(out, shard["file"])
+        for shard in s.shards:
+            listed.update((shard.file, shard.dali_index, shard.near))
+            path = layout.join(out, shard.file)
             problems += _check_shard(
                 path,
                 shard,
@@ -125,19 +127,19 @@ def validate(
                 check_examples,
                 missing,
             )
-        written += s["num_examples"]
-        if sum(sh["num_examples"] for sh in s["shards"]) != s["num_examples"]:
+        written += s.num_examples
+        if sum(sh.num_examples for sh in s.shards) != s.num_examples:
             problems.append(
-                f"{info_path}: split {split}: num_examples {s['num_examples']} is "
+                f"{info_path}: split {split}: num_examples {s.num_examples} is "
                 "not the sum of its shards"
             )
-        recorded = {k: v for k, v in s.get("label_counts", {}).items() if v}
+        recorded = {k: v for k, v in s.label_counts.items() if v}
         if split_labels and split_labels != recorded:
             problems.append(
                 f"{info_path}: split {split}: label_counts {recorded} but the "
                 f"shards hold {split_labels}"
             )
-    problems += missing.problems(info.get("path_root", ""))
+    problems += missing.problems(info.path_root or "")
     problems += _check_strays(out, listed)
     problems += _check_rejects(out, info, written)
     return problems
@@ -157,9 +159,9 @@ def _check_shard(
 
     def flush():
         first = n - len(batch)
-        if "near" in shard:
+        if shard.near:
             keys.extend(_key_of(record) for record in batch)
-        if info["record_kind"] == "example":  # the records as they were: no image
+        if info.record_kind == "example":  # the records as they were: no image
             problems.extend(_check_examples(path, batch, first, info, labels, schema, counts))
             progress.add(len(batch))
             batch.clear()
@@ -175,7 +177,7 @@ def _check_shard(
         if schema is not None:
             for index, problem in check_examples(batch, schema, first):
                 problems.append(f"{path}: record {index}: {problem}")
-        if schema is not None or info["record_kind"] == "path":
+        if schema is not None or info.record_kind == "path":
             problems.extend(_check_content(path, batch, first, info, schema is not None, missing))
         progress.add(len(batch))
         batch.clear()
@@ -196,30 +198,30 @@ def _check_shard(
         hashed.drain()
     if batch:
         flush()
-    if hashed.num_bytes != shard["num_bytes"]:
-        problems.append(f"{path}: {hashed.num_bytes} bytes, {INFO} records {shard['num_bytes']}")
-    if hashed.sha256.hexdigest() != shard["sha256"]:
+    if hashed.num_bytes != shard.num_bytes:
+        problems.append(f"{path}: {hashed.num_bytes} bytes, {INFO} records {shard.num_bytes}")
+    if hashed.sha256.hexdigest() != shard.sha256:
         problems.append(f"{path}: sha256 differs from {INFO} (the file changed)")
-    if n != shard["num_examples"]:
-        problems.append(f"{path}: {n} readable records, {INFO} records {shard['num_examples']}")
-    recorded = {k: v for k, v in shard.get("label_counts", {}).items() if v}
+    if n != shard.num_examples:
+        problems.append(f"{path}: {n} readable records, {INFO} records {shard.num_examples}")
+    recorded = {k: v for k, v in shard.label_counts.items() if v}
     if counts != recorded:
         problems.append(f"{path}: label counts {counts} differ from {INFO} {recorded}")
     problems += _check_dali_index(path, shard, lengths)
-    problems += _check_near(path, shard, keys, near.sidecar_chars(info.get("near_duplicates")))
+    problems += _check_near(path, shard, keys, near.sidecar_chars(info.near_duplicates))
     for k, v in counts.items():
         split_labels[k] = split_labels.get(k, 0) + v
     return problems
 
 
 def _check_examples(path, records, first, info, labels, schema, counts) -> list[str]:
-    """Example kind: each record's label (``info["label_feature"]``: an int is its id in
+    """Example kind: each record's label (``info.label_feature``: an int is its id in
     ``labels``, a text itself) counted into ``counts``; with ``schema`` (``--full``) each
     record checked against it."""
     from schemas.example import parse_features
     from schemas.inferred import check_record
 
-    feature = info.get("label_feature")
+    feature = info.label_feature
     problems = []
     for i, raw in enumerate(records):
         where = f"{path}: record {first + i}"
@@ -246,13 +248,13 @@ def _check_examples(path, records, first, info, labels, schema, counts) -> list[
 
 
 def _check_content(
-    path: str, records: list[bytes], first: int, info: dict, full: bool, missing: _Missing
+    path: str, records: list[bytes], first: int, info: DatasetInfo, full: bool, missing: _Missing
 ) -> list[str]:
     """Path kind: every path resolves (an image that is gone goes to ``missing``), and
     with ``full`` its image decodes as the record says. Image kind, ``full``:
     every image decodes as the record says."""
     tf = storage.tensorflow() if full else None
-    root = info.get("path_root", "").rstrip("/")
+    root = (info.path_root or "").rstrip("/")
     problems = []
     for i, raw in enumerate(records):
         try:
@@ -260,7 +262,7 @@ def _check_content(
         except Exception as e:  # noqa: BLE001 - protobuf's DecodeError, reported
             problems.append(f"{path}: record {first + i}: not a tf.train.Example: {e}")
             continue
-        if info["record_kind"] == "image":
+        if info.record_kind == "image":
             data = feature.get(features.ENCODED, b"")
         else:
             target = f"{root}/{feature.get(features.PATH, b'').decode(errors='replace')}"
@@ -303,22 +305,22 @@ def _decode_problem(tf, data: bytes, feature) -> str | None:
     return None
 
 
-def _check_dali_index(path: str, shard: dict, lengths: list[int]) -> list[str]:
+def _check_dali_index(path: str, shard: ShardInfo, lengths: list[int]) -> list[str]:
     """The DALI index beside an uncompressed shard describes it as the readers check it
     (the count ``dataset_info.json`` lists, the shard's size), and the records read.
 
     A shard read short (corrupt) is the shard's problem, reported with it; its index
     still describes the records that could be read and the shard's bytes.
     """
-    if "dali_index" not in shard:
+    if not shard.dali_index:
         return []
-    index_path = layout.join(path.rsplit("/", 1)[0], shard["dali_index"])
+    index_path = layout.join(path.rsplit("/", 1)[0], shard.dali_index)
     try:
         text = storage.read_bytes(index_path)
     except OSError:
         return [f"{index_path}: listed in {INFO} but missing"]
     wrong = f"{index_path}: does not match the records of {path}"
-    listed = shard["num_examples"]
+    listed = shard.num_examples
     try:
         table = tfrecord.parse_index(text, listed, storage.size(path), index_path)
     except ValueError as e:
@@ -336,12 +338,12 @@ def _key_of(record: bytes) -> bytes | None:
         return None
 
 
-def _check_near(path: str, shard: dict, keys: list[bytes], chars: int) -> list[str]:
+def _check_near(path: str, shard: ShardInfo, keys: list[bytes], chars: int) -> list[str]:
     """The fingerprints beside a shard (``--dedupe near``; ``chars``: each one's hex
     digits, :func:`near.sidecar_chars`) name its records in order."""
-    if "near" not in shard:
+    if not shard.near:
         return []
-    near_path = layout.join(path.rsplit("/", 1)[0], shard["near"])
+    near_path = layout.join(path.rsplit("/", 1)[0], shard.near)
     try:
         lines = near.parse_sidecar(storage.read_bytes(near_path), chars)
     except OSError:
@@ -375,21 +377,20 @@ def _check_strays(out: str, listed: set[str]) -> list[str]:
     return problems
 
 
-def _check_rejects(out: str, info: dict, written: int) -> list[str]:
+def _check_rejects(out: str, info: DatasetInfo, written: int) -> list[str]:
     problems = []
-    rejects = info["rejects"]
-    if info["inputs"] != written + rejects["total"]:
+    rejects = info.rejects
+    if info.inputs != written + rejects.total:
         problems.append(
-            f"{out}/{INFO}: inputs {info['inputs']} != written {written} + "
-            f"rejects {rejects['total']}"
+            f"{out}/{INFO}: inputs {info.inputs} != written {written} + rejects {rejects.total}"
         )
-    if sum(rejects.get("by_reason", {}).values()) != rejects["total"]:
+    if sum(rejects.by_reason.values()) != rejects.total:
         problems.append(f"{out}/{INFO}: rejects by reason do not sum to the total")
     path = layout.join(out, layout.REJECTS_FILE)
     try:
         lines = storage.read_bytes(path).decode("utf-8").splitlines()
     except OSError:
         return problems + [f"{path}: missing"]
-    if len(lines) != rejects["total"]:
-        problems.append(f"{path}: {len(lines)} lines, {INFO} records {rejects['total']} rejects")
+    if len(lines) != rejects.total:
+        problems.append(f"{path}: {len(lines)} lines, {INFO} records {rejects.total} rejects")
     return problems

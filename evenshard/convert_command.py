@@ -11,6 +11,8 @@ import signal
 import sys
 import time
 
+from schemas.dataset_info import DatasetInfo
+
 INTERRUPTED = (
     "evenshard convert: interrupted; run the same command again: it clears what this run left"
 )
@@ -54,7 +56,8 @@ def run(args: argparse.Namespace, pipeline_args: list[str]) -> int:
         print("evenshard convert: dry run: the pipeline was translated, nothing was submitted")
         print("  steps: " + " -> ".join(info["steps"]))
         return 0
-    print(summary(info, options.output_dir, time.monotonic() - start))
+    took = time.monotonic() - start
+    print(summary(DatasetInfo.of(info), options.output_dir, took, info.get("runner")))
     return 0
 
 
@@ -101,37 +104,34 @@ def io_failure(message: str, output_dir: str) -> str | None:
     )
 
 
-def summary(info: dict, output_dir: str, seconds: float) -> str:
-    """What ``evenshard convert`` prints when it is done."""
-    from schemas.info import written
-
-    rejects = info["rejects"]
+def summary(info: DatasetInfo, output_dir: str, seconds: float, runner: str | None = None) -> str:
+    """What ``evenshard convert`` prints when it is done (``runner``: how it ran)."""
+    rejects = info.rejects
     lines = [
-        f"evenshard convert: {info['inputs']} inputs -> {written(info)} written, "
-        f"{rejects['total']} rejected, in {seconds:.1f} s",
+        f"evenshard convert: {info.inputs} inputs -> {info.num_examples} written, "
+        f"{rejects.total} rejected, in {seconds:.1f} s",
         f"  {'split':<12}{'examples':>10}{'shards':>8}{'bytes':>14}",
     ]
-    for name, s in info["splits"].items():
-        mb = f"{s['num_bytes'] / 1e6:,.1f} MB"
-        lines.append(f"  {name:<12}{s['num_examples']:>10}{s['num_shards']:>8}{mb:>14}")
-    if rejects["total"]:
-        reasons = ", ".join(f"{r} {n}" for r, n in rejects["by_reason"].items())
-        lines.append(f"  rejects: {reasons} (see {output_dir.rstrip('/')}/{rejects['file']})")
-    if "near_duplicates" in info:
+    for s in info.splits:
+        mb = f"{s.num_bytes / 1e6:,.1f} MB"
+        lines.append(f"  {s.name:<12}{s.num_examples:>10}{len(s.shards):>8}{mb:>14}")
+    if rejects.total:
+        reasons = ", ".join(f"{r} {n}" for r, n in rejects.by_reason.items())
+        lines.append(f"  rejects: {reasons} (see {output_dir.rstrip('/')}/{rejects.file})")
+    if found := info.near_duplicates:
         from schemas.near import describe
 
-        found = info["near_duplicates"]
         lines.append("  " + describe(found))
-        if found.get("largest_cluster", 0) > max(10, info["inputs"] // 20):
+        if found.get("largest_cluster", 0) > max(10, info.inputs // 20):
             tighter = "raise --near_threshold" if "embedding" in found else "lower --near_distance"
             lines.append(
-                f"  ! one cluster holds {found['largest_cluster']} of {info['inputs']} inputs "
+                f"  ! one cluster holds {found['largest_cluster']} of {info.inputs} inputs "
                 "(one picture with many copies, or images too smooth to tell apart) and "
                 f"it moves its split's share; look at it with evenshard leaks, or {tighter}"
             )
-    lines.append(f"  labels: {len(info['labels'])}; output: {output_dir}")
-    if "runner" in info:
-        lines.append(f"  runner: {info['runner']}")
+    lines.append(f"  labels: {len(info.labels)}; output: {output_dir}")
+    if runner:
+        lines.append(f"  runner: {runner}")
     return "\n".join(lines)
 
 

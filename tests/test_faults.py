@@ -48,7 +48,7 @@ class _RetriedOnce(write._WriteShard):
 def test_a_retried_shard_writer_gives_the_same_bytes_and_no_temp_files(
     folder_500, clean_run, tmp_path, monkeypatch
 ):
-    real_read = write._read_again
+    real_read = write.read_again
     calls = {"n": 0}
 
     def flaky_read(*args):
@@ -61,7 +61,7 @@ def test_a_retried_shard_writer_gives_the_same_bytes_and_no_temp_files(
         return real_read(*args)
 
     FAILURES["left"] = 1
-    monkeypatch.setattr(write, "_read_again", flaky_read)
+    monkeypatch.setattr(write, "read_again", flaky_read)
     monkeypatch.setattr(write, "_WriteShard", _RetriedOnce)
     out = tmp_path / "retried"
     info = run_convert(folder_500[0], str(out), *FLAGS)

@@ -26,6 +26,7 @@ from convert_core.options import ConvertOptions, UserError
 from evenshard import cli, convert_command
 from evenshard.synthetic import photo_bytes
 from schemas import near
+from schemas.dataset_info import DatasetInfo
 from schemas.images import inspect_stream
 
 SOURCES = 24
@@ -172,7 +173,7 @@ def test_a_cluster_never_spans_two_splits(corpus, grouped, capsys):
         "rejected": 0,
     }
     said = f"(within 10 bits): {WITH_VARIANTS} clusters holding {len(near_keys)} inputs"
-    assert said in convert_command.summary(info, out, 1.0)
+    assert said in convert_command.summary(DatasetInfo.of(info), out, 1.0)
     assert cli.main(["inspect", out]) == 0
     assert said in capsys.readouterr().out
 
@@ -416,9 +417,9 @@ def test_path_records_and_gzip_shards(corpus, tmp_path, capsys):
 def test_the_summary_warns_of_a_cluster_that_swallows_the_split(grouped):
     info, out = grouped
     found = dict(info["near_duplicates"], largest_cluster=info["inputs"] // 2)
-    said = convert_command.summary({**info, "near_duplicates": found}, out, 1.0)
+    said = convert_command.summary(DatasetInfo.of({**info, "near_duplicates": found}), out, 1.0)
     assert f"one cluster holds {info['inputs'] // 2} of {info['inputs']} inputs" in said
-    assert "! one cluster" not in convert_command.summary(info, out, 1.0)
+    assert "! one cluster" not in convert_command.summary(DatasetInfo.of(info), out, 1.0)
 
 
 @pytest.fixture(scope="module")

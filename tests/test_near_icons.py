@@ -22,6 +22,7 @@ from PIL import Image, ImageDraw
 from evenshard import cli, convert_command
 from evenshard.synthetic import photo_bytes
 from schemas import near
+from schemas.dataset_info import DatasetInfo
 
 SIZES = (32, 48, 64, 128, 256)
 COLOURS = ((200, 40, 40), (40, 90, 200), (240, 190, 30), (60, 160, 70))
@@ -224,7 +225,7 @@ def test_a_chain_of_near_duplicates_is_cut_into_clusters_around_centres(tmp_path
     assert len(steps) >= 2  # the chain: several clusters
     for s in steps:
         assert max(s) - min(s) <= 2 * reach, sorted(s)
-    said = convert_command.summary(info, out, 1.0)
+    said = convert_command.summary(DatasetInfo.of(info), out, 1.0)
     assert "groups of matched pairs cut into several clusters" in said
 
 
