@@ -15,7 +15,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-from botocore_loader import one_client_a_configuration, one_loader_a_data_path  # noqa: E402
 
 import schemas  # noqa: E402
 from beam_jobs import convert  # noqa: E402
@@ -217,14 +216,10 @@ def gcs_server():
 @pytest.fixture(scope="session")
 def s3_server():
     """An S3 API server (moto) on 127.0.0.1 for the session (``evenshard.emulator``):
-    ``AWS_ENDPOINT_URL`` points at it; it stops with the session. botocore's models
-    are read once and boto3's sessions made once a configuration (tests/botocore_loader.py):
-    Beam's S3 file system built a session and a client for each call."""
+    ``AWS_ENDPOINT_URL`` points at it; it stops with the session."""
     from evenshard.emulator import s3_server
 
-    with s3_server() as client, pytest.MonkeyPatch.context() as mp:
-        mp.setattr("botocore.session.create_loader", one_loader_a_data_path())
-        mp.setattr("boto3.session.Session", one_client_a_configuration())
+    with s3_server() as client:
         yield client
 
 

@@ -844,26 +844,6 @@ def test_the_servers_own_log_shows_a_tight_cache_fetching_the_split_once_an_epoc
     assert split < sum(n for _, n in fetched) <= 2 * split
 
 
-# The `evenshard` command (its entry point, evenshard.cli:run) with botocore's loader
-# shared by its sessions and boto3's sessions and clients made once a configuration, as
-# conftest's s3_server fixture shares them in this process: Beam's S3 file system starts
-# a boto3 session and client a call, and each parsed botocore's JSON models again (some
-# 20 CPU-s for the 8 images of the test below). What is sent to the server does not
-# change; botocore and boto3 only, nothing else convert imports, before the command.
-_EVENSHARD_ONE_BOTOCORE_LOADER = f"""
-import sys
-sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
-import boto3.session
-from botocore import session
-from botocore_loader import one_client_a_configuration, one_loader_a_data_path
-session.create_loader = one_loader_a_data_path()
-boto3.session.Session = one_client_a_configuration()
-sys.argv[0] = "evenshard"
-from evenshard.cli import run
-run()
-"""
-
-
 @pytest.mark.parametrize("store", ["gs", "s3"])
 def test_one_command_serves_a_folder_in_a_bucket_until_ctrl_c(store, tmp_path):
     """The README's way to try buckets on one machine: the server starts with the folder
@@ -888,8 +868,6 @@ def test_one_command_serves_a_folder_in_a_bucket_until_ctrl_c(store, tmp_path):
     command = said[2].split()
     assert command[0] == ".venv/bin/evenshard"  # the repository's, as the README runs it
     command[0] = os.path.join(os.path.dirname(sys.executable), "evenshard")
-    if store == "s3":  # the command's own code (evenshard.cli:run), botocore's models read once
-        command[:1] = [sys.executable, "-c", _EVENSHARD_ONE_BOTOCORE_LOADER]
     convert = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert convert.returncode == 0, convert.stderr[-2000:]
     assert "8 inputs -> 8 written" in convert.stdout
