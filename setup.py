@@ -47,7 +47,7 @@ setup(
             "apache-beam[dask]>=2.60,<3",
             "dask[distributed]",  # the Dask runner test
             "gcp-storage-emulator",  # a GCS API server on loopback: the gs:// tests
-            "apache-beam[aws]>=2.60,<3",  # s3:// (boto3), tested against moto's server
+            "boto3>=1.34",  # s3://, tested against moto's server
             "moto[server]>=5.1",  # an S3 API server on loopback: the s3:// tests
             # the DALI, PyTorch and JAX readers are tested too (make test)
             "nvidia-dali-cuda120>=2.4",
@@ -60,8 +60,8 @@ setup(
             "tensorflow-datasets>=4.9",  # a TFDS-prepared dataset
         ],
         "dask": ["apache-beam[dask]>=2.60,<3", "dask[distributed]"],
-        # s3:// datasets and conversions: Beam's S3 filesystem and boto3
-        "s3": ["apache-beam[aws]>=2.60,<3"],
+        # s3:// datasets and conversions (schemas.stores: boto3's client, one a process)
+        "s3": ["boto3>=1.34"],
         # DALI decodes on the GPU (nvJPEG); its CPU pipelines run anywhere
         "dali": ["nvidia-dali-cuda120>=2.4"],
         "torch": ["torch>=2.4"],
