@@ -254,20 +254,53 @@ def bands(fp: Parsed, distance: int) -> list[tuple[int, int]]:
 
 
 def candidate_pairs(fps: list[Parsed], distance: int):
-    """(i, j) for every i < j within ``distance`` bits (:func:`apart`), in memory: the
-    fingerprints sharing a band value compared, not all of them."""
-    buckets: dict[tuple[int, int], list[int]] = {}
-    for i, fp in enumerate(fps):
-        for band in bands(fp, distance):
-            buckets.setdefault(band, []).append(i)
-    found = set()
-    for members in buckets.values():
-        if len(members) > 1:
-            values = np.array([fps[m].value for m in members], dtype=np.uint64)
-            weak = np.array([weak_bits(fps[m].weak, distance) for m in members], np.uint64)
-            rows, cols, _ = close_pairs(values, distance, weak)
-            found.update((members[a], members[b]) for a, b in zip(rows.tolist(), cols.tolist()))
-    return sorted(found)
+    """(i, j) for every i < j within ``distance`` bits (:func:`apart`), sorted: one band at
+    a time, the fingerprints sharing a band value (:func:`bands`) compared. Memory: a
+    band's values, an int64 each (times the weak bits' settings), and the pairs found;
+    no Python object a band value (1M fingerprints: about 40 MB a band)."""
+    n = len(fps)
+    values = np.array([fp.value for fp in fps], dtype=np.uint64)
+    weak = np.array([weak_bits(fp.weak, distance) for fp in fps], dtype=np.uint64)
+    pairs = np.zeros(0, np.int64)  # i * n + j
+    for bits in band_bits(distance):
+        band, owner = _band_settings(values, weak, bits)
+        order = np.lexsort((owner, band))
+        band, owner = band[order], owner[order]
+        starts = np.flatnonzero(np.r_[True, band[1:] != band[:-1]])
+        ends = np.r_[starts[1:], len(band)]
+        shared = ends - starts > 1
+        found = [pairs]
+        for start, end in zip(starts[shared].tolist(), ends[shared].tolist()):
+            members = owner[start:end]  # ascending: each pair comes out as (i < j)
+            rows, cols, _ = close_pairs(values[members], distance, weak[members])
+            found.append(members[rows] * n + members[cols])
+        pairs = np.unique(np.concatenate(found))  # a band's found, joined: few objects held
+    return list(zip((pairs // max(n, 1)).tolist(), (pairs % max(n, 1)).tolist()))
+
+
+def _band_settings(values: np.ndarray, weak: np.ndarray, bits: list[int]):
+    """(band value, owner) arrays of one band: every fingerprint's value of the band under
+    every setting of its weak bits in it (:func:`bands`, for arrays)."""
+    base = np.zeros(len(values), dtype=np.int64)
+    loose = np.full((WEAK_A_BAND, len(values)), -1, dtype=np.int64)  # each one's k, in order
+    count = np.zeros(len(values), dtype=np.int64)
+    for k, b in enumerate(bits):
+        base |= ((values >> np.uint64(b)) & np.uint64(1)).astype(np.int64) << k
+        here = ((weak >> np.uint64(b)) & np.uint64(1)).astype(bool) & (count < WEAK_A_BAND)
+        loose[count[here], np.flatnonzero(here)] = k
+        count += here
+    out_band, out_owner = [], []
+    for setting in range(1 << WEAK_A_BAND):
+        takes = setting < (1 << count)  # the settings of the weak bits it has
+        value = base[takes]
+        for n_, ks in enumerate(loose[:, takes]):
+            has = ks >= 0
+            bit = np.int64((setting >> n_) & 1)
+            shift = np.where(has, ks, 0)
+            value = np.where(has, (value & ~(np.int64(1) << shift)) | (bit << shift), value)
+        out_band.append(value)
+        out_owner.append(np.flatnonzero(takes))
+    return np.concatenate(out_band), np.concatenate(out_owner)
 
 
 def share_a_band(a: np.ndarray, b: np.ndarray, weak: np.ndarray, distance: int, below: int):

@@ -57,6 +57,33 @@ def variants(data: bytes, i: int) -> dict[str, tuple[str, bytes]]:
     }
 
 
+@pytest.mark.fast
+def test_candidate_pairs_are_every_pair_within_the_distance():
+    """``candidate_pairs`` (what ``evenshard leaks`` compares: one band at a time, in
+    arrays) finds exactly the pairs a comparison of every pair finds: hashes within the
+    distance, the weak bits of either left out; clusters of copies and strangers."""
+    rng = np.random.default_rng(1)
+    thumb = np.zeros(76, dtype=np.int16)
+    fps = []
+    for _ in range(120):  # 120 pictures, up to 8 copies each, a few bits flipped
+        value = int(rng.integers(0, 2**63)) * 2 + int(rng.integers(0, 2))
+        for _ in range(int(rng.integers(1, 9))):
+            copy = value
+            for bit in rng.choice(64, size=int(rng.integers(0, 9)), replace=False):
+                copy ^= 1 << int(bit)
+            weak = sum(1 << int(x) for x in rng.choice(63, size=near.WEAK, replace=False))
+            fps.append(near.Parsed(copy, weak, 20, thumb))
+    for distance in (0, 4, 10):
+        every = [
+            (i, j)
+            for i in range(len(fps))
+            for j in range(i + 1, len(fps))
+            if near.apart(fps[i], fps[j], distance) <= distance
+        ]
+        assert near.candidate_pairs(fps, distance) == every, distance
+        assert distance < 10 or len(every) > len(fps)  # copies found: no empty agreement
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     """The folder, and the truth: key -> the source it comes from."""
