@@ -140,3 +140,22 @@ def test_google_credentials_without_a_project_are_used_not_dropped(tmp_path, mon
     monkeypatch.setattr(stores.GCS, "_client", None)
     client = stores.GCS.client()
     assert not isinstance(client._credentials, AnonymousCredentials)
+
+
+def test_a_folder_named_with_wildcards_is_listed_as_itself(bucket, tmp_path):
+    """``match(pattern, folder=...)``: the folder's ``*``, ``?`` and ``[`` are no
+    pattern, locally and in a bucket (a sibling folder is not listed with it)."""
+    local = tmp_path / "in"
+    for rel in ("odd[1]/a.tfrecord", "odd[1]/x/b.tfrecord", "odd1/c.tfrecord", "odd*/d.txt"):
+        (local / rel).parent.mkdir(parents=True, exist_ok=True)
+        (local / rel).write_bytes(b"12")
+    url = bucket.upload(str(local), "in")
+    for root in (str(local), url):
+        found = [p[len(root) :] for p, _ in storage.match("**", folder=f"{root}/odd[1]")]
+        assert found == ["/odd[1]/a.tfrecord", "/odd[1]/x/b.tfrecord"], root
+        found = [p[len(root) :] for p, _ in storage.match("*.tfrecord", folder=f"{root}/odd[1]")]
+        assert found == ["/odd[1]/a.tfrecord"], root
+        assert [p[len(root) :] for p, _ in storage.match("*", folder=f"{root}/odd*")] == [
+            "/odd*/d.txt"
+        ], root
+    assert [p[len(url) :] for p in storage.files_under(f"{url}/odd*")] == ["/odd*/d.txt"]
