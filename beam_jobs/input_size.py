@@ -37,7 +37,7 @@ def has_at_least(job: Job, n: int) -> bool:
                         return True
             return False
         if paths.is_url(job.input_root):
-            return len(storage.match(job.input_root + "/**", n)) >= n
+            return len(storage.match("**", n, folder=job.input_root)) >= n
         for _, _, files in os.walk(job.input_root, followlinks=True):
             count += len(files)
             if count >= n:
@@ -59,6 +59,8 @@ def _records_at_least(job: Job, n: int) -> bool:
         if len(found) >= 2 * n:
             return True
         listed = [(path, os.path.getsize(path)) for path in found]
+    elif job.records == job.input_root + "/**":  # a bucket folder, its name no pattern
+        listed = storage.match("**", 2 * n, folder=job.input_root)
     else:
         listed = storage.match(job.records, 2 * n)
     from beam_jobs.record_formats import record_format

@@ -141,11 +141,11 @@ class _Copies:
 
     def __init__(self, scratch: str, path: str):
         self._name = copy_name(scratch, path)
-        self._file, self._at = contextlib.ExitStack(), 0
+        self._file, self._out, self._at = contextlib.ExitStack(), None, 0
 
     def put(self, data: bytes) -> tuple[int, int]:
         """Appends ``data``; returns its (byte offset, length) in the copy."""
-        if not self._at:
+        if self._out is None:  # opened once (an empty first image leaves _at at 0)
             self._out = self._file.enter_context(storage.writer(self._name))
         self._out.write(data)
         self._at += len(data)

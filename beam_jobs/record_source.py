@@ -40,6 +40,8 @@ def record_files(fmt: RecordFormat, pattern: str, root: str, named_only: bool, l
     (``paths.local_files``: no stat a file)."""
     if pattern == root + "/**" and not paths.is_url(root):
         files = sorted(itertools.islice(paths.local_files(root), limit))
+    elif pattern == root + "/**":  # a bucket folder, its name no pattern
+        files = [path for path, _ in storage.match("**", limit, folder=root)]
     else:
         files = [path for path, _ in storage.match(pattern, limit)]
     if named_only:

@@ -32,7 +32,7 @@ def listed(rules: CandidateRules, walked) -> Iterator[Candidate | Reject]:
 
 def url_files(root: str):
     """A bucket folder's walk: every object under it that is not hidden is an input."""
-    for path, _ in storage.match(root + "/**"):
+    for path, _ in storage.match("**", folder=root):
         rel = paths.relative_to(root, path)
         if rel and not any(p.startswith(".") for p in rel.split("/")):
             yield path, None

@@ -273,7 +273,7 @@ def owned_files(out: str, incomplete: str) -> list[str]:
 
 
 def _matches(folder: str, patterns) -> list[str]:
-    return sorted({path for p in patterns for path, _ in storage.match(layout.join(folder, p))})
+    return sorted({path for p in patterns for path, _ in storage.match(p, folder=folder)})
 
 
 def write_rejects(path: str, rejects: list[Reject]) -> None:

@@ -101,13 +101,16 @@ def _inside(root: str, joined: str, outside: str) -> str:
 
 def check_object_url(url: str) -> None:
     """A gs:// or s3:// URL names a bucket and an object in it (the stores' clients
-    fail on ``gs:///x.jpg`` with an IndexError, not a message)."""
-    if storage.store_of(url):
-        bucket, key = stores.split(url)
-        if not bucket:
-            raise BadPath(f"URL {url!r} names no bucket")
-        if not posixpath.normpath("/" + key).strip("/"):
-            raise BadPath(f"URL {url!r} names no object in bucket {bucket}")
+    fail on ``gs:///x.jpg`` with an IndexError, not a message); a URL of another scheme
+    is none convert reads (not a missing file)."""
+    if storage.store_of(url) is None:
+        scheme = url.split("://", 1)[0]
+        raise BadPath(f"URL {url!r}: convert reads gs:// and s3:// URLs, not {scheme}://")
+    bucket, key = stores.split(url)
+    if not bucket:
+        raise BadPath(f"URL {url!r} names no bucket")
+    if not posixpath.normpath("/" + key).strip("/"):
+        raise BadPath(f"URL {url!r} names no object in bucket {bucket}")
 
 
 @functools.lru_cache(maxsize=16)

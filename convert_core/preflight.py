@@ -112,7 +112,7 @@ def check_input(
     """
     if manifest is None:
         if paths.is_url(root):
-            listed = storage.match(root + "/**", FIRST_FILES)
+            listed = storage.match("**", FIRST_FILES, folder=root)
             if not listed:
                 raise UserError(f"--input: no files under {root}")
             names = [paths.relative_to(root, path) for path, _ in listed]

@@ -278,29 +278,35 @@ def files_under(folder: str) -> list[str]:
     """What removing ``folder`` takes (``delete``): a local folder itself, where it is; a
     bucket's objects under its prefix (a bucket has no folders)."""
     if store_of(folder):
-        return [p for p, _ in match(folder.rstrip("/") + "/**")]
+        return [p for p, _ in match("**", folder=folder)]
     return [folder] if os.path.exists(folder) else []
 
 
 GLOB_CHARS = "*?["
 
 
-def match(pattern: str, limit: int | None = None) -> list[tuple[str, int]]:
+def match(pattern: str, limit: int | None = None, folder: str = "") -> list[tuple[str, int]]:
     """(path, size in bytes) of each file ``pattern`` matches, sorted; with ``limit``, the
     first that many found (in a fixed order).
 
     Beam's FileSystems.match's rules, local and in a bucket alike: ``*`` and ``?``
     match within one name, ``**`` across folders, ``[...]`` is a class; a pattern
     without them names one file (or none). A local folder's symlinks to folders
-    are not followed.
+    are not followed. ``folder``: ``pattern`` is relative to it, and its own name is
+    no pattern (``*``, ``?`` and ``[`` in it are themselves).
     """
-    _writes(pattern)
-    cut = min((pattern.find(c) for c in GLOB_CHARS if c in pattern), default=len(pattern))
-    static, rule = pattern[:cut], _glob_rule(pattern)
-    if store := store_of(pattern):
+    prefix = folder.rstrip("/") + "/" if folder else ""
+    full = prefix + pattern
+    _writes(full)
+    cut = len(prefix) + min(
+        (pattern.find(c) for c in GLOB_CHARS if c in pattern), default=len(pattern)
+    )
+    static = full[:cut]
+    rule = re.compile(re.escape(prefix) + _glob_rule(pattern).pattern)
+    if store := store_of(full):
         listed = store.walk(static)
     else:
-        listed = _local_files(static, pattern[cut:])
+        listed = _local_files(static, full[cut:])
     found = []
     for path, n in listed:
         if rule.fullmatch(path):

@@ -55,7 +55,9 @@ class GCS:
             else:
                 try:
                     cls._client = gcs.Client()
-                except (DefaultCredentialsError, OSError):
+                except OSError:  # credentials, but no project: a bucket's objects need none
+                    cls._client = gcs.Client(project=None)
+                except DefaultCredentialsError:
                     log.warning(
                         "evenshard: no Google Cloud credentials found, reading gs:// "
                         "anonymously (public buckets only); `gcloud auth "

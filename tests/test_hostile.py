@@ -438,3 +438,14 @@ def test_dedupe_content_keeps_one_copy_of_each_image(tmp_path, verify):
         "c/again.png": "the same bytes as a/0.png",
         "b/2.png": "the same bytes as a/z.png",
     }
+
+
+@pytest.mark.fast
+def test_a_row_naming_a_url_of_another_scheme_is_a_bad_path_not_a_missing_file():
+    """Convert reads gs:// and s3:// only: a row naming hdfs:// or http:// says so."""
+    from convert_core.candidates import CandidateRules
+
+    rules = CandidateRules(root="/m", path_root=None, kind="image", vocabulary=None, group_by=None)
+    for url in ("hdfs://nn/x.jpg", "http://host/x.jpg"):
+        reject = rules.row(2, {"path": url, "label": "a"})
+        assert reject.reason == "bad_path" and "gs:// and s3://" in reject.detail, reject

@@ -106,3 +106,25 @@ def test_the_real_folder_behind_a_symlinked_label_folder_is_refused(tmp_path):
     assert sorted(os.listdir(tmp_path / "elsewhere" / "real" / "l0")) == [
         f"{i}.png" for i in (0, 10, 2, 4, 6, 8)
     ]
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("name", ["run[1]", "run*", "run?"])
+def test_an_output_folder_named_with_wildcards_is_itself(tmp_path, name):
+    """``*``, ``?`` and ``[`` in the output folder's name are no pattern: a dead run's
+    recorded shards there are removed, and a sibling folder's shards are not taken for
+    files in it (which made a new folder refused)."""
+    from convert_core.output import _prepare
+
+    sibling = tmp_path / "run1"
+    sibling.mkdir()
+    (sibling / layout.shard_name("train", 0, 2)).write_text("another dataset's")
+    out = tmp_path / name
+    _prepare(str(out), str(out / layout.INCOMPLETE_DIR), False)  # a new folder: not refused
+    (out / layout.INCOMPLETE_DIR).mkdir()
+    dead = layout.shard_name("train", 0, 3)
+    (out / dead).write_text("half a run")
+    (out / layout.INCOMPLETE_DIR / (dead + layout.OWNED_SUFFIX)).write_text("")
+    _prepare(str(out), str(out / layout.INCOMPLETE_DIR), False)
+    assert sorted(os.listdir(out)) == [layout.MARKER_FILE]
+    assert (sibling / layout.shard_name("train", 0, 2)).exists()

@@ -291,3 +291,24 @@ def test_an_unlabelled_row_names_the_class_names_it_is_outside_of(tmp_path):
     assert (r["key"], r["reason"]) == ("t.parquet#1", "bad_label")
     assert "--labels" not in r["detail"] and "class names" in r["detail"], r["detail"]
     assert info["inputs"] == 3 and info["labels"] == NAMES
+
+
+def test_a_row_with_an_empty_image_first_keeps_the_copy_of_the_rows_after_it(tmp_path):
+    """A row whose image is empty (no bytes) first in a file: the rows after it are still
+    read again from the file's one copy (the empty image is its own reject)."""
+    from beam_jobs.inspect_images import InspectImages
+    from beam_jobs.parquet_source import FORMAT, images_again
+    from convert_core.record_rules import RecordFeatures, RecordRules
+    from convert_core.records import Image
+
+    root, scratch = str(tmp_path / "in"), str(tmp_path / "out" / ".incomplete")
+    images = pngs(2)
+    write_parquet(f"{root}/a.parquet", [b"", *images], [0, 1, 2])
+    rules = RecordRules(RecordFeatures("image", "label", "int64"), tuple(NAMES))
+    inspect = InspectImages("full", 10**8, 256.0, root).arguments
+    reader = FORMAT.reader(root, rules, inspect, scratch)
+    reader.setup()
+    read = [r for r in reader.process(f"{root}/a.parquet") if isinstance(r, Image)]
+    assert [im.key for im in read] == ["a.parquet#1", "a.parquet#2"]
+    shard = [(f"{root}/a.parquet", im) for im in read]
+    assert list(images_again(shard, "image", scratch)) == [(im, None) for im in images]

@@ -120,3 +120,42 @@ def test_a_forked_child_makes_its_own_client(s3_server):
     os.close(read)
     os.waitpid(pid, 0)
     assert stores.S3.client() is client
+
+
+@pytest.mark.fast
+def test_google_credentials_without_a_project_are_used_not_dropped(tmp_path, monkeypatch):
+    """Credentials found but no project (`gcloud auth application-default login` with no
+    project set): gs:// is reached with them (a bucket's objects need no project), not
+    anonymously as if there were none."""
+    from google.auth.credentials import AnonymousCredentials
+
+    adc = tmp_path / "adc.json"
+    adc.write_text(
+        '{"type": "authorized_user", "client_id": "x.apps.googleusercontent.com", '
+        '"client_secret": "s", "refresh_token": "r"}'
+    )
+    for name in ("STORAGE_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(adc))
+    monkeypatch.setattr(stores.GCS, "_client", None)
+    client = stores.GCS.client()
+    assert not isinstance(client._credentials, AnonymousCredentials)
+
+
+def test_a_folder_named_with_wildcards_is_listed_as_itself(bucket, tmp_path):
+    """``match(pattern, folder=...)``: the folder's ``*``, ``?`` and ``[`` are no
+    pattern, locally and in a bucket (a sibling folder is not listed with it)."""
+    local = tmp_path / "in"
+    for rel in ("odd[1]/a.tfrecord", "odd[1]/x/b.tfrecord", "odd1/c.tfrecord", "odd*/d.txt"):
+        (local / rel).parent.mkdir(parents=True, exist_ok=True)
+        (local / rel).write_bytes(b"12")
+    url = bucket.upload(str(local), "in")
+    for root in (str(local), url):
+        found = [p[len(root) :] for p, _ in storage.match("**", folder=f"{root}/odd[1]")]
+        assert found == ["/odd[1]/a.tfrecord", "/odd[1]/x/b.tfrecord"], root
+        found = [p[len(root) :] for p, _ in storage.match("*.tfrecord", folder=f"{root}/odd[1]")]
+        assert found == ["/odd[1]/a.tfrecord"], root
+        assert [p[len(root) :] for p, _ in storage.match("*", folder=f"{root}/odd*")] == [
+            "/odd*/d.txt"
+        ], root
+    assert [p[len(url) :] for p in storage.files_under(f"{url}/odd*")] == ["/odd*/d.txt"]
