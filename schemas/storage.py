@@ -221,7 +221,7 @@ def remove_if(path: str, token) -> bool:
 
 # -- writing (local paths and buckets) and listing by glob
 
-SPOOL_BYTES = 1 << 26  # a bucket object is written from memory up to this, then from disk
+SPOOL_BYTES = 1 << 24  # a bucket object is written from memory up to this, then from disk
 
 
 def _writes(path: str) -> None:
@@ -239,8 +239,9 @@ def writer(path: str, temp_dir: str | None = None):
     if store := store_of(path):
         with tempfile.SpooledTemporaryFile(SPOOL_BYTES) as spool:
             yield spool
+            size = spool.tell()
             spool.seek(0)
-            store.upload(path, spool)
+            store.upload(path, spool, size)
         return
     name = os.path.basename(path)
     tmp = layout.temp_name(os.path.join(temp_dir, name) if temp_dir else path, uuid.uuid4().hex)
@@ -268,7 +269,8 @@ def delete(paths) -> None:
         if store := store_of(path):
             store.delete(path)
         elif os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
+            with contextlib.suppress(FileNotFoundError):  # any other failure is said
+                shutil.rmtree(path)
         else:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(path)
@@ -289,11 +291,12 @@ def match(pattern: str, limit: int | None = None, folder: str = "") -> list[tupl
     """(path, size in bytes) of each file ``pattern`` matches, sorted; with ``limit``, the
     first that many found (in a fixed order).
 
-    Beam's FileSystems.match's rules, local and in a bucket alike: ``*`` and ``?``
-    match within one name, ``**`` across folders, ``[...]`` is a class; a pattern
-    without them names one file (or none). A local folder's symlinks to folders
-    are not followed. ``folder``: ``pattern`` is relative to it, and its own name is
-    no pattern (``*``, ``?`` and ``[`` in it are themselves).
+    A shell's rules, local and in a bucket alike (those of Beam's FileSystems.match
+    for patterns convert is given: tests/test_storage.py): ``*`` and ``?`` match
+    within one name, ``**`` across folders, ``[...]`` is a class (``[!...]`` its
+    complement); a pattern without them names one file (or none). A local folder's
+    symlinks to folders are not followed. ``folder``: ``pattern`` is relative to it,
+    and its own name is no pattern (``*``, ``?`` and ``[`` in it are themselves).
     """
     prefix = folder.rstrip("/") + "/" if folder else ""
     full = prefix + pattern

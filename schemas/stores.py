@@ -141,10 +141,11 @@ class GCS:
         with self.errors(url):
             self._blob(url).upload_from_string(data)
 
-    def upload(self, url: str, stream) -> None:
-        """Writes the object from a readable stream at its start (large ones in parts)."""
+    def upload(self, url: str, stream, size: int) -> None:
+        """Writes the object of ``size`` bytes from a readable stream at its start: one
+        request up to 8 MB, a resumable upload above."""
         with self.errors(url):
-            self._blob(url).upload_from_file(stream)
+            self._blob(url).upload_from_file(stream, size=size)
 
     def delete(self, url: str) -> None:
         """Removes the object; a missing one is no error."""
@@ -317,8 +318,9 @@ class S3:
         with self.errors(url):
             self.client().put_object(Bucket=bucket, Key=key, Body=data)
 
-    def upload(self, url: str, stream) -> None:
-        """Writes the object from a readable stream at its start (large ones in parts)."""
+    def upload(self, url: str, stream, size: int) -> None:
+        """Writes the object from a readable stream at its start: one put up to 8 MB,
+        a multipart upload above (``size``: unused, boto3 finds it)."""
         bucket, key = split(url)
         with self.errors(url):
             self.client().upload_fileobj(stream, bucket, key)
