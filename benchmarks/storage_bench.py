@@ -141,7 +141,7 @@ def render(r: dict) -> str:
     )
     return f"""## convert from and to a bucket — `benchmarks/storage_bench.py`
 
-{r["images"]} JPEGs on moto's S3 server on loopback, two splits of 8 shards, best of
+{r["images"]:,} JPEGs on moto's S3 server on loopback, two splits of 8 shards, best of
 {r["rounds"]} rounds round-robin (1-minute load {r["load_1min"]}). CPU: the convert and
 its worker processes (`getrusage`); the server's beside it.
 
@@ -149,8 +149,16 @@ its worker processes (`getrusage`); the server's beside it.
 |---|---|---|---|
 {rows}
 
-Bucket over local CPU: **{r["s3_over_local_cpu"]}x**.
+Bucket over local CPU: **{r["s3_over_local_cpu"]}x**.{_against_baseline(r)}
 """
+
+
+def _against_baseline(r: dict) -> str:
+    old = r["best"].get("s3_baseline")
+    if not old:
+        return ""
+    ratio = r["best"]["s3"]["cpu"] / old["cpu"]
+    return f" Bucket to bucket over the same as of {r['baseline']}: **{ratio:.2f}x** the CPU."
 
 
 FLAGS = {
