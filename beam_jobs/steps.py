@@ -1,8 +1,8 @@
 """The convert pipeline: ``build`` wires its composite transforms, nothing else.
 
 Each step is a ``beam.PTransform`` in a module of its own (sources,
-inspect_images, dedupe, near, rejects, vocabulary, split, order, write, finalize)
-and is given the values it uses, taken from the ``Job`` (its paths resolved
+inspect_images, dedupe, near, vocabulary, split, order; write holds the steps that
+write the output folder: the rejects, the shards, the description) and is given the values it uses, taken from the ``Job`` (its paths resolved
 there, once). Totals and shard counts are computed in the pipeline and passed
 to the steps as side inputs. Element shapes between the steps are in the
 comments.
@@ -13,18 +13,16 @@ from __future__ import annotations
 import apache_beam as beam
 
 from beam_jobs.dedupe import DedupeContent
-from beam_jobs.finalize import Finalize
 from beam_jobs.inspect_images import InspectImages
 from beam_jobs.near_duplicates import NearDuplicates, SplitRule
 from beam_jobs.order import OrderAndShard
 from beam_jobs.plan_shards import PlanShards
 from beam_jobs.record_formats import record_format
 from beam_jobs.record_source import ReadRecordFiles
-from beam_jobs.rejects import RejectGate, WriteRejects
 from beam_jobs.sources import ReadInputs
 from beam_jobs.split import AssignSplits
 from beam_jobs.vocabulary import Vocabulary
-from beam_jobs.write import WriteShards
+from beam_jobs.write import Finalize, RejectGate, WriteRejects, WriteShards
 from convert_core.job import Job
 from convert_core.record_rules import RecordRules, is_glob
 
