@@ -212,6 +212,7 @@ ENGINES = {
         "reader/decode/tf_decode.py",
         "reader/records/tfcall.py",
         "reader/routes/graph.py",
+        "reader/routes/tf_adapter.py",
         "reader/compat/tf.py",
         "reader/examples.py",  # pass-through records: tf.io.parse_example
     },
