@@ -221,6 +221,7 @@ ENGINES = {
         "reader/routes/torch_tensors.py",
         "reader/routes/torch_backend.py",
         "reader/routes/torch_spread.py",
+        "reader/routes/torch_read.py",
         "reader/compat/torch.py",
     },
     "nvidia": {"reader/routes/dali_decode.py"},
