@@ -24,13 +24,15 @@ batches then travel untagged and no stack is walked.
 
 from __future__ import annotations
 
+import multiprocessing
+import secrets
 import weakref
 from multiprocessing.reduction import ForkingPickler
 
 from reader.compat import torch as compat_torch
+from reader.routes.torch_passes import worker_first, worker_state  # noqa: F401 (named here too)
 from schemas.errors import OperationError
 
-_WORKER_FIRST = "worker_first"  # a DataLoader worker's state: its next batch
 PINNED = "pinned"  # received by the DataLoader's pin-memory thread, ahead of the loop
 UNORDERED = "unordered"  # several workers' batches, unpickled outside a DataLoader iterator
 
@@ -91,17 +93,86 @@ def forget(token: str) -> None:
     _RECEIVED.pop(token, None)
 
 
-def worker_state(read_state: str, first: int) -> dict:
-    """A DataLoader worker's state, as torchdata's ``StatefulDataLoader`` keeps it for each
-    worker with the batches it yielded: where the worker's read stands (``read_state``,
-    ReadState JSON), and its next batch counted from there (``first``, modulo the
-    worker count)."""
-    return {"read_state": read_state, _WORKER_FIRST: first}
+class Tally:
+    """One reader's batches that DataLoader workers send: the token naming them (a new one
+    for each state loaded: batches of an older state still on their way are not counted
+    for this one), and two values shared with the workers: whether one iterated, and the
+    ``load_state_dict()`` calls (a persistent worker that still holds an older state
+    refuses to read it)."""
 
+    def __init__(self):
+        self.token = None
+        self.in_worker = multiprocessing.RawValue("b", 0)
+        self.loads, self.loaded = multiprocessing.RawValue("l", 0), 0
 
-def worker_first(state: dict) -> int | None:
-    """The next batch of a worker's state from ``worker_state``; None for a reader's."""
-    return state.get(_WORKER_FIRST)
+    def __getstate__(self) -> dict:
+        # the shared values go to the processes a DataLoader spawns, not into other pickles
+        spawning = multiprocessing.context.get_spawning_popen() is not None
+        flag = self.in_worker if spawning else multiprocessing.RawValue("b", 0)
+        loads = self.loads if spawning else multiprocessing.RawValue("l", self.loaded)
+        return {**self.__dict__, "in_worker": flag, "loads": loads}
+
+    def load(self, in_worker: bool) -> None:
+        """A state was loaded: its batches get a new token (in a StatefulDataLoader's
+        worker, ``in_worker``, the values shared stay)."""
+        if in_worker:
+            return
+        if self.token is not None:
+            forget(self.token)
+        self.token = secrets.token_hex(8)
+        self.in_worker.value = 0
+        self.loads.value += 1
+        self.loaded = self.loads.value
+
+    def start(self, in_worker: bool) -> None:
+        """A pass starts, in a DataLoader worker or in the process that counts it."""
+        if not in_worker:
+            forget(self.token)  # counted here, not by a DataLoader's worker
+            return
+        if self.loads.value != self.loaded:
+            raise OperationError(
+                "TorchReader.load_state_dict() after a DataLoader(persistent_workers="
+                "True) started its workers, which still hold the state they started "
+                "with: make the DataLoader after load_state_dict(), or use "
+                "persistent_workers=False"
+            )
+        self.in_worker.value = 1
+
+    def sent(self, batch, count: int, workers: int):
+        """``batch`` tagged to be counted for this reader where it arrives (``sent``)."""
+        return sent(batch, self.token, count, workers)
+
+    def received(self) -> int | None:
+        """The batches of this iteration that DataLoader workers sent and reached this
+        process; None where none did and no worker iterated (the reader counts its own).
+
+        Raises:
+            RuntimeError: where that is unknown (``TorchReader.state_dict``'s cases).
+        """
+        if seen(self.token):
+            consumed = received(self.token)
+            if consumed == PINNED:
+                raise OperationError(
+                    "TorchReader.state_dict() under DataLoader(pin_memory=True): the pin "
+                    "thread takes batches ahead of the training loop, so which were trained "
+                    "on is unknown; use pin_memory=False and move batches with "
+                    ".to(device, non_blocking=True) in the loop"
+                )
+            if consumed == UNORDERED:
+                raise OperationError(
+                    "TorchReader.state_dict(): batches of several DataLoader workers "
+                    "reached this process outside a DataLoader iterator, so which were "
+                    "trained on is unknown; iterate the DataLoader itself"
+                )
+            return consumed
+        if self.in_worker.value:
+            raise OperationError(
+                "TorchReader.state_dict(): a DataLoader worker reads this reader but none of "
+                "its batches reached this process counted (a collate_fn that rebuilds them?); "
+                "use DataLoader(reader, batch_size=None) without a collate_fn, or num_workers=0"
+                " (a StatefulDataLoader's state is its own state_dict())"
+            )
+        return None
 
 
 def _send(batch):

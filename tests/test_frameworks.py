@@ -260,7 +260,7 @@ def test_torch_default_backend_is_the_faster_for_the_machine(data_761):
     import torch
 
     from reader.dali import installed
-    from reader.torch import _default_backend
+    from reader.routes.torch_backend import default_backend as _default_backend
 
     assert installed()  # DALI is there: the CPU alone keeps it from being the default
     if torch.cuda.device_count():
@@ -268,10 +268,12 @@ def test_torch_default_backend_is_the_faster_for_the_machine(data_761):
     assert TorchReader(data_761[0], "eval", 64, image_size=SIZE).backend == "tf"
     explicit = TorchReader(data_761[0], "eval", 64, image_size=SIZE, backend="dali")
     assert explicit.backend == "dali" and next(iter(explicit))["image"].shape == (64, *SIZE, 3)
-    infos = [s.info for s in explicit._sources]
+    infos = [s.info for s in explicit._read.passes.sources]
     assert _default_backend(infos, gpu=True) == "dali"
     assert _default_backend(infos, gpu=False) == "tf"
-    gif = [s.info for s in TorchReader(data_761[2], "train", 8, image_size=SIZE)._sources]
+    gif = [
+        s.info for s in TorchReader(data_761[2], "train", 8, image_size=SIZE)._read.passes.sources
+    ]
     assert _default_backend(gif, gpu=True) == "tf"  # a GPU, but GIFs DALI cannot decode
 
 

@@ -247,6 +247,7 @@ ENGINES = {
         "reader/decode/tf_decode.py",
         "reader/records/tfcall.py",
         "reader/routes/graph.py",
+        "reader/routes/tf_adapter.py",
         "reader/compat/tf.py",
         "reader/examples.py",  # pass-through records: tf.io.parse_example
     },
@@ -255,6 +256,7 @@ ENGINES = {
         "reader/routes/torch_tensors.py",
         "reader/routes/torch_backend.py",
         "reader/routes/torch_spread.py",
+        "reader/routes/torch_read.py",
         "reader/compat/torch.py",
     },
     "nvidia": {"reader/routes/dali_decode.py"},

@@ -310,7 +310,7 @@ def test_batches_the_pin_memory_thread_took_make_state_dict_refuse(data):
     from reader.torch import TorchReader
 
     r = TorchReader(data, "train", 4, image_size=(8, 8), seed=0, backend="tf")
-    wire = bytes(ForkingPickler.dumps(handover.sent({"image": 1}, r._token, 3)))
+    wire = bytes(ForkingPickler.dumps(handover.sent({"image": 1}, r._read.tally.token, 3)))
 
     def _pin_memory_loop():  # noqa: N802 - torch's pin thread's name
         return pickle.loads(wire)

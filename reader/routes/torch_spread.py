@@ -12,8 +12,16 @@ from __future__ import annotations
 import torch
 
 from reader.routes.python_route import PythonRoute
+from reader.routes.torch_tensors import from_numpy
 from reader.values.state import ReadState
 from schemas.errors import OperationError
+
+
+def checked(data_dir, split: str, batch_size: int, options, stage, state):
+    """The Python route's read checked now (the transform picklable, views and
+    batch_size agree): its :class:`SpreadViews` where its views are spread, else None."""
+    route = PythonRoute(data_dir, split, batch_size, options, stage=stage, state=state)
+    return None if route.spread is None else SpreadViews(route, state)
 
 
 class SpreadViews:
@@ -41,13 +49,17 @@ class SpreadViews:
         self.route.load_state_dict(state_dict)
         self.pending = True
 
-    def batches(self):
-        """One pass's batches: from a loaded state not read yet, else the beginning."""
+    def __len__(self) -> int:
+        return len(self.route)
+
+    def batches(self, shaped):
+        """One pass's batches as tensors, each through ``shaped``: from a loaded state not
+        read yet, else the beginning."""
         _in_this_process("iter()")
         if not self.pending:
             self.route.load_state_dict(self.beginning)
         self.pending = False
-        return iter(self.route)
+        return map(shaped, map(from_numpy, self.route))
 
 
 def _in_this_process(what: str) -> None:

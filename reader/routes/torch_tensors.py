@@ -1,5 +1,5 @@
 """The spine's batches as torch tensors: from the tf graph stream, DALI and the Python
-route (``TorchReader``'s backends)."""
+route (``TorchReader``'s backends), in the layout and form asked."""
 
 from __future__ import annotations
 
@@ -73,4 +73,22 @@ def from_examples(batch) -> dict:
         first = next(iter(out.values()))
         n = len(first.lengths if isinstance(first, Padded) else first)
         out["mask"] = torch.ones(n, dtype=torch.bool)
+    return out
+
+
+def converter(backend: str, record_kind: str):
+    """The function that turns a ``backend``'s batch into tensors."""
+    if record_kind == "example":
+        return from_examples  # records that are not images: features, no image
+    return {"dali": from_dali, "tf": from_tf, "python": from_numpy}[backend]
+
+
+def shaped(out: dict, layout: str, supervised: bool, padded: bool):
+    """A batch of tensors in ``layout``; with ``supervised``, the tuple (image, label),
+    or (image, label, mask) where ``padded`` (``pad_final_batch``)."""
+    if layout == "NCHW" and "image" in out:
+        out["image"] = out["image"].permute(0, 3, 1, 2)
+    if supervised:
+        out = out["image"], out["label"], out["mask"]
+        out = out if padded else out[:2]
     return out

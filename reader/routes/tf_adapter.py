@@ -1,0 +1,136 @@
+"""The Python route's batches as a ``tf.data.Dataset`` (``tf.data.Dataset.from_generator``):
+``make_dataset`` with a Python ``transform``, views or ``on_error="skip"``. The dataset's
+signature is the first batch's fields, types and shapes; each pass over the dataset is
+a new pass of the read (Keras iterates once an epoch)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from reader.examples import Padded
+from reader.records import tfcall
+from reader.routes import graph
+from reader.routes.python_route import PythonRoute
+from reader.values.option_groups import GROUPS, PythonStage, refuse_untaken
+from reader.values.state import ReadState
+from schemas import storage
+from schemas.errors import InvalidTypeError, InvalidValueError, OperationError
+
+tf = storage.tensorflow()
+
+# the groups of options the Python route of make_dataset takes (reader/values/option_groups.py);
+# the tf graph takes them all (on_error="raise" there: a record that fails stops it)
+PYTHON_TAKES = frozenset(GROUPS) - {"form", "device"}
+INSTEAD = {
+    "form": "with transform= or views=, the dataset yields the transform's dicts: map "
+    "them to (image, label) yourself",
+    "device": 'with transform=, views= or on_error="skip", batches come from Python: '
+    "move them with tf.data.experimental.prefetch_to_device yourself",
+}
+
+
+def dataset(data_dir, split, batch_size, o, state, python: PythonStage):
+    """(dataset, the state to advance) of the Python route's read: its batches as a
+    dataset. Without a transform or views, ``as_supervised`` gives (image, label,
+    weight): a masked row weighs 0."""
+    plain = python.transform is None and python.views == 1  # on_error="skip" alone
+    face = 'make_dataset(on_error="skip")' if plain else "make_dataset(transform=...)"
+    if batch_size is None:
+        raise InvalidValueError(f"{face} reads the Python route's batches: give batch_size")
+    refuse_untaken(o, PYTHON_TAKES | {"form"} if plain else PYTHON_TAKES, face, INSTEAD)
+    route = PythonRoute(data_dir, split, batch_size, o, state=state, stage=python)
+    if state is not None and route.spread is not None:
+        # the state handed back is advanced by batches, which then count views of
+        # blocks: a ReadState has no view_skip to say how far into a block's views
+        raise InvalidValueError(
+            "make_dataset(view_spread=...) is not resumed from a ReadState, which cannot "
+            "say where a read stands between an image's views: resume views spread with "
+            "reader.NumpyReader's state_dict() and load_state_dict(), or read with "
+            'views together (view_spread="together")'
+        )
+    start = ReadState.from_json(route.state_dict()["read_state"])
+    batches = iter(route)
+    first = next(batches)  # the signature: the transform's fields, types and shapes
+    spec = {name: _signature(name, value) for name, value in first.items()}
+
+    def generate():
+        nonlocal first, batches
+        try:
+            if first is not None:  # the pass begun for the signature
+                head, rest = first, batches
+                first = batches = None
+                yield head
+                yield from (_same(spec, batch) for batch in rest)
+            else:
+                yield from (_same(spec, batch) for batch in route)
+        except KeyboardInterrupt:  # Ctrl-C reached the read's processes; the read ended
+            # The caller may wait inside TensorFlow, its own Ctrl-C pending there: an
+            # error from here would race it (TensorFlow then raises a RuntimeError), an
+            # empty batch lets it out to raise it. Had it no Ctrl-C, it sees the batch,
+            # then this error.
+            yield tf.nest.map_structure(
+                lambda s: np.zeros((0, *[d or 0 for d in s.shape[1:]]), s.dtype.as_numpy_dtype),
+                spec,
+            )
+            raise OperationError("the read was interrupted (Ctrl-C)") from None
+
+    ds = tf.data.Dataset.from_generator(generate, output_signature=spec)
+    try:
+        ds = ds.apply(tf.data.experimental.assert_cardinality(len(route)))
+    except TypeError:  # endless
+        pass
+    if plain and o.as_supervised:  # Keras takes a third element as sample weights
+        ds = ds.map(
+            tfcall.graph(lambda b: (b["image"], b["label"], tf.cast(b["mask"], tf.float32)))
+        )
+    ds = ds.with_options(graph.tf_options(None))
+    ds = ds.prefetch(o.prefetch) if o.prefetch is not None else ds
+    return ds, start
+
+
+def _signature(name: str, value):
+    """The tensor spec of a batch's field ``name``."""
+    if isinstance(value, Padded):  # records that are not images: a variable length
+        lengths = _signature(name, value.lengths)
+        return Padded(tf.TensorSpec((None, None), _signature(name, value.values).dtype), lengths)
+    if isinstance(value, np.ndarray) and value.dtype == object:  # bytes features
+        return tf.TensorSpec((None, *value.shape[1:]), tf.string)
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+        return tf.TensorSpec((None, *value.shape[1:]), value.dtype)
+    if isinstance(value, list) and all(isinstance(v, (str, bytes)) for v in value):
+        return tf.TensorSpec((None,), tf.string)
+    held = " and ".join(sorted({type(v).__name__ for v in value})) + " values"
+    shapes = sorted({v.shape for v in value if isinstance(v, np.ndarray)})
+    if held == "ndarray values" and len(shapes) > 1:
+        held = f"arrays of {len(shapes)} shapes ({', '.join(map(str, shapes[:3]))})"
+    raise InvalidTypeError(
+        f"transform output {name!r} holds {held}: make_dataset yields "
+        "tensors (arrays of one shape, numbers or strings); reader.NumpyReader "
+        "yields any values"
+    )
+
+
+def _same(spec: dict, batch: dict) -> dict:
+    """``batch``, its fields of the first batch's types (``spec``): TensorFlow would cast
+    a float field to a first batch's ints (0.5 read as 0)."""
+    for name, s in spec.items():
+        value = batch[name]
+        if isinstance(s, Padded):  # parsed records: their spec's types, every batch
+            continue
+        if s.dtype == tf.string or (
+            isinstance(value, np.ndarray)
+            and np.can_cast(value.dtype, s.dtype.as_numpy_dtype, "same_kind")
+        ):
+            continue
+        held = (
+            value.dtype.name
+            if isinstance(value, np.ndarray)
+            else " and ".join(sorted({type(v).__name__ for v in value})) + " values"
+        )
+        raise InvalidTypeError(
+            f"transform output {name!r} holds {held} in the batch of key "
+            f"{batch['key'][0]!r}, {s.dtype.name} in the first batch: make_dataset "
+            "yields one type a field; return the same type for every example "
+            "(1.0, not 1, where others are 0.5)"
+        )
+    return batch
