@@ -2,10 +2,10 @@
 
 Each step is a ``beam.PTransform`` in a module of its own (sources,
 inspect_images, dedupe, near, vocabulary, split, order; write holds the steps that
-write the output folder: the rejects, the shards, the description) and is given the values it uses, taken from the ``Job`` (its paths resolved
-there, once). Totals and shard counts are computed in the pipeline and passed
-to the steps as side inputs. Element shapes between the steps are in the
-comments.
+write the output folder: the rejects, the shards, the description) and is given
+the values it uses, taken from the ``Job`` (its paths resolved there, once).
+Totals and shard counts are computed in the pipeline and passed to the steps as
+side inputs. Element shapes between the steps are in the comments.
 """
 
 from __future__ import annotations
