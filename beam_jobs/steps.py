@@ -25,6 +25,7 @@ from beam_jobs.vocabulary import Vocabulary
 from beam_jobs.write import Finalize, RejectGate, WriteRejects, WriteShards
 from convert_core.job import Job
 from convert_core.record_rules import RecordRules, is_glob
+from convert_core.write import Shards
 
 
 def build(pipeline, job: Job):
@@ -104,12 +105,7 @@ def build(pipeline, job: Job):
     sharded = split_images | "OrderAndShard" >> OrderAndShard(o.seed, o.balance, plan)
     # -> shard info dicts | Reject (an input that changed since inspection)
     written = sharded | "WriteShards" >> WriteShards(
-        job.output_dir,
-        job.incomplete_dir,
-        o.record_kind,
-        o.compression,
-        job.input_root,
-        fingerprints=o.dedupe == "near",
+        Shards.of(job),
         record_image=(
             (record_format(o.input_format).images_again, job.features.image)
             if job.features

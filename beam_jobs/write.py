@@ -27,7 +27,7 @@ from convert_core import paths
 from convert_core.output import finish, write_rejects
 from convert_core.records import Image
 from convert_core.rejects import gate, summary
-from convert_core.write import read_again, write_shard
+from convert_core.write import Shards, read_again, write_shard
 from schemas.progress import Progress
 
 
@@ -36,23 +36,11 @@ class _WriteShard(beam.DoFn):
     each image whose bytes are not those inspected (left out of the shard; finalize
     then writes no dataset). The arguments: ``WriteShards``'."""
 
-    def __init__(
-        self,
-        out: str,
-        incomplete: str,
-        kind: str,
-        compression: str,
-        root: str | None,
-        fingerprints: bool,
-        record_image: tuple | None,
-    ):
-        self._out, self._incomplete, self._root = out, incomplete, root
-        self._fingerprints = fingerprints
-        self._record_image = record_image
-        self._kind, self._compression = kind, compression
+    def __init__(self, shards: Shards, record_image: tuple | None):
+        self._shards, self._record_image = shards, record_image
         self._records = Metrics.counter("evenshard", "records_written")
         self._bytes = Metrics.counter("evenshard", "bytes_written")
-        self._shards = Metrics.counter("evenshard", "shards_written")
+        self._shards_written = Metrics.counter("evenshard", "shards_written")
 
     def setup(self):
         self._progress = Progress("write", "records")
@@ -65,36 +53,26 @@ class _WriteShard(beam.DoFn):
         again = None
         if self._record_image:  # a record input's images, read again a shard at a time
             images_again, feature = self._record_image
+            root = self._shards.root
             items = [
-                (paths.full_source(self._root, im.source, im.key), im)
+                (paths.full_source(root, im.source, im.key), im)
                 for im in images
                 if im.data is None  # else carried from inspection
             ]
-            again = images_again(items, feature, self._incomplete)
+            again = images_again(items, feature, self._shards.incomplete)
 
         def image_bytes(source: str, im: Image) -> tuple[bytes, str | None]:
             if im.data is not None:  # carried from inspection
                 return im.data, None
             return read_again(source, im) if again is None else next(again)
 
+        num_shards = plan[split]["num_shards"]
         info, written = write_shard(
-            self._out,
-            self._incomplete,
-            split,
-            index,
-            plan[split]["num_shards"],
-            images,
-            image_bytes,
-            root=self._root,
-            label_ids=label_ids,
-            record_kind=self._kind,
-            compression=self._compression,
-            fingerprints=self._fingerprints,
-            progress=self._progress,
+            self._shards, split, index, num_shards, images, image_bytes, label_ids, self._progress
         )
         self._records.inc(written.count)
         self._bytes.inc(info["num_bytes"])
-        self._shards.inc()
+        self._shards_written.inc()
         yield info
         yield from written.changed
 
@@ -103,40 +81,15 @@ class WriteShards(beam.PTransform):
     """((split, shard), [Image] in order) -> {main: shard info dicts, rejects: the images
     that changed since inspection}.
 
-    Shards of ``record_kind`` and ``compression`` into ``output_dir``, each written
-    in ``incomplete_dir`` first; relative ``Image.source`` values are under
-    ``source_root``; ``fingerprints``: each shard's near-duplicate fingerprints go
-    beside it (``NAME.near``, ``schemas.near``); ``record_image``: a record input's
-    (``images_again`` of its format, the image's feature): how a shard's records'
-    images are read again.
-    ``plan``, ``vocab`` and ``gate`` are side inputs (nothing is written unless the
-    gate is ok).
+    Shards written as ``shards`` says (``convert_core.write.Shards``); ``record_image``:
+    a record input's (``images_again`` of its format, the image's feature): how a
+    shard's records' images are read again. ``plan``, ``vocab`` and ``gate`` are side
+    inputs (nothing is written unless the gate is ok).
     """
 
-    def __init__(
-        self,
-        output_dir: str,
-        incomplete_dir: str,
-        record_kind: str,
-        compression: str,
-        source_root: str | None,
-        *,
-        fingerprints: bool = False,
-        record_image: tuple | None = None,
-        plan,
-        vocab,
-        gate,
-    ):
+    def __init__(self, shards: Shards, *, record_image: tuple | None = None, plan, vocab, gate):
         super().__init__()
-        self._args = (
-            output_dir,
-            incomplete_dir,
-            record_kind,
-            compression,
-            source_root,
-            fingerprints,
-            record_image,
-        )
+        self._args = (shards, record_image)
         self._plan, self._vocab, self._gate = plan, vocab, gate
 
     def expand(self, sharded):

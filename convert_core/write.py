@@ -169,43 +169,63 @@ def shard_info(
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class Shards:
+    """How a run's shards are written: into ``out``, a local one through a temp name in
+    ``incomplete``; relative ``Image.source`` values under ``root``; records of
+    ``record_kind`` and ``compression``; ``fingerprints``: each shard's near-duplicate
+    fingerprints beside it (``NAME.near``, ``schemas.near``)."""
+
+    out: str
+    incomplete: str
+    root: str | None
+    record_kind: str
+    compression: str
+    fingerprints: bool = False
+
+    @classmethod
+    def of(cls, job) -> Shards:
+        """A ``convert_core.job.Job``'s."""
+        o = job.options
+        near = o.dedupe == "near"
+        return cls(
+            job.output_dir, job.incomplete_dir, job.input_root, o.record_kind, o.compression, near
+        )
+
+
 def write_shard(
-    out: str,
-    incomplete: str,
+    shards: Shards,
     split: str,
     index: int,
     num_shards: int,
     images: list[Image],
     image_bytes: Callable[[str, Image], tuple[bytes, str | None]],
-    *,
-    root: str | None,
     label_ids: dict[str, int],
-    record_kind: str,
-    compression: str,
-    fingerprints: bool,
     progress=None,
 ) -> tuple[dict, Written]:
-    """Writes one shard (``write_records``) and the files beside it into ``out``, whole or
-    not at all (``schemas.storage.writer``; a local shard through a temp name in
-    ``incomplete``). Before the shard lands: a record of its name in ``incomplete``
-    (``convert_core.output`` removes, after a run that died, the files these name and no
-    others), then its DALI index and fingerprints, so a shard in place has them.
+    """Writes one shard (``write_records``) and the files beside it into ``shards.out``,
+    whole or not at all (``schemas.storage.writer``). Before the shard lands: a record
+    of its name in ``shards.incomplete`` (``convert_core.output`` removes, after a run
+    that died, the files these name and no others), then its DALI index and
+    fingerprints, so a shard in place has them.
 
     Returns:
         (its entry in the info, what ``write_records`` wrote).
     """
-    files = shard_files(split, index, num_shards, compression, fingerprints)
+    s = shards
+    files = shard_files(split, index, num_shards, s.compression, s.fingerprints)
     name, index_file, near_file = files
-    with storage.writer(layout.join(out, name), incomplete) as f:
-        sink = Sink(f, gzip=compression == "gzip")
+    with storage.writer(layout.join(s.out, name), s.incomplete) as f:
+        sink = Sink(f, gzip=s.compression == "gzip")
         written = write_records(
-            sink, images, image_bytes, root, label_ids, record_kind, fingerprints, progress
+            sink, images, image_bytes, s.root, label_ids, s.record_kind, s.fingerprints, progress
         )
-        storage.write_atomically(f"{incomplete}/{name}{layout.OWNED_SUFFIX}", name.encode() + b"\n")
+        owned = f"{s.incomplete}/{name}{layout.OWNED_SUFFIX}"
+        storage.write_atomically(owned, name.encode() + b"\n")
         beside = [(index_file, tfrecord.index_text(written.lengths))]
         beside += [(near_file, b"".join(written.near_lines))]
         for file, data in beside:
             if file:
-                with storage.writer(layout.join(out, file), incomplete) as g:
+                with storage.writer(layout.join(s.out, file), s.incomplete) as g:
                     g.write(data)
-    return shard_info(split, index, files, sink, written, record_kind), written
+    return shard_info(split, index, files, sink, written, s.record_kind), written

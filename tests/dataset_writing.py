@@ -28,7 +28,7 @@ from convert_core.records import Image, Reject
 from convert_core.rejects import gate, summary
 from convert_core.split import assign_splits
 from convert_core.vocabulary import vocabulary
-from convert_core.write import read_again, write_shard
+from convert_core.write import Shards, read_again, write_shard
 
 # Beam's flags the tests pass to convert: they choose how it runs, never what it writes.
 _RUNNER_FLAGS = ("--direct_running_mode", "--direct_num_workers")
@@ -78,25 +78,16 @@ def write_dataset(input_path: str, output_dir: str, *flags: str) -> dict:
     shard_rule = (o.target_shard_mb * 1e6, o.shard_multiple, o.num_shards, o.examples_per_shard)
     plan = plan_of(split_stats(split_images, o.record_kind), o.split_names, *shard_rule)
     label_ids = {label: i for i, label in enumerate(vocab["labels"])}
+    writing = Shards.of(job)  # how the shards are written
     with claim(job):  # locks and prepares the folder; raises a refusal as it ends
         write_rejects(job.rejects_file, rejects)
         shards, changed = [], []
         for split in sorted(plan) if allowed["ok"] else []:  # OrderAndShard, WriteShards
             members = [im for s, im in split_images if s == split]
             for index, shard in enumerate(shards_of(members, o.seed, o.balance, plan[split])):
+                num_shards = plan[split]["num_shards"]
                 entry, written = write_shard(
-                    out,
-                    job.incomplete_dir,
-                    split,
-                    index,
-                    plan[split]["num_shards"],
-                    shard,
-                    read_again,
-                    root=job.input_root,
-                    label_ids=label_ids,
-                    record_kind=o.record_kind,
-                    compression=o.compression,
-                    fingerprints=False,
+                    writing, split, index, num_shards, shard, read_again, label_ids
                 )
                 shards.append(entry)
                 changed += written.changed
