@@ -179,7 +179,8 @@ def _convert(resolved: Job, pipeline_args: list[str], pipeline) -> dict:
     if own:
         pipeline = _pipeline(beam_options)
     try:
-        with output.claim(job, dry_run):  # a refusal the run wrote is raised as it ends
+        # a refusal the run wrote is raised as it ends; a dry run writes nothing
+        with contextlib.nullcontext() if dry_run else output.claim(job):
             build(pipeline, job)
             result = _run(pipeline)
     finally:

@@ -1,9 +1,6 @@
 """The output folder: checked before any work, locked while written, only our own files removed.
 
-Rules (docs/convert.md#output-folder):
-- The folder may not hold the job's inputs: not inside the input folder, not
-  the manifest's or the ``--labels`` file's folder (real paths compared, so a
-  symlink does not get around it).
+Rules (docs/convert.md#output-folder; that it holds no input is ``preflight``'s check):
 - A folder that is a file, or cannot be created or written, stops the job
   before any work.
 - A lock file, created only if absent in one step (local: ``O_EXCL``; a
@@ -51,73 +48,18 @@ log = logging.getLogger(__name__)
 MARKER = b"evenshard convert writes this folder\n"  # a folder holding it is convert's
 
 
-def _real(path: str) -> str:
-    return path if paths.is_url(path) else os.path.realpath(path)
-
-
-def _inside(folder: str, path: str) -> bool:
-    return folder == path or paths.relative_to(folder, path) is not None
-
-
-def check_not_an_input(job: Job) -> None:
-    """Refuses an output folder that holds, or lies inside, the job's inputs: the input
-    folder and the real folders its symlinked label folders lead to, the
-    manifest's folder, and any folder holding the ``--labels`` file."""
-    o = job.options
-    out = _real(job.output_dir)
-    if job.manifest is None:
-        for folder, via in _input_folders(job.input_root):
-            if _inside(folder, out):
-                raise UserError(
-                    f"--output_dir {o.output_dir} lies inside the input folder "
-                    f"{job.input_root}{via}; choose a folder outside it"
-                )
-    elif _real(job.input_root) == out:
-        raise UserError(
-            f"--output_dir {o.output_dir} holds the --input file {o.input}; choose another "
-            "folder (convert writes labels.txt, schema.pbtxt and rejects/ there)"
-        )
-    if job.labels_folder and _inside(out, _real(job.labels_folder)):
-        raise UserError(
-            f"--output_dir {o.output_dir} holds the --labels file {o.labels_file}; choose "
-            "another folder (convert writes labels.txt, schema.pbtxt and rejects/ there)"
-        )
-
-
-def _input_folders(root: str) -> list[tuple[str, str]]:
-    """(real path, how it is reached) of the input folder and of the folders its
-    top-level symlinks lead to (label folders that live elsewhere)."""
-    folders = [(_real(root), "")]
-    if paths.is_url(root):
-        return folders
-    try:
-        with os.scandir(root) as it:
-            for e in it:
-                if e.is_symlink() and os.path.isdir(e.path):
-                    real = os.path.realpath(e.path)
-                    folders.append((real, f" (its label folder {e.name} is a link to {real})"))
-    except OSError:
-        pass  # preflight reports an input folder it cannot list
-    return folders
-
-
 @contextlib.contextmanager
-def claim(job: Job, dry_run: bool = False):
-    """Checks, locks and prepares the output folder for the job's run; unlocks when the
-    run ends, and raises the refusal it wrote, if any (here, in the driver, never in a
-    worker: one line on every runner). ``dry_run``: nothing is written, so only the
-    inputs are kept out of the folder.
+def claim(job: Job):
+    """Locks and prepares the output folder for the job's run (``preflight`` checked it
+    holds no input); unlocks when the run ends, and raises the refusal it wrote, if any
+    (here, in the driver, never in a worker: one line on every runner).
 
     Raises:
-        UserError: the folder holds the inputs, is not writable, is locked by
-            a running convert, holds a finished dataset (without
-            ``--overwrite``) or files of convert's names that it did not write.
+        UserError: the folder is not writable, is locked by a running convert, holds a
+            finished dataset (without ``--overwrite``) or files of convert's names that
+            it did not write.
         DatasetRefused: the run ended without a dataset because of its inputs.
     """
-    check_not_an_input(job)
-    if dry_run:
-        yield
-        return
     out = job.output_dir
     lock = None
     try:

@@ -1,11 +1,12 @@
 """Pre-flight: what the driver checks and reads once, before any pipeline is built.
 
 ``preflight`` completes the frozen :class:`Job` whose paths ``Job.of``
-resolved: the input checked to exist (a manifest's header too), and a
-``--labels`` vocabulary read. A mistake stops here, in the driver, as a
-:class:`UserError` naming the flag. Files are read through ``schemas.storage``, a
-record input's first record through the ``records`` given
-(``beam_jobs.record_preflight``); no pipeline is involved.
+resolved: the input checked to exist (a manifest's header too), a
+``--labels`` vocabulary read, the output folder checked to hold no input. A
+mistake stops here, in the driver, as a :class:`UserError` naming the flag.
+Files are read through ``schemas.storage``, a record input's first record
+through the ``records`` given (``beam_jobs.record_preflight``); no pipeline is
+involved.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def preflight(job: Job, records: RecordInputs | None = None, offline: bool = Fal
 
     Raises:
         UserError: a missing input, a manifest without the needed columns, a
-            bad ``--labels`` file.
+            bad ``--labels`` file, an output folder that holds an input.
     """
     options = job.options
     for flag, url in (("--input", options.input), ("--output_dir", options.output_dir)):
@@ -93,7 +94,58 @@ def preflight(job: Job, records: RecordInputs | None = None, offline: bool = Fal
         vocabulary = class_names  # an int label is a position in them, as in --labels
     if skipped:
         log.warning("evenshard: dry run, cloud checks skipped: %s", "; ".join(skipped))
+    check_not_an_input(job)
     return dataclasses.replace(job, vocabulary=vocabulary, features=features)
+
+
+def _real(path: str) -> str:
+    return path if paths.is_url(path) else os.path.realpath(path)
+
+
+def _inside(folder: str, path: str) -> bool:
+    return folder == path or paths.relative_to(folder, path) is not None
+
+
+def check_not_an_input(job: Job) -> None:
+    """Refuses an output folder that holds, or lies inside, the job's inputs: the input
+    folder and the real folders its symlinked label folders lead to, the
+    manifest's folder, and any folder holding the ``--labels`` file."""
+    o = job.options
+    out = _real(job.output_dir)
+    if job.manifest is None:
+        for folder, via in _input_folders(job.input_root):
+            if _inside(folder, out):
+                raise UserError(
+                    f"--output_dir {o.output_dir} lies inside the input folder "
+                    f"{job.input_root}{via}; choose a folder outside it"
+                )
+    elif _real(job.input_root) == out:
+        raise UserError(
+            f"--output_dir {o.output_dir} holds the --input file {o.input}; choose another "
+            "folder (convert writes labels.txt, schema.pbtxt and rejects/ there)"
+        )
+    if job.labels_folder and _inside(out, _real(job.labels_folder)):
+        raise UserError(
+            f"--output_dir {o.output_dir} holds the --labels file {o.labels_file}; choose "
+            "another folder (convert writes labels.txt, schema.pbtxt and rejects/ there)"
+        )
+
+
+def _input_folders(root: str) -> list[tuple[str, str]]:
+    """(real path, how it is reached) of the input folder and of the folders its
+    top-level symlinks lead to (label folders that live elsewhere)."""
+    folders = [(_real(root), "")]
+    if paths.is_url(root):
+        return folders
+    try:
+        with os.scandir(root) as it:
+            for e in it:
+                if e.is_symlink() and os.path.isdir(e.path):
+                    real = os.path.realpath(e.path)
+                    folders.append((real, f" (its label folder {e.name} is a link to {real})"))
+    except OSError:
+        pass  # preflight reports an input folder it cannot list
+    return folders
 
 
 def check_input(
