@@ -55,6 +55,7 @@ READERS = {
     "make_dataset": "`make_dataset` (tf.data, AUTOTUNE)",
     "numpy": "`NumpyReader` (`num_processes` = cores)",
     "torch_tf": '`TorchReader(backend="tf")`',
+    "torch_python": '`TorchReader(backend="python")` (`num_processes` = cores)',
 }
 
 FLAGS = {
@@ -140,6 +141,14 @@ def _batches(name: str, data: str, size: int, epochs: int):
 
         for b in TorchReader(data, "train", BATCH, backend="tf", **kw):
             yield b["image"].numpy(), _str(b["key"])
+    elif name == "torch_python":
+        from reader.torch import TorchReader
+
+        r = TorchReader(
+            data, "train", BATCH, backend="python", num_processes=os.cpu_count(), **kw
+        )
+        for b in r:
+            yield b["image"].numpy(), _str(b["key"])
     else:
         raise ValueError(name)
 
@@ -152,6 +161,7 @@ IMPORTS = {
     "make_dataset": ("reader.pipeline",),
     "numpy": ("reader.arrays",),
     "torch_tf": ("reader.torch", "reader.pipeline"),
+    "torch_python": ("reader.torch",),
 }
 
 
