@@ -19,6 +19,8 @@ the CPU (the pixels every CPU reader gives). The routes:
   TensorFlow sees: the reference's pixels exactly, on the GPU.
 * ``numpy_pinned``: ``NumpyReader`` batches through pinned memory
   (``torch.from_numpy(...).pin_memory().to("cuda", non_blocking=True)``): exactly.
+* ``torch_device``: ``TorchReader(backend="python", device="cuda")``: its shared blocks
+  page-locked once, each batch copied on a side stream two ahead: exactly.
 * ``nvjpeg_ceiling``: not a reader route, a ceiling: the same encoded images decoded
   on the GPU by torchvision's nvJPEG and resized by ``torch.nn.functional.interpolate``
   (bilinear, no antialiasing), batches of 64, bytes already in memory. Its pixels are
@@ -271,8 +273,29 @@ def check(a) -> dict:
         if a.steady > 1:
             rate = steady(numpy_batches(pinned, a.steady))
             routes["numpy_pinned"]["steady_rate"] = round(rate)
+
+        def device_batches(epochs=1):
+            from reader.torch import TorchReader
+
+            r = TorchReader(
+                data, "train", BATCH, backend="python", device="cuda", **dict(kw, epochs=epochs)
+            )
+            for b in r:
+                image = b["image"]
+                if not image.is_cuda:
+                    raise RuntimeError(f"TorchReader(device='cuda') gave {image.device}")
+                yield (image, b["key"]) if epochs == 1 else (image, b["key"], int(b["epoch"][0]))
+
+        rate, got, problems = epoch(device_batches(), count)
+        routes["torch_device"] = {
+            "rate": round(rate),
+            "problems": problems,
+            **compare(got, reference),
+        }
+        if a.steady > 1:
+            routes["torch_device"]["steady_rate"] = round(steady(device_batches(a.steady)))
     else:
-        skipped["numpy_pinned"] = why
+        skipped["numpy_pinned"] = skipped["torch_device"] = why
 
     why = _nvjpeg()
     if why is None:

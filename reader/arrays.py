@@ -18,6 +18,8 @@ transform run in worker processes: the face of the spine's Python route
 
 from __future__ import annotations
 
+from reader.routes.ahead import Ahead
+from reader.routes.jax_device import JaxMove, checked_device
 from reader.routes.python_route import PythonRoute
 from reader.values.option_groups import GROUPS
 
@@ -53,6 +55,10 @@ class NumpyReader(PythonRoute):
             of an image at least D batches apart (``reader/order/views.py``).
         num_processes: worker processes (default: the cores; 0: in this process).
         state: a :class:`reader.ReadState` to resume (any worker count).
+        device: None (numpy arrays), or a JAX device (a ``jax.Device``, or "gpu", "tpu",
+            "cpu": its first): each batch's arrays put there with ``jax.device_put`` two
+            batches before the loop takes them (``reader.routes.jax_device``); ``key``
+            and other lists stay lists. ``state_dict()`` counts the batches taken.
 
     Raises:
         TypeError: a transform that cannot be sent to worker processes (a lambda).
@@ -67,6 +73,27 @@ class NumpyReader(PythonRoute):
         "form": "its batches are dicts: take batch['image'], batch['label']",
         "tuning": "its worker processes are num_processes=; the in-memory cache, "
         "prefetch and parallel calls are tf.data's (reader.make_dataset)",
-        "device": "its batches are numpy arrays: move them with jax.device_put or "
-        "torch's .to(device)",
+        "device": 'prefetch_to_device is tf.data\'s: give NumpyReader(device="gpu") for JAX',
     }
+    _ahead = None  # batches put on a JAX device ahead of the loop (device=)
+
+    def __init__(self, *args, device=None, **kwargs):
+        ahead = None if device is None else Ahead(JaxMove(checked_device(device)))
+        super().__init__(*args, **kwargs)
+        self._ahead = ahead
+
+    def state_dict(self) -> dict:
+        if self._ahead is not None and self._ahead.state is not None:
+            return self._ahead.state  # the batches the loop took, not those put ahead
+        return super().state_dict()
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        super().load_state_dict(state_dict)
+        if self._ahead is not None:
+            self._ahead.state = None
+
+    def __iter__(self):
+        batches = super().__iter__()
+        if self._ahead is None:
+            return batches
+        return self._ahead.batches(batches, super().state_dict)

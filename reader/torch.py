@@ -20,7 +20,9 @@ import torch
 from reader import handover
 from reader.front.read import check_state, merge
 from reader.records.example_batches import holds_examples
+from reader.routes.ahead import Ahead
 from reader.routes.torch_backend import with_ranks
+from reader.routes.torch_device import TorchMove, checked_device
 from reader.routes.torch_read import TorchRead
 from reader.routes.torch_tensors import shaped
 from reader.values.mixture import Mixture
@@ -31,10 +33,7 @@ from schemas.errors import InvalidValueError
 
 # the groups of options TorchReader takes (reader/values/option_groups.py): all but the device
 TAKES = frozenset(GROUPS) - {"device"}
-INSTEAD = {
-    "device": "its batches are CPU tensors (or CUDA ones from DALI on a GPU): move them "
-    "with .to(device)"
-}
+INSTEAD = {"device": 'prefetch_to_device is tf.data\'s: give TorchReader(device="cuda")'}
 
 
 class TorchReader(torch.utils.data.IterableDataset):
@@ -52,6 +51,10 @@ class TorchReader(torch.utils.data.IterableDataset):
             128). "dali" may still be asked for on the CPU. "python" with
             ``transform``, and by default with ``on_error="skip"``.
         layout: "NHWC" or "NCHW" for ``image``.
+        device: None (CPU tensors), or "cuda" (a ``torch.device``): each batch copied
+            there on a side stream two batches before the loop takes it, the Python
+            route's from its shared memory page-locked once (``reader.routes.torch_device``);
+            in the process that iterates, not a DataLoader worker.
         transform, views, view_spread, mirror_views, num_processes: as for
             :class:`reader.NumpyReader`, whose batches these are as tensors (arrays
             become tensors, other values stay lists). In a ``DataLoader`` worker the
@@ -85,6 +88,7 @@ class TorchReader(torch.utils.data.IterableDataset):
         *,
         backend: str | None = None,
         layout: str = "NHWC",
+        device=None,
         state: ReadState | None = None,
         transform=None,
         views: int = 1,
@@ -99,6 +103,7 @@ class TorchReader(torch.utils.data.IterableDataset):
         o = with_ranks(o)
         if layout not in ("NHWC", "NCHW"):
             raise InvalidValueError(f'layout must be "NHWC" or "NCHW", got {layout!r}')
+        device = checked_device(device)
         if backend not in ("dali", "tf", "python", None):
             raise InvalidValueError(
                 f'backend must be "dali", "tf", "python" or None, got {backend!r}'
@@ -121,6 +126,7 @@ class TorchReader(torch.utils.data.IterableDataset):
             self._read = TorchRead(data_dir, split, batch_size, o, stage, backend, state, tally)
             o = self._read.options
         self.options, self.backend = o, backend or self._read.backend
+        self._feed = None if device is None else Ahead(TorchMove(device))
 
     _read = None  # the engine: reader.routes.torch_read, or torch_spread with views spread
 
@@ -139,6 +145,8 @@ class TorchReader(torch.utils.data.IterableDataset):
                 this process without their count (a ``collate_fn`` that rebuilds them),
                 or several workers' batches reached it outside a DataLoader iterator.
         """
+        if self._feed is not None and self._feed.state is not None:
+            return self._feed.state  # the batches the loop took, not those moved ahead
         return self._read.state_dict()
 
     def load_state_dict(self, state_dict: dict) -> None:
@@ -146,12 +154,17 @@ class TorchReader(torch.utils.data.IterableDataset):
         run read what the saved ones left, each record once; docs/design.md): this
         process's next pass, later ones from the beginning (``reader.routes.torch_passes``)."""
         self._read.load_state_dict(state_dict)
+        if self._feed is not None:
+            self._feed.state = None
 
     def __len__(self) -> int:
         return len(self._read)
 
     def __iter__(self):
-        return self._read.batches(self._shaped)
+        batches = self._read.batches(self._shaped)
+        if self._feed is None:
+            return batches
+        return self._feed.batches(batches, self._read.state_dict)
 
     def _shaped(self, out: dict):
         """A batch of tensors in the layout asked, as a tuple with ``as_supervised``."""

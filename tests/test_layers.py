@@ -257,6 +257,7 @@ ENGINES = {
         "reader/routes/torch_backend.py",
         "reader/routes/torch_spread.py",
         "reader/routes/torch_read.py",
+        "reader/routes/torch_device.py",
         "reader/compat/torch.py",
     },
     "nvidia": {"reader/routes/dali_decode.py"},

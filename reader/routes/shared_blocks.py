@@ -3,6 +3,10 @@ arrays come from a worker process in one block, which the reader lends to the ca
 the arrays themselves (views of the block, no copy) and takes back for a later batch
 once every array of that batch, and every view or tensor made from one, is gone.
 
+A block can be page-locked for a GPU's copies while it is mapped here (``pinned``: a
+``DeviceFeed`` registers each block once with CUDA, not a pin a batch; unregistered
+before it is unmapped).
+
 The blocks are named after the reader's process (``reader.cache.folder.this_owner``) and the
 read, so the reader unlinks every block of a read when it ends, and a reader starting
 removes those of readers that died all at once (``sweep``). A block still lent when the
@@ -19,6 +23,7 @@ import re
 import threading
 import weakref
 from multiprocessing import shared_memory
+from typing import Protocol
 
 import numpy as np
 
@@ -46,6 +51,7 @@ class Blocks:
         self.known: set[str] = set()  # every block this read has seen: unlinked at its end
         self.mapped: dict[str, _Block | shared_memory.SharedMemory] = {}
         self.address: dict[str, int] = {}  # where each block is mapped here
+        self.pinned: dict[str, Pinning] = {}  # blocks page-locked here, and by what
         self.ended = False
         # a block comes back when its last array goes, in whichever thread drops it
         # (TensorFlow's, a garbage collection inside this module's own calls): reentrant
@@ -91,17 +97,28 @@ class Blocks:
         with self.lock:
             if dropped is not None:  # free, but too small: unlinked by the process
                 self.known.discard(dropped)
-                self.address.pop(dropped, None)
-                old = self.mapped.pop(dropped, None)
+                old = self._unmapped(dropped)
                 if old is not None:
                     old.close()
             self.known.add(name)
             if name not in self.mapped:
                 memory = attach(name)
                 probe = np.frombuffer(memory.buf, np.uint8).__array_interface__
-                self.address[name] = probe["data"][0]
+                self.address[name] = address = probe["data"][0]
                 self.mapped[name] = memory  # the probe array is gone: the block closable
+                pinning = _PINNING[-1] if _PINNING else None
+                if pinning is not None and pinning.register(address, memory.size):
+                    self.pinned[name] = pinning
             return self.mapped[name]
+
+    def _unmapped(self, name: str):
+        """Block ``name``'s map, no longer this read's (its page lock undone first), for
+        the caller to close; None if it was not mapped."""
+        address = self.address.pop(name, None)
+        pinning = self.pinned.pop(name, None)
+        if pinning is not None:
+            pinning.unregister(address)
+        return self.mapped.pop(name, None)
 
     def _back(self, name: str, memory: _Block | shared_memory.SharedMemory) -> None:
         """Block ``name``'s arrays are gone: free again, or unmapped once the read ended."""
@@ -110,8 +127,7 @@ class Blocks:
             if not self.ended:
                 self.free.append(name)
                 return
-            self.mapped.pop(name, None)
-            self.address.pop(name, None)
+            self._unmapped(name)
         memory.close()
 
     def unlink(self) -> None:
@@ -128,15 +144,39 @@ class Blocks:
                 if name in self.lent and memory is not None:
                     _unlink_name(memory)
                 else:
-                    self.address.pop(name, None)
-                    unlink_block(name, self.mapped.pop(name, None))
+                    unlink_block(name, self._unmapped(name))
             for name in [n for n in self.mapped if n not in self.lent]:
-                self.address.pop(name, None)
-                memory = self.mapped.pop(name, None)
+                memory = self._unmapped(name)
                 if memory is not None:
                     memory.close()
             self.known.clear()
             self.free.clear()
+
+
+class Pinning(Protocol):
+    """What page-locks blocks for a device's copies (``reader.routes.torch_device``)."""
+
+    def register(self, address: int, size: int) -> bool:
+        """Page-locks ``size`` bytes at ``address``; False where it could not."""
+        ...
+
+    def unregister(self, address: int) -> None:
+        """Undoes ``register`` (before the memory is unmapped)."""
+        ...
+
+
+_PINNING: list[Pinning] = []  # the pinnings in force in this process, the last used
+
+
+@contextlib.contextmanager
+def pinned(pinning: Pinning):
+    """Blocks mapped here while in force are page-locked by ``pinning`` (each once, while
+    mapped): a read's batches then reach a GPU by DMA, with no pin a batch."""
+    _PINNING.append(pinning)
+    try:
+        yield
+    finally:
+        _PINNING.remove(pinning)
 
 
 class _Lent:
