@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import collections.abc
 import contextlib
+import ctypes
 import os
 import pickle
 import re
 import signal
+import sys
 import threading
 
 import numpy as np
@@ -50,11 +52,31 @@ def init(payload: bytes, name: str, config: tuple, prefix: str | None, lifeline)
     first batch."""
     signal.signal(signal.SIGINT, _interrupt)
     threading.Thread(target=_watch, args=(lifeline,), daemon=True).start()
+    _reuse_heap()
     _WORKER.update(name=name, config=config, prefix=prefix, lifeline=lifeline, process=True)
     try:
         _WORKER["transform"] = pickle.loads(payload)
     except BaseException as e:  # noqa: BLE001 - unpickling runs the user's code
         _WORKER["broken"] = f"{type(e).__name__}: {e}".replace("\n", " ")
+
+
+# glibc's malloc in a worker: arrays up to 32 MB (its most) from the heap, and up to
+# 64 MB of it kept when freed. By default an array over 128 KB (a decoded photo, a resized image)
+# is a fresh mmap, its pages faulted in and zeroed each batch: 67 faults and 200 us of
+# system CPU an image at 224x224, a seventh of its decode (benchmarks/HISTORY.md).
+_HEAP = ((-3, 32 << 20), (-1, 64 << 20))  # (M_MMAP_THRESHOLD, M_TRIM_THRESHOLD)
+
+
+def _reuse_heap() -> None:
+    """Large arrays reuse the heap's freed memory (``_HEAP``), on glibc."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        for param, value in _HEAP:
+            libc.mallopt(param, value)
+    except (OSError, AttributeError):  # another C library
+        pass
 
 
 _LEAVING = threading.Lock()  # held by the process ending (``_watch``, ``_interrupt``)
@@ -109,6 +131,8 @@ def run(task: tuple, spare: str | None = None, worker: dict | None = None) -> di
             images = _decoded_or_stood_in(
                 task, chunk, part, (channels, image_size), failed, stand_in
             )
+        elif augment is None and image_size is not None:  # resized while still in cache
+            images = [pixels.resize(pixels.decode(e, channels), image_size) for e in part[0]]
         else:
             images = [pixels.decode(encoded, channels) for encoded in part[0]]
         boxes = None
