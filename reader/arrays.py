@@ -55,10 +55,11 @@ class NumpyReader(PythonRoute):
             of an image at least D batches apart (``reader/order/views.py``).
         num_processes: worker processes (default: the cores; 0: in this process).
         state: a :class:`reader.ReadState` to resume (any worker count).
-        device: None (numpy arrays), or a JAX device (a ``jax.Device``, or "gpu", "tpu",
-            "cpu": its first): each batch's arrays put there with ``jax.device_put`` two
-            batches before the loop takes them (``reader.routes.jax_device``); ``key``
-            and other lists stay lists. ``state_dict()`` counts the batches taken.
+        device: None (numpy arrays), or where JAX puts them (a ``jax.Device``, a
+            ``Sharding``, or "gpu", "tpu", "cpu": its first device): each batch's arrays
+            put there with ``jax.device_put`` two batches before the loop takes them
+            (``reader.routes.jax_device``); ``key`` and other lists stay lists.
+            ``state_dict()`` counts the batches taken.
 
     Raises:
         TypeError: a transform that cannot be sent to worker processes (a lambda).

@@ -20,7 +20,7 @@ import torch
 from reader import handover
 from reader.front.read import check_state, merge
 from reader.records.example_batches import holds_examples
-from reader.routes.ahead import Ahead
+from reader.routes.ahead import AheadRead
 from reader.routes.torch_backend import with_ranks
 from reader.routes.torch_device import TorchMove, checked_device
 from reader.routes.torch_read import TorchRead
@@ -46,10 +46,9 @@ class TorchReader(torch.utils.data.IterableDataset):
         state: a :class:`reader.ReadState` to resume (or ``load_state_dict``).
         backend: "dali", "tf", or None: DALI where a CUDA GPU is visible, DALI is
             installed and the dataset fits it (formats, uncompressed shards), else
-            tf.data, the faster on the CPU (DALI on the CPU read 600 img/s against the
-            tf backend's 1,309: 20,000 real-photo JPEGs, 2 cores, 224x224, batches of
-            128). "dali" may still be asked for on the CPU. "python" with
-            ``transform``, and by default with ``on_error="skip"``.
+            tf.data, the faster on the CPU (README, "PyTorch"). "dali" may still be asked
+            for on the CPU. "python" with ``transform``, and by default with
+            ``on_error="skip"``.
         layout: "NHWC" or "NCHW" for ``image``.
         device: None (CPU tensors), or "cuda" (a ``torch.device``): each batch copied
             there on a side stream two batches before the loop takes it, the Python
@@ -126,9 +125,11 @@ class TorchReader(torch.utils.data.IterableDataset):
             self._read = TorchRead(data_dir, split, batch_size, o, stage, backend, state, tally)
             o = self._read.options
         self.options, self.backend = o, backend or self._read.backend
-        self._feed = None if device is None else Ahead(TorchMove(device))
+        if device is not None:  # batches moved to the device ahead of the loop
+            self._read = AheadRead(self._read, TorchMove(device))
 
-    _read = None  # the engine: reader.routes.torch_read, or torch_spread with views spread
+    _read = None  # the engine: reader.routes.torch_read, torch_spread with views spread;
+    # with a device, routes.ahead.AheadRead over it
 
     def state_dict(self) -> dict:
         """Where this reader stands: ``{"read_state": ReadState JSON}``, advanced by the
@@ -145,8 +146,6 @@ class TorchReader(torch.utils.data.IterableDataset):
                 this process without their count (a ``collate_fn`` that rebuilds them),
                 or several workers' batches reached it outside a DataLoader iterator.
         """
-        if self._feed is not None and self._feed.state is not None:
-            return self._feed.state  # the batches the loop took, not those moved ahead
         return self._read.state_dict()
 
     def load_state_dict(self, state_dict: dict) -> None:
@@ -154,17 +153,12 @@ class TorchReader(torch.utils.data.IterableDataset):
         run read what the saved ones left, each record once; docs/design.md): this
         process's next pass, later ones from the beginning (``reader.routes.torch_passes``)."""
         self._read.load_state_dict(state_dict)
-        if self._feed is not None:
-            self._feed.state = None
 
     def __len__(self) -> int:
         return len(self._read)
 
     def __iter__(self):
-        batches = self._read.batches(self._shaped)
-        if self._feed is None:
-            return batches
-        return self._feed.batches(batches, self._read.state_dict)
+        return self._read.batches(self._shaped)
 
     def _shaped(self, out: dict):
         """A batch of tensors in the layout asked, as a tuple with ``as_supervised``."""

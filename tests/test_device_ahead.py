@@ -172,5 +172,16 @@ def test_numpy_reader_names_a_device_jax_lacks(data):
     opts = {k: v for k, v in OPTS.items() if k != "backend"}
     with pytest.raises(InvalidValueError, match="device='tpu': JAX has no such device"):
         reader.NumpyReader(data, "train", B, device="tpu", **opts)
-    with pytest.raises(InvalidValueError, match="jax.Device or a platform name"):
+    with pytest.raises(InvalidValueError, match="a jax.Device, a Sharding or a platform"):
         reader.NumpyReader(data, "train", B, device=0, **opts)
+
+
+def test_numpy_reader_takes_a_sharding(data):
+    jax = pytest.importorskip("jax")
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    opts = {k: v for k, v in OPTS.items() if k != "backend"}
+    mesh = Mesh(np.array(jax.devices("cpu")), ("data",))
+    sharding = NamedSharding(mesh, PartitionSpec("data"))
+    batch = next(iter(reader.NumpyReader(data, "train", B, device=sharding, **opts)))
+    assert batch["image"].sharding == sharding and batch["label"].shape == (B,)

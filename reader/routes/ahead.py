@@ -63,3 +63,26 @@ class Ahead:
         del host
         self.state = state
         return moved
+
+
+class AheadRead:
+    """A face's read (``batches(shaped)``, ``state_dict()``, ``load_state_dict()``,
+    ``len()``) whose batches ``move`` puts on a device ahead of the loop."""
+
+    def __init__(self, read, move: Move):
+        self.read, self.ahead = read, Ahead(move)
+
+    def batches(self, shaped):
+        return self.ahead.batches(self.read.batches(shaped), self.read.state_dict)
+
+    def state_dict(self) -> dict:
+        if self.ahead.state is not None:
+            return self.ahead.state  # the batches the loop took, not those moved ahead
+        return self.read.state_dict()
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.read.load_state_dict(state_dict)
+        self.ahead.state = None
+
+    def __len__(self) -> int:
+        return len(self.read)

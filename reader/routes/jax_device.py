@@ -13,8 +13,9 @@ from schemas.errors import InvalidValueError
 
 
 def checked_device(device):
-    """``device`` as a ``jax.Device``: one, or a platform name ("cpu", "gpu", "tpu": its
-    first device).
+    """``device`` as ``jax.device_put`` takes it: a ``jax.Device`` or a ``Sharding`` (rows
+    split across devices) as given, a platform name ("cpu", "gpu", "tpu") as its first
+    device.
 
     Raises:
         InvalidValueError: JAX is not installed, or has no such device.
@@ -26,11 +27,12 @@ def checked_device(device):
             f"device={device!r}: NumpyReader puts batches on a JAX device, and JAX is not "
             f"installed ({e}); pip install jax, or leave device=None for numpy arrays"
         ) from None
-    if isinstance(device, jax.Device):
+    if isinstance(device, (jax.Device, jax.sharding.Sharding)):
         return device
     if not isinstance(device, str):
         raise InvalidValueError(
-            f'device={device!r}: give a jax.Device or a platform name ("cpu", "gpu")'
+            f"device={device!r}: give a jax.Device, a Sharding or a platform name "
+            '("cpu", "gpu")'
         )
     try:
         return jax.devices(device)[0]
