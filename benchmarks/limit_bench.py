@@ -53,6 +53,7 @@ BATCH = 128
 ROOT = os.path.dirname(HERE)  # this checkout: the readers measured
 READERS = {
     "make_dataset": "`make_dataset` (tf.data, AUTOTUNE)",
+    "make_dataset_python": "`make_dataset(num_processes=cores)` (the engine behind tf.data)",
     "numpy": "`NumpyReader` (`num_processes` = cores)",
     "torch_tf": '`TorchReader(backend="tf")`',
     "torch_python": '`TorchReader(backend="python")` (`num_processes` = cores)',
@@ -132,6 +133,10 @@ def _batches(name: str, data: str, size: int, epochs: int):
     if name == "make_dataset":
         for b in reader.make_dataset(data, "train", BATCH, **kw):
             yield b["image"].numpy(), _str(b["key"].numpy())
+    elif name == "make_dataset_python":
+        ds = reader.make_dataset(data, "train", BATCH, num_processes=os.cpu_count(), **kw)
+        for b in ds.as_numpy_iterator():
+            yield b["image"], _str(b["key"])
     elif name == "numpy":
         r = reader.NumpyReader(data, "train", BATCH, num_processes=os.cpu_count(), **kw)
         for b in r:
@@ -159,6 +164,7 @@ def _str(keys) -> list[str]:
 
 IMPORTS = {
     "make_dataset": ("reader.pipeline",),
+    "make_dataset_python": ("reader.pipeline",),
     "numpy": ("reader.arrays",),
     "torch_tf": ("reader.torch", "reader.pipeline"),
     "torch_python": ("reader.torch",),

@@ -2,7 +2,7 @@
 
 The tf.data face: an adapter over the spine (docs/design.md, "One spine"): what
 to read (``reader.front.read.resolve``), then the tf graph stream (``reader.routes.graph``), or,
-with a Python ``transform``, views or ``on_error="skip"``, the Python route's batches
+with a Python ``transform``, views, ``num_processes`` or ``on_error="skip"``, the Python route's batches
 (``reader.routes.python_route``) as a dataset (``reader.routes.tf_adapter``). ``resume`` is
 the form that also gives the state to advance.
 """
@@ -57,7 +57,8 @@ def make_dataset(
             The transform's values must be arrays, numbers or strings. Views spread are
             not resumed from a ``ReadState`` (it cannot say where a read stands between
             an image's views: ``NumpyReader``'s ``state_dict()`` can).
-            ``on_error="skip"`` (with ``error_ledger``) reads that route too, without a
+            ``num_processes`` alone reads that route too (the engine), and
+            ``on_error="skip"`` (with ``error_ledger``) does, without a
             transform: ``NumpyReader``'s batches, a record that cannot be read a padding
             row (``mask`` False) written to the ledger.
 

@@ -77,3 +77,26 @@ def test_resume_with_a_transform_gives_the_pair_too(data):
     assert (start.seed, start.step, start.batch_size) == (1, 1, 2)
     whole = batches(reader.make_dataset(data, "train", 2, **kw))
     assert same(batches(ds), whole[1:])
+
+
+def test_num_processes_reads_make_dataset_through_the_engine(data):
+    """``make_dataset(num_processes=N)``: the engine's batches (NumpyReader's, as a
+    tf.data dataset) for any N; the graph route's images, keys and order."""
+    kw = dict(seed=3, epochs=1, **KW)
+    graph = batches(reader.make_dataset(data, "train", 4, **kw))
+    engine = {
+        n: batches(reader.make_dataset(data, "train", 4, num_processes=n, **kw)) for n in (0, 2)
+    }
+    numpy = list(reader.NumpyReader(data, "train", 4, num_processes=0, **kw))
+    assert same(engine[0], engine[2])
+    for b, e, n in zip(graph, engine[0], numpy, strict=True):
+        assert "view" in e and "view" not in b  # the engine's dict, not the graph's
+        assert np.array_equal(e["image"], n["image"]) and np.array_equal(b["image"], e["image"])
+        assert list(b["key"]) == list(e["key"])
+
+
+def test_num_processes_is_refused_with_the_tf_backend(data):
+    from reader.torch import TorchReader
+
+    with pytest.raises(ValueError, match="num_processes= run on the Python route"):
+        TorchReader(data, "train", 4, backend="tf", num_processes=2, **KW)

@@ -256,13 +256,15 @@ class PythonStage:
             raise InvalidValueError(f"num_processes must be a whole number >= 0, got {n}")
 
     def needed(self, on_error: str = "raise") -> bool:
-        """Whether a read takes the Python route: a transform, views, mirrored views, or
-        records skipped one by one (``on_error="skip"``: inside TensorFlow a record that
-        fails fails its whole batch)."""
+        """Whether a read takes the Python route: a transform, views, mirrored views,
+        worker processes asked for (``num_processes``), or records skipped one by one
+        (``on_error="skip"``: inside TensorFlow a record that fails fails its whole
+        batch)."""
         return (
             self.transform is not None
             or self.views != 1
             or bool(self.mirror_views)
+            or self.num_processes is not None
             or on_error == "skip"
         )
 
@@ -275,8 +277,8 @@ class PythonStage:
         python = self.needed(on_error if backend is None else "raise")
         if python and backend not in ("python", None):
             raise InvalidValueError(
-                f'transform= and views= run on the Python route: backend="python" (or '
-                f"None), not {backend!r}"
+                "transform=, views= and num_processes= run on the Python route: "
+                f'backend="python" (or None), not {backend!r}'
             )
         if backend == "tf" and on_error != "raise":
             raise InvalidValueError(
