@@ -103,8 +103,10 @@ class CudaPinning:
         self.refused = False  # said once: a limit on locked memory (ulimit -l)
 
     def register(self, address: int, size: int) -> bool:
-        error = self.cudart.cudaHostRegister(address, size, 0)
-        if error == self.cudart.cudaError.success:
+        # as torch.cuda._pin_memory_utils registers shared memory: portable (1), every
+        # CUDA context sees it page-locked; 0 is cudaSuccess
+        error = int(self.cudart.cudaHostRegister(address, size, 1))
+        if error == 0:
             return True
         if not self.refused:
             self.refused = True
