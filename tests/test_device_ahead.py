@@ -185,3 +185,27 @@ def test_numpy_reader_takes_a_sharding(data):
     sharding = NamedSharding(mesh, PartitionSpec("data"))
     batch = next(iter(reader.NumpyReader(data, "train", B, device=sharding, **opts)))
     assert batch["image"].sharding == sharding and batch["label"].shape == (B,)
+
+
+def test_a_loop_left_early_stands_at_the_batches_it_took(data):
+    import gc
+
+    owner = re.compile(rf"evenshard-[0-9a-f]{{12}}-{os.getpid()}-")
+    plain = TorchReader(data, "train", B, **OPTS)
+    expected, states = [], []
+    for batch in plain:
+        expected.append(_sig(batch))
+        states.append(plain.state_dict())
+    moved = TorchReader(data, "train", B, device="cpu", **OPTS)
+    it = iter(moved)
+    for _ in range(3):
+        next(it)
+    saved = moved.state_dict()
+    it.close()  # the loop left: the batches moved ahead are dropped, not counted
+    assert saved == moved.state_dict() == states[2]
+    again = TorchReader(data, "train", B, device="cpu", **OPTS)
+    again.load_state_dict(saved)
+    assert [_sig(b) for b in again] == expected[3:]
+    del it, again, moved
+    gc.collect()
+    assert not [n for n in os.listdir("/dev/shm") if owner.match(n)]

@@ -49,13 +49,17 @@ class Ahead:
     def _moved(self, source, standing):
         pending = collections.deque()  # (moved, host batch, wait, state after it)
         with self.move.session() as put:
-            for batch in source:
-                pending.append((*put(batch), batch, standing()))
-                del batch  # held in ``pending`` only: dropped once its copy finished
-                if len(pending) > self.ahead:
+            try:
+                for batch in source:
+                    pending.append((*put(batch), batch, standing()))
+                    del batch  # held in ``pending`` only: dropped once its copy finished
+                    if len(pending) > self.ahead:
+                        yield self._taken(pending.popleft())
+                while pending:
                     yield self._taken(pending.popleft())
-            while pending:
-                yield self._taken(pending.popleft())
+            finally:  # a loop left early: no block goes back (or is unmapped) mid-copy
+                for _, wait, _, _ in pending:
+                    wait()
 
     def _taken(self, item):
         moved, wait, host, state = item
