@@ -187,7 +187,7 @@ def test_gpu_check_runs_and_skips_what_it_cannot_run(smoke_runs):
     assert code == 0, err[-3000:]
     out = json.loads(out[out.index("{") :])
     assert out["ok"] and out["cpu_limit"] > 0
-    routes = {"dali_gpu", "tf_prefetch_to_device", "numpy_pinned", "nvjpeg_ceiling"}
+    routes = {"dali_gpu", "tf_prefetch_to_device", "numpy_pinned", "torch_device", "nvjpeg_ceiling"}
     assert routes == set(out["routes"]) - {"tf_cpu", "numpy_cpu"} | set(out["skipped"])
     for name, why in out["skipped"].items():
         assert f"skipped {name}: {why}" in err
