@@ -10,6 +10,7 @@ read runs on the GPU (skipped here, saying why; ``benchmarks/gpu_check.py`` meas
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -22,6 +23,7 @@ from dataset_writer import write_dataset
 import reader
 from evenshard import synthetic
 from reader.routes import shared_blocks
+from reader.routes.ahead import Ahead
 from reader.torch import TorchReader
 from schemas.errors import InvalidValueError, OperationError
 
@@ -185,3 +187,44 @@ def test_numpy_reader_takes_a_sharding(data):
     sharding = NamedSharding(mesh, PartitionSpec("data"))
     batch = next(iter(reader.NumpyReader(data, "train", B, device=sharding, **opts)))
     assert batch["image"].sharding == sharding and batch["label"].shape == (B,)
+
+
+class InFlight:
+    """A ``Move`` whose copies finish only when waited for: it records the waits."""
+
+    def __init__(self, events: list):
+        self.events = events
+
+    def check(self) -> None:
+        pass
+
+    @contextlib.contextmanager
+    def session(self):
+        yield lambda batch: (batch, lambda: self.events.append(("waited", batch)))
+
+
+def test_copies_in_flight_are_waited_for_when_the_loop_leaves_early():
+    """A break, or an error of the read, with batches moved ahead: their copies are
+    waited for before the read ends (its blocks back, unmapped), not left in flight."""
+    events = []
+
+    def read(fail: bool):
+        try:
+            yield from range(3)
+            if fail:
+                raise ValueError("a record that cannot be read")
+            yield from range(3, 9)
+        finally:
+            events.append(("read ended",))
+
+    batches = Ahead(InFlight(events)).batches(read(False), dict)
+    assert next(batches) == 0
+    batches.close()
+    assert events == [("waited", 0), ("waited", 1), ("waited", 2), ("read ended",)]
+
+    events.clear()
+    with pytest.raises(ValueError, match="cannot be read"):
+        for _ in Ahead(InFlight(events)).batches(read(True), dict):
+            pass
+    # (the read ended first, raising: its blocks lent to the batches stay mapped)
+    assert events == [("waited", 0), ("read ended",), ("waited", 1), ("waited", 2)]

@@ -47,15 +47,20 @@ class Ahead:
         return self._moved(source, standing)
 
     def _moved(self, source, standing):
-        pending = collections.deque()  # (moved, host batch, wait, state after it)
+        pending = collections.deque()  # (moved, wait, host batch, state after it)
         with self.move.session() as put:
-            for batch in source:
-                pending.append((*put(batch), batch, standing()))
-                del batch  # held in ``pending`` only: dropped once its copy finished
-                if len(pending) > self.ahead:
+            try:
+                for batch in source:
+                    pending.append((*put(batch), batch, standing()))
+                    del batch  # held in ``pending`` only: dropped once its copy finished
+                    if len(pending) > self.ahead:
+                        yield self._taken(pending.popleft())
+                while pending:
                     yield self._taken(pending.popleft())
-            while pending:
-                yield self._taken(pending.popleft())
+            finally:  # left early (a break, an error): no block goes back, or is unmapped
+                # by the read's end, while a copy from it may still be in flight
+                for _, wait, _, _ in pending:
+                    wait()
 
     def _taken(self, item):
         moved, wait, host, state = item
