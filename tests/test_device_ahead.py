@@ -228,3 +228,21 @@ def test_copies_in_flight_are_waited_for_when_the_loop_leaves_early():
             pass
     # (the read ended first, raising: its blocks lent to the batches stay mapped)
     assert events == [("waited", 0), ("read ended",), ("waited", 1), ("waited", 2)]
+
+
+def test_a_pass_not_yet_started_says_the_state_the_loop_took(data):
+    """A loop that broke off, then ``iter()`` again before the first batch: the state
+    of the batches the loop took, as without a device (NumpyReader's pass starts at its
+    first batch), not those put ahead of it."""
+    pytest.importorskip("jax")
+    opts = {k: v for k, v in OPTS.items() if k != "backend"}
+    said = {}
+    for device in (None, "cpu"):
+        put = reader.NumpyReader(data, "train", B, device=device, **opts)
+        for k, _ in enumerate(put):
+            if k == 2:
+                break
+        batches = iter(put)
+        said[device] = put.state_dict()
+        assert len(list(batches)) == 9
+    assert said["cpu"] == said[None]
