@@ -149,9 +149,7 @@ def _batches(name: str, data: str, size: int, epochs: int):
     elif name == "torch_python":
         from reader.torch import TorchReader
 
-        r = TorchReader(
-            data, "train", BATCH, backend="python", num_processes=os.cpu_count(), **kw
-        )
+        r = TorchReader(data, "train", BATCH, backend="python", num_processes=os.cpu_count(), **kw)
         for b in r:
             yield b["image"].numpy(), _str(b["key"])
     else:

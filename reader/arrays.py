@@ -94,7 +94,12 @@ class NumpyReader(PythonRoute):
             self._ahead.state = None
 
     def __iter__(self):
-        batches = super().__iter__()
         if self._ahead is None:
-            return batches
-        return self._ahead.batches(batches, super().state_dict)
+            return super().__iter__()
+        return self._put_ahead()
+
+    def _put_ahead(self):
+        """The pass's batches on the device, the state the loop's from its first batch:
+        the pass starts there, as without a device (until then ``state_dict()`` is the
+        batches the last pass's loop took, not the read that went ahead of it)."""
+        yield from self._ahead.batches(super().__iter__(), super().state_dict)

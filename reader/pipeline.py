@@ -1,10 +1,11 @@
 """``make_dataset``: a tf.data pipeline over one split of an evenshard dataset.
 
 The tf.data face: an adapter over the spine (docs/design.md, "One spine"): what
-to read (``reader.front.read.resolve``), then the tf graph stream (``reader.routes.graph``), or,
-with a Python ``transform``, views, ``num_processes`` or ``on_error="skip"``, the Python route's batches
-(``reader.routes.python_route``) as a dataset (``reader.routes.tf_adapter``). ``resume`` is
-the form that also gives the state to advance.
+to read (``reader.front.read.resolve``), then the tf graph stream
+(``reader.routes.graph``), or, with a Python ``transform``, views, ``num_processes`` or
+``on_error="skip"``, the Python route's batches (``reader.routes.python_route``) as a
+dataset (``reader.routes.tf_adapter``). ``resume`` is the form that also gives the state
+to advance.
 """
 
 from __future__ import annotations

@@ -47,8 +47,8 @@ class TorchReader(torch.utils.data.IterableDataset):
         backend: "dali", "tf", or None: DALI where a CUDA GPU is visible, DALI is
             installed and the dataset fits it (formats, uncompressed shards), else
             tf.data, the faster on the CPU (README, "PyTorch"). "dali" may still be asked
-            for on the CPU. "python" with ``transform``, and by default with
-            ``on_error="skip"``.
+            for on the CPU. "python" with ``transform``, views or ``num_processes``,
+            and by default with ``on_error="skip"``.
         layout: "NHWC" or "NCHW" for ``image``.
         device: None (CPU tensors), or "cuda" (a ``torch.device``): each batch copied
             there on a side stream two batches before the loop takes it, the Python

@@ -10,6 +10,7 @@ read runs on the GPU (skipped here, saying why; ``benchmarks/gpu_check.py`` meas
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -22,6 +23,7 @@ from dataset_writer import write_dataset
 import reader
 from evenshard import synthetic
 from reader.routes import shared_blocks
+from reader.routes.ahead import Ahead
 from reader.torch import TorchReader
 from schemas.errors import InvalidValueError, OperationError
 
@@ -209,3 +211,62 @@ def test_a_loop_left_early_stands_at_the_batches_it_took(data):
     del it, again, moved
     gc.collect()
     assert not [n for n in os.listdir("/dev/shm") if owner.match(n)]
+
+
+class InFlight:
+    """A ``Move`` whose copies finish only when waited for: it records the waits."""
+
+    def __init__(self, events: list):
+        self.events = events
+
+    def check(self) -> None:
+        pass
+
+    @contextlib.contextmanager
+    def session(self):
+        yield lambda batch: (batch, lambda: self.events.append(("waited", batch)))
+
+
+def test_copies_in_flight_are_waited_for_when_the_loop_leaves_early():
+    """A break, or an error of the read, with batches moved ahead: their copies are
+    waited for before the read ends (its blocks back, unmapped), not left in flight."""
+    events = []
+
+    def read(fail: bool):
+        try:
+            yield from range(3)
+            if fail:
+                raise ValueError("a record that cannot be read")
+            yield from range(3, 9)
+        finally:
+            events.append(("read ended",))
+
+    batches = Ahead(InFlight(events)).batches(read(False), dict)
+    assert next(batches) == 0
+    batches.close()
+    assert events == [("waited", 0), ("waited", 1), ("waited", 2), ("read ended",)]
+
+    events.clear()
+    with pytest.raises(ValueError, match="cannot be read"):
+        for _ in Ahead(InFlight(events)).batches(read(True), dict):
+            pass
+    # (the read ended first, raising: its blocks lent to the batches stay mapped)
+    assert events == [("waited", 0), ("read ended",), ("waited", 1), ("waited", 2)]
+
+
+def test_a_pass_not_yet_started_says_the_state_the_loop_took(data):
+    """A loop that broke off, then ``iter()`` again before the first batch: the state
+    of the batches the loop took, as without a device (NumpyReader's pass starts at its
+    first batch), not those put ahead of it."""
+    pytest.importorskip("jax")
+    opts = {k: v for k, v in OPTS.items() if k != "backend"}
+    said = {}
+    for device in (None, "cpu"):
+        put = reader.NumpyReader(data, "train", B, device=device, **opts)
+        for k, _ in enumerate(put):
+            if k == 2:
+                break
+        batches = iter(put)
+        said[device] = put.state_dict()
+        assert len(list(batches)) == 9
+    assert said["cpu"] == said[None]

@@ -100,3 +100,13 @@ def test_num_processes_is_refused_with_the_tf_backend(data):
 
     with pytest.raises(ValueError, match="num_processes= run on the Python route"):
         TorchReader(data, "train", 4, backend="tf", num_processes=2, **KW)
+
+
+def test_decode_false_with_num_processes_says_what_to_leave_out(data):
+    """``make_dataset(decode=False, num_processes=N)``: the Python route decodes every
+    image; the refusal names num_processes= as what sent the read there, not only
+    ``make_dataset(decode=False)``, which is what was called."""
+    with pytest.raises(ValueError) as raised:
+        reader.make_dataset(data, "train", 4, decode=False, num_processes=2)
+    message = str(raised.value)
+    assert "\n" not in message and "num_processes=" in message and "without" in message

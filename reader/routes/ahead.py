@@ -47,7 +47,7 @@ class Ahead:
         return self._moved(source, standing)
 
     def _moved(self, source, standing):
-        pending = collections.deque()  # (moved, host batch, wait, state after it)
+        pending = collections.deque()  # (moved, wait, host batch, state after it)
         with self.move.session() as put:
             try:
                 for batch in source:
@@ -57,7 +57,8 @@ class Ahead:
                         yield self._taken(pending.popleft())
                 while pending:
                     yield self._taken(pending.popleft())
-            finally:  # a loop left early: no block goes back (or is unmapped) mid-copy
+            finally:  # left early (a break, an error): no block goes back, or is unmapped
+                # by the read's end, while a copy from it may still be in flight
                 for _, wait, _, _ in pending:
                     wait()
 

@@ -31,8 +31,7 @@ def checked_device(device):
         return device
     if not isinstance(device, str):
         raise InvalidValueError(
-            f"device={device!r}: give a jax.Device, a Sharding or a platform name "
-            '("cpu", "gpu")'
+            f'device={device!r}: give a jax.Device, a Sharding or a platform name ("cpu", "gpu")'
         )
     try:
         return jax.devices(device)[0]

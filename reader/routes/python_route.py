@@ -55,9 +55,10 @@ class PythonRoute:
         check_state(state)
         if not options.decode:
             raise InvalidValueError(
-                "NumpyReader decodes every image (a transform is given its pixels): "
-                "decode=False is not an option here; read the encoded bytes with "
-                "reader.make_dataset(decode=False)"
+                "NumpyReader decodes every image (a transform is given its pixels), and "
+                "so do make_dataset and TorchReader through it (given transform=, views=, "
+                'num_processes= or on_error="skip"): decode=False is not an option here; '
+                "read the encoded bytes with reader.make_dataset(decode=False) without those"
             )
         if stage is None:  # the flat keywords, as users type them (checked there)
             stage = PythonStage(transform, views, view_spread, mirror_views, num_processes)
