@@ -3,9 +3,10 @@ arrays come from a worker process in one block, which the reader lends to the ca
 the arrays themselves (views of the block, no copy) and takes back for a later batch
 once every array of that batch, and every view or tensor made from one, is gone.
 
-A block can be page-locked for a GPU's copies while it is mapped here (``pinned``: a
-``DeviceFeed`` registers each block once with CUDA, not a pin a batch; unregistered
-before it is unmapped).
+A block can be page-locked for a GPU's copies while it is mapped here (``pinned``:
+``TorchReader(device="cuda")``'s pass registers each block once with CUDA,
+``reader.routes.torch_device.CudaPinning``, not a pin a batch; unregistered before it
+is unmapped).
 
 The blocks are named after the reader's process (``reader.cache.folder.this_owner``) and the
 read, so the reader unlinks every block of a read when it ends, and a reader starting
