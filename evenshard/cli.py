@@ -247,6 +247,13 @@ def _make_images(args: argparse.Namespace, _) -> int:
             "make-images", f"--formats: unknown {', '.join(unknown)}; use {', '.join(EXTENSION)}"
         )
         return 2
+    if os.path.isdir(args.root) and os.listdir(args.root):
+        _error(
+            "make-images",
+            f"{args.root} is not empty: its images would mix with the new ones; give a "
+            "new folder, or remove this one first",
+        )
+        return 2
     broken = make_image_folder(
         args.root,
         args.num_labels,

@@ -19,7 +19,7 @@ transform run in worker processes: the face of the spine's Python route
 from __future__ import annotations
 
 from reader.routes.ahead import Ahead
-from reader.routes.jax_device import JaxMove, checked_device
+from reader.routes.jax_device import JaxMove, check_rows, checked_device
 from reader.routes.python_route import PythonRoute
 from reader.values.option_groups import GROUPS
 
@@ -78,9 +78,11 @@ class NumpyReader(PythonRoute):
     }
     _ahead = None  # batches put on a JAX device ahead of the loop (device=)
 
-    def __init__(self, *args, device=None, **kwargs):
+    def __init__(self, data_dir, split="train", batch_size=32, options=None, *, device=None, **kw):
         ahead = None if device is None else Ahead(JaxMove(checked_device(device)))
-        super().__init__(*args, **kwargs)
+        super().__init__(data_dir, split, batch_size, options, **kw)
+        if ahead is not None:
+            check_rows(ahead.move.device, batch_size, self.options)
         self._ahead = ahead
 
     def state_dict(self) -> dict:

@@ -189,6 +189,52 @@ def test_numpy_reader_takes_a_sharding(data):
     assert batch["image"].sharding == sharding and batch["label"].shape == (B,)
 
 
+SHARDED = """
+import sys
+import jax, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+import reader
+from schemas.errors import InvalidValueError
+
+data = sys.argv[1]
+opts = dict(image_size=(32, 32), seed=5, epochs=1, num_processes=0)
+mesh = Mesh(np.array(jax.devices("cpu")), ("data",))
+rows = NamedSharding(mesh, PartitionSpec("data"))
+for size, more, said in [
+    (7, {"drop_remainder": True}, "batch_size=7: the sharding cuts each batch's rows into 2"),
+    (8, {}, "drop_remainder=True .training. or pad_final_batch=True"),
+]:
+    try:
+        reader.NumpyReader(data, "train", size, device=rows, **opts, **more)
+        raise SystemExit(f"batch_size={size} {more} was not refused")
+    except InvalidValueError as e:
+        assert __import__("re").search(said, str(e)), str(e)
+evaluation = dict(opts, shuffle=False, pad_final_batch=True)
+padded = list(reader.NumpyReader(data, "train", 10, device=rows, **evaluation))
+assert len(padded) == 8 and int(np.asarray(padded[-1]["mask"]).sum()) == 2
+assert all(len(b["image"].sharding.device_set) == 2 for b in padded)
+dropped = reader.NumpyReader(data, "train", 10, device=rows, drop_remainder=True, **opts)
+assert len(list(dropped)) == 7
+copies = NamedSharding(mesh, PartitionSpec())  # each device the whole batch: any batch
+assert len(list(reader.NumpyReader(data, "train", 10, device=copies, **opts))) == 8
+print("ok")
+"""
+
+
+def test_a_sharding_that_cuts_rows_needs_batches_it_can_cut(data, tmp_path):
+    """Two CPU devices (XLA's host device count, set before JAX starts: a process of its
+    own): an indivisible batch_size, and a final batch that may be partial, are refused
+    when the reader is built, not two batches before the loop reaches them."""
+    pytest.importorskip("jax")
+    import subprocess
+
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    run = subprocess.run(
+        [sys.executable, "-c", SHARDED, data], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-3000:]
+
+
 def test_a_loop_left_early_stands_at_the_batches_it_took(data):
     import gc
 

@@ -110,3 +110,41 @@ def test_decode_false_with_num_processes_says_what_to_leave_out(data):
         reader.make_dataset(data, "train", 4, decode=False, num_processes=2)
     message = str(raised.value)
     assert "\n" not in message and "num_processes=" in message and "without" in message
+
+
+def test_each_route_s_batch_fields_are_the_readme_s(data):
+    """README, "Read": the graph's {image, label, key} (+ mask with pad_final_batch);
+    the Python route's mask, epoch and view always; TorchReader(backend="tf")'s mask
+    always."""
+    from reader.torch import TorchReader
+
+    def fields(face) -> list[str]:
+        return sorted(next(iter(face)))
+
+    graph = ["image", "key", "label"]
+    python = sorted(graph + ["mask", "epoch", "view"])
+    assert fields(reader.make_dataset(data, "train", 2, **KW)) == graph
+    padded = reader.make_dataset(data, "train", 2, shuffle=False, pad_final_batch=True, **KW)
+    assert fields(padded) == graph + ["mask"]
+    assert fields(reader.make_dataset(data, "train", 2, num_processes=0, **KW)) == python
+    assert fields(reader.NumpyReader(data, "train", 2, num_processes=0, **KW)) == python
+    assert fields(TorchReader(data, "train", 2, backend="python", num_processes=0, **KW)) == python
+    assert fields(TorchReader(data, "train", 2, backend="tf", **KW)) == graph + ["mask"]
+
+
+def test_the_python_route_s_dataset_knows_its_batch_size_when_every_batch_is_full(data, tmp_path):
+    """As the graph's: a fixed batch dimension with drop_remainder or pad_final_batch
+    (Keras and XLA compile one shape), None otherwise."""
+
+    def rows(**options) -> set:
+        ds = reader.make_dataset(data, "train", 3, num_processes=0, **options, **KW)
+        graph = reader.make_dataset(data, "train", 3, **options, **KW)
+        assert ds.element_spec["image"].shape[0] == graph.element_spec["image"].shape[0]
+        return {spec.shape[0] for spec in ds.element_spec.values()}
+
+    assert rows(drop_remainder=True) == {3}
+    assert rows(shuffle=False, pad_final_batch=True) == {3}
+    assert rows() == {None}
+    ledger = dict(on_error="skip", error_ledger=str(tmp_path / "skipped.jsonl"))
+    skipping = reader.make_dataset(data, "train", 3, drop_remainder=True, **ledger, **KW)
+    assert skipping.element_spec["image"].shape[0] is None  # a row skipped at decode

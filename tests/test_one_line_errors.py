@@ -290,3 +290,14 @@ def test_a_workers_error_is_one_line_only_when_it_is_evenshards_and_last():
     assert convert_command.raised_in_a_worker(text(ours)) == "--near_embedding m:f gave no array"
     assert convert_command.raised_in_a_worker(text(fault)) is None
     assert convert_command.raised_in_a_worker(text(refused)) == "--input: no such folder"
+
+
+def test_make_images_into_a_folder_with_files_is_refused(tmp_path, capsys):
+    """Images added beside others would make a sample set nobody asked for."""
+    root = tmp_path / "photos"
+    assert cli.main(["make-images", str(root), "--num_labels=1", "--per_label=2"]) == 0
+    capsys.readouterr()
+    assert cli.main(["make-images", str(root), "--num_labels=1", "--per_label=2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{root} is not empty" in err and "new folder" in err
+    assert len(list(root.rglob("*.*"))) == 2

@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import multiprocessing
 import multiprocessing.context
+import os
 import types
+import weakref
 from multiprocessing import forkserver, spawn
 
 from schemas.errors import OperationError
@@ -66,6 +69,32 @@ def before_pools_join(fn) -> None:
     import threading
 
     getattr(threading, _AT_EXIT)(fn)
+
+
+_OPEN: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # made -> generator
+_MADE = itertools.count()
+_HOOKED: list = []
+
+
+def closed_at_exit(generator):
+    """``generator`` (a read's batches), closed at exit if still open then, with the
+    others in the order they were made (outer first), before the pools join: its
+    ``finally`` runs while the modules it calls stand. Left to the interpreter's
+    teardown, it found their globals emptied ("'NoneType' object has no attribute
+    'pop'")."""
+    if not _HOOKED:
+        _HOOKED.append(before_pools_join(_close_open))
+        os.register_at_fork(after_in_child=_OPEN.clear)  # the parent's, not a child's
+    _OPEN[next(_MADE)] = generator
+    return generator
+
+
+def _close_open() -> None:
+    for made in sorted(_OPEN.keys()):
+        generator = _OPEN.pop(made, None)
+        if generator is not None:
+            with contextlib.suppress(ValueError):  # running: the exit came from inside it
+                generator.close()
 
 
 def pool_processes(pool) -> list:

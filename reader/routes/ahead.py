@@ -16,6 +16,8 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Protocol
 
+from reader.compat import mp as compat_mp
+
 AHEAD = 2  # batches put on the device before the one the loop takes
 
 
@@ -44,7 +46,7 @@ class Ahead:
         batches ``source`` gave so far, asked as each is pulled."""
         self.move.check()
         self.state = None
-        return self._moved(source, standing)
+        return compat_mp.closed_at_exit(self._moved(source, standing))
 
     def _moved(self, source, standing):
         pending = collections.deque()  # (moved, wait, host batch, state after it)

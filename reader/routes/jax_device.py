@@ -39,6 +39,47 @@ def checked_device(device):
         raise InvalidValueError(f"device={device!r}: JAX has no such device ({e})") from None
 
 
+def check_rows(device, batch_size: int, options) -> None:
+    """Refuses a read whose batches a ``Sharding`` cannot cut: ``jax.device_put`` needs
+    each batch's rows to divide into the parts the sharding cuts them into, the final
+    batch's too.
+
+    Raises:
+        InvalidValueError: ``batch_size`` does not divide, or a final partial batch may
+            come (neither ``drop_remainder`` nor ``pad_final_batch``).
+    """
+    parts = row_parts(device)
+    if parts == 1:
+        return
+    if batch_size % parts:
+        raise InvalidValueError(
+            f"batch_size={batch_size}: the sharding cuts each batch's rows into {parts} "
+            f"parts; give a batch_size that {parts} divides"
+        )
+    if not (options.drop_remainder or options.pad_final_batch):
+        raise InvalidValueError(
+            f"device= is a sharding that cuts each batch's rows into {parts} parts, and the "
+            "final batch may be partial: give drop_remainder=True (training) or "
+            "pad_final_batch=True (evaluation: batch['mask'] marks the padding rows)"
+        )
+
+
+def row_parts(device) -> int:
+    """How many parts ``device`` cuts a batch's rows (its first axis) into: 1 for a
+    ``jax.Device`` or a sharding that replicates the rows."""
+    import jax
+
+    if not isinstance(device, jax.sharding.Sharding):
+        return 1
+    devices = len(device.device_set)
+    for rank in range(1, 9):  # the fewest axes the sharding's spec names
+        try:
+            return devices // device.shard_shape((devices,) * rank)[0]
+        except (IndexError, ValueError):
+            continue
+    return 1
+
+
 class JaxMove:
     """Puts a batch's arrays on a JAX device (``reader.routes.ahead.Move``); other fields
     (lists of keys, strings) stay as they are."""

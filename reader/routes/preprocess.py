@@ -108,7 +108,11 @@ class Preprocess:
 
     def map(self, batches):
         """Outputs of ``batches`` (``reader.records.source.Batch``), in order: dicts of stacked
-        arrays or lists, with ``key``, ``view``, ``epoch``, ``mask``."""
+        arrays or lists, with ``key``, ``view``, ``epoch``, ``mask``; ended at exit if
+        still open (``compat_mp.closed_at_exit``)."""
+        return compat_mp.closed_at_exit(self._map(batches))
+
+    def _map(self, batches):
         sweep()
         # lent at once: as many as are in flight (a caller holding more gets copies)
         blocks = Blocks(lend_most=max(4, 2 * self.processes))

@@ -51,7 +51,11 @@ def dataset(data_dir, split, batch_size, o, state, python: PythonStage):
     start = ReadState.from_json(route.state_dict()["read_state"])
     batches = iter(route)
     first = next(batches)  # the signature: the transform's fields, types and shapes
-    spec = {name: _signature(name, value) for name, value in first.items()}
+    # every batch batch_size rows where no final batch is partial, as the graph's (an
+    # image skipped at decode, on_error="skip", leaves its batch a row short)
+    full = (o.drop_remainder or o.pad_final_batch) and o.on_error != "skip"
+    rows = batch_size if full else None
+    spec = {name: _signature(name, value, rows) for name, value in first.items()}
 
     def generate():
         nonlocal first, batches
@@ -88,17 +92,18 @@ def dataset(data_dir, split, batch_size, o, state, python: PythonStage):
     return ds, start
 
 
-def _signature(name: str, value):
-    """The tensor spec of a batch's field ``name``."""
+def _signature(name: str, value, rows: int | None = None):
+    """The tensor spec of a batch's field ``name``, ``rows`` rows (None: any)."""
     if isinstance(value, Padded):  # records that are not images: a variable length
-        lengths = _signature(name, value.lengths)
-        return Padded(tf.TensorSpec((None, None), _signature(name, value.values).dtype), lengths)
+        lengths = _signature(name, value.lengths, rows)
+        values = _signature(name, value.values, rows)
+        return Padded(tf.TensorSpec((rows, None), values.dtype), lengths)
     if isinstance(value, np.ndarray) and value.dtype == object:  # bytes features
-        return tf.TensorSpec((None, *value.shape[1:]), tf.string)
+        return tf.TensorSpec((rows, *value.shape[1:]), tf.string)
     if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
-        return tf.TensorSpec((None, *value.shape[1:]), value.dtype)
+        return tf.TensorSpec((rows, *value.shape[1:]), value.dtype)
     if isinstance(value, list) and all(isinstance(v, (str, bytes)) for v in value):
-        return tf.TensorSpec((None,), tf.string)
+        return tf.TensorSpec((rows,), tf.string)
     held = " and ".join(sorted({type(v).__name__ for v in value})) + " values"
     shapes = sorted({v.shape for v in value if isinstance(v, np.ndarray)})
     if held == "ndarray values" and len(shapes) > 1:
