@@ -177,7 +177,7 @@ def thumbs_apart(ta, tb, qa, qb, bits, slack: float = 1.0) -> np.ndarray:
     ``slack`` times the thresholds). Where either image is below the quality gate, its
     weakest bits and its thumbnail's small differences mean little: the pair must be
     within ``FLAT_DISTANCE`` bits and ``FLAT_GRAY_APART`` levels, the means left on."""
-    ta, tb = np.asarray(ta, dtype=np.int64), np.asarray(tb, dtype=np.int64)
+    ta, tb = np.asarray(ta, dtype=np.int32), np.asarray(tb, dtype=np.int32)  # exact: 0-255
     d = ta[:, :64] - tb[:, :64]
     gray = np.abs(d - (d.sum(axis=1) // 64)[:, None]).sum(axis=1) // 64
     c = ta[:, 64:] - tb[:, 64:]
@@ -230,26 +230,63 @@ def weak_bits(weak: int, distance: int) -> int:
     """The weak bits that count at ``distance``: at most ``WEAK_A_BAND`` a band (its
     lowest), so an image is in at most 2**WEAK_A_BAND values of a band."""
     out = 0
-    for bits in band_bits(distance):
-        for b in [b for b in bits if weak >> b & 1][:WEAK_A_BAND]:
-            out |= 1 << b
+    for band in _weak_by_band(weak, distance):
+        for bit in band:
+            out |= bit
+    return out
+
+
+def _weak_by_band(weak: int, distance: int) -> list[list[int]]:
+    """Each band's weak bits that count (single-bit ints, in the 64-bit value, lowest
+    first): band i holds bits i, i + bands, ... (:func:`band_bits`), so a bit's band is
+    its position modulo the bands; the DC's bit (63) is in none."""
+    count = distance + 1
+    out: list[list[int]] = [[] for _ in range(count)]
+    weak &= (1 << (BITS - 1)) - 1
+    while weak:
+        lowest = weak & -weak
+        weak ^= lowest
+        band = out[(lowest.bit_length() - 1) % count]
+        if len(band) < WEAK_A_BAND:
+            band.append(lowest)
     return out
 
 
 def bands(fp: Parsed, distance: int) -> list[tuple[int, int]]:
     """(band, band value) of a fingerprint, every setting of its weak bits: two whose
     hashes are within ``distance`` bits, weak bits left out (:func:`apart`), share at
-    least one."""
-    weak = weak_bits(fp.weak, distance)
+    least one. A band's value and weak bits are gathered a byte at a time
+    (:func:`_band_tables`); its weak bits that count are its lowest ``WEAK_A_BAND``
+    (:func:`weak_bits`), each setting's bit n that of the n-th of them."""
+    value, count = fp.value.to_bytes(8, "little"), distance + 1
     out = []
-    for i, bits in enumerate(band_bits(distance)):
-        base = sum(((fp.value >> b) & 1) << k for k, b in enumerate(bits))
-        loose = [k for k, b in enumerate(bits) if weak >> b & 1]
+    weak_bands = _weak_by_band(fp.weak, distance)
+    for i, (table, weak) in enumerate(zip(_band_tables(distance), weak_bands)):
+        base = 0
+        for j in range(8):
+            base |= table[j][value[j]]
+        loose = [1 << ((bit.bit_length() - 1) // count) for bit in weak]  # bit k: band's k-th
         for setting in range(1 << len(loose)):
-            value = base
-            for n, k in enumerate(loose):
-                value = value & ~(1 << k) | ((setting >> n) & 1) << k
-            out.append((i, value))
+            v = base
+            for n, bit in enumerate(loose):
+                v = v | bit if setting >> n & 1 else v & ~bit
+            out.append((i, v))
+    return out
+
+
+@functools.lru_cache(maxsize=MAX_DISTANCE + 1)
+def _band_tables(distance: int) -> list[list[list[int]]]:
+    """For each band (:func:`band_bits`), for each byte j of a 64-bit value (bits 8j to
+    8j + 7), for each value of that byte: the band's bits it sets (bit k: the band's k-th
+    bit)."""
+    out = []
+    for bits in band_bits(distance):
+        table = [[0] * 256 for _ in range(8)]
+        for k, b in enumerate(bits):
+            for byte in range(256):
+                if byte >> (b % 8) & 1:
+                    table[b // 8][byte] |= 1 << k
+        out.append(table)
     return out
 
 
@@ -330,11 +367,12 @@ def band_values(values: np.ndarray, distance: int) -> list[np.ndarray]:
 
 def distances(a: np.ndarray, b: np.ndarray, wa=None, wb=None) -> np.ndarray:
     """Bits that differ between every fingerprint of ``a`` and every one of ``b`` (uint64
-    arrays; ``wa``, ``wb``: their weak bits, left out): a len(a) x len(b) array."""
+    arrays; ``wa``, ``wb``: their weak bits, left out): a len(a) x len(b) uint8 array."""
     differ = a[:, None] ^ b[None, :]
-    if wa is not None:
-        differ &= ~(wa[:, None] | wb[None, :])
-    return np.bitwise_count(differ).astype(np.int8)
+    if wa is not None:  # in place: one temporary of 8 bytes a pair, not three
+        differ &= ~wa[:, None]
+        differ &= ~wb[None, :]
+    return np.bitwise_count(differ)
 
 
 PAIRS_A_BLOCK = 1 << 22  # pairs compared at once: about 40 MB of temporaries
@@ -354,11 +392,12 @@ def close_pairs(values: np.ndarray, distance: int, weak: np.ndarray | None = Non
         rows_weak = cols_weak = None
         if weak is not None:
             rows_weak, cols_weak = weak[start:stop], weak[start:]
-        d = distances(values[start:stop], values[start:], rows_weak, cols_weak)
-        rows, cols = np.nonzero(d <= distance)
+        d = distances(values[start:stop], values[start:], rows_weak, cols_weak).ravel()
+        at = np.flatnonzero(d <= distance)  # half the time of a 2-D nonzero
+        rows, cols = np.divmod(at, n - start)
         keep = cols > rows  # both counted from ``start``: the pairs after the diagonal
-        rows, cols = rows[keep], cols[keep]
-        found.append((rows + start, cols + start, d[rows, cols].astype(np.int64)))
+        rows, cols, at = rows[keep], cols[keep], at[keep]
+        found.append((rows + start, cols + start, d[at].astype(np.int64)))
     return tuple(np.concatenate(parts) for parts in zip(*found))
 
 
@@ -390,9 +429,23 @@ def parse_many(fps: list[bytes], distance: int):
     thumbnails: one row each)."""
     raw = np.frombuffer(b"".join(fps), np.uint8).reshape(len(fps), -1)
     values = raw[:, :8].copy().view(">u8").ravel().astype(np.uint64)
-    weak = [weak_bits(int.from_bytes(fp[8:16], "big"), distance) for fp in fps]
+    weak = _weak_bits_many(raw[:, 8:16].copy().view(">u8").ravel().astype(np.uint64), distance)
     thumbs = raw[:, 17:].astype(np.int16)
-    return values, np.array(weak, dtype=np.uint64), raw[:, 16].astype(np.int64), thumbs
+    return values, weak, raw[:, 16].astype(np.int64), thumbs
+
+
+def _weak_bits_many(weak: np.ndarray, distance: int) -> np.ndarray:
+    """:func:`weak_bits` of a uint64 array: each band's lowest ``WEAK_A_BAND`` weak bits."""
+    weak = weak & np.uint64((1 << (BITS - 1)) - 1)  # the DC's bit is in no band
+    out = np.zeros_like(weak)
+    one = np.uint64(1)
+    for bits in band_bits(distance):
+        left = weak & np.uint64(sum(1 << b for b in bits))
+        for _ in range(WEAK_A_BAND):
+            lowest = left & (~left + one)  # two's complement: the lowest bit set (0: none)
+            out |= lowest
+            left ^= lowest
+    return out
 
 
 class HashRule:
@@ -405,7 +458,8 @@ class HashRule:
 
     def bands_of(self, raw: bytes) -> list[tuple[int, int]]:
         """(band, band value) of one fingerprint (its bytes), :func:`bands`."""
-        return bands(parse(raw.hex()), self.distance)
+        hashed = Parsed(int.from_bytes(raw[:8], "big"), int.from_bytes(raw[8:16], "big"), 0, None)
+        return bands(hashed, self.distance)
 
     def parse_many(self, fps: list[bytes]):
         return parse_many(fps, self.distance)

@@ -164,6 +164,62 @@ def test_bands_meet_for_every_pair_within_the_distance():
             assert near.candidate_pairs([pa, pb], distance) == [(0, 1)]
 
 
+def _weak_bits_by_the_rule(weak: int, distance: int) -> int:
+    """weak_bits written as its rule says: each band's lowest WEAK_A_BAND weak bits."""
+    out = 0
+    for bits in near.band_bits(distance):
+        for b in [b for b in bits if weak >> b & 1][: near.WEAK_A_BAND]:
+            out |= 1 << b
+    return out
+
+
+def _bands_by_the_rule(fp: near.Parsed, distance: int) -> list:
+    """bands written as its rule says, a bit at a time."""
+    weak, out = _weak_bits_by_the_rule(fp.weak, distance), []
+    for i, bits in enumerate(near.band_bits(distance)):
+        base = sum(((fp.value >> b) & 1) << k for k, b in enumerate(bits))
+        loose = [k for k, b in enumerate(bits) if weak >> b & 1]
+        for setting in range(1 << len(loose)):
+            value = base
+            for n, k in enumerate(loose):
+                value = value & ~(1 << k) | ((setting >> n) & 1) << k
+            out.append((i, value))
+    return out
+
+
+def test_the_fast_band_and_pair_code_gives_what_the_rules_say():
+    """The byte tables of bands, the weak bits of one and of many, and the pairs within
+    the distance, against the rules written out bit by bit (the same values, in the
+    same order: the buckets, and so the shards, stay as they were)."""
+    rng = np.random.default_rng(7)
+    for distance in (0, 1, 4, 10, 14, 20):
+        values = [int(v) for v in rng.integers(0, 2**63, 300)]
+        values = [v * 2 + int(rng.integers(0, 2)) for v in values]  # bit 63 too
+        weaks = [
+            sum(
+                1 << int(x)
+                for x in rng.choice(64, size=int(rng.choice([0, 3, 8, 20])), replace=False)
+            )
+            for _ in values
+        ]
+        fps = [near.Parsed(v, w, 20, None) for v, w in zip(values, weaks)]
+        assert [near.weak_bits(w, distance) for w in weaks] == [
+            _weak_bits_by_the_rule(w, distance) for w in weaks
+        ]
+        many = near._weak_bits_many(np.array(weaks, dtype=np.uint64), distance)
+        assert many.tolist() == [_weak_bits_by_the_rule(w, distance) for w in weaks]
+        assert all(near.bands(fp, distance) == _bands_by_the_rule(fp, distance) for fp in fps)
+        hashes = np.array(values, dtype=np.uint64)
+        i, j, bits = near.close_pairs(hashes, distance + 12, many)
+        expected = [
+            (a, b, (((values[a] ^ values[b]) & ~(int(many[a]) | int(many[b]))).bit_count()))
+            for a in range(len(values))
+            for b in range(a + 1, len(values))
+        ]
+        expected = [e for e in expected if e[2] <= distance + 12]
+        assert list(zip(i.tolist(), j.tolist(), bits.tolist())) == expected
+
+
 @pytest.fixture(scope="module")
 def grouped(corpus, tmp_path_factory):
     out = str(tmp_path_factory.mktemp("grouped"))
