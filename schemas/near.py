@@ -83,6 +83,9 @@ def _dct_basis() -> np.ndarray:
 
 
 _BASIS = _dct_basis()
+# in float64 for BLAS: every product and partial sum is an integer under 2**38 (255 * 32
+# * 1,023 * 32 * 1,023 at most), exact in a double, so the same integers as in int64
+_BASIS_F, _BASIS_FT = _BASIS.astype(np.float64), np.ascontiguousarray(_BASIS.T, np.float64)
 
 
 def composited(image):
@@ -114,7 +117,7 @@ def fingerprint(image) -> str:
         image = image.reduce(max(1, min(image.size) // (2 * SIZE)))
     small = image.resize((SIZE, SIZE), Image.LANCZOS)
     gray = np.asarray(small.convert("L"), dtype=np.int64)
-    low = (_BASIS @ gray @ _BASIS.T).ravel()
+    low = (_BASIS_F @ gray.astype(np.float64) @ _BASIS_FT).ravel().astype(np.int64)
     ranked = np.sort(low)
     bits = 2 * low > ranked[BITS // 2 - 1] + ranked[BITS // 2]  # above the median
     margin = np.abs(2 * low - ranked[BITS // 2 - 1] - ranked[BITS // 2])
