@@ -8,10 +8,7 @@ while inspection decodes it) is compared with the others that share one of its
 bands:
 
 1. Image -> ((band, band value), (key, fingerprint, given split)), ``distance +
-   1`` a image and one more a setting of its weak bits: two fingerprints within
-   ``distance`` bits share a band value. They cross the shuffle in batches
-   (``beam_jobs.batches``: 20 copies an image as 2 million elements at 100,000
-   images cost more than pairing them).
+   1`` a image: two fingerprints within ``distance`` bits share a band value.
 2. Per band value: the pairs that match (``schemas.near.matches``: hashes within
    ``distance`` bits, then the thumbnails alike: a second, independent measure;
    an image below the quality gate matches only a closer one),
@@ -88,7 +85,7 @@ from __future__ import annotations
 import apache_beam as beam
 import numpy as np
 
-from beam_jobs import batches, near_splits
+from beam_jobs import near_splits
 from beam_jobs.dead_letters import SplitRejects
 from beam_jobs.near_splits import SplitRule
 from beam_jobs.near_stars import star_clusters
@@ -100,36 +97,28 @@ from schemas import near, near_embedding
 _GROUP = "\x00group\x00"  # a --group_by group's node in the union-find (never a key)
 
 
-class _InBands(batches.KeyedBatches):
-    """Image -> ((band, band value), pickled [(key, fingerprint's bytes, given split)]):
-    about 20 copies an image cross the shuffle, in batches (``beam_jobs.batches``)."""
-
-    def __init__(self, rule):
-        self._rule = rule
-
-    def keyed(self, im: Image, centre=None):
-        rule = self._rule
-        if centre is not None:  # the user's embedding: bands from the run's mean vector
-            rule = rule.centred(centre)
-        raw = bytes.fromhex(im.near)  # half the hex
-        for band in rule.bands_of(raw):
-            yield band, (im.key, raw, im.split)
+def _in_bands(im: Image, rule, centre=None):
+    if centre is not None:  # the user's embedding: bands from the run's mean vector
+        rule = rule.centred(centre)
+    raw = bytes.fromhex(im.near)  # half the hex: about 20 copies an image are shuffled
+    for band in rule.bands_of(raw):
+        yield band, (im.key, raw, im.split)
 
 
 def _bucket_edges(element, rule, centre=None):
-    """((band, value), pickled batches of (key, fingerprint's bytes, split): ``_InBands``)
-    -> (weight, key, split, key, split) edges: the pairs that match
-    (``rule.bucket_pairs``: the hash's rule, ``near.matches``, or the embedding's
-    cosine) and share no value of an earlier band (a pair is confirmed in the buckets
-    of the first band it shares only, not in each), thinned to the bucket's minimum
-    spanning forest (the lightest edges that join what its pairs join: the forest of
-    all the buckets' forests is that of all the pairs)."""
+    """((band, value), [(key, fingerprint's bytes, split)]) -> (weight, key, split, key, split)
+    edges: the pairs that match (``rule.bucket_pairs``: the hash's rule,
+    ``near.matches``, or the embedding's cosine) and share no value of an earlier band
+    (a pair is confirmed in the buckets of the first band it shares only, not in
+    each), thinned to the bucket's minimum spanning forest (the lightest edges that
+    join what its pairs join: the forest of all the buckets' forests is that of all
+    the pairs)."""
     if centre is not None:
         rule = rule.centred(centre)
-    (band, _), sent = element
-    members = sorted(batches.unbatched(sent))  # as they came: the runner's order
+    (band, _), members = element
     if len(members) < 2:
         return
+    members = sorted(members)
     unique = sorted({m[1] for m in members})  # as the hex sorts: thumbs_apart is not symmetric
     at = {fp: i for i, fp in enumerate(unique)}
     first = [-1] * len(unique)  # the first member of each distinct fingerprint
@@ -372,10 +361,6 @@ class NearDuplicates(beam.PTransform):
 
     def expand(self, images):
         keep = self._keep
-        # the images without their bytes (a small image's, carried to the writer) for
-        # every step but Assign: a step after a side input reads its input written out
-        # whole, and one copy of the images' bytes is enough
-        slim = images | "WithoutBytes" >> beam.Map(lambda im: im._replace(data=None))
         if self._embedding is None:
             pair_rule = near.HashRule(self._distance)
             described = {"distance": self._distance}
@@ -385,22 +370,22 @@ class NearDuplicates(beam.PTransform):
             described = {"embedding": spec, "threshold": threshold}
         centred: tuple = ()  # the embedding's bands are taken from the run's mean vector
         if self._embedding is not None:
-            centre = slim | "VectorMean" >> beam.CombineGlobally(Centre())
+            centre = images | "VectorMean" >> beam.CombineGlobally(Centre())
             centred = (beam.pvalue.AsSingleton(centre),)
         edges = (
-            slim
-            | "InBands" >> beam.ParDo(_InBands(pair_rule), *centred)
+            images
+            | "InBands" >> beam.FlatMap(_in_bands, pair_rule, *centred)
             | "GroupByBand" >> beam.GroupByKey()
             | "PairsInBand" >> beam.FlatMap(_bucket_edges, pair_rule, *centred)
         )
         if self._groups and keep == "all":
-            groups = slim | "GroupEdges" >> beam.FlatMap(_group_edges)
+            groups = images | "GroupEdges" >> beam.FlatMap(_group_edges)
             edges = (edges, groups) | "AllEdges" >> beam.Flatten()
         forest = edges | "Forest" >> beam.CombineGlobally(_Forest())
         components = forest | "Components" >> beam.Map(components_of)
         # each component's members, with their fingerprints, in one place
         stars = (
-            slim
+            images
             | "ToComponent" >> beam.FlatMap(_to_component, beam.pvalue.AsSingleton(components))
             | "GroupByComponent" >> beam.GroupByKey()
             | "Stars" >> beam.Map(_stars, pair_rule)
@@ -408,7 +393,7 @@ class NearDuplicates(beam.PTransform):
         )
         stars_found = beam.pvalue.AsSingleton(stars)
         if self._embedding is not None:  # every vector one length, checked over them all
-            lengths = slim | "VectorLengths" >> beam.CombineGlobally(Lengths())
+            lengths = images | "VectorLengths" >> beam.CombineGlobally(Lengths())
             stars_found = beam.pvalue.AsSingleton(
                 stars
                 | "OneLength"
@@ -421,7 +406,7 @@ class NearDuplicates(beam.PTransform):
             rule = self._rule
             # Image -> the split it has whatever the dealing -> {split: count}
             fixed = (
-                slim
+                images
                 | "FixedSplit" >> beam.FlatMap(near_splits.fixed_split, table, rule)
                 | "CountFixed" >> beam.combiners.Count.PerElement()
             )

@@ -5,10 +5,11 @@ over workers.
 
 from __future__ import annotations
 
+import pickle
+
 import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows
 
-from beam_jobs import batches
 from beam_jobs.rank import ExactRank
 from convert_core.fingerprint import fp
 from convert_core.order import balanced_place, in_order, in_shard, shards_reached
@@ -24,12 +25,18 @@ def _to_shards(split, r, bucket, im, plan):
         yield (split, shard), (bucket, r, im)
 
 
+# Items a batch that crosses the shuffle, and items a worker holds at most
+# before it sends what it has.
+BATCH = 512
+MAX_HELD = 8192
+
+
 class _Batches(beam.DoFn):
     """(split, Image) -> lists of up to BATCH of them, from one bundle.
 
     The step before ToShards waits for the plan (a side input), so its input is
     written out whole between the steps: as lists, a few hundred elements cross
-    instead of one an image (``beam_jobs.batches``).
+    instead of one an image (Beam's cost per element: encode, hand over, decode).
     """
 
     def start_bundle(self):
@@ -37,7 +44,7 @@ class _Batches(beam.DoFn):
 
     def process(self, element):
         self._batch.append(element)
-        if len(self._batch) == batches.BATCH:
+        if len(self._batch) == BATCH:
             yield self._batch
             self._batch = []
 
@@ -47,17 +54,43 @@ class _Batches(beam.DoFn):
             self._batch = []
 
 
-class _ToShardBatches(batches.KeyedBatches):
-    """[(split, Image)] -> ((split, shard), pickled [(bucket, r, Image)]): the items bound
-    for one shard cross the shuffle in batches (``beam_jobs.batches``)."""
+class _ToShardBatches(beam.DoFn):
+    """[(split, Image)] -> ((split, shard), pickled [(bucket, r, Image)]).
+
+    The items bound for one shard travel in batches of up to BATCH, pickled:
+    the shuffle then moves a few hundred opaque values instead of an element
+    an image (a local runner's main process decodes, groups and re-encodes
+    every element it shuffles, alone, while the workers wait). A worker holds
+    at most MAX_HELD items.
+    """
 
     def __init__(self, seed: int, bucket_bits: int):
         self._seed, self._bits = seed, bucket_bits
 
-    def keyed(self, elements, plan):
+    def start_bundle(self):
+        self._held: dict[tuple, list] = {}
+        self._count = 0
+
+    def process(self, elements, plan):
         for split, im in elements:
             r = fp(self._seed, "order", im.key)
-            yield from _to_shards(split, r, top_bucket(r, self._bits), im, plan)
+            for key, item in _to_shards(split, r, top_bucket(r, self._bits), im, plan):
+                batch = self._held.setdefault(key, [])
+                batch.append(item)
+                self._count += 1
+                if len(batch) == BATCH:
+                    yield self._send(key)
+            if self._count >= MAX_HELD:
+                yield from [self._send(key) for key in list(self._held)]
+
+    def finish_bundle(self):
+        for key in list(self._held):
+            yield GlobalWindows.windowed_value(self._send(key))
+
+    def _send(self, key):
+        batch = self._held.pop(key)
+        self._count -= len(batch)
+        return key, pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def _rank_in_shard(element, plan):
@@ -66,10 +99,11 @@ def _rank_in_shard(element, plan):
     Every bucket reaching the shard arrives whole, so each is ranked as
     ExactRank ranks it, and the shard keeps the ranks that fall in it (``in_shard``).
     """
-    (split, shard), sent = element
+    (split, shard), batches = element
     buckets: dict[int, list] = {}
-    for bucket, r, im in batches.unbatched(sent):
-        buckets.setdefault(bucket, []).append((r, im))
+    for batch in batches:
+        for bucket, r, im in pickle.loads(batch):
+            buckets.setdefault(bucket, []).append((r, im))
     return (split, shard), in_shard(plan[split], shard, buckets)
 
 

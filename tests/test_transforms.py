@@ -118,10 +118,10 @@ def test_order_and_shard_follows_the_fingerprint_order(num_shards, bucket_bits, 
     bucket crosses shard boundaries, and shards still get exactly their ranks.
     Tiny batches: items cross the shuffle in full batches, in batches sent when a
     worker holds too many, and in those left at the end of a bundle."""
-    from beam_jobs import batches
+    from beam_jobs import order
 
-    monkeypatch.setattr(batches, "BATCH", 3)
-    monkeypatch.setattr(batches, "MAX_HELD", 7)
+    monkeypatch.setattr(order, "BATCH", 3)
+    monkeypatch.setattr(order, "MAX_HELD", 7)
     images = [image(f"k{i}") for i in range(50)] + [image(f"v{i}") for i in range(9)]
     splits = [("train", im) for im in images[:50]] + [("val", im) for im in images[50:]]
     shards = {"train": num_shards, "val": 2}
