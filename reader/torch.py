@@ -44,11 +44,12 @@ class TorchReader(torch.utils.data.IterableDataset):
             ``reader.make_dataset`` (``image_size`` required without a transform;
             ``data_dir`` may be a ``reader.mix``).
         state: a :class:`reader.ReadState` to resume (or ``load_state_dict``).
-        backend: "dali", "tf", or None: DALI where a CUDA GPU is visible, DALI is
-            installed and the dataset fits it (formats, uncompressed shards), else
-            tf.data, the faster on the CPU (README, "PyTorch"). "dali" may still be asked
-            for on the CPU. "python" with ``transform``, views or ``num_processes``,
-            and by default with ``on_error="skip"``.
+        backend: "dali", "python", "tf", or None: DALI where a CUDA GPU is visible,
+            DALI is installed and the dataset fits it (formats, uncompressed shards),
+            else "python", the read engine (worker processes decode; TensorFlow is not
+            imported). "tf": tf.data's graph. "dali" may still be asked for on the CPU.
+            "python" always with ``transform``, views, ``num_processes`` or
+            ``on_error="skip"``.
         layout: "NHWC" or "NCHW" for ``image``.
         device: None (CPU tensors), or "cuda" (a ``torch.device``): each batch copied
             there on a side stream two batches before the loop takes it, the Python

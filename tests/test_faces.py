@@ -130,6 +130,8 @@ def test_each_route_s_batch_fields_are_the_readme_s(data):
     assert fields(reader.NumpyReader(data, "train", 2, num_processes=0, **KW)) == python
     assert fields(TorchReader(data, "train", 2, backend="python", num_processes=0, **KW)) == python
     assert fields(TorchReader(data, "train", 2, backend="tf", **KW)) == graph + ["mask"]
+    by_default = TorchReader(data, "train", 2, **KW)  # the engine on the CPU
+    assert by_default.backend == "python" and fields(by_default) == python
 
 
 def test_the_python_route_s_dataset_knows_its_batch_size_when_every_batch_is_full(data, tmp_path):

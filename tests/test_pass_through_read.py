@@ -341,7 +341,7 @@ def test_explain_names_each_batch_s_records_by_their_key_feature(converted):
         assert [s["key"] for s in said] == got
 
 
-def test_a_transform_is_refused_and_torch_reads_them_through_tf_even_on_a_gpu(converted):
+def test_a_transform_is_refused_and_torch_reads_them_on_the_python_route_even_on_a_gpu(converted):
     from reader.routes.torch_backend import default_backend
     from schemas.dataset_info import load_dataset_info
 
@@ -351,7 +351,7 @@ def test_a_transform_is_refused_and_torch_reads_them_through_tf_even_on_a_gpu(co
     assert "\n" not in str(e.value)
     with pytest.raises(ValueError, match="run on decoded images"):
         reader.make_dataset(out, "train", 4, views=2, num_processes=0)
-    assert default_backend([load_dataset_info(out)], gpu=True) == "tf"
+    assert default_backend([load_dataset_info(out)], gpu=True) == "python"
 
 
 def _same(example, rng):
