@@ -119,7 +119,12 @@ def test_each_route_s_batch_fields_are_the_readme_s(data):
     from reader.torch import TorchReader
 
     def fields(face) -> list[str]:
-        return sorted(next(iter(face)))
+        batches = iter(face)
+        try:
+            return sorted(next(batches))
+        finally:  # the read ended now: its processes and blocks with it
+            if hasattr(batches, "close"):
+                batches.close()
 
     graph = ["image", "key", "label"]
     python = sorted(graph + ["mask", "epoch", "view"])
@@ -150,3 +155,26 @@ def test_the_python_route_s_dataset_knows_its_batch_size_when_every_batch_is_ful
     ledger = dict(on_error="skip", error_ledger=str(tmp_path / "skipped.jsonl"))
     skipping = reader.make_dataset(data, "train", 3, drop_remainder=True, **ledger, **KW)
     assert skipping.element_spec["image"].shape[0] is None  # a row skipped at decode
+
+
+def test_an_engine_dataset_dropped_unread_ends_the_pass_its_signature_began(data):
+    """make_dataset on the engine reads its first batch for the signature; a dataset
+    dropped before it is iterated ends that pass (its processes and shared blocks), not
+    TensorFlow's registry of generators at the exit."""
+    import gc
+    import os
+    import re
+
+    owner = re.compile(rf"evenshard-[0-9a-f]{{12}}-{os.getpid()}-")
+
+    def blocks() -> set:
+        return {n for n in os.listdir("/dev/shm") if owner.match(n)}
+
+    before = blocks()
+    ds = reader.make_dataset(data, "train", 2, num_processes=2, **KW)
+    assert blocks() - before  # the pass begun: its blocks
+    del ds
+    gc.collect()
+    assert not blocks() - before
+    again = reader.make_dataset(data, "train", 2, num_processes=2, **KW)
+    assert same(batches(again), batches(again))  # each pass the same batches

@@ -5,6 +5,8 @@ a new pass of the read (Keras iterates once an epoch)."""
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from reader.examples import Padded
@@ -49,8 +51,8 @@ def dataset(data_dir, split, batch_size, o, state, python: PythonStage):
             'views together (view_spread="together")'
         )
     start = ReadState.from_json(route.state_dict()["read_state"])
-    batches = iter(route)
-    first = next(batches)  # the signature: the transform's fields, types and shapes
+    begun = _Begun(iter(route))  # the signature: the transform's fields, types and shapes
+    first = begun.first
     # every batch batch_size rows where no final batch is partial, as the graph's (an
     # image skipped at decode, on_error="skip", leaves its batch a row short)
     full = (o.drop_remainder or o.pad_final_batch) and o.on_error != "skip"
@@ -58,11 +60,10 @@ def dataset(data_dir, split, batch_size, o, state, python: PythonStage):
     spec = {name: _signature(name, value, rows) for name, value in first.items()}
 
     def generate():
-        nonlocal first, batches
         try:
-            if first is not None:  # the pass begun for the signature
-                head, rest = first, batches
-                first = batches = None
+            taken = begun.take()
+            if taken is not None:  # the pass begun for the signature
+                head, rest = taken
                 yield head
                 yield from (_same(spec, batch) for batch in rest)
             else:
@@ -89,7 +90,31 @@ def dataset(data_dir, split, batch_size, o, state, python: PythonStage):
         )
     ds = ds.with_options(graph.tf_options(None))
     ds = ds.prefetch(o.prefetch) if o.prefetch is not None else ds
+    # a dataset dropped unread ends the pass begun (its processes, its shared blocks):
+    # TensorFlow's registry of generators would hold it to the exit
+    weakref.finalize(ds, begun.close)
     return ds, start
+
+
+class _Begun:
+    """The pass begun for a dataset's signature (its first batch read), until the
+    dataset's first iteration takes it, or the dataset is dropped (``close``)."""
+
+    def __init__(self, batches):
+        self.first = next(batches)
+        self._batches = batches
+
+    def take(self):
+        """(first batch, the rest of its pass), once; then None."""
+        if self._batches is None:
+            return None
+        taken, self.first, self._batches = (self.first, self._batches), None, None
+        return taken
+
+    def close(self) -> None:
+        if self._batches is not None:
+            self._batches.close()
+        self.first = self._batches = None
 
 
 def _signature(name: str, value, rows: int | None = None):
