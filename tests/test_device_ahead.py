@@ -215,6 +215,9 @@ assert len(padded) == 8 and int(np.asarray(padded[-1]["mask"]).sum()) == 2
 assert all(len(b["image"].sharding.device_set) == 2 for b in padded)
 dropped = reader.NumpyReader(data, "train", 10, device=rows, drop_remainder=True, **opts)
 assert len(list(dropped)) == 7
+endless = dict(opts, epochs=None)  # batches run across epochs: none is partial
+taken = reader.NumpyReader(data, "train", 6, device=rows, **endless)
+assert [b["image"].shape[0] for b in __import__("itertools").islice(taken, 5)] == [6] * 5
 copies = NamedSharding(mesh, PartitionSpec())  # each device the whole batch: any batch
 assert len(list(reader.NumpyReader(data, "train", 10, device=copies, **opts))) == 8
 print("ok")

@@ -178,3 +178,39 @@ def test_an_engine_dataset_dropped_unread_ends_the_pass_its_signature_began(data
     assert not blocks() - before
     again = reader.make_dataset(data, "train", 2, num_processes=2, **KW)
     assert same(batches(again), batches(again))  # each pass the same batches
+
+
+def _as_is(example, rng):
+    return example
+
+
+def test_ctrl_c_in_a_read_of_full_batches_ends_it_as_without_them(data, monkeypatch):
+    """Ctrl-C in the read: the dataset yields a batch that lets a caller waiting in
+    TensorFlow out, then says the read was interrupted; with a fixed batch dimension
+    (drop_remainder) that batch has its rows, all padding, not none (which broke the
+    spec: "yielded an element of shape (0,)")."""
+    import tensorflow as tf
+
+    from reader.routes import python_route
+
+    whole = python_route.PythonRoute.__iter__
+
+    def interrupted(self):
+        batches = whole(self)
+        try:
+            yield next(batches)
+            raise KeyboardInterrupt
+        finally:
+            batches.close()
+
+    monkeypatch.setattr(python_route.PythonRoute, "__iter__", interrupted)
+    ds = reader.make_dataset(
+        data, "train", 3, num_processes=0, drop_remainder=True, transform=_as_is, **KW
+    )
+    assert ds.element_spec["image"].shape[0] == 3
+    got = []
+    with pytest.raises(tf.errors.OpError, match=r"the read was interrupted \(Ctrl-C\)"):
+        for batch in ds:
+            got.append(batch)
+    assert len(got) == 2 and got[-1]["image"].shape[0] == 3
+    assert not got[-1]["mask"].numpy().any()  # every row padding

@@ -46,7 +46,8 @@ def check_rows(device, batch_size: int, options) -> None:
 
     Raises:
         InvalidValueError: ``batch_size`` does not divide, or a final partial batch may
-            come (neither ``drop_remainder`` nor ``pad_final_batch``).
+            come (neither ``drop_remainder`` nor ``pad_final_batch``, and ``epochs``
+            not None).
     """
     parts = row_parts(device)
     if parts == 1:
@@ -56,7 +57,8 @@ def check_rows(device, batch_size: int, options) -> None:
             f"batch_size={batch_size}: the sharding cuts each batch's rows into {parts} "
             f"parts; give a batch_size that {parts} divides"
         )
-    if not (options.drop_remainder or options.pad_final_batch):
+    endless = options.epochs is None  # batches run across epochs: none is partial
+    if not (options.drop_remainder or options.pad_final_batch or endless):
         raise InvalidValueError(
             f"device= is a sharding that cuts each batch's rows into {parts} parts, and the "
             "final batch may be partial: give drop_remainder=True (training) or "

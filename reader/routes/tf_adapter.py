@@ -72,11 +72,9 @@ def dataset(data_dir, split, batch_size, o, state, python: PythonStage):
             # The caller may wait inside TensorFlow, its own Ctrl-C pending there: an
             # error from here would race it (TensorFlow then raises a RuntimeError), an
             # empty batch lets it out to raise it. Had it no Ctrl-C, it sees the batch,
-            # then this error.
-            yield tf.nest.map_structure(
-                lambda s: np.zeros((0, *[d or 0 for d in s.shape[1:]]), s.dtype.as_numpy_dtype),
-                spec,
-            )
+            # then this error. Where the spec fixes the batch's rows, a batch of them
+            # (zeros, masked: padding rows), as an empty one would break the spec.
+            yield tf.nest.map_structure(_stand_in, spec)
             raise OperationError("the read was interrupted (Ctrl-C)") from None
 
     ds = tf.data.Dataset.from_generator(generate, output_signature=spec)
@@ -94,6 +92,15 @@ def dataset(data_dir, split, batch_size, o, state, python: PythonStage):
     # TensorFlow's registry of generators would hold it to the exit
     weakref.finalize(ds, begun.close)
     return ds, start
+
+
+def _stand_in(s):
+    """A field of the batch yielded at Ctrl-C: no rows, or the spec's where it fixes
+    them (zeros; empty strings)."""
+    shape = [d or 0 for d in s.shape]
+    if s.dtype == tf.string:
+        return np.full(shape, b"", dtype=object)
+    return np.zeros(shape, s.dtype.as_numpy_dtype)
 
 
 class _Begun:
