@@ -5,6 +5,7 @@ a new pass of the read (Keras iterates once an epoch)."""
 
 from __future__ import annotations
 
+import threading
 import weakref
 
 import numpy as np
@@ -110,18 +111,21 @@ class _Begun:
     def __init__(self, batches):
         self.first = next(batches)
         self._batches = batches
+        self._lock = threading.Lock()  # the finalizer may run in another thread
 
     def take(self):
         """(first batch, the rest of its pass), once; then None."""
-        if self._batches is None:
-            return None
-        taken, self.first, self._batches = (self.first, self._batches), None, None
-        return taken
+        with self._lock:
+            if self._batches is None:
+                return None
+            taken, self.first, self._batches = (self.first, self._batches), None, None
+            return taken
 
     def close(self) -> None:
-        if self._batches is not None:
-            self._batches.close()
-        self.first = self._batches = None
+        with self._lock:
+            batches, self.first, self._batches = self._batches, None, None
+        if batches is not None:
+            batches.close()
 
 
 def _signature(name: str, value, rows: int | None = None):
