@@ -302,7 +302,7 @@ def candidate_pairs(fps: list[Parsed], distance: int):
     at 0.72 times its CPU."""
     n = len(fps)
     values = np.array([fp.value for fp in fps], dtype=np.uint64)
-    weak = np.array([weak_bits(fp.weak, distance) for fp in fps], dtype=np.uint64)
+    weak = _weak_bits_many(np.array([fp.weak for fp in fps], dtype=np.uint64), distance)
     pairs = np.zeros(0, np.int64)  # i * n + j
     for bits in band_bits(distance):
         band, owner = _band_settings(values, weak, bits)
