@@ -138,6 +138,7 @@ def convert(options: ConvertOptions, pipeline_args: list[str], pipeline=None) ->
     folder claimed (``output.claim``), the pipeline built (``steps.build``) and
     run, and the dataset info it wrote.
     """
+    from beam_jobs import runners
     from beam_jobs.forked_workers import fork_server
     from beam_jobs.input_size import has_at_least
     from beam_jobs.runners import (
@@ -150,52 +151,44 @@ def convert(options: ConvertOptions, pipeline_args: list[str], pipeline=None) ->
     lean_malloc()
     resolved = Job.of(options)  # every path, once; nothing is read yet
     many = functools.partial(has_at_least, resolved, MULTI_PROCESSING_FROM)
-    with (
-        resolve_runner(local_default(pipeline_args, many)) as pipeline_args,
-        fork_server(pipeline_args),  # before Beam is imported here: it imports as we do
-    ):
-        return _convert(resolved, pipeline_args, pipeline)
+    with contextlib.ExitStack() as running:
+        pipeline_args = running.enter_context(resolve_runner(local_default(pipeline_args, many)))
+        # the fork server starts before Beam is imported here: it imports as we do
+        running.enter_context(fork_server(pipeline_args))
+        from apache_beam.options.pipeline_options import TestOptions
 
+        from beam_jobs import compat_beam
+        from beam_jobs.record_preflight import RECORDS
+        from beam_jobs.steps import build
+        from convert_core import output
+        from convert_core.preflight import preflight
+        from schemas.info import parse_info
 
-def _convert(resolved: Job, pipeline_args: list[str], pipeline) -> dict:
-    """``convert`` with the runner resolved: the pipeline built on the checked Job, run."""
-    from apache_beam.options.pipeline_options import TestOptions
-
-    from beam_jobs import compat_beam
-    from beam_jobs.record_preflight import RECORDS
-    from beam_jobs.runners import describe
-    from beam_jobs.steps import build
-    from convert_core import output
-    from convert_core.preflight import preflight
-    from schemas.info import parse_info
-
-    compat_beam.remember_dofn_specs()  # Beam inspects each DoFn once, not 4 times
-    beam_options = pipeline_options(pipeline_args)
-    dry_run = bool(beam_options.view_as(TestOptions).dry_run)
-    if dry_run:
-        _check_dry_run(beam_options)
-    job = preflight(resolved, RECORDS, offline=dry_run)
-    own = pipeline is None
-    if own:
-        pipeline = _pipeline(beam_options)
-    try:
+        compat_beam.remember_dofn_specs()  # Beam inspects each DoFn once, not 4 times
+        beam_options = pipeline_options(pipeline_args)
+        dry_run = bool(beam_options.view_as(TestOptions).dry_run)
+        if dry_run:
+            _check_dry_run(beam_options)
+        job = preflight(resolved, RECORDS, offline=dry_run)
+        own = pipeline is None
+        if own:
+            pipeline = _pipeline(beam_options)
+            # Beam removes its temp folder as a run ends; one never run keeps it
+            running.callback(shutil.rmtree, pipeline.local_tempdir, ignore_errors=True)
         # a refusal the run wrote is raised as it ends; a dry run writes nothing
         with contextlib.nullcontext() if dry_run else output.claim(job):
             build(pipeline, job)
             result = _run(pipeline)
-    finally:
-        if own:  # Beam removes its temp folder as a run ends; one never run keeps it
-            shutil.rmtree(pipeline.local_tempdir, ignore_errors=True)
-    if dry_run:
-        _write_job_file(result, beam_options)
-        return {
-            "dry_run": True,
-            "steps": [t.full_label for t in pipeline.transforms_stack[0].parts],
-        }
-    path = layout.join(job.output_dir, layout.INFO_FILE)
-    info = parse_info(storage.read_bytes(path), path)
-    info["runner"] = describe(beam_options)  # for the summary; not in the file
-    return info
+        if dry_run:
+            _write_job_file(result, beam_options)
+            return {
+                "dry_run": True,
+                "steps": [t.full_label for t in pipeline.transforms_stack[0].parts],
+            }
+        path = layout.join(job.output_dir, layout.INFO_FILE)
+        info = parse_info(storage.read_bytes(path), path)
+        info["runner"] = runners.describe(beam_options)  # while a Dask cluster still runs
+        return info
 
 
 def _check_dry_run(beam_options) -> None:

@@ -28,28 +28,10 @@ class InspectImage(beam.DoFn):
     candidates; for a local run with fewer workers than cores (``local_threads``).
     """
 
-    def __init__(
-        self,
-        verify: str,
-        max_image_pixels: int,
-        source_root: str | None,
-        max_image_bytes: int,
-        hash_content: bool = False,
-        near: bool = False,
-        embedding: str | None = None,
-        threads: int = 1,
-    ):
+    def __init__(self, inspector: Inspector, embedding: str | None = None, threads: int = 1):
         self._threads = threads
         self._embedding = embedding  # --near_embedding: the pixels kept for it
-        self._inspector = Inspector(
-            verify,
-            max_image_pixels,
-            source_root,
-            max_image_bytes,
-            hash_content,
-            near,
-            pixels=embedding is not None,
-        )
+        self._inspector = inspector
         self._read = Metrics.counter("evenshard", "images_read")
         self._bytes = Metrics.counter("evenshard", "bytes_read")
 
@@ -151,48 +133,20 @@ def local_threads(options) -> int:
 
 
 class InspectImages(beam.PTransform):
-    """Candidate -> {main: Image, rejects: Reject}.
-
-    ``verify``: "full" decodes every image, "header" parses the header only;
-    files over ``max_image_mb`` (10**6 bytes a MB) or images over
-    ``max_image_pixels`` are ``too_large``; ``hash_content``: sha256 of each
-    file (``--dedupe content``); ``near``: decode every image (as "full") and take
-    its near-duplicate fingerprint (``--dedupe near``; ``embedding``: MODULE:FUNCTION,
-    whose vector is the fingerprint instead, ``beam_jobs.near_embedding``). Relative
-    ``Candidate.source`` values are under ``source_root``.
+    """Candidate -> {main: Image, rejects: Reject}: each candidate's file inspected by
+    ``inspector`` (``convert_core.inspection.Inspector``: the checks, limits and
+    fingerprints convert's flags ask for); ``embedding``: ``--near_embedding``'s
+    MODULE:FUNCTION, whose vector is the fingerprint instead (``beam_jobs.near_embedding``).
     """
 
-    def __init__(
-        self,
-        verify: str,
-        max_image_pixels: int,
-        max_image_mb: float,
-        source_root: str | None,
-        hash_content: bool = False,
-        near: bool = False,
-        embedding: str | None = None,
-    ):
+    def __init__(self, inspector: Inspector, embedding: str | None = None):
         super().__init__()
-        self._hash = hash_content
-        self._near = near
-        self._embedding = embedding
-        self._verify = verify
-        self._max_pixels = max_image_pixels
-        self._root = source_root
-        self._max_bytes = int(max_image_mb * 10**6)
+        self._inspector, self._embedding = inspector, embedding
 
     @property
     def arguments(self) -> tuple:
         """``InspectImage``'s arguments (a source that inspects as it reads makes its own)."""
-        return (
-            self._verify,
-            self._max_pixels,
-            self._root,
-            self._max_bytes,
-            self._hash,
-            self._near,
-            self._embedding,
-        )
+        return (self._inspector, self._embedding)
 
     def expand(self, candidates):
         # Candidate -> Image | Reject

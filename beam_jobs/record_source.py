@@ -82,7 +82,7 @@ class ReadRecordFile(beam.DoFn):
                 key, paths.compact_source(self._root, path, key), "", label, group=group
             )
             if self._image is None:  # --record_kind example: the record as it is, no image
-                found = record_facts(data, hash_content=self._inspect_args[4])
+                found = record_facts(data, hash_content=self._inspect_args[0].hash_content)
             else:
                 image_bytes = self._rules.image_of(features, self._image)
                 found = self._inspector.inspect_bytes(image_bytes)

@@ -23,6 +23,7 @@ from beam_jobs.sources import ReadInputs
 from beam_jobs.split import AssignSplits
 from beam_jobs.vocabulary import Vocabulary
 from beam_jobs.write import Finalize, RejectGate, WriteRejects, WriteShards
+from convert_core.inspection import Inspector
 from convert_core.job import Job
 from convert_core.record_rules import RecordRules, is_glob
 from convert_core.write import Shards
@@ -32,18 +33,7 @@ def build(pipeline, job: Job):
     """Wires the conversion of ``job`` onto ``pipeline``; returns the PCollection of the
     dataset info."""
     o = job.options
-    # what the steps are given of the job, taken before they are wired
-    rules, settings = job.candidate_rules(), job.settings()
-    splits = (o.split_names, o.split_fractions)
-    inspect = InspectImages(
-        o.verify,
-        o.max_image_pixels,
-        o.max_image_mb,
-        job.input_root,
-        hash_content=o.dedupe == "content",
-        near=o.dedupe == "near",
-        embedding=o.near_embedding,
-    )
+    inspect = InspectImages(Inspector.of(job), o.near_embedding)
     if job.records:
         # -> Image | Reject, a record each (its image inspected as it is read)
         inputs = pipeline | "ReadRecords" >> ReadRecordFiles(
@@ -61,7 +51,7 @@ def build(pipeline, job: Job):
         )
         images, rejected = inputs["main"], [inputs["rejects"]]
     else:
-        inputs = pipeline | "ReadInputs" >> ReadInputs(rules, job.manifest)
+        inputs = pipeline | "ReadInputs" >> ReadInputs(job.rules, job.manifest)
         # Candidate -> Image | Reject
         inspected = inputs["main"] | "InspectImages" >> inspect
         images = inspected["main"]
@@ -77,7 +67,7 @@ def build(pipeline, job: Job):
             o.near_keep,
             o.group_by is not None,
             job.input_root,
-            SplitRule(*splits, o.split_seed),
+            SplitRule(*job.splits, o.split_seed),
             embedding=(o.near_embedding, o.near_threshold) if o.near_embedding else None,
         )
         images, near = clustered["main"], clustered["summary"]
@@ -90,9 +80,9 @@ def build(pipeline, job: Job):
     int_labels = job.features is not None and job.features.label_kind == "int64"
     vocab = images | "Vocabulary" >> Vocabulary(job.vocabulary, numbered=int_labels)
     # Image -> (split, Image)
-    split_images = images | "AssignSplits" >> AssignSplits(*splits, o.split_mode, o.split_seed)
+    split_images = images | "AssignSplits" >> AssignSplits(*job.splits, o.split_mode, o.split_seed)
     plan = split_images | "PlanShards" >> PlanShards(
-        o.split_names,
+        job.splits[0],
         o.record_kind,
         o.target_shard_mb,
         o.shard_multiple,
@@ -119,7 +109,7 @@ def build(pipeline, job: Job):
         job.output_dir,
         job.rejects_file,
         job.incomplete_dir,
-        settings,
+        job.settings,
         shards=written["main"],
         changed=written["rejects"],
         plan=plan,

@@ -150,7 +150,9 @@ class CandidateRules:
 
     def file(self, source: str) -> Candidate | Reject:
         """A file of an image folder: its label is its first-level sub-folder."""
-        rel = paths.relative_to(self.root, source) or source
+        rel = paths.relative_to(self.root, source)
+        compact = "" if rel else source  # under the root: root/key (``paths.compact_source``)
+        rel = rel or source
         try:
             paths.check_text(rel)
         except paths.BadPath as e:
@@ -161,7 +163,7 @@ class CandidateRules:
         parts = rel.split("/")
         if len(parts) < 2:
             return make_reject(rel, source, "bad_label", "file is not inside a label sub-folder")
-        return self._candidate(rel, source, parts[0])
+        return self._candidate(rel, source, compact, parts[0])
 
     def row(self, number: int, row: dict | str) -> Candidate | Reject:
         """Row ``number`` of a manifest (``rows_of``: a dict, or why it cannot be read).
@@ -192,13 +194,22 @@ class CandidateRules:
         group = None
         if self.group_by:  # an empty group value: the row is a group of its own (its key)
             group = row.get(self.group_by, "").strip() or None
-        return self._candidate(key, source, row.get("label", ""), split, group, number)
+        compact = paths.compact_source(self.root, source, key)
+        return self._candidate(key, source, compact, row.get("label", ""), split, group, number)
 
     def _candidate(
-        self, key: str, source: str, label: str, split=None, group=None, number: int = 0
+        self,
+        key: str,
+        source: str,
+        compact: str,
+        label: str,
+        split=None,
+        group=None,
+        number: int = 0,
     ) -> Candidate | Reject:
         """The rules every input shares: its label (and split), and for path records its
-        place under the path root; then the Candidate, its source relative to the root."""
+        place under the path root; then the Candidate of ``source`` (``compact``: as it
+        travels, ``paths.compact_source``)."""
         problem = bad_label(label, self.vocabulary)
         if problem:
             return make_reject(key, source, "bad_label", problem)
@@ -216,6 +227,4 @@ class CandidateRules:
             if rel_path is None:
                 where = f"not under --path_root {self.path_root}"
                 return make_reject(key, source, "bad_path", where)
-        return Candidate(
-            key, paths.compact_source(self.root, source, key), rel_path, label, split, group, number
-        )
+        return Candidate(key, compact, rel_path, label, split, group, number)

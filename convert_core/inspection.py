@@ -102,12 +102,26 @@ class Inspector:
         pixels: bool = False,
     ):
         self.root = source_root
-        self._hash = hash_content
+        self.hash_content = hash_content
         self._near = near
         self._pixels = pixels
         self._full = verify == "full"
         self._max_pixels = max_image_pixels
         self._max_bytes = max_image_bytes
+
+    @classmethod
+    def of(cls, job) -> Inspector:
+        """The Inspector of a ``convert_core.job.Job``: its flags' limits, under its root."""
+        o = job.options
+        return cls(
+            o.verify,
+            o.max_image_pixels,
+            job.input_root,
+            int(o.max_image_mb * 10**6),  # 10**6 bytes a MB
+            hash_content=o.dedupe == "content",
+            near=o.dedupe == "near",
+            pixels=o.near_embedding is not None,
+        )
 
     @staticmethod
     def setup() -> None:
@@ -221,8 +235,10 @@ class Inspector:
         (``--dedupe content`` reads it whole)."""
         if isinstance(stream, io.BytesIO):
             with stream.getbuffer() as data:
-                return hashlib.sha256(data).hexdigest() if self._hash else "", zlib.crc32(data)
-        if not self._hash:
+                return hashlib.sha256(data).hexdigest() if self.hash_content else "", zlib.crc32(
+                    data
+                )
+        if not self.hash_content:
             return "", None
         digest, crc32 = hashlib.sha256(), 0
         stream.seek(0)

@@ -36,11 +36,16 @@ class Job:
         manifest: the manifest read, or None for an image folder.
         path_root: path kind: the root stored paths are relative to; else None.
         labels_folder: the folder of the ``--labels`` file, or None.
+        splits: the split names and their fractions, in the order of ``--splits``.
+        settings: what dataset_info.json records of how the dataset was made: the flags
+            that shape it (``input`` as typed) and, for path records, the path root.
         vocabulary: the ``--labels`` vocabulary in order, or None.
         records: a record input (``--input_format`` tfrecord, parquet, webdataset,
             tfds): the glob of its files (a folder's: ``ROOT/**``, the files its format
             names; tfds: the version folder's shards of ``--input_split``); else None.
         features: the records' image, label and key features (``preflight``).
+        rules: the rules each listed input is made a candidate by (its key, label,
+            group and path; ``preflight``, which knows the vocabulary).
     """
 
     options: ConvertOptions
@@ -51,14 +56,19 @@ class Job:
     manifest: str | None
     path_root: str | None
     labels_folder: str | None
+    splits: tuple[tuple[str, ...], tuple[float, ...]]
+    settings: dict = dataclasses.field(hash=False)
     vocabulary: tuple[str, ...] | None = None
     records: str | None = None
     features: RecordFeatures | None = None
+    rules: CandidateRules | None = None
 
     @classmethod
     def of(cls, options: ConvertOptions) -> Job:
         """The Job of ``options``, every path resolved (``paths.normalize_root``); nothing
         is read: ``preflight`` checks the inputs and adds the vocabulary."""
+        settings = _settings(options)
+        splits = (options.split_names, options.split_fractions)
         records = None
         if options.is_manifest:
             manifest = paths.normalize_root(options.input)
@@ -75,6 +85,7 @@ class Job:
         path_root = None
         if options.record_kind == "path":
             path_root = paths.normalize_root(options.path_root) if options.path_root else root
+            settings["path_root"] = path_root
         labels = options.labels_file
         out = paths.normalize_root(options.output_dir)
         return cls(
@@ -86,52 +97,40 @@ class Job:
             manifest=manifest,
             path_root=path_root,
             labels_folder=paths.normalize_root(paths.posix_dirname(labels)) if labels else None,
+            splits=splits,
+            settings=settings,
             records=records,
         )
 
-    def candidate_rules(self) -> CandidateRules:
-        """The rules each input is listed by (its key, label, group and path)."""
-        o = self.options
-        return CandidateRules(
-            root=self.input_root,
-            path_root=self.path_root,
-            kind=o.record_kind,
-            vocabulary=frozenset(self.vocabulary) if self.vocabulary else None,
-            group_by=o.group_by,
-        )
 
-    def settings(self) -> dict:
-        """What dataset_info.json records of how the dataset was made: the flags that shape
-        it (``input`` as typed) and, for path records, the resolved path root."""
-        options = self.options
-        recorded = {
-            "format_version": FORMAT_VERSION,
-            "record_kind": options.record_kind,
-            "seed": options.seed,
-            "balance": options.balance,
-            "compression": options.compression,
-            "verify": options.verify,
-            "dedupe": options.dedupe,
-            "input": options.input,
-            "split_options": {
-                "splits": dict(options.splits),
-                "split_mode": options.split_mode,
-                "split_seed": options.split_seed,
-                "group_by": options.group_by,
-            },
-            "shard_options": {
-                "target_shard_mb": options.target_shard_mb,
-                "num_shards": options.num_shards,
-                "examples_per_shard": options.examples_per_shard,
-                "shard_multiple": options.shard_multiple,
-            },
-        }
-        if options.record_kind == "path":
-            recorded["path_root"] = self.path_root
-        if options.record_kind == "example":  # the features a reader takes the label, key from
-            recorded["label_feature"] = options.label_feature
-            recorded["key_feature"] = options.key_feature
-        return recorded
+def _settings(options: ConvertOptions) -> dict:
+    """The flags dataset_info.json records (``Job.settings``)."""
+    recorded = {
+        "format_version": FORMAT_VERSION,
+        "record_kind": options.record_kind,
+        "seed": options.seed,
+        "balance": options.balance,
+        "compression": options.compression,
+        "verify": options.verify,
+        "dedupe": options.dedupe,
+        "input": options.input,
+        "split_options": {
+            "splits": dict(options.splits),
+            "split_mode": options.split_mode,
+            "split_seed": options.split_seed,
+            "group_by": options.group_by,
+        },
+        "shard_options": {
+            "target_shard_mb": options.target_shard_mb,
+            "num_shards": options.num_shards,
+            "examples_per_shard": options.examples_per_shard,
+            "shard_multiple": options.shard_multiple,
+        },
+    }
+    if options.record_kind == "example":  # the features a reader takes the label, key from
+        recorded["label_feature"] = options.label_feature
+        recorded["key_feature"] = options.key_feature
+    return recorded
 
 
 def _split_files(input_format: str) -> str | None:

@@ -18,7 +18,7 @@ import os
 from typing import Protocol
 
 from convert_core import paths
-from convert_core.candidates import manifest_columns
+from convert_core.candidates import CandidateRules, manifest_columns
 from convert_core.job import Job
 from convert_core.options import ConvertOptions, UserError, is_csv
 from convert_core.record_rules import RecordFeatures, record_input_formats
@@ -95,7 +95,14 @@ def preflight(job: Job, records: RecordInputs | None = None, offline: bool = Fal
     if skipped:
         log.warning("evenshard: dry run, cloud checks skipped: %s", "; ".join(skipped))
     check_not_an_input(job)
-    return dataclasses.replace(job, vocabulary=vocabulary, features=features)
+    rules = CandidateRules(
+        root=job.input_root,
+        path_root=job.path_root,
+        kind=options.record_kind,
+        vocabulary=frozenset(vocabulary) if vocabulary else None,
+        group_by=options.group_by,
+    )
+    return dataclasses.replace(job, vocabulary=vocabulary, features=features, rules=rules)
 
 
 def _real(path: str) -> str:

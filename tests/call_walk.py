@@ -1,11 +1,12 @@
-"""Follows convert's options and make_dataset's data_dir through the calls (run by hand).
+"""Follows convert's options and make_dataset's data_dir through the calls.
 
     .venv/bin/python tests/call_walk.py
 
 Records, in call order, each project function's first call that receives the
-options (or the Job, or a path either names: the Job's as resolved); prints the modules entered, how
-often, and how many entries return to a module already left. A walk that
-goes one way enters each module once.
+options (or the Job, or a path either names: the Job's as resolved); prints the
+modules entered, how often, and how many entries return to a module already
+left. A walk that goes one way enters each module once. ``tests/test_call_walk.py``
+pins convert's counts.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ def trace(fn, wanted: list) -> list[tuple[str, str]]:
     return seq
 
 
-def report(name: str, seq: list[tuple[str, str]]) -> None:
+def runs_of(seq: list[tuple[str, str]]) -> list[tuple[str, list[str]]]:
+    """The trace as runs of one module: (module, its functions first called there)."""
     seen: set = set()
     seq = [c for c in seq if not (c in seen or seen.add(c))]  # each function's first call
     runs: list[tuple[str, list[str]]] = []
@@ -52,27 +54,37 @@ def report(name: str, seq: list[tuple[str, str]]) -> None:
             runs.append((module, [function]))
         else:
             runs[-1][1].append(function)
+    return runs
+
+
+def counts(runs: list[tuple[str, list[str]]]) -> tuple[int, int]:
+    """(modules entered, entries that return to a module already left)."""
     entries = collections.Counter(m for m, _ in runs)
-    returns = sum(c - 1 for c in entries.values())
-    print(f"== {name}: {len(entries)} modules, {len(runs)} entries, {returns} returns")
+    return len(entries), sum(c - 1 for c in entries.values())
+
+
+def report(name: str, seq: list[tuple[str, str]]) -> None:
+    runs = runs_of(seq)
+    entries = collections.Counter(m for m, _ in runs)
+    modules, returns = counts(runs)
+    print(f"== {name}: {modules} modules, {len(runs)} entries, {returns} returns")
     print("   " + ", ".join(f"{m} {c}" for m, c in entries.most_common()))
     print("   " + " -> ".join(f"{m}({','.join(f)})" for m, f in runs))
 
 
-def main() -> None:
-    sys.path.insert(0, ROOT)
+def convert_walk(tmp: str) -> list[tuple[str, str]]:
+    """The trace of a convert of a small image folder made under ``tmp``."""
     from beam_jobs import convert
     from convert_core import preflight
     from convert_core.job import Job
     from convert_core.options import parse_args
     from evenshard import synthetic
 
-    tmp = tempfile.mkdtemp()
     synthetic.make_image_folder(f"{tmp}/images", num_labels=2, per_label=6)
     argv = [f"--input={tmp}/images", f"--output_dir={tmp}/out", "--direct_running_mode=in_memory"]
     options, beam_args = parse_args(argv)
     wanted = [options, options.input, options.output_dir]
-    resolve, check = Job.of.__func__, preflight.preflight
+    resolve, check = Job.__dict__["of"], preflight.preflight
 
     def traced(job: Job) -> Job:
         """The Job from here on, and every path it resolved."""
@@ -80,11 +92,20 @@ def main() -> None:
         wanted.extend(v for v in vars(job).values() if isinstance(v, str))
         return job
 
-    Job.of = classmethod(lambda cls, o: traced(resolve(cls, o)))
+    Job.of = classmethod(lambda cls, o: traced(resolve.__func__(cls, o)))
     preflight.preflight = lambda job, records=None, offline=False: traced(
         check(job, records, offline)
     )
-    report("convert's options", trace(lambda: convert.convert(options, beam_args), wanted))
+    try:
+        return trace(lambda: convert.convert(options, beam_args), wanted)
+    finally:
+        Job.of, preflight.preflight = resolve, check
+
+
+def main() -> None:
+    sys.path.insert(0, ROOT)
+    tmp = tempfile.mkdtemp()
+    report("convert's options", convert_walk(tmp))
     import reader
 
     out = f"{tmp}/out"

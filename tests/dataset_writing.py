@@ -59,13 +59,13 @@ def write_dataset(input_path: str, output_dir: str, *flags: str) -> dict:
     _check_supported(options, beam_args)
     job = preflight(Job.of(options))
     o, out = job.options, job.output_dir
-    listed = list_inputs(job.candidate_rules(), job.manifest)  # ReadInputs
+    listed = list_inputs(job.rules, job.manifest)  # ReadInputs
     candidates = [c for c in listed if not isinstance(c, Reject)]
     rejects = [r for r in listed if isinstance(r, Reject)]
     if job.manifest is not None:
         candidates, duplicates = unique(job.input_root, candidates)
         rejects += duplicates
-    inspector = Inspector(o.verify, o.max_image_pixels, job.input_root, int(o.max_image_mb * 10**6))
+    inspector = Inspector.of(job)
     inspector.setup()
     images = []
     for found in map(inspector.candidate, candidates):  # InspectImages
@@ -95,7 +95,7 @@ def write_dataset(input_path: str, output_dir: str, *flags: str) -> dict:
             out,
             job.incomplete_dir,
             job.rejects_file,
-            job.settings(),
+            job.settings,
             shards,
             plan,
             vocab,

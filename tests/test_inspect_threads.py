@@ -11,6 +11,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from beam_jobs.inspect_images import InspectImage, local_threads
+from convert_core.inspection import Inspector
 from convert_core.records import Candidate
 from evenshard import synthetic
 
@@ -42,7 +43,7 @@ def candidates(tmp_path_factory):
 
 def _inspected(root, candidates, threads, bundles):
     """What the DoFn gives, run as Beam runs it: ``bundles`` bundles in turn."""
-    fn = InspectImage("full", 10**8, root, 10**8, threads=threads)
+    fn = InspectImage(Inspector("full", 10**8, root, 10**8), threads=threads)
     fn.setup()
     out = []
     size = -(-len(candidates) // bundles)
@@ -78,7 +79,7 @@ def test_threads_in_a_pipeline(candidates):
         got = (
             p
             | beam.Create(listed)
-            | beam.ParDo(InspectImage("full", 10**8, root, 10**8, threads=3))
+            | beam.ParDo(InspectImage(Inspector("full", 10**8, root, 10**8), threads=3))
         )
         assert_that(got, equal_to(expected))
 

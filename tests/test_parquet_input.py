@@ -134,15 +134,15 @@ def test_the_writer_reads_the_rows_copied_as_they_were_read(tmp_path):
     """Each row's image is copied once as it is read (a file in .incomplete/, a range a
     row): the writer reads a shard's images from there, a ranged read each, never the
     Parquet file again (a row group cannot be read a row at a time)."""
-    from beam_jobs.inspect_images import InspectImages
     from beam_jobs.parquet_source import FORMAT, images_again
+    from convert_core.inspection import Inspector
     from convert_core.record_rules import RecordFeatures, RecordRules
 
     root, scratch = str(tmp_path / "in"), str(tmp_path / "out" / ".incomplete")
     images = pngs(3)
     write_parquet(f"{root}/a.parquet", images, [0, 1, 2], batch_size=2)  # groups of 2 and 1
     rules = RecordRules(RecordFeatures("image", "label", "int64"), tuple(NAMES))
-    inspect = InspectImages("full", 10**8, 256.0, root).arguments
+    inspect = (Inspector("full", 10**8, root, 256 * 10**6), None)
     reader = FORMAT.reader(root, rules, inspect, scratch)
     reader.setup()
     read = list(reader.process(f"{root}/a.parquet"))
@@ -296,8 +296,8 @@ def test_an_unlabelled_row_names_the_class_names_it_is_outside_of(tmp_path):
 def test_a_row_with_an_empty_image_first_keeps_the_copy_of_the_rows_after_it(tmp_path):
     """A row whose image is empty (no bytes) first in a file: the rows after it are still
     read again from the file's one copy (the empty image is its own reject)."""
-    from beam_jobs.inspect_images import InspectImages
     from beam_jobs.parquet_source import FORMAT, images_again
+    from convert_core.inspection import Inspector
     from convert_core.record_rules import RecordFeatures, RecordRules
     from convert_core.records import Image
 
@@ -305,7 +305,7 @@ def test_a_row_with_an_empty_image_first_keeps_the_copy_of_the_rows_after_it(tmp
     images = pngs(2)
     write_parquet(f"{root}/a.parquet", [b"", *images], [0, 1, 2])
     rules = RecordRules(RecordFeatures("image", "label", "int64"), tuple(NAMES))
-    inspect = InspectImages("full", 10**8, 256.0, root).arguments
+    inspect = (Inspector("full", 10**8, root, 256 * 10**6), None)
     reader = FORMAT.reader(root, rules, inspect, scratch)
     reader.setup()
     read = [r for r in reader.process(f"{root}/a.parquet") if isinstance(r, Image)]

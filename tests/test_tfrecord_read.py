@@ -27,12 +27,12 @@ def _records(n: int, side: int) -> list[bytes]:
 
 
 def _reader(root: str):
-    from beam_jobs.inspect_images import InspectImages
     from beam_jobs.record_formats import record_format
+    from convert_core.inspection import Inspector
     from convert_core.record_rules import RecordFeatures, RecordRules
 
     rules = RecordRules(RecordFeatures("image_raw", "label", "int64"), None, "--labels")
-    inspect = InspectImages("full", 10**9, 100, root).arguments
+    inspect = (Inspector("full", 10**9, root, 100 * 10**6), None)
     reader = record_format("tfrecord").reader(root, rules, inspect, None)
     reader.setup()
     return reader

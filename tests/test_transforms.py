@@ -17,6 +17,7 @@ from beam_jobs.plan_shards import PlanShards
 from beam_jobs.rank import ExactRank
 from beam_jobs.split import AssignSplits
 from convert_core.fingerprint import fp
+from convert_core.inspection import Inspector
 from convert_core.plan_shards import shard_count
 from convert_core.rank import top_bucket
 from convert_core.records import Candidate, Image
@@ -41,7 +42,11 @@ def test_inspect_images_reads_metadata_and_routes_rejects(tmp_path):
     candidates = [Candidate(p.name, str(p), "", "x") for p in (good, gray, bad)]
     candidates.append(Candidate("gone.png", str(tmp_path / "gone.png"), "", "x"))
     with TestPipeline() as p:
-        out = p | beam.Create(candidates) | InspectImages("full", 10**6, 1.0, str(tmp_path))
+        out = (
+            p
+            | beam.Create(candidates)
+            | InspectImages(Inspector("full", 10**6, str(tmp_path), 10**6))
+        )
         assert_that(
             out["main"]
             | "Meta" >> beam.Map(lambda im: (im.key, im.format, im.height, im.width, im.channels)),
