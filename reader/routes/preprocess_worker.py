@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections.abc
 import contextlib
 import ctypes
+import math
 import os
 import pickle
 import re
@@ -311,7 +312,7 @@ def _stack(rows: list[dict], spare: str | None, worker: dict) -> dict:
     for name, values in stacked.items():
         shape, dtype = (len(values), *values[0].shape), values[0].dtype
         arrays[name] = (size, shape, dtype.str)
-        size += -(-int(np.prod(shape)) * dtype.itemsize // 64) * 64  # 64-byte aligned
+        size += -(-math.prod(shape) * dtype.itemsize // 64) * 64  # 64-byte aligned
     block, dropped = new_block(spare, size, worker)
     for name, values in stacked.items():
         offset, shape, dtype = arrays[name]

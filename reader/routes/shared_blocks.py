@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import mmap
 import os
 import re
@@ -77,7 +78,7 @@ class Blocks:
         out = {}
         for field, (offset, shape, dtype) in fields.items():
             dtype = np.dtype(dtype)
-            if not lend or int(np.prod(shape)) * dtype.itemsize < SMALL:
+            if not lend or math.prod(shape) * dtype.itemsize < SMALL:
                 out[field] = np.ndarray(shape, dtype, memory.buf, offset).copy()
                 continue
             lent.__array_interface__ = {
