@@ -104,6 +104,13 @@ def test_a_damaged_record_is_a_padding_row_written_once_to_the_ledger(damaged, t
         s for s, b in enumerate(got) for k, w in zip(b, want[s]) if k != w
     ]
     assert read(bad, on_error="skip", error_ledger=ledger) == got  # deterministic
+    # its batches full where every one is: the dataset's fixed batch dimension holds
+    full = reader.make_dataset(
+        bad, "train", 4, on_error="skip", error_ledger=ledger + "2", drop_remainder=True, **OPTS
+    )
+    assert full.element_spec["image"].shape[0] == 4
+    masks = [b["mask"].numpy() for b in full]
+    assert all(len(m) == 4 for m in masks) and sum((~m).sum() for m in masks) == 2
     assert len(open(ledger).readlines()) == 4
     with pytest.raises(reader.DatasetError, match="max_errors=1") as e:
         read(bad, on_error="skip", error_ledger=ledger, max_errors=1)

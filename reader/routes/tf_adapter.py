@@ -54,10 +54,9 @@ def dataset(data_dir, split, batch_size, o, state, python: PythonStage):
     start = ReadState.from_json(route.state_dict()["read_state"])
     begun = _Begun(iter(route))  # the signature: the transform's fields, types and shapes
     first = begun.first
-    # every batch batch_size rows where no final batch is partial, as the graph's; with
-    # on_error="skip" left unfixed (None), though a record skipped there comes as a
-    # masked padding row in place and its batch stays full
-    full = (o.drop_remainder or o.pad_final_batch) and o.on_error != "skip"
+    # every batch batch_size rows where no final batch is partial, as the graph's (a
+    # record skipped with on_error="skip" is a masked padding row in place: its batch full)
+    full = o.drop_remainder or o.pad_final_batch
     rows = batch_size if full else None
     spec = {name: _signature(name, value, rows) for name, value in first.items()}
 
