@@ -254,6 +254,12 @@ def _make_images(args: argparse.Namespace, _) -> int:
             "new folder, or remove this one first",
         )
         return 2
+    above = args.root
+    while above and not os.path.isdir(above):  # the nearest part of the path that exists
+        if os.path.lexists(above):
+            _error("make-images", f"{above} is a file, not a folder: give a new folder's path")
+            return 2
+        above = os.path.dirname(above.rstrip("/"))
     broken = make_image_folder(
         args.root,
         args.num_labels,

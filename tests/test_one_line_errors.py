@@ -301,3 +301,12 @@ def test_make_images_into_a_folder_with_files_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{root} is not empty" in err and "new folder" in err
     assert len(list(root.rglob("*.*"))) == 2
+
+
+def test_make_images_into_a_file_s_path_is_refused(tmp_path, capsys):
+    """A path that is, or lies under, a file: one line, not a traceback."""
+    (tmp_path / "notes.txt").write_text("x")
+    for root in (tmp_path / "notes.txt", tmp_path / "notes.txt" / "photos"):
+        assert cli.main(["make-images", str(root), "--num_labels=1", "--per_label=2"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{tmp_path / 'notes.txt'} is a file" in err
