@@ -26,6 +26,7 @@ import itertools
 import multiprocessing
 import multiprocessing.context
 import os
+import threading
 import types
 import weakref
 from multiprocessing import forkserver, spawn
@@ -66,7 +67,6 @@ def before_pools_join(fn) -> None:
     """Runs ``fn`` at interpreter exit before ``concurrent.futures`` joins the threads
     of the process pools still running (which waits on their processes' work)."""
     import concurrent.futures.process  # noqa: F401 - its hook is registered first
-    import threading
 
     getattr(threading, _AT_EXIT)(fn)
 
@@ -74,6 +74,7 @@ def before_pools_join(fn) -> None:
 _OPEN: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # made -> generator
 _MADE = itertools.count()
 _HOOKED: list = []
+_REGISTRY = threading.Lock()  # _OPEN's additions and the exit's look at it
 
 
 def closed_at_exit(generator):
@@ -85,12 +86,15 @@ def closed_at_exit(generator):
     if not _HOOKED:
         _HOOKED.append(before_pools_join(_close_open))
         os.register_at_fork(after_in_child=_OPEN.clear)  # the parent's, not a child's
-    _OPEN[next(_MADE)] = generator
+    with _REGISTRY:
+        _OPEN[next(_MADE)] = generator
     return generator
 
 
 def _close_open() -> None:
-    for made in sorted(_OPEN.keys()):
+    with _REGISTRY:  # a read another thread starts meanwhile is not closed here
+        open_now = sorted(_OPEN.keys())
+    for made in open_now:
         generator = _OPEN.pop(made, None)
         if generator is not None:
             with contextlib.suppress(ValueError):  # running: the exit came from inside it
