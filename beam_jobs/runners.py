@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable
 
 from convert_core.options import UserError
+from schemas.malloc import M_ARENA_MAX, M_TRIM_THRESHOLD, mallopt
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +185,10 @@ def local_default(pipeline_args: list[str], many_inputs: Callable[[], bool]) -> 
 # 0.97 GB, and a 1 MiB trim threshold (glibc's adapts upward to 32 MiB) to
 # 0.86 GB, at the same CPU time (benchmarks/RESULTS.md).
 # {variable: (mallopt parameter, value)}.
-_MALLOC = {"MALLOC_ARENA_MAX": (-8, "2"), "MALLOC_TRIM_THRESHOLD_": (-1, "1048576")}
+_MALLOC = {
+    "MALLOC_ARENA_MAX": (M_ARENA_MAX, "2"),
+    "MALLOC_TRIM_THRESHOLD_": (M_TRIM_THRESHOLD, "1048576"),
+}
 
 
 # Beam imports pandas and pyarrow as it starts (its DataFrame API, Parquet, and
@@ -229,17 +233,11 @@ def lean_malloc() -> None:
     """
     if not sys.platform.startswith("linux"):
         return
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:  # not glibc
-        return
     for name, (param, value) in _MALLOC.items():
         os.environ.setdefault(name, value)
         try:
-            libc.mallopt(param, int(os.environ[name]))
-        except (AttributeError, ValueError):  # no mallopt, or a value it cannot take
+            mallopt([(param, int(os.environ[name]))])
+        except ValueError:  # a value the user set that is no number: theirs to mend
             pass
 
 

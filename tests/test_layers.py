@@ -401,3 +401,42 @@ def test_the_reader_s_top_holds_the_faces_and_each_sub_package_one_floor():
         assert _floor(os.path.join("reader", "routes", "python_route.py")) == 4
     finally:
         del READER_FLOORS["reader/routes/graph.py"]
+
+
+def test_mallopt_makes_large_arrays_reuse_the_heap():
+    """The one ctypes call the reader's workers and convert's processes tune their heap
+    with (``schemas.malloc``): with the preprocessing workers' settings, a 4 MB array
+    made and freed again and again reuses the heap's pages instead of mapping fresh ones
+    (each faulted in anew), as it does by glibc's defaults."""
+    import subprocess
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("glibc's mallopt: Linux")
+    code = """
+import resource, sys
+import numpy as np
+from schemas.malloc import M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, mallopt
+if sys.argv[1] == "tuned":
+    assert mallopt([(M_MMAP_THRESHOLD, 32 << 20), (M_TRIM_THRESHOLD, 64 << 20)])
+else:
+    assert mallopt([(M_MMAP_THRESHOLD, 128 << 10)])
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(50):
+    np.ones(4 << 20, np.uint8)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+    faults = {
+        how: int(
+            subprocess.run(
+                [sys.executable, "-c", code, how],
+                capture_output=True,
+                text=True,
+                check=True,
+                cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+            ).stdout
+        )
+        for how in ("mapped", "tuned")
+    }
+    assert faults["mapped"] > 10 * 1024  # 50 arrays of 1,024 pages each, mapped anew
+    assert faults["tuned"] < faults["mapped"] / 10, faults

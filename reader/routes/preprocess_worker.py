@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import collections.abc
 import contextlib
-import ctypes
 import math
 import os
 import pickle
 import re
 import signal
-import sys
 import threading
 
 import numpy as np
@@ -31,6 +29,7 @@ from reader.records.record_offsets import Descriptors, fetch
 from reader.routes.shared_blocks import new_block, unlink_all
 from reader.values.one_line import one_line
 from schemas.errors import Error
+from schemas.malloc import M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, mallopt
 
 
 class TransformError(Error, RuntimeError):
@@ -65,19 +64,12 @@ def init(payload: bytes, name: str, config: tuple, prefix: str | None, lifeline)
 # 64 MB of it kept when freed. By default an array over 128 KB (a decoded photo, a resized image)
 # is a fresh mmap, its pages faulted in and zeroed each batch: 67 faults and 200 us of
 # system CPU an image at 224x224, a seventh of its decode (benchmarks/HISTORY.md).
-_HEAP = ((-3, 32 << 20), (-1, 64 << 20))  # (M_MMAP_THRESHOLD, M_TRIM_THRESHOLD)
+_HEAP = ((M_MMAP_THRESHOLD, 32 << 20), (M_TRIM_THRESHOLD, 64 << 20))
 
 
 def _reuse_heap() -> None:
     """Large arrays reuse the heap's freed memory (``_HEAP``), on glibc."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        for param, value in _HEAP:
-            libc.mallopt(param, value)
-    except (OSError, AttributeError):  # another C library
-        pass
+    mallopt(_HEAP)
 
 
 _LEAVING = threading.Lock()  # held by the process ending (``_watch``, ``_interrupt``)
