@@ -53,7 +53,7 @@ ERRORS = {
     StorageError: OSError,
 }
 # raised and caught inside one module, as control flow: never reaches a caller
-INTERNAL = {"_TooLarge"}
+INTERNAL = {"_TooLarge", "Died"}  # Died: a worker gone, said as OperationError
 
 
 @pytest.mark.fast

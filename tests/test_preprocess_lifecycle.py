@@ -159,15 +159,14 @@ def test_kill_9_of_the_training_process_leaves_no_process_and_no_block(data, tmp
             _wait_for(run.stdout, "batch")
         assert len(_marked(mark)) >= 4  # the script, the fork server, 2 workers (a tracker)
         assert _blocks_of(run.pid)  # blocks named after the reader's process
-        mapped = _mapped(mark)
-        assert any(n.startswith("sem.") for n in mapped)  # the pool's semaphores too
+        mapped = _mapped(mark)  # the blocks (the processes' pipes make no semaphore)
         os.kill(run.pid, signal.SIGKILL)
         run.wait(timeout=10)
         assert _gone(mark), "a process of the killed reader is still running"
         if _blocks_of(run.pid):  # the rare block caught in the making: the next start's
             next(iter(reader.NumpyReader(data, "train", B, num_processes=0, **OPTS)))
         assert _blocks_of(run.pid) == []
-        assert _left(mapped) == []  # the semaphores: unlinked by the resource tracker
+        assert _left(mapped) == []
     finally:
         run.kill()
         run.wait()
@@ -199,7 +198,8 @@ def test_kill_9_of_a_reader_decoding_in_its_own_process_leaves_no_block(data, tm
 def test_kill_9_of_every_process_leaves_blocks_the_next_reader_removes(data, tmp_path):
     """kill -9 of the whole process group (a container's end): nothing is left to clean
     up; the next reader's start removes what the dead one left in /dev/shm, by its name:
-    its blocks and its pool's semaphores (five of those were left for good)."""
+    its blocks (and no semaphore: the processes' pipes make none, where a
+    ``concurrent.futures`` pool's queues left five for good)."""
     run, mark = _start(data, tmp_path, "numpy")
     mapped: set[str] = set()
     try:
@@ -210,11 +210,11 @@ def test_kill_9_of_every_process_leaves_blocks_the_next_reader_removes(data, tmp
         run.wait(timeout=10)
         assert _gone(mark)
         assert _blocks_of(run.pid)  # left by processes that died at once
-        assert any(n.startswith("sem.") for n in _left(mapped))  # the pool's semaphores
+        assert not any(n.startswith("sem.") for n in mapped)
         r = reader.NumpyReader(data, "train", B, num_processes=0, **OPTS)
         next(iter(r))
         assert _blocks_of(run.pid) == []
-        assert _left(mapped) == []  # every kind: the semaphores were left for good
+        assert _left(mapped) == []
     finally:
         with __import__("contextlib").suppress(ProcessLookupError):
             os.killpg(run.pid, signal.SIGKILL)

@@ -2,18 +2,13 @@
 
 ``set_forkserver_preload`` replaces the list of modules the fork server imports; there
 is no public way to read it, to add to what another library (or the user) set.
-``pool_processes`` gives a ``concurrent.futures.ProcessPoolExecutor``'s processes, which
-a read left early ends itself rather than wait on the pool (``reader.routes.preprocess``);
-``join_pool_thread`` waits for a pool's thread to end; ``before_pools_join`` runs a
-function at exit before ``concurrent.futures`` waits on every pool still running (a
-read never finished ends its processes first).
+``before_pools_join`` runs a function at exit before ``concurrent.futures`` waits on
+every pool still running and the threads are joined (a read never finished ends its
+processes first: ``reader.routes.preprocess``).
 ``forkserver_without_main`` is a forkserver context whose processes do not import the
 parent's ``__main__`` (a read with no user code in its processes needs no script
 guard, and works from stdin): multiprocessing has no switch for it, so the stdlib's
 own launch code runs with a ``spawn`` whose preparation data names no main module.
-``semaphores_named`` names the semaphores a pool makes (its queues' locks) after the
-read, as its shared memory blocks are, so that a reader's start removes those of a
-reader killed with its resource tracker (``reader.routes.shared_blocks.sweep``).
 ``check()`` says, naming the Python version, when a release changes that
 (tests/test_compat.py runs it). Checked with Python 3.11 and 3.12.
 """
@@ -36,29 +31,6 @@ from schemas.errors import OperationError
 # the fork server's preload list (multiprocessing.forkserver.ForkServer)
 _PRELOAD = "_preload_modules"
 _SERVER = "_forkserver"
-# a ProcessPoolExecutor's processes: {pid: multiprocessing.Process}; its thread
-_PROCESSES, _MANAGER = "_processes", "_executor_manager_thread"
-
-
-# a process's settings, copied to the processes it starts; "semprefix": the start of the
-# names of the semaphores it makes (multiprocessing.synchronize.SemLock._make_name)
-_CONFIG, _SEMPREFIX = "_config", "semprefix"
-
-
-@contextlib.contextmanager
-def semaphores_named(prefix: str):
-    """The multiprocessing semaphores made meanwhile in this process are named
-    ``/{prefix}-<random>`` (``sem.{prefix}-<random>`` in /dev/shm) instead of
-    ``/mp-<random>``; the processes started later are not concerned."""
-    config = getattr(multiprocessing.current_process(), _CONFIG)
-    before = config[_SEMPREFIX]
-    config[_SEMPREFIX] = f"/{prefix}"
-    try:
-        yield
-    finally:
-        config[_SEMPREFIX] = before
-
-
 # threading's exit hooks (run last registered first, before threads are joined)
 _AT_EXIT = "_register_atexit"
 
@@ -99,21 +71,6 @@ def _close_open() -> None:
         if generator is not None:
             with contextlib.suppress(ValueError):  # running: the exit came from inside it
                 generator.close()
-
-
-def pool_processes(pool) -> list:
-    """The processes ``pool`` (a ``ProcessPoolExecutor``) has started so far."""
-    return list((getattr(pool, _PROCESSES, None) or {}).values())
-
-
-def join_pool_thread(pool, timeout: float) -> None:
-    """Waits up to ``timeout`` s for the thread of ``pool`` (shut down, its processes
-    ended) to end: it closes the pipe that ``concurrent.futures``' exit hook writes to
-    without the pool's lock, so a thread still closing it at exit races the hook
-    ("OSError: [Errno 9] Bad file descriptor", printed as an exception ignored)."""
-    thread = getattr(pool, _MANAGER, None)
-    if thread is not None and thread.is_alive():
-        thread.join(timeout)
 
 
 def forkserver_preload() -> list[str]:
@@ -172,12 +129,9 @@ def forkserver_without_main() -> multiprocessing.context.BaseContext:
 
 def check() -> None:
     """Raises RuntimeError, naming the name and the Python version, unless the fork
-    server keeps its preload list where ``forkserver_preload`` reads it, a
-    ``ProcessPoolExecutor`` its processes where ``pool_processes`` does, the fork
-    server's launch code its preparation data where ``forkserver_without_main``
-    replaces it, and a process the start of its semaphores' names where
-    ``semaphores_named`` sets it."""
-    import concurrent.futures
+    server keeps its preload list where ``forkserver_preload`` reads it, its launch code
+    its preparation data where ``forkserver_without_main`` replaces it, and threading
+    its exit hooks where ``before_pools_join`` adds one."""
     import sys
 
     server = getattr(forkserver, _SERVER, None)
@@ -186,8 +140,6 @@ def check() -> None:
             f"Python {sys.version.split()[0]}: multiprocessing.forkserver has no "
             f"{_SERVER}.{_PRELOAD} list (reader/compat/mp.py)"
         )
-    import threading
-
     if "forkserver" in multiprocessing.get_all_start_methods():
         from multiprocessing import popen_forkserver
 
@@ -198,27 +150,7 @@ def check() -> None:
                 "Popen._launch no longer gets its preparation data from "
                 "spawn.get_preparation_data alone (reader/compat/mp.py)"
             )
-    config = getattr(multiprocessing.current_process(), _CONFIG, None)
-    if not isinstance(config, dict) or not isinstance(config.get(_SEMPREFIX), str):
-        raise OperationError(
-            f"Python {sys.version.split()[0]}: multiprocessing's process has no "
-            f"{_CONFIG}[{_SEMPREFIX!r}] naming its semaphores (reader/compat/mp.py)"
-        )
     if not callable(getattr(threading, _AT_EXIT, None)):
         raise OperationError(
             f"Python {sys.version.split()[0]}: threading has no {_AT_EXIT} (reader/compat/mp.py)"
         )
-    pool = concurrent.futures.ProcessPoolExecutor(1)  # starts no process before a submit
-    try:
-        if not isinstance(getattr(pool, _PROCESSES, None), dict):
-            raise OperationError(
-                f"Python {sys.version.split()[0]}: concurrent.futures.ProcessPoolExecutor "
-                f"has no {_PROCESSES} dict (reader/compat/mp.py)"
-            )
-        if not hasattr(pool, _MANAGER):
-            raise OperationError(
-                f"Python {sys.version.split()[0]}: concurrent.futures.ProcessPoolExecutor "
-                f"has no {_MANAGER} (reader/compat/mp.py)"
-            )
-    finally:
-        pool.shutdown()

@@ -26,15 +26,9 @@ from __future__ import annotations
 
 import atexit
 import collections
-import concurrent.futures
-import contextlib
 import multiprocessing
-import multiprocessing.connection
 import os
 import pickle
-import signal
-import time
-from concurrent.futures.process import BrokenProcessPool
 
 from reader.compat import mp as compat_mp
 from reader.routes import script_preload
@@ -42,12 +36,11 @@ from reader.routes.preprocess_worker import (
     TransformError,
     example_rng,
     fields_differ,
-    init,
     name_of,
     run,
-    work,
 )
 from reader.routes.shared_blocks import Blocks, sweep, unlink_block
+from reader.routes.workers import Died, Workers
 from schemas.errors import InvalidTypeError, OperationError
 
 __all__ = ["Preprocess", "TransformError", "check_transform", "default_processes", "example_rng"]
@@ -141,52 +134,34 @@ class Preprocess:
         context = _context(script)
         held, lifeline = context.Pipe()  # ``held``: this process's alone (``_watch``)
         payload = check_transform(self.transform)
-        # the pool's semaphores (its queues', made now) named after the read as its
-        # blocks are: a reader's start removes them too once their reader died with
-        # its resource tracker (a process group killed at once), which unlinked them
-        named = blocks.prefix and compat_mp.semaphores_named(f"{blocks.prefix}sem")
-        with named or contextlib.nullcontext():
-            pool = concurrent.futures.ProcessPoolExecutor(
-                self.processes,
-                context,
-                initializer=init,
-                initargs=(
-                    payload,
-                    name_of(self.transform),
-                    self.config,
-                    blocks.prefix,
-                    lifeline,
-                ),
-            )
+        initargs = (payload, name_of(self.transform), self.config, blocks.prefix, lifeline)
+        workers = Workers(self.processes, context, initargs)
         pending: collections.deque = collections.deque()
         finished = False
-        _RUNNING[id(pool)] = (pool, held)  # a read never finished: ended at exit
+        _RUNNING[id(workers)] = (workers, held)  # a read never finished: ended at exit
         atexit.register(blocks.unlink)  # (tf.data's, at Ctrl-C), its blocks unlinked
         try:
             for number, batch in enumerate(batches):
                 try:
-                    future = pool.submit(work, _task(batch), blocks.spare())
-                    pending.append((number, future, _named(batch)))
-                except BrokenProcessPool:  # a process died before its batch was asked for
+                    workers.submit(number, (_task(batch), blocks.spare()))
+                except Died:  # a process died before its batch was asked for
                     _broken(pending[0][0] if pending else number, held)
+                pending.append((number, _named(batch)))
                 if len(pending) >= 2 * self.processes:  # bounded: 2 batches a process
-                    number, future, named = pending.popleft()
-                    yield self._collect(_result(number, future, held), blocks, named)
+                    number, named = pending.popleft()
+                    yield self._collect(_result(workers, number, held), blocks, named)
             while pending:
-                number, future, named = pending.popleft()
-                yield self._collect(_result(number, future, held), blocks, named)
+                number, named = pending.popleft()
+                yield self._collect(_result(workers, number, held), blocks, named)
             finished = True
         finally:  # left early (Ctrl-C, an error, a break): the processes end now
-            _RUNNING.pop(id(pool), None)
+            _RUNNING.pop(id(workers), None)
             if finished:
-                pool.shutdown(wait=True)
+                workers.stop(LEAVE_WAIT)
             else:
-                _leave(pool, held)
+                _leave(workers, held)
             held.close()
             lifeline.close()
-            for _, future, _ in pending:  # blocks handed over but never read
-                if future.done() and not future.cancelled() and future.exception() is None:
-                    blocks.known.add(future.result()["block"])
             blocks.unlink()
             atexit.unregister(blocks.unlink)
 
@@ -248,15 +223,15 @@ def _context(script: bool):
     return context
 
 
-_RUNNING: dict = {}  # id(pool) -> (pool, held) of the reads not ended
+_RUNNING: dict = {}  # id(workers) -> (workers, held) of the reads not ended
 
 
 def _end_running_reads() -> None:
     """At exit, before ``concurrent.futures`` waits on every pool still running: the
     reads never finished (a dataset's iterator kept to the end) are left, their
     processes ended, not waited for."""
-    for pool, held in list(_RUNNING.values()):
-        _leave(pool, held)
+    for workers, held in list(_RUNNING.values()):
+        _leave(workers, held)
 
 
 compat_mp.before_pools_join(_end_running_reads)
@@ -267,34 +242,18 @@ os.register_at_fork(after_in_child=_RUNNING.clear)
 LEAVE_WAIT = 10.0  # seconds a process has to end once its read is left (ms, as a rule)
 
 
-def _leave(pool, held) -> None:
-    """The read left early: ``held`` closed, each process's watcher ends it (its
-    transform unwaited); one not ended in ``LEAVE_WAIT`` s is killed. The pool itself is
-    never waited on (its manager thread ends once its processes have): a pool that lost
-    a process's end would hold the read, and the caller, for ever."""
-    processes = compat_mp.pool_processes(pool)
+def _leave(workers: Workers, held) -> None:
+    """The read left early: ``held`` closed, so each process's watcher ends it (its
+    transform unwaited); one not ended in ``LEAVE_WAIT`` s is killed (``Workers.leave``).
+    Nothing waits on a process for ever: one lost would hold the read, and the caller."""
     held.close()
-    pool.shutdown(wait=False, cancel_futures=True)
-    alive = {process.sentinel: process for process in processes}
-    for kill in (False, True):  # ended, or killed and ended (no block made after the read)
-        for process in alive.values() if kill else ():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(process.pid, signal.SIGKILL)
-        deadline = time.monotonic() + LEAVE_WAIT
-        while alive and (left := deadline - time.monotonic()) > 0:
-            try:
-                ended = multiprocessing.connection.wait(list(alive), left)
-            except (OSError, ValueError):  # a sentinel closed meanwhile: its process ended
-                ended = list(alive)
-            for sentinel in ended:
-                alive.pop(sentinel)
-    compat_mp.join_pool_thread(pool, LEAVE_WAIT)  # (its pipe closed before the exit hook)
+    workers.leave(LEAVE_WAIT)
 
 
-def _result(number: int, future, held):
+def _result(workers: Workers, number: int, held):
     try:
-        return future.result()
-    except BrokenProcessPool:
+        return workers.result(number)
+    except Died:
         _broken(number, held)
 
 

@@ -50,10 +50,10 @@ def init(payload: bytes, name: str, config: tuple, prefix: str | None, lifeline)
     """A worker process's start: it ends when ``lifeline`` does (``_watch``) or Ctrl-C
     comes (``_interrupt``); a transform that cannot be rebuilt here is said by its
     first batch."""
-    signal.signal(signal.SIGINT, _interrupt)
+    _WORKER.update(name=name, config=config, prefix=prefix, lifeline=lifeline, process=True)
+    signal.signal(signal.SIGINT, _interrupt)  # (a Ctrl-C from here on says so on lifeline)
     threading.Thread(target=_watch, args=(lifeline,), daemon=True).start()
     _reuse_heap()
-    _WORKER.update(name=name, config=config, prefix=prefix, lifeline=lifeline, process=True)
     try:
         _WORKER["transform"] = pickle.loads(payload)
     except BaseException as e:  # noqa: BLE001 - unpickling runs the user's code
@@ -91,10 +91,36 @@ def _interrupt(signum, frame) -> None:
     """Ctrl-C (SIGINT to the terminal's process group) in a worker: it says so to the
     reader (``_broken``) and ends at once, whatever its transform is doing (the read is
     over: nothing left to wait for)."""
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, KeyError):  # (KeyError: before ``init`` set it)
         _WORKER["lifeline"].send_bytes(b"Ctrl-C")
     with _LEAVING:  # not between a block's unlink and its word to the resource tracker
         os._exit(0)  # the reader unlinks the blocks
+
+
+def serve(pipe, initargs: tuple) -> None:
+    """A worker process (``reader.routes.workers``): started by ``init(*initargs)``, then
+    each batch it is sent run (``work``) and its answer sent back, or its error; an
+    empty message, or the reader's end of ``pipe`` closed, ends it."""
+    _WORKER["lifeline"] = initargs[-1]  # first: a Ctrl-C from here on is said there
+    signal.signal(signal.SIGINT, _interrupt)
+    init(*initargs)
+    while True:
+        try:
+            data = pipe.recv_bytes()
+        except (EOFError, OSError):
+            return
+        if not data:
+            return
+        try:
+            answer = ("ok", work(*pickle.loads(data)))
+        except BaseException as e:  # noqa: BLE001 - raised in the reader, where it waits
+            answer = ("error", e)
+        try:
+            pipe.send(answer)
+        except (EOFError, OSError):
+            return
+        except Exception as e:  # noqa: BLE001 - an error that does not pickle: its words
+            pipe.send(("error", TransformError(f"{type(e).__name__}: {e}")))
 
 
 def work(task: tuple, spare: str | None) -> dict:

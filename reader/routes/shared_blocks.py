@@ -269,9 +269,9 @@ def _unlink_name(memory) -> None:
 
 def sweep() -> None:
     """Removes the blocks of readers whose processes died all at once (kill -9 of a
-    process group, a container's end): none was left to unlink them; and so their
-    pools' semaphores (``sem.evenshard-...``: ``reader.compat.mp.semaphores_named``),
-    which their resource tracker, killed too, did not unlink. A name is removed only when
+    process group, a container's end): none was left to unlink them; and the
+    semaphores an earlier release's pools named alike (``sem.evenshard-...``), which
+    their resource tracker, killed too, did not unlink. A name is removed only when
     its reader is provably dead (``reader.cache.folder.dead``)."""
     for name in _listed("evenshard-") + _listed("sem.evenshard-"):
         owner = _OWNER.match(name.removeprefix("sem."))

@@ -1,0 +1,124 @@
+"""The worker processes of one read, each with a pipe of its own: batch ``number`` goes to
+process ``number % n`` and its answer is read from that process's pipe by the reader's
+own thread, in order. No manager thread and no queue between them: a
+``concurrent.futures`` pool spent about 320 us of the reader's CPU a batch on its
+threads' hand-offs (benchmarks/HISTORY.md, 2026-11-29).
+
+A batch whose message is small (places, keys: a few KB) is written by the reader
+itself: at most two are in a process's pipe at once, far under its buffer, so the
+write never waits. A large one (the encoded images of a bucket's records) goes through
+one sending thread, in order, so the reader never waits on a process that is itself
+waiting to hand back an answer; a small one after it waits its turn there too, so each
+process gets its batches in order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import signal
+import threading
+import time
+from multiprocessing.reduction import ForkingPickler
+
+from reader.routes.preprocess_worker import serve
+
+SMALL = 16 << 10  # bytes a message may have to be written by the reader itself
+
+
+class Died(Exception):
+    """A process ended before it answered (killed, out of memory, Ctrl-C)."""
+
+
+class Workers:
+    """``processes`` processes of ``context``, each running ``serve(its pipe, initargs)``."""
+
+    def __init__(self, processes: int, context, initargs: tuple):
+        self.pipes, self.processes = [], []
+        self._sending: queue.SimpleQueue | None = None  # (pipe, message), for ``_send``
+        self._queued = 0  # messages given to the sending thread and not yet written
+        self._lock = threading.Lock()
+        for _ in range(processes):
+            here, there = context.Pipe()
+            process = context.Process(target=serve, args=(there, initargs), daemon=True)
+            process.start()
+            there.close()
+            self.pipes.append(here)
+            self.processes.append(process)
+
+    def submit(self, number: int, task) -> None:
+        """Sends ``task`` (picklable) as batch ``number``; raises Died if its process is
+        gone."""
+        self._write(number % len(self.pipes), ForkingPickler.dumps(task))
+
+    def _write(self, index: int, data) -> None:
+        pipe = self.pipes[index]
+        if len(data) <= SMALL and not self._queued:  # none ahead of it in the thread
+            try:
+                pipe.send_bytes(data)
+            except OSError:  # the process is gone (its answer's wait names the batch)
+                raise Died from None
+            return
+        with self._lock:
+            self._queued += 1
+        if self._sending is None:
+            self._sending = queue.SimpleQueue()
+            thread = threading.Thread(target=self._send, name="evenshard-send", daemon=True)
+            thread.start()
+        self._sending.put((pipe, data))
+
+    def _send(self) -> None:
+        while (item := self._sending.get()) is not None:
+            pipe, data = item
+            with contextlib.suppress(OSError):  # a process gone: its answer's wait says so
+                pipe.send_bytes(data)
+            with self._lock:
+                self._queued -= 1
+
+    def result(self, number: int):
+        """The answer to batch ``number`` (its process's error raised here); Died when
+        its process ended first."""
+        index = number % len(self.pipes)
+        pipe, process = self.pipes[index], self.processes[index]
+        while not pipe.poll(0.5):  # (a process ended writes nothing more)
+            if not process.is_alive() and not pipe.poll(0):
+                raise Died
+        try:
+            kind, value = pipe.recv()
+        except (EOFError, OSError):
+            raise Died from None
+        if kind == "error":
+            raise value
+        return value
+
+    def stop(self, wait: float) -> None:
+        """Every batch answered: each process told to end (an empty message) and waited
+        for (``_ended``)."""
+        for index in range(len(self.pipes)):
+            with contextlib.suppress(Died):
+                self._write(index, b"")
+        self._ended(wait)
+
+    def leave(self, wait: float) -> None:
+        """Left early (Ctrl-C, an error, a break; the caller closed the processes'
+        lifeline, so each ends whatever its transform is doing): waited for
+        (``_ended``)."""
+        self._ended(wait)
+
+    def _ended(self, wait: float) -> None:
+        """The sending thread told to end; each process waited for up to ``wait`` s, then
+        killed: nothing waits on a process for ever. The pipes closed."""
+        if self._sending is not None:
+            self._sending.put(None)
+            self._sending = None
+        deadline = time.monotonic() + wait
+        for process in self.processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+        for process in self.processes:
+            if process.is_alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGKILL)
+                process.join(wait)
+        for pipe in self.pipes:
+            pipe.close()
