@@ -36,11 +36,12 @@ def trace(fn, wanted: list) -> list[tuple[str, str]]:
         if any(a is w or (isinstance(a, str) and a == w) for a in args for w in wanted):
             seq.append((path[len(ROOT) : -3].replace("/", "."), code.co_name))
 
+    before = sys.getprofile()  # a profiler already running (a plugin's) is handed back
     sys.setprofile(profile)
     try:
         fn()
     finally:
-        sys.setprofile(None)
+        sys.setprofile(before)
     return seq
 
 
