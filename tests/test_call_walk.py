@@ -6,7 +6,9 @@ project function that receives one, in a real in-process convert.
 
 from __future__ import annotations
 
-from tests.call_walk import convert_walk, counts, runs_of
+import sys
+
+from tests.call_walk import convert_walk, counts, runs_of, trace
 
 
 def test_convert_options_visit_at_most_14_modules_with_at_most_8_returns(tmp_path):
@@ -17,3 +19,26 @@ def test_convert_options_visit_at_most_14_modules_with_at_most_8_returns(tmp_pat
     assert returns <= 8, walk
     # the Job is complete after preflight: wiring the steps calls nothing back into it
     assert [m for m, _ in runs].count("convert_core.job") == 1, walk
+
+
+def test_trace_restores_the_profiler_it_found_even_on_failure():
+    """A profiler already running (a coverage or profiling plugin's) is handed back."""
+
+    def mine(frame, event, arg):
+        return None
+
+    def fails():
+        raise RuntimeError("boom")
+
+    before = sys.getprofile()
+    sys.setprofile(mine)
+    try:
+        trace(lambda: None, [])
+        assert sys.getprofile() is mine
+        try:
+            trace(fails, [])
+        except RuntimeError:
+            pass
+        assert sys.getprofile() is mine
+    finally:
+        sys.setprofile(before)
