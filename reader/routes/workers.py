@@ -1,8 +1,9 @@
-"""The worker processes of one read, each with a pipe of its own: batch ``number`` goes to
-process ``number % n`` and its answer is read from that process's pipe by the reader's
-own thread, in order. No manager thread and no queue between them: a
-``concurrent.futures`` pool spent about 320 us of the reader's CPU a batch on its
-threads' hand-offs (benchmarks/HISTORY.md, 2026-11-29).
+"""The worker processes of one read, each with a pipe of its own: a batch goes to the
+process with the fewest batches unanswered (the answers already there read first, so a
+process that is done gets the next one, as from a shared queue), and each answer is read
+from its process's pipe by the reader's own thread. No manager thread and no queue
+between them: a ``concurrent.futures`` pool spent about 320 us of the reader's CPU a
+batch on its threads' hand-offs (benchmarks/HISTORY.md, 2026-11-29).
 
 A batch whose message is small (places, keys: a few KB) is written by the reader
 itself: at most two are in a process's pipe at once, far under its buffer, so the
@@ -14,7 +15,9 @@ process gets its batches in order.
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import multiprocessing.connection
 import os
 import queue
 import signal
@@ -39,6 +42,8 @@ class Workers:
         self._sending: queue.SimpleQueue | None = None  # (pipe, message), for ``_send``
         self._queued = 0  # messages given to the sending thread and not yet written
         self._lock = threading.Lock()
+        self._owed: list[collections.deque] = []  # each process's batches unanswered
+        self._answers: dict = {}  # number -> answer, read before it was asked for
         for _ in range(processes):
             here, there = context.Pipe()
             process = context.Process(target=serve, args=(there, initargs), daemon=True)
@@ -46,11 +51,26 @@ class Workers:
             there.close()
             self.pipes.append(here)
             self.processes.append(process)
+            self._owed.append(collections.deque())
 
     def submit(self, number: int, task) -> None:
-        """Sends ``task`` (picklable) as batch ``number``; raises Died if its process is
-        gone."""
-        self._write(number % len(self.pipes), ForkingPickler.dumps(task))
+        """Sends ``task`` (picklable) as batch ``number`` to the process with the fewest
+        batches unanswered; raises Died if it is gone."""
+        self._take_ready()
+        index = min(range(len(self.pipes)), key=lambda i: len(self._owed[i]))
+        self._owed[index].append(number)
+        self._write(index, ForkingPickler.dumps(task))
+
+    def _take_ready(self) -> None:
+        """The answers already in the pipes, read (a process answers in order): one look
+        at every pipe at once."""
+        owing = {pipe: owed for pipe, owed in zip(self.pipes, self._owed) if owed}
+        for pipe in multiprocessing.connection.wait(list(owing), 0) if owing else ():
+            try:
+                self._answers[owing[pipe][0]] = pipe.recv()
+            except (EOFError, OSError):  # gone: its batch's wait says so
+                continue
+            owing[pipe].popleft()
 
     def _write(self, index: int, data) -> None:
         pipe = self.pipes[index]
@@ -79,15 +99,19 @@ class Workers:
     def result(self, number: int):
         """The answer to batch ``number`` (its process's error raised here); Died when
         its process ended first."""
-        index = number % len(self.pipes)
-        pipe, process = self.pipes[index], self.processes[index]
-        while not pipe.poll(0.5):  # (a process ended writes nothing more)
-            if not process.is_alive() and not pipe.poll(0):
-                raise Died
-        try:
-            kind, value = pipe.recv()
-        except (EOFError, OSError):
-            raise Died from None
+        if number not in self._answers:
+            index = next(i for i, owed in enumerate(self._owed) if number in owed)
+            pipe, process, owed = self.pipes[index], self.processes[index], self._owed[index]
+            while number in owed:
+                while not pipe.poll(0.5):  # (a process ended writes nothing more)
+                    if not process.is_alive() and not pipe.poll(0):
+                        raise Died
+                try:
+                    self._answers[owed[0]] = pipe.recv()
+                except (EOFError, OSError):
+                    raise Died from None
+                owed.popleft()
+        kind, value = self._answers.pop(number)
         if kind == "error":
             raise value
         return value
