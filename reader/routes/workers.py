@@ -84,12 +84,16 @@ class Workers:
             self._queued += 1
         if self._sending is None:
             self._sending = queue.SimpleQueue()
-            thread = threading.Thread(target=self._send, name="evenshard-send", daemon=True)
+            thread = threading.Thread(
+                target=self._send, args=(self._sending,), name="evenshard-send", daemon=True
+            )
             thread.start()
         self._sending.put((pipe, data))
 
-    def _send(self) -> None:
-        while (item := self._sending.get()) is not None:
+    def _send(self, sending: queue.SimpleQueue) -> None:
+        """Writes what ``sending`` is given, in order, until None (its own queue: ``_ended``
+        drops the reference while batches are still queued in it)."""
+        while (item := sending.get()) is not None:
             pipe, data = item
             with contextlib.suppress(OSError):  # a process gone: its answer's wait says so
                 pipe.send_bytes(data)
