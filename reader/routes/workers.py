@@ -26,6 +26,7 @@ import time
 from multiprocessing.reduction import ForkingPickler
 
 from reader.routes.preprocess_worker import serve
+from schemas.errors import OperationError
 
 SMALL = 16 << 10  # bytes a message may have to be written by the reader itself
 
@@ -40,6 +41,7 @@ class Workers:
     def __init__(self, processes: int, context, initargs: tuple):
         self.pipes, self.processes = [], []
         self._sending: queue.SimpleQueue | None = None  # (pipe, message), for ``_send``
+        self._sender: threading.Thread | None = None
         self._queued = 0  # messages given to the sending thread and not yet written
         self._lock = threading.Lock()
         self._owed: list[collections.deque] = []  # each process's batches unanswered
@@ -67,8 +69,8 @@ class Workers:
         owing = {pipe: owed for pipe, owed in zip(self.pipes, self._owed) if owed}
         for pipe in multiprocessing.connection.wait(list(owing), 0) if owing else ():
             try:
-                self._answers[owing[pipe][0]] = pipe.recv()
-            except (EOFError, OSError):  # gone: its batch's wait says so
+                self._answers[owing[pipe][0]] = _read(pipe)
+            except Died:  # gone: its batch's wait says so
                 continue
             owing[pipe].popleft()
 
@@ -84,10 +86,10 @@ class Workers:
             self._queued += 1
         if self._sending is None:
             self._sending = queue.SimpleQueue()
-            thread = threading.Thread(
+            self._sender = threading.Thread(
                 target=self._send, args=(self._sending,), name="evenshard-send", daemon=True
             )
-            thread.start()
+            self._sender.start()
         self._sending.put((pipe, data))
 
     def _send(self, sending: queue.SimpleQueue) -> None:
@@ -110,10 +112,7 @@ class Workers:
                 while not pipe.poll(0.5):  # (a process ended writes nothing more)
                     if not process.is_alive() and not pipe.poll(0):
                         raise Died
-                try:
-                    self._answers[owed[0]] = pipe.recv()
-                except (EOFError, OSError):
-                    raise Died from None
+                self._answers[owed[0]] = _read(pipe)
                 owed.popleft()
         kind, value = self._answers.pop(number)
         if kind == "error":
@@ -136,7 +135,8 @@ class Workers:
 
     def _ended(self, wait: float) -> None:
         """The sending thread told to end; each process waited for up to ``wait`` s, then
-        killed: nothing waits on a process for ever. The pipes closed."""
+        killed: nothing waits on a process for ever. The pipes closed once the thread
+        has ended (a write it is in fails when its process goes)."""
         if self._sending is not None:
             self._sending.put(None)
             self._sending = None
@@ -148,5 +148,22 @@ class Workers:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(process.pid, signal.SIGKILL)
                 process.join(wait)
+        if self._sender is not None:
+            self._sender.join(wait)
         for pipe in self.pipes:
             pipe.close()
+
+
+def _read(pipe):
+    """An answer from ``pipe``, read whole; Died when its process is gone. An answer that
+    does not unpickle here (an error class whose arguments do not rebuild it) is an
+    error saying so: the pipe stays at the next answer."""
+    try:
+        data = pipe.recv_bytes()
+    except (EOFError, OSError):
+        raise Died from None
+    try:
+        return ForkingPickler.loads(data)
+    except Exception as e:  # noqa: BLE001 - unpickling runs the classes' own code
+        why = f"{type(e).__name__}: {e}"
+        return "error", OperationError(f"a worker process's answer cannot be read here ({why})")
