@@ -57,11 +57,16 @@ def test_leaving_a_read_with_large_batches_queued_kills_no_thread(data, processe
     assert not died, [f"{a.exc_type.__name__}: {a.exc_value}" for a in died]
 
 
-class _TwoArguments(Exception):
-    """Pickles, but its arguments do not rebuild it (unpickled as ``cls(*args)``)."""
+def _refused():
+    raise TypeError("this class cannot be rebuilt here")
 
-    def __init__(self, a, b):
-        super().__init__(f"{a} {b}")
+
+class _Unbuildable:
+    """Pickles, but does not unpickle, as an error class whose arguments do not rebuild
+    it (not an exception itself: a library such as tblib may change how those pickle)."""
+
+    def __reduce__(self):
+        return _refused, ()
 
 
 def test_an_answer_that_does_not_unpickle_is_an_error_and_the_pipe_goes_on():
@@ -72,7 +77,7 @@ def test_an_answer_that_does_not_unpickle_is_an_error_and_the_pipe_goes_on():
     from schemas.errors import OperationError
 
     here, there = multiprocessing.Pipe()
-    there.send_bytes(ForkingPickler.dumps(("error", _TwoArguments("a", "b"))))
+    there.send_bytes(ForkingPickler.dumps(("error", _Unbuildable())))
     there.send_bytes(ForkingPickler.dumps(("ok", {"block": "next"})))
     kind, error = _read(here)
     assert kind == "error" and isinstance(error, OperationError)
