@@ -33,6 +33,8 @@ def build(pipeline, job: Job):
     """Wires the conversion of ``job`` onto ``pipeline``; returns the PCollection of the
     dataset info."""
     o = job.options
+    if job.rules is None:  # (convert's driver always checks the Job first)
+        raise ValueError("steps.build takes a Job checked by convert_core.preflight.preflight")
     inspect = InspectImages(Inspector.of(job), o.near_embedding)
     if job.records:
         # -> Image | Reject, a record each (its image inspected as it is read)

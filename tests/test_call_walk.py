@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import sys
 
+import pytest
+
 from tests.call_walk import convert_walk, counts, runs_of, trace
 
 
@@ -42,3 +44,15 @@ def test_trace_restores_the_profiler_it_found_even_on_failure():
         assert sys.getprofile() is mine
     finally:
         sys.setprofile(before)
+
+
+def test_the_pipeline_is_built_only_on_a_checked_job(tmp_path):
+    """``steps.build`` reads the Job's rules, which ``preflight`` adds: a Job that skipped
+    it is refused at once, not deep in a step."""
+    from beam_jobs.steps import build
+    from convert_core.job import Job
+    from convert_core.options import parse_args
+
+    options, _ = parse_args([f"--input={tmp_path}", f"--output_dir={tmp_path}/out"])
+    with pytest.raises(ValueError, match="checked by convert_core.preflight"):
+        build(None, Job.of(options))
