@@ -27,6 +27,7 @@ from convert_core.inspection import Inspector
 from convert_core.job import Job
 from convert_core.record_rules import RecordRules, is_glob
 from convert_core.write import Shards
+from schemas.errors import InvalidValueError
 
 
 def build(pipeline, job: Job):
@@ -34,7 +35,9 @@ def build(pipeline, job: Job):
     dataset info."""
     o = job.options
     if job.rules is None:  # (convert's driver always checks the Job first)
-        raise ValueError("steps.build takes a Job checked by convert_core.preflight.preflight")
+        raise InvalidValueError(
+            "steps.build takes a Job checked by convert_core.preflight.preflight"
+        )
     inspect = InspectImages(Inspector.of(job), o.near_embedding)
     if job.records:
         # -> Image | Reject, a record each (its image inspected as it is read)
