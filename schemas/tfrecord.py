@@ -152,6 +152,9 @@ class CorruptRecord(Error, ValueError):
         super().__init__(f"{path}: record {index} (byte {offset}): {problem}")
         self.path, self.index, self.offset, self.problem = path, index, offset, problem
 
+    def __reduce__(self):  # rebuilt from its four values (its message is made of them)
+        return type(self), (self.path, self.index, self.offset, self.problem)
+
 
 class NotRecords(CorruptRecord):
     """A file that is no TFRecord file at all (a gzip stream not named ``.gz``): no

@@ -396,3 +396,26 @@ def test_a_transform_in_processes_refuses_a_script_they_cannot_import_in_one_lin
     assert done.stderr.count("Traceback") == 1, done.stderr[-3000:]
     assert 'if __name__ == "__main__":' in said[-1] and "num_processes=0" in said[-1]
     assert ("stdin" in said[-1]) == (fed == "stdin"), said[-1]
+
+
+def test_one_line_gives_the_damaged_record_s_line_from_inside_keras_fit(damaged):
+    """Keras' fit runs the read inside a tf.function: its error starts "Graph execution
+    error:" and names the node; ``one_line`` gives the reader's own line all the same,
+    on the graph route and from worker processes (whose error came unreadable when a
+    library the script imported pickled it with its context)."""
+    import keras
+
+    _, bad, path, _ = damaged
+    layers = [keras.Input((8, 8, 3)), keras.layers.Flatten(), keras.layers.Dense(2)]
+    model = keras.Sequential(layers)
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    for kw in ({}, {"num_processes": 2}):
+        # the damaged record not in the first batch (seed 0), which the worker
+        # processes' dataset reads as it is made (for its signature)
+        options = {**OPTS, "seed": 0, **kw}
+        ds = reader.make_dataset(bad, "train", 4, as_supervised=True, **options)
+        with pytest.raises(Exception) as e:
+            model.fit(ds, epochs=1, verbose=0)
+        assert str(e.value).startswith("Graph execution error")
+        said = reader.one_line(e.value)
+        assert said.startswith(f"{path}: record 3 ") and "checksum" in said, (kw, said)

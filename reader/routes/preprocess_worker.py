@@ -114,6 +114,9 @@ def serve(pipe, initargs: tuple) -> None:
         try:
             answer = ("ok", work(*pickle.loads(data)))
         except BaseException as e:  # noqa: BLE001 - raised in the reader, where it waits
+            # alone: the errors it was raised from need not unpickle in the reader (a
+            # library such as tblib, imported by the script, pickles them with it)
+            e.__cause__ = e.__context__ = e.__traceback__ = None
             answer = ("error", e)
         try:
             pipe.send(answer)

@@ -46,8 +46,17 @@ def one_line(error: BaseException) -> str:
     return own_message(error) or _first_line(error) or type(error).__name__
 
 
+# what a tf.function (Keras' fit) puts before the op's error: a first line, the node, and
+# where it was defined (or that it is not known)
+_GRAPH = "Graph execution error:"
+_GRAPH_LINES = ("Detected at node", "<stack traces", "File ")
+
+
 def _first_line(error: BaseException) -> str:
-    """The first line of ``error``'s message, TensorFlow's wrapping taken off."""
-    text = getattr(error, "message", None) or str(error)
-    first = text.strip().split("\n", 1)[0]
-    return _WRAPPING.sub("", first).strip()
+    """The first line of ``error``'s message, TensorFlow's wrapping taken off: under a
+    tf.function's "Graph execution error:", the first line of the op's own error."""
+    lines = (getattr(error, "message", None) or str(error)).strip().split("\n")
+    if lines[0].strip() == _GRAPH:
+        lines = [line for line in lines[1:] if line.strip()] or lines
+        lines = [line for line in lines if not line.strip().startswith(_GRAPH_LINES)] or lines
+    return _WRAPPING.sub("", lines[0].strip()).strip()
