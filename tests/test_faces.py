@@ -214,3 +214,28 @@ def test_ctrl_c_in_a_read_of_full_batches_ends_it_as_without_them(data, monkeypa
             got.append(batch)
     assert len(got) == 2 and got[-1]["image"].shape[0] == 3
     assert not got[-1]["mask"].numpy().any()  # every row padding
+
+
+def test_as_supervised_gives_the_same_tuples_on_the_graph_and_in_processes(data, tmp_path):
+    """(image, label) on both routes; (image, label, weight) where a row can be masked
+    (``pad_final_batch``; ``on_error="skip"`` on the Python route): code written
+    ``for x, y in ds`` runs whichever route the options take."""
+
+    def arity(**options) -> set:
+        return {
+            len(ds.element_spec)
+            for ds in (
+                reader.make_dataset(data, "train", 3, as_supervised=True, **options, **KW),
+                reader.make_dataset(
+                    data, "train", 3, as_supervised=True, num_processes=0, **options, **KW
+                ),
+            )
+        }
+
+    assert arity() == {2}
+    assert arity(shuffle=False, pad_final_batch=True) == {3}
+    ledger = str(tmp_path / "skipped.jsonl")
+    skipping = reader.make_dataset(
+        data, "train", 3, as_supervised=True, on_error="skip", error_ledger=ledger, **KW
+    )
+    assert len(skipping.element_spec) == 3

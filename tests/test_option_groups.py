@@ -129,8 +129,10 @@ def test_the_python_stage_is_one_group_with_one_rule():
         lambda **kw: reader.TorchReader("nowhere/", "train", 4, image_size=8, **kw),
     )
     for read in faces:
-        for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="num_processes must be a whole number >= 0, got -1"):
+            read(transform=flip, num_processes=-1)
+        for bad in (1.5, True, "2"):  # a count that is no int: a TypeError, as every count
             with pytest.raises(
-                ValueError, match=f"num_processes must be a whole number >= 0, got {bad}"
+                TypeError, match=f"num_processes must be a whole number \\(int\\), got {bad!r}"
             ):
                 read(transform=flip, num_processes=bad)

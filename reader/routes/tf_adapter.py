@@ -34,8 +34,9 @@ INSTEAD = {
 
 def dataset(data_dir, split, batch_size, o, state, python: PythonStage):
     """(dataset, the state to advance) of the Python route's read: its batches as a
-    dataset. Without a transform or views, ``as_supervised`` gives (image, label,
-    weight): a masked row weighs 0."""
+    dataset. Without a transform or views, ``as_supervised`` gives (image, label) as the
+    graph's, and (image, label, weight) where a row can be masked (``pad_final_batch``,
+    a state's excluded keys, ``on_error="skip"``): a masked row weighs 0."""
     plain = python.transform is None and python.views == 1  # on_error="skip" alone
     face = 'make_dataset(on_error="skip")' if plain else "make_dataset(transform=...)"
     if batch_size is None:
@@ -83,10 +84,13 @@ def dataset(data_dir, split, batch_size, o, state, python: PythonStage):
         ds = ds.apply(tf.data.experimental.assert_cardinality(len(route)))
     except TypeError:  # endless
         pass
-    if plain and o.as_supervised:  # Keras takes a third element as sample weights
+    masked = o.pad_final_batch or o.on_error == "skip" or bool(state and state.excluded)
+    if plain and o.as_supervised and masked:  # Keras takes a third element as weights
         ds = ds.map(
             tfcall.graph(lambda b: (b["image"], b["label"], tf.cast(b["mask"], tf.float32)))
         )
+    elif plain and o.as_supervised:
+        ds = ds.map(tfcall.graph(lambda b: (b["image"], b["label"])))
     ds = ds.with_options(graph.tf_options(None))
     ds = ds.prefetch(o.prefetch) if o.prefetch is not None else ds
     # a dataset dropped unread ends the pass begun (its processes, its shared blocks):

@@ -252,8 +252,10 @@ class PythonStage:
                 f"transform must be a function fn(example, rng) -> dict, got {self.transform!r}"
             )
         n = self.num_processes
-        if n is not None and (not whole(n) or n < 0):
-            raise InvalidValueError(f"num_processes must be a whole number >= 0, got {n}")
+        if n is not None and not whole(n):
+            raise InvalidTypeError(f"num_processes must be a whole number (int), got {n!r}")
+        if n is not None and n < 0:
+            raise InvalidValueError(f"num_processes must be a whole number >= 0, got {n!r}")
 
     def needed(self, on_error: str = "raise") -> bool:
         """Whether a read takes the Python route: a transform, views, mirrored views,
