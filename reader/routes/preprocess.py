@@ -162,6 +162,8 @@ class Preprocess:
                 _leave(workers, held)
             held.close()
             lifeline.close()
+            for answer in workers.unread():  # blocks handed over but never read
+                blocks.known.add(answer["block"])
             blocks.unlink()
             atexit.unregister(blocks.unlink)
 

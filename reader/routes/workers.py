@@ -119,6 +119,11 @@ class Workers:
             raise value
         return value
 
+    def unread(self) -> list:
+        """The answers read before they were asked for and never asked for (a read left
+        early): their blocks are the reader's to unlink."""
+        return [value for kind, value in self._answers.values() if kind == "ok"]
+
     def stop(self, wait: float) -> None:
         """Every batch answered: each process told to end (an empty message) and waited
         for (``_ended``)."""
