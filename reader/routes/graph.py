@@ -78,13 +78,8 @@ def dataset(read: Read, resumed: bool = False, deal: tuple[int, int] = (1, 0)):
             tf.data.INFINITE_CARDINALITY if remaining is None else remaining
         )
     )
-    if o.as_supervised and (o.pad_final_batch or read.excluded):
-        # Keras takes a third element as sample weights: padding rows weigh 0.
-        ds = ds.map(
-            tfcall.graph(lambda ex: (ex["image"], ex["label"], tf.cast(ex["mask"], tf.float32)))
-        )
-    elif o.as_supervised:
-        ds = ds.map(tfcall.graph(lambda ex: (ex["image"], ex["label"])))
+    if o.as_supervised:
+        ds = supervised(ds, weighted=bool(o.pad_final_batch or read.excluded))
     ds = ds.with_options(tf_options(deterministic))
     device = _prefetch_device(o.prefetch_to_device)
     if device is not None:
@@ -92,6 +87,17 @@ def dataset(read: Read, resumed: bool = False, deal: tuple[int, int] = (1, 0)):
     elif o.prefetch is not None:
         ds = ds.prefetch(o.prefetch)
     return named(ds)
+
+
+def supervised(ds, weighted: bool):
+    """``ds``'s batches as (image, label), or (image, label, weight) where a row can be
+    masked (``weighted``): Keras takes a third element as sample weights, a masked row
+    weighing 0. The graph's and the Python route's datasets alike."""
+    if weighted:
+        return ds.map(
+            tfcall.graph(lambda ex: (ex["image"], ex["label"], tf.cast(ex["mask"], tf.float32)))
+        )
+    return ds.map(tfcall.graph(lambda ex: (ex["image"], ex["label"])))
 
 
 def _skipping(ds, skips: tuple):

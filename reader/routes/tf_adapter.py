@@ -11,7 +11,6 @@ import weakref
 import numpy as np
 
 from reader.examples import Padded
-from reader.records import tfcall
 from reader.routes import graph
 from reader.routes.python_route import PythonRoute
 from reader.values.option_groups import GROUPS, PythonStage, refuse_untaken
@@ -84,13 +83,9 @@ def dataset(data_dir, split, batch_size, o, state, python: PythonStage):
         ds = ds.apply(tf.data.experimental.assert_cardinality(len(route)))
     except TypeError:  # endless
         pass
-    masked = o.pad_final_batch or o.on_error == "skip" or bool(state and state.excluded)
-    if plain and o.as_supervised and masked:  # Keras takes a third element as weights
-        ds = ds.map(
-            tfcall.graph(lambda b: (b["image"], b["label"], tf.cast(b["mask"], tf.float32)))
-        )
-    elif plain and o.as_supervised:
-        ds = ds.map(tfcall.graph(lambda b: (b["image"], b["label"])))
+    if plain and o.as_supervised:
+        masked = o.pad_final_batch or o.on_error == "skip" or bool(state and state.excluded)
+        ds = graph.supervised(ds, weighted=bool(masked))
     ds = ds.with_options(graph.tf_options(None))
     ds = ds.prefetch(o.prefetch) if o.prefetch is not None else ds
     # a dataset dropped unread ends the pass begun (its processes, its shared blocks):
