@@ -50,8 +50,9 @@ def init(payload: bytes, name: str, config: tuple, prefix: str | None, lifeline)
     """A worker process's start: it ends when ``lifeline`` does (``_watch``) or Ctrl-C
     comes (``_interrupt``); a transform that cannot be rebuilt here is said by its
     first batch."""
+    # first: the handler says a Ctrl-C on ``lifeline`` (one before it: Python's own)
     _WORKER.update(name=name, config=config, prefix=prefix, lifeline=lifeline, process=True)
-    signal.signal(signal.SIGINT, _interrupt)  # (a Ctrl-C from here on says so on lifeline)
+    signal.signal(signal.SIGINT, _interrupt)
     threading.Thread(target=_watch, args=(lifeline,), daemon=True).start()
     _reuse_heap()
     try:
@@ -91,7 +92,7 @@ def _interrupt(signum, frame) -> None:
     """Ctrl-C (SIGINT to the terminal's process group) in a worker: it says so to the
     reader (``_broken``) and ends at once, whatever its transform is doing (the read is
     over: nothing left to wait for)."""
-    with contextlib.suppress(OSError, KeyError):  # (KeyError: before ``init`` set it)
+    with contextlib.suppress(OSError):
         _WORKER["lifeline"].send_bytes(b"Ctrl-C")
     with _LEAVING:  # not between a block's unlink and its word to the resource tracker
         os._exit(0)  # the reader unlinks the blocks
@@ -101,8 +102,6 @@ def serve(pipe, initargs: tuple) -> None:
     """A worker process (``reader.routes.workers``): started by ``init(*initargs)``, then
     each batch it is sent run (``work``) and its answer sent back, or its error; an
     empty message, or the reader's end of ``pipe`` closed, ends it."""
-    _WORKER["lifeline"] = initargs[-1]  # first: a Ctrl-C from here on is said there
-    signal.signal(signal.SIGINT, _interrupt)
     init(*initargs)
     while True:
         try:
