@@ -86,6 +86,8 @@ _BASIS = _dct_basis()
 # in float64 for BLAS: every product and partial sum is an integer under 2**38 (255 * 32
 # * 1,023 * 32 * 1,023 at most), exact in a double, so the same integers as in int64
 _BASIS_F, _BASIS_FT = _BASIS.astype(np.float64), np.ascontiguousarray(_BASIS.T, np.float64)
+_CELLS = np.kron(np.eye(THUMB), np.ones(SIZE // THUMB))  # 8 x 32: the thumbnail's cells
+_HALVES = np.kron(np.eye(2), np.ones(SIZE // 2))  # 2 x 32: the 2x2 colours' rows
 
 
 def composited(image):
@@ -109,33 +111,31 @@ def composited(image):
 def fingerprint(image) -> str:
     """The fingerprint of a Pillow image (any mode; loaded): the 64-bit DCT hash (16
     hex digits), its weak bits (16), the quality (2), the 8x8 gray thumbnail and the
-    2x2 colours (152): ``FINGERPRINT_CHARS`` hex digits, see :func:`parse`."""
+    2x2 colours (152): ``FINGERPRINT_CHARS`` hex digits, see :func:`parse`.
+
+    After the resize, whole-image products in float64, every value an integer under
+    2**38 (exact): the DCT, the thumbnail's and the colours' cell sums, the steps."""
     from PIL import Image
 
     image = composited(image)
     if max(image.size) > 4 * SIZE:  # a cheap box reduction first: less work
         image = image.reduce(max(1, min(image.size) // (2 * SIZE)))
     small = image.resize((SIZE, SIZE), Image.LANCZOS)
-    gray = np.asarray(small.convert("L"), dtype=np.int64)
-    low = (_BASIS_F @ gray.astype(np.float64) @ _BASIS_FT).ravel().astype(np.int64)
+    gray = np.asarray(small.convert("L"), dtype=np.float64)
+    low = (_BASIS_F @ gray @ _BASIS_FT).ravel()
     ranked = np.sort(low)
-    bits = 2 * low > ranked[BITS // 2 - 1] + ranked[BITS // 2]  # above the median
-    margin = np.abs(2 * low - ranked[BITS // 2 - 1] - ranked[BITS // 2])
-    margin[0] = margin.max() + 1  # the DC's bit is in no band: never weak
+    twice = 2 * low - (ranked[BITS // 2 - 1] + ranked[BITS // 2])  # twice above the median
+    margin = np.abs(twice)
+    margin[0] = np.inf  # the DC's bit is in no band: never weak
     weak = np.zeros(BITS, dtype=bool)
     weak[np.argsort(margin, kind="stable")[:WEAK]] = True  # the bits closest to flipping
     steps = np.abs(np.diff(gray, axis=0)).sum() + np.abs(np.diff(gray, axis=1)).sum()
     quality = min(255, int(4 * steps) // (2 * SIZE * (SIZE - 1)))  # mean step, in 1/4 levels
-    cell = SIZE // THUMB
-    thumb = gray.reshape(THUMB, cell, THUMB, cell).sum(axis=(1, 3)) // (cell * cell)
-    colour = np.asarray(small, dtype=np.int64).reshape(2, SIZE // 2, 2, SIZE // 2, 3)
-    colour = colour.sum(axis=(1, 3)) // (SIZE * SIZE // 4)
+    thumb = (_CELLS @ gray @ _CELLS.T) // ((SIZE // THUMB) ** 2)
+    rgb = np.asarray(small, dtype=np.float64).reshape(SIZE, SIZE * 3)
+    colour = (_HALVES @ rgb).reshape(2, 2, SIZE // 2, 3).sum(axis=2) // (SIZE * SIZE // 4)
     tail = bytes([quality]) + thumb.astype(np.uint8).tobytes() + colour.astype(np.uint8).tobytes()
-    return f"{_packed(bits):016x}{_packed(weak):016x}" + tail.hex()
-
-
-def _packed(bits: np.ndarray) -> int:
-    return int(np.packbits(bits).view(">u8")[0])
+    return np.packbits(np.concatenate([twice > 0, weak])).tobytes().hex() + tail.hex()
 
 
 class Parsed(NamedTuple):
@@ -179,19 +179,27 @@ def thumbs_apart(ta, tb, qa, qb, bits, slack: float = 1.0) -> np.ndarray:
     colours of two coloured images: a gray copy of a colour picture is the picture;
     ``slack`` times the thresholds). Where either image is below the quality gate, its
     weakest bits and its thumbnail's small differences mean little: the pair must be
-    within ``FLAT_DISTANCE`` bits and ``FLAT_GRAY_APART`` levels, the means left on."""
-    ta, tb = np.asarray(ta, dtype=np.int32), np.asarray(tb, dtype=np.int32)  # exact: 0-255
+    within ``FLAT_DISTANCE`` bits and ``FLAT_GRAY_APART`` levels, the means left on.
+
+    In int16 (a difference of two levels and its mean: within +-510), the colours and
+    the flat rule only for the pairs whose gray is alike."""
+    ta, tb = np.asarray(ta, dtype=np.int16), np.asarray(tb, dtype=np.int16)  # exact: 0-255
     d = ta[:, :64] - tb[:, :64]
-    gray = np.abs(d - (d.sum(axis=1) // 64)[:, None]).sum(axis=1) // 64
-    c = ta[:, 64:] - tb[:, 64:]
-    colour = np.abs(c - (c.sum(axis=1) // 12)[:, None]).sum(axis=1) // 12
-    coloured = _coloured(ta) & _coloured(tb)
-    unlike_colour = (colour > COLOUR_APART * slack) & coloured
-    alike = (gray <= GRAY_APART * slack) & ~unlike_colour
-    flat = np.minimum(qa, qb) < QUALITY_GATE
-    level = np.abs(d).sum(axis=1) // 64  # the means left on
-    close = (np.asarray(bits) <= FLAT_DISTANCE * slack) & (level <= FLAT_GRAY_APART * slack)
-    return np.where(alike & (close | ~flat), gray, -1)
+    mean = (d.sum(axis=1, dtype=np.int32) // 64).astype(np.int16)
+    gray = np.abs(d - mean[:, None]).sum(axis=1, dtype=np.int32) // 64
+    out = np.full(len(d), -1, dtype=np.int32)
+    at = np.flatnonzero(gray <= GRAY_APART * slack)
+    a, b = ta[at], tb[at]
+    c = a[:, 64:] - b[:, 64:]
+    shift = (c.sum(axis=1, dtype=np.int32) // 12).astype(np.int16)
+    colour = np.abs(c - shift[:, None]).sum(axis=1, dtype=np.int32) // 12
+    alike = ~((colour > COLOUR_APART * slack) & _coloured(a) & _coloured(b))
+    flat = np.minimum(np.asarray(qa)[at], np.asarray(qb)[at]) < QUALITY_GATE
+    level = np.abs(d[at]).sum(axis=1, dtype=np.int32) // 64  # the means left on
+    close = (np.asarray(bits)[at] <= FLAT_DISTANCE * slack) & (level <= FLAT_GRAY_APART * slack)
+    at = at[alike & (close | ~flat)]
+    out[at] = gray[at]
+    return out
 
 
 def _coloured(thumbs: np.ndarray) -> np.ndarray:

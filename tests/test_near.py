@@ -25,7 +25,7 @@ from audit import leaks
 from convert_core.options import ConvertOptions, UserError
 from evenshard import cli, convert_command
 from evenshard.synthetic import photo_bytes
-from schemas import near
+from schemas import images, near
 from schemas.dataset_info import DatasetInfo
 from schemas.images import inspect_stream
 
@@ -141,6 +141,37 @@ def test_fingerprints_are_fixed_bits():
     assert near.fingerprint(wide) == near.fingerprint(gray)
 
 
+@pytest.mark.parametrize(
+    "mode, options",
+    [
+        ("RGB", {}),
+        ("RGB", {"progressive": True}),
+        ("RGB", {"subsampling": 0}),
+        ("L", {}),
+        ("CMYK", {}),  # decoded by Pillow (libjpeg-turbo gives no RGB of it)
+    ],
+)
+def test_a_jpeg_is_fingerprinted_from_the_pixels_pillows_decode_gives(mode, options):
+    """A clean JPEG is decoded by libjpeg-turbo at the draft's DCT scale: its fingerprint
+    and the embedding's pixels are those of Pillow's own decode at that scale."""
+    photo = Image.open(io.BytesIO(photo_bytes(np.random.default_rng(7), 150, 200))).convert(mode)
+    data = _encoded(photo, **options)
+    for side, pixels in ((64, False), (images.EMBEDDING_SIDE, True)):
+        pillows = Image.open(io.BytesIO(data))
+        w, h = pillows.size
+        pillows.draft(None, (max(min(w, side), w // 8), max(min(h, side), h // 8)))
+        pillows.load()
+        found = inspect_stream(
+            io.BytesIO(data), len(data), full=True, max_pixels=1 << 30, near=True, pixels=pixels
+        )[4]
+        if pixels:
+            assert np.array_equal(found, np.asarray(near.composited(pillows)))
+        else:
+            assert found == near.fingerprint(pillows)
+    decoded = images._decoded_cleanly_at_draft(io.BytesIO(data), Image.open(io.BytesIO(data)))
+    assert (decoded is None) == (mode == "CMYK")
+
+
 def test_bands_meet_for_every_pair_within_the_distance():
     """Weak bits left out: the pair still shares a band value (each image is in the band
     under every setting of its weak bits there)."""
@@ -218,6 +249,48 @@ def test_the_fast_band_and_pair_code_gives_what_the_rules_say():
         ]
         expected = [e for e in expected if e[2] <= distance + 12]
         assert list(zip(i.tolist(), j.tolist(), bits.tolist())) == expected
+
+
+def _thumbs_apart_by_the_rule(ta, tb, qa, qb, bits, slack) -> int:
+    """thumbs_apart of one pair written as its docstring says, in Python integers."""
+    d = [int(x) - int(y) for x, y in zip(ta[:64], tb[:64])]
+    gray = sum(abs(x - sum(d) // 64) for x in d) // 64
+    c = [int(x) - int(y) for x, y in zip(ta[64:], tb[64:])]
+    colour = sum(abs(x - sum(c) // 12) for x in c) // 12
+    cells = [ta[64:], tb[64:]]
+    spans = [max(max(t[k : k + 3]) - min(t[k : k + 3]) for k in (0, 3, 6, 9)) for t in cells]
+    coloured = min(spans) > 2
+    if gray > near.GRAY_APART * slack or (coloured and colour > near.COLOUR_APART * slack):
+        return -1
+    if min(qa, qb) < near.QUALITY_GATE:  # flat: close in bits and in levels, means on
+        level = sum(abs(x) for x in d) // 64
+        if bits > near.FLAT_DISTANCE * slack or level > near.FLAT_GRAY_APART * slack:
+            return -1
+    return gray
+
+
+def test_the_thumbnails_are_compared_as_the_rule_says():
+    """thumbs_apart's arrays (int16, the colours and the flat rule only where the gray is
+    alike) against the rule one pair at a time: gray and coloured thumbnails, flat ones,
+    brightened copies, the audit's slack."""
+    rng = np.random.default_rng(3)
+    n = 4000
+    ta = rng.integers(0, 256, (n, 76)).astype(np.int16)
+    spread = np.repeat([40, 18, 8, 4], n // 4)[:, None]  # brightened copies .. near copies
+    shift, noise = rng.integers(-40, 41, (n, 1)) * (spread > 6), rng.integers(-18, 19, (n, 76))
+    tb = np.clip(ta + shift + noise * spread // 18, 0, 255)
+    tb = tb.astype(np.int16)
+    tb[: n // 4, 64:] = tb[: n // 4, 64:68].repeat(3, axis=1)[:, :12]  # gray colours
+    ta[n // 8 : n // 4, 64:] = 100  # gray colours on both sides
+    qa, qb = rng.integers(0, 12, n), rng.integers(0, 12, n)
+    bits = rng.integers(0, 12, n)
+    for slack in (1.0, near.AUDIT_SLACK):
+        found = near.thumbs_apart(ta, tb, qa, qb, bits, slack)
+        expected = [
+            _thumbs_apart_by_the_rule(ta[k], tb[k], qa[k], qb[k], bits[k], slack) for k in range(n)
+        ]
+        assert found.tolist() == expected
+        assert 0.1 < (found >= 0).mean() < 0.9  # both verdicts are tested
 
 
 @pytest.fixture(scope="module")
