@@ -71,6 +71,7 @@ _CHANNELS = {
 # --near_embedding: a JPEG is decoded at the smallest DCT scale that keeps this many
 # px a side (where the image has them): enough for a model's 224 or 256 px input
 EMBEDDING_SIDE = 256
+NEAR_SIDE = 64  # ... and for the fingerprint (schemas.near: 32 x 32, after a reduction to 64 px)
 
 
 class Rejected(Error):
@@ -137,7 +138,7 @@ def inspect_stream(
                     # (a cut or garbled body still fails), the inverse DCT runs
                     # at 1/8 size: a third less time on 64 px, more on photos
                     # (a fingerprint wants 64 px a side where the image has them)
-                    side = EMBEDDING_SIDE if pixels else 64
+                    side = EMBEDDING_SIDE if pixels else NEAR_SIDE
                     least = (min(width, side), min(height, side)) if near else (1, 1)
                     im.draft(None, (max(least[0], width // 8), max(least[1], height // 8)))
                     decoded = _decoded_cleanly_at_draft(f, im) if near else None
