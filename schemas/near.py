@@ -21,8 +21,9 @@ pixels, below ``QUALITY_GATE``) matches only within ``FLAT_DISTANCE`` bits and
 ``FLAT_GRAY_APART`` levels, its brightness included. The
 fingerprint carries all three: ``FINGERPRINT_CHARS`` hex digits.
 
-Integer arithmetic throughout (Pillow's 8-bit resize, an integer DCT basis),
-so a fingerprint is the same bits on every machine and runner.
+Integer arithmetic throughout (Pillow's 8-bit resize, an integer DCT basis; the
+products in float64, every value an integer under 2**38, so exact), so a
+fingerprint is the same bits on every machine and runner.
 
 Finding pairs at scale: deal 63 of the bits into ``distance + 1`` bands; two
 fingerprints within ``distance`` bits agree on at least one whole band (the
