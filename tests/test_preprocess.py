@@ -63,6 +63,7 @@ def same(a: list[dict], b: list[dict]) -> bool:
     )
 
 
+@pytest.mark.filterwarnings("ignore:num_processes=3 starts")  # 3 on 2 cores: on purpose
 def test_the_output_is_byte_identical_for_any_number_of_processes(data, uninterrupted):
     two = uninterrupted
     assert len(two) == -(-60 // B) * 2 - 1  # 2 epochs of 60, batches across the boundary
@@ -509,3 +510,20 @@ def test_the_python_routes_jpeg_decoder_gives_pillows_pixels():
         for channels, mode in ((3, "RGB"), (4, "RGBA")):
             want = np.asarray(Image.open(io.BytesIO(out.getvalue())).convert(mode))
             assert (_decode(out.getvalue(), channels) == want).all(), (name, channels)
+
+
+def test_more_processes_than_cores_is_said_once_as_dataloader_says_it(data, monkeypatch):
+    """num_processes above the cores this process may run on warns (PyTorch's DataLoader
+    warns of more workers than its suggested maximum); the cores or fewer, and None, do
+    not."""
+    import warnings
+
+    from reader.routes import python_route
+
+    monkeypatch.setattr(python_route, "default_processes", lambda: 2)
+    with pytest.warns(UserWarning, match=r"num_processes=5 starts 5 worker processes on 2 cores"):
+        reader.NumpyReader(data, "train", 4, num_processes=5, **OPTS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for n in (None, 0, 2):
+            reader.NumpyReader(data, "train", 4, num_processes=n, **OPTS)

@@ -12,6 +12,7 @@ by :class:`reader.routes.view_handover.ViewHandover`.
 from __future__ import annotations
 
 import itertools
+import warnings
 
 from reader.front.read import check_sized, check_state, merge, start_state
 from reader.order.views import check_blocks, checked_spread, restart, rounds, skip_limit, started
@@ -67,8 +68,17 @@ class PythonRoute:
         self.spread = checked_spread(views, stage.view_spread, stage.mirror_views, batch_size)
         together = self.spread is None
         num_processes = stage.num_processes
+        cores = default_processes()
         if num_processes is None:
-            num_processes = default_processes()
+            num_processes = cores
+        elif num_processes > cores:  # as DataLoader warns of more workers than cores
+            warnings.warn(
+                f"num_processes={num_processes} starts {num_processes} worker processes "
+                f"on {cores} cores: they take turns on the cores and each holds its own "
+                "memory; num_processes=None starts one a core",
+                UserWarning,
+                stacklevel=3,
+            )
         if num_processes:
             check_transform(transform)  # refused now, not in a process later
         self.transform, self.views, self.num_processes = transform, views, num_processes
