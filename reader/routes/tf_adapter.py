@@ -141,12 +141,16 @@ def _signature(name: str, value, rows: int | None = None):
         return tf.TensorSpec((rows,), tf.string)
     held = " and ".join(sorted({type(v).__name__ for v in value})) + " values"
     shapes = sorted({v.shape for v in value if isinstance(v, np.ndarray)})
+    fix = "; reader.NumpyReader yields any values"
     if held == "ndarray values" and len(shapes) > 1:
         held = f"arrays of {len(shapes)} shapes ({', '.join(map(str, shapes[:3]))})"
+        fix = (  # images decoded at their own sizes, most likely
+            ": return one shape (resize or crop in the transform), or give "
+            "image_size=(height, width) to decode every image at one size before it"
+        )
     raise InvalidTypeError(
         f"transform output {name!r} holds {held}: make_dataset yields "
-        "tensors (arrays of one shape, numbers or strings); reader.NumpyReader "
-        "yields any values"
+        f"tensors (arrays of one shape, numbers or strings){fix}"
     )
 
 
