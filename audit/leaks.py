@@ -28,7 +28,7 @@ import json
 
 import numpy as np
 
-from schemas import features, layout, near, near_embedding, storage, tfrecord
+from schemas import features, layout, near, near_embedding, near_pairs, storage, tfrecord
 from schemas.dataset_info import DatasetInfo, ShardInfo, load_dataset_info
 from schemas.errors import InvalidValueError, StorageError
 from schemas.example import parse_example
@@ -138,7 +138,7 @@ def _close_unique(unique: list[str], distance: int, slack: float, rule: int):
     convert's rule (``rule`` bits, the thresholds as they are) matches them too."""
     parsed = [near.parse(fp) for fp in unique]
     out = []
-    for u, v in near.candidate_pairs(parsed, distance):
+    for u, v in near_pairs.candidate_pairs(parsed, distance):
         if near.matches(parsed[u], parsed[v], distance, slack) is not None:
             grouped = near.matches(parsed[u], parsed[v], rule) is not None
             out.append((u, v, near.apart(parsed[u], parsed[v], distance), grouped))

@@ -92,7 +92,7 @@ from beam_jobs.near_stars import star_clusters
 from beam_jobs.near_vectors import Centre, Lengths, of_one_length, with_centre
 from convert_core import paths
 from convert_core.records import Image, make_reject
-from schemas import near, near_embedding
+from schemas import near_embedding, near_pairs
 
 _GROUP = "\x00group\x00"  # a --group_by group's node in the union-find (never a key)
 
@@ -362,7 +362,7 @@ class NearDuplicates(beam.PTransform):
     def expand(self, images):
         keep = self._keep
         if self._embedding is None:
-            pair_rule = near.HashRule(self._distance)
+            pair_rule = near_pairs.HashRule(self._distance)
             described = {"distance": self._distance}
         else:
             spec, threshold = self._embedding

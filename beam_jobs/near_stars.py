@@ -8,7 +8,7 @@ import hashlib
 
 import numpy as np
 
-from schemas import near
+from schemas import near_pairs
 
 GRID_CELLS = 1 << 24  # pairs a round of star_clusters compares at once (a bool each)
 SAMPLE_FLOOR = 16  # ... but at least this many candidate centres a round
@@ -16,7 +16,7 @@ SAMPLE_FLOOR = 16  # ... but at least this many candidate centres a round
 
 def star_clusters(members: list[tuple[str, bytes]], rule) -> list[list[str]]:
     """The clusters of one component ([(key, fingerprint's bytes)], in any order) by
-    ``rule`` (``near.HashRule``, or ``near_embedding.EmbeddingRule``; an int: the hash's
+    ``rule`` (``near_pairs.HashRule``, or ``near_embedding.EmbeddingRule``; an int: the hash's
     rule at that distance): sorted lists of 2 or more keys, sorted; a key in none is
     alone.
 
@@ -45,7 +45,7 @@ def star_clusters(members: list[tuple[str, bytes]], rule) -> list[list[str]]:
     keys = [sorted(by_fp[u]) for u in unique]
     count = np.array([len(k) for k in keys], dtype=np.int64)
     if isinstance(rule, int):
-        rule = near.HashRule(rule)
+        rule = near_pairs.HashRule(rule)
     parsed = rule.parse_many(unique)
     rank = np.argsort(
         np.argsort([hashlib.blake2b(u, digest_size=8).digest() for u in unique], kind="stable")

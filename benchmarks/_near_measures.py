@@ -62,19 +62,20 @@ def rule_labels(keys: list[str], hexes: list[str]) -> dict[int, np.ndarray]:
     into star clusters: ``star_clusters``, ``clusters_of``)."""
     from beam_jobs.near_duplicates import clusters_of, components_of
     from beam_jobs.near_stars import star_clusters
-    from schemas import near
+    from schemas import near, near_pairs
 
     n = len(keys)
     raw = {k: bytes.fromhex(h) for k, h in zip(keys, hexes)}
     index = {k: i for i, k in enumerate(keys)}
     parsed = [near.parse(h) for h in hexes]
     values = near.as_array(hexes)
+    every_weak = np.array([p.weak for p in parsed], dtype=np.uint64)
     thumbs = np.stack([p.thumb for p in parsed])
     quality = np.array([p.quality for p in parsed])
     iu, ju = np.triu_indices(n, 1)
     out = {}
     for dist in range(MAX_DISTANCE + 1):
-        weak = np.array([near.weak_bits(p.weak, dist) for p in parsed], dtype=np.uint64)
+        weak = near_pairs.weak_bits_many(every_weak, dist)
         bits = np.bitwise_count((values[iu] ^ values[ju]) & ~(weak[iu] | weak[ju]))
         took = np.flatnonzero(bits <= dist)
         a, b = iu[took], ju[took]  # the second measure, for the pairs within dist
@@ -97,10 +98,10 @@ def curve(keys: list[str], hexes: list[str], truth: dict) -> tuple[list[dict], d
     """(a row of figures for each distance 0..MAX_DISTANCE, what the plot and the
     false-cluster list need): the hash alone (each row), and convert's rule (each
     row's ``rule``: :func:`rule_labels`)."""
-    from schemas import near
+    from schemas import near, near_pairs
 
     values = near.as_array(hexes)
-    d = near.distances(values, values)
+    d = near_pairs.distances(values, values)
     n = len(keys)
     source = [truth[k][0] for k in keys]
     kind = [truth[k][1] for k in keys]
@@ -208,19 +209,19 @@ def clusters(values: np.ndarray, distance: int) -> tuple[np.ndarray, dict]:
     """The connected components of fingerprints within ``distance`` bits, found as
     convert finds them (pairs within each band value's bucket): (each one's cluster,
     the pairs compared and found in the buckets, the largest bucket)."""
-    from schemas import near
+    from schemas import near_pairs
 
     unique, inverse = np.unique(values, return_inverse=True)
     uf = UnionFind(len(unique))
     work = {"pairs_compared": 0, "pairs_found": 0, "largest_bucket": 0}
-    for band in near.band_values(unique, distance):
+    for band in near_pairs.band_values(unique, distance):
         order = np.argsort(band, kind="stable")
         for members in np.split(order, np.flatnonzero(np.diff(band[order])) + 1):
             m = len(members)
             work["pairs_compared"] += m * (m - 1) // 2
             work["largest_bucket"] = max(work["largest_bucket"], m)
             if m > 1:
-                rows, cols, _ = near.close_pairs(unique[members], distance)
+                rows, cols, _ = near_pairs.close_pairs(unique[members], distance)
                 for a, b in zip(rows.tolist(), cols.tolist()):
                     uf.union(int(members[a]), int(members[b]))
                 work["pairs_found"] += len(rows)

@@ -27,7 +27,7 @@ def main(pdq_path: str, root: str) -> None:
     from _near_measures import fingerprints
     from PIL import Image
 
-    from schemas import near
+    from schemas import near, near_pairs
 
     images = os.path.join(root, "images")
     with open(os.path.join(root, "truth.json")) as f:
@@ -62,7 +62,7 @@ def main(pdq_path: str, root: str) -> None:
             for s in range(0, len(iu), 200_000)
         ]
     )
-    do = near.distances(near.as_array(hexes), near.as_array(hexes))[iu, ju]
+    do = near_pairs.distances(near.as_array(hexes), near.as_array(hexes))[iu, ju]
     neg = sid[iu] != sid[ju]
     pairs = list(zip(iu.tolist(), ju.tolist()))
     positive = np.array([p in kind_of for p in pairs])

@@ -87,6 +87,7 @@ from _near_render import render as _render  # noqa: E402
 
 CODE = (
     "schemas/near.py",
+    "schemas/near_pairs.py",
     "beam_jobs/near_duplicates.py",
     "beam_jobs/near_splits.py",
     "schemas/images.py",

@@ -148,12 +148,12 @@ def groups(truth: dict) -> dict[str, int]:
 
 def pairs(keys: list[str], fps: list[str], truth: dict, picture: dict) -> dict:
     """Recall per size pair and precision: the match rule, and the hash alone."""
-    from schemas import near
+    from schemas import near, near_pairs
 
     parsed = [near.parse(fp) for fp in fps]
     matched = {
         (i, j)
-        for i, j in near.candidate_pairs(parsed, near.DEFAULT_DISTANCE)
+        for i, j in near_pairs.candidate_pairs(parsed, near.DEFAULT_DISTANCE)
         if near.matches(parsed[i], parsed[j], near.DEFAULT_DISTANCE) is not None
     }
     values = near.as_array(fps)

@@ -216,7 +216,7 @@ def candidate_pairs(vectors: np.ndarray, bands: int, centre=None) -> list[tuple[
 
 
 class EmbeddingRule:
-    """Convert's rule for the stored vectors (the interface of ``near.HashRule``): two
+    """Convert's rule for the stored vectors (the interface of ``near_pairs.HashRule``): two
     images match when their cosine is at least ``threshold``."""
 
     def __init__(self, threshold: float, centre: dict | None = None):

@@ -25,7 +25,7 @@ from audit import leaks
 from convert_core.options import ConvertOptions, UserError
 from evenshard import cli, convert_command
 from evenshard.synthetic import photo_bytes
-from schemas import images, near
+from schemas import images, near, near_pairs
 from schemas.dataset_info import DatasetInfo
 from schemas.images import inspect_stream
 
@@ -80,7 +80,7 @@ def test_candidate_pairs_are_every_pair_within_the_distance():
             for j in range(i + 1, len(fps))
             if near.apart(fps[i], fps[j], distance) <= distance
         ]
-        assert near.candidate_pairs(fps, distance) == every, distance
+        assert near_pairs.candidate_pairs(fps, distance) == every, distance
         assert distance < 10 or len(every) > len(fps)  # copies found: no empty agreement
 
 
@@ -191,8 +191,8 @@ def test_bands_meet_for_every_pair_within_the_distance():
                 b ^= 1 << int(bit)
             pa, pb = near.Parsed(a, weak_a, 20, thumb), near.Parsed(b, weak_b, 20, thumb)
             assert near.apart(pa, pb, distance) <= distance
-            assert set(near.bands(pa, distance)) & set(near.bands(pb, distance))
-            assert near.candidate_pairs([pa, pb], distance) == [(0, 1)]
+            assert set(near_pairs.bands(pa, distance)) & set(near_pairs.bands(pb, distance))
+            assert near_pairs.candidate_pairs([pa, pb], distance) == [(0, 1)]
 
 
 def _weak_bits_by_the_rule(weak: int, distance: int) -> int:
@@ -237,11 +237,11 @@ def test_the_fast_band_and_pair_code_gives_what_the_rules_say():
         assert [near.weak_bits(w, distance) for w in weaks] == [
             _weak_bits_by_the_rule(w, distance) for w in weaks
         ]
-        many = near._weak_bits_many(np.array(weaks, dtype=np.uint64), distance)
+        many = near_pairs.weak_bits_many(np.array(weaks, dtype=np.uint64), distance)
         assert many.tolist() == [_weak_bits_by_the_rule(w, distance) for w in weaks]
-        assert all(near.bands(fp, distance) == _bands_by_the_rule(fp, distance) for fp in fps)
+        assert all(near_pairs.bands(fp, distance) == _bands_by_the_rule(fp, distance) for fp in fps)
         hashes = np.array(values, dtype=np.uint64)
-        i, j, bits = near.close_pairs(hashes, distance + 12, many)
+        i, j, bits = near_pairs.close_pairs(hashes, distance + 12, many)
         expected = [
             (a, b, (((values[a] ^ values[b]) & ~(int(many[a]) | int(many[b]))).bit_count()))
             for a in range(len(values))
