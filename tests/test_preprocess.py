@@ -156,6 +156,25 @@ def test_a_failing_transform_is_one_line_naming_the_key_and_the_function(data):
     assert "ValueError: no good second line" in message
 
 
+def test_on_error_skip_does_not_skip_a_transform_that_raises(data, tmp_path):
+    """on_error="skip" is for records that cannot be read: a transform's own error still
+    stops the read, in the same line, and nothing is written to the ledger."""
+    ledger = tmp_path / "skipped.jsonl"
+    r = reader.NumpyReader(
+        data,
+        "train",
+        B,
+        transform=fails_on_one,
+        num_processes=2,
+        on_error="skip",
+        error_ledger=str(ledger),
+        **OPTS,
+    )
+    with pytest.raises(RuntimeError, match="fails_on_one.*img_00003.png"):
+        list(r)
+    assert not ledger.exists() or ledger.read_text() == ""
+
+
 def test_a_killed_process_is_one_line_never_a_hang(data):
     r = reader.NumpyReader(data, "train", B, transform=dies_on_one, num_processes=2, **OPTS)
     with pytest.raises(RuntimeError, match="a preprocessing process died while batch"):
