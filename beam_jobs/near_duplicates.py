@@ -87,14 +87,13 @@ import numpy as np
 
 from beam_jobs import near_splits
 from beam_jobs.dead_letters import SplitRejects
+from beam_jobs.near_components import GROUP, clusters_of, components_of, find, spanning_forest
 from beam_jobs.near_splits import SplitRule
 from beam_jobs.near_stars import star_clusters
 from beam_jobs.near_vectors import Centre, Lengths, of_one_length, with_centre
 from convert_core import paths
 from convert_core.records import Image, make_reject
 from schemas import near_embedding, near_pairs
-
-_GROUP = "\x00group\x00"  # a --group_by group's node in the union-find (never a key)
 
 
 def _in_bands(im: Image, rule, centre=None):
@@ -139,7 +138,7 @@ def _bucket_edges(element, rule, centre=None):
     parent = list(range(len(members)))
     joined = 0
     for n in np.lexsort((b, a, weight)).tolist():  # members sorted: indices order as keys
-        ra, rb = _find(parent, int(a[n])), _find(parent, int(b[n]))
+        ra, rb = find(parent, int(a[n])), find(parent, int(b[n]))
         if ra != rb:
             parent[max(ra, rb)] = min(ra, rb)
             x, y = members[a[n]], members[b[n]]
@@ -168,7 +167,7 @@ class _Forest(beam.CombineFn):
         weight, a, split_a, b, split_b = edge
         if split_a is not None:
             given[a] = split_a
-        if b.startswith(_GROUP):
+        if b.startswith(GROUP):
             groups.add((a, b))
             return acc
         if split_b is not None:
@@ -194,35 +193,6 @@ class _Forest(beam.CombineFn):
         return spanning_forest(acc[0]), acc[1], acc[2]
 
 
-def spanning_forest(edges) -> list:
-    """[(weight, key, key)] -> the minimum spanning forest's edges, lightest first (ties:
-    by keys; a pair twice: its lightest)."""
-    parent: dict[str, str] = {}
-    out = []
-    for edge in sorted(set(edges)):
-        _, a, b = edge
-        parent.setdefault(a, a)
-        parent.setdefault(b, b)
-        ra, rb = _find(parent, a), _find(parent, b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-            out.append(edge)
-    return out
-
-
-def components_of(forest) -> dict[str, str]:
-    """The forest (:class:`_Forest`'s output) -> {key: its component's smallest key} for
-    every key with a near-duplicate: the connected components of the matched pairs,
-    whatever their size. A component is where a cluster is looked for, not a
-    cluster: a chain of small steps is one component."""
-    parent: dict[str, str] = {}
-    for _, a, b in forest[0]:
-        parent.setdefault(a, a)
-        parent.setdefault(b, b)
-        _union(parent, a, b)
-    return {k: _find(parent, k) for k in parent}
-
-
 def _to_component(im: Image, components: dict[str, str]):
     found = components.get(im.key)
     if found is not None:
@@ -236,68 +206,9 @@ def _stars(element, rule) -> tuple[str, int, list[list[str]]]:
     return component, len(members), star_clusters(members, rule)
 
 
-def clusters_of(forest, stars: list):
-    """The forest (:class:`_Forest`'s output: its given splits and --group_by edges are
-    used here), each component's clusters (:func:`_stars`, in any order) -> (table,
-    counts). The table maps every key in a cluster to (the cluster's smallest key,
-    its given split, the key to keep); a --group_by group joins the clusters it
-    touches whole."""
-    _, given, groups = forest
-    parent: dict[str, str] = {}
-    cut = found = 0
-    for _, size, clusters in stars:
-        found += len(clusters)
-        cut += len(clusters) != 1 or len(clusters[0]) != size  # not one cluster of all
-        for keys in clusters:
-            for k in keys:  # sorted: its smallest key the root
-                parent[k] = keys[0]
-    joined = set(parent)
-    for a, g in sorted(groups):
-        parent.setdefault(a, a)
-        parent.setdefault(g, g)
-        _union(parent, a, g)
-    members: dict[str, list[str]] = {}
-    for node in parent:
-        if not node.startswith(_GROUP):
-            members.setdefault(_find(parent, node), []).append(node)
-    table, two, largest = {}, 0, 0
-    for keys in members.values():
-        if not any(k in joined for k in keys):  # a --group_by group with no near edge
-            continue
-        keys.sort()
-        splits = [given[k] for k in keys if given.get(k) is not None]
-        keeper = next((k for k in keys if given.get(k) is not None), keys[0])
-        two += len(set(splits)) > 1
-        largest = max(largest, len(keys))
-        for k in keys:
-            table[k] = (keys[0], splits[0] if splits else None, keeper)
-    counts = {
-        "clusters": found,
-        "inputs_in_clusters": len(joined),
-        "given_two_splits": two,
-        "largest_cluster": largest,  # with the --group_by groups it joins
-        "components": len(stars),  # the matched pairs' connected components
-        "components_cut": cut,  # ... not one cluster: chains, or pictures side by side
-    }
-    return table, counts
-
-
-def _find(parent: dict, node):
-    while parent[node] != node:
-        parent[node] = parent[parent[node]]
-        node = parent[node]
-    return node
-
-
-def _union(parent: dict, a: str, b: str) -> None:
-    ra, rb = _find(parent, a), _find(parent, b)
-    if ra != rb:  # the smaller name is the root: the same table for any edge order
-        parent[max(ra, rb)] = min(ra, rb)
-
-
 def _group_edges(im: Image):
     if im.group is not None:
-        yield 0, im.key, im.split, _GROUP + im.group, None
+        yield 0, im.key, im.split, GROUP + im.group, None
 
 
 class _Assign(beam.DoFn):

@@ -51,7 +51,7 @@ class SplitRule:
 
 
 def fixed_split(image, clusters, rule: SplitRule):
-    """Image, the clusters' table (``near.clusters_of``) -> the split the image has
+    """Image, the clusters' table (``near_components.clusters_of``) -> the split the image has
     whatever the dealing (none for an image of a cluster without a given split)."""
     found = clusters[0].get(image.key)
     if found is None or image.split is not None:

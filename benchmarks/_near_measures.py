@@ -60,7 +60,7 @@ def rule_labels(keys: list[str], hexes: list[str]) -> dict[int, np.ndarray]:
     (``near.matches``: the hashes within the distance with the weak bits left out, the
     thumbnails alike), clustered as convert clusters them (each connected component cut
     into star clusters: ``star_clusters``, ``clusters_of``)."""
-    from beam_jobs.near_duplicates import clusters_of, components_of
+    from beam_jobs.near_components import clusters_of, components_of
     from beam_jobs.near_stars import star_clusters
     from schemas import near, near_pairs
 

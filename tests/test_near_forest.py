@@ -1,8 +1,9 @@
 """convert --dedupe near: the components' CombineFn keeps a minimum spanning forest, not
-every edge (beam_jobs/near_duplicates.py ``_Forest``): the same forest whatever the order and
-bundling of the edges, an accumulator never much over two edges a key, and the same
-components as every edge gives; each component is cut into star clusters
-(``star_clusters``) that depend on its members only, never on their order."""
+every edge (beam_jobs/near_duplicates.py ``_Forest``; the forest and its components:
+beam_jobs/near_components.py): the same forest whatever the order and bundling of the
+edges, an accumulator never much over two edges a key, and the same components as every
+edge gives; each component is cut into star clusters (``star_clusters``) that depend on
+its members only, never on their order."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageEnhance
 
+from beam_jobs import near_components as components
 from beam_jobs import near_duplicates as near
 from beam_jobs import near_stars
 from evenshard.synthetic import photo_bytes
@@ -34,7 +36,7 @@ def test_the_forest_is_one_whatever_the_order_and_the_bundles(monkeypatch):
     keys = 400
     edges = _edges(rng, keys, 20_000) + [(0, "k00001", "val", "k00002", None)]
     fn = near._Forest()
-    whole = near.spanning_forest([(w, a, b) for w, a, _, b, _ in edges])
+    whole = components.spanning_forest([(w, a, b) for w, a, _, b, _ in edges])
     assert len(whole) <= keys - 1
     outputs = []
     for seed in range(3):
@@ -62,10 +64,10 @@ def test_the_components_are_every_edges_whatever_their_size():
         members = [f"c{c:02d}_{i:02d}" for i in range(12)]
         pairs = [(a, b) for i, a in enumerate(members) for b in members[i + 1 :]]
         edges += [(int(rng.integers(0, 3000)), a, b) for a, b in pairs]
-    found = near.components_of((near.spanning_forest(edges), {}, set()))
+    found = components.components_of((components.spanning_forest(edges), {}, set()))
     assert len(found) == 360 and all(v == k[:3] + "_00" for k, v in found.items())
-    bridged = near.components_of(
-        (near.spanning_forest(edges + [(5000, "c00_03", "c01_05")]), {}, set())
+    bridged = components.components_of(
+        (components.spanning_forest(edges + [(5000, "c00_03", "c01_05")]), {}, set())
     )
     assert Counter(bridged.values())["c00_00"] == 24 and len(set(bridged.values())) == 29
 
