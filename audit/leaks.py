@@ -134,14 +134,17 @@ class Side:
 
 def _close_unique(unique: list[str], distance: int, slack: float, rule: int):
     """(u, v, bits, grouped) for distinct fingerprints u < v that match within
-    ``distance`` bits and ``slack`` times the thumbnails' thresholds; grouped: whether
-    convert's rule (``rule`` bits, the thresholds as they are) matches them too."""
+    ``distance`` bits and ``slack`` times the thumbnails' thresholds, or by convert's
+    rule (``rule`` bits, the thresholds as they are; grouped: whether it matches them):
+    an audit narrower in bits than convert's rule still sees every pair convert's rule
+    matches, so the gate is convert's whatever ``--distance``."""
     parsed = [near.parse(fp) for fp in unique]
+    reach = max(distance, rule)
     out = []
-    for u, v in near_pairs.candidate_pairs(parsed, distance):
-        if near.matches(parsed[u], parsed[v], distance, slack) is not None:
-            grouped = near.matches(parsed[u], parsed[v], rule) is not None
-            out.append((u, v, near.apart(parsed[u], parsed[v], distance), grouped))
+    for u, v in near_pairs.candidate_pairs(parsed, reach):
+        grouped = near.matches(parsed[u], parsed[v], rule) is not None
+        if grouped or near.matches(parsed[u], parsed[v], distance, slack) is not None:
+            out.append((u, v, near.apart(parsed[u], parsed[v], reach), grouped))
     return out
 
 
@@ -187,7 +190,7 @@ def find(
     (the distance the dataset was converted with, else the default) matches it."""
     slack = slack or near.AUDIT_SLACK
     convert_rule = rule_of(sides[0].info)
-    rule = min(distance, convert_rule.get("distance", near.DEFAULT_DISTANCE))
+    rule = convert_rule.get("distance", near.DEFAULT_DISTANCE)
     keys = [k for s in sides for k in s.keys]
     split_of = [sp for s in sides for sp in s.splits]
     side_of = np.array([i for i, s in enumerate(sides) for _ in s.keys], dtype=np.int64)

@@ -373,6 +373,15 @@ def test_without_near_the_variants_leak_and_the_audit_says_so(corpus, grouped, t
         zip(leaks.Side(grouped[1]).keys, leaks.Side(grouped[1]).values)
     )
     assert cli.main(["leaks", plain, f"--max_leaked={truly}"]) == 0  # the CI gate's threshold
+    # an audit narrower than convert's rule: convert's rule, and so the gate, unchanged
+    capsys.readouterr()
+    said = {}
+    for distance in (0, 4, 14):
+        assert cli.main(["leaks", plain, f"--distance={distance}", "--json"]) == 1
+        report = json.loads(capsys.readouterr().out)
+        assert report["convert_distance"] == near.DEFAULT_DISTANCE
+        said[distance] = report["leaked_images"] - report["beyond_convert_rule"]
+    assert said[0] == said[4] == said[14] > 0
 
 
 def test_a_test_set_of_ones_own_against_a_training_set(corpus, grouped, tmp_path, capsys):
