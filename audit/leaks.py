@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 
 import numpy as np
 
@@ -292,8 +293,6 @@ def _closest(close, masks, inverse, group, side_of, num_sides: int, top: int, ke
 
 def check_sheet(path: str) -> None:
     """Refuses a ``--sheet`` path the PNG cannot be written to, before any work."""
-    import os
-
     if not path.lower().endswith(".png") or os.path.isdir(path):
         raise InvalidValueError(f"--sheet {path}: name a .png file to write the contact sheet to")
     folder = os.path.dirname(os.path.abspath(path))
@@ -301,15 +300,21 @@ def check_sheet(path: str) -> None:
         raise InvalidValueError(f"--sheet {path}: folder {folder} does not exist")
 
 
-def contact_sheet(sides: list[Side], report: dict, path: str, rows: int = 12) -> bool:
-    """A PNG of the closest pairs, one a row: the two images (scaled to 128 px a side,
-    small ones up), their splits, keys, bits. Returns False, writing nothing, when the
-    report lists no pair."""
+SHEET_ROWS = 12  # the closest pairs a contact sheet draws
+
+
+def contact_sheet(sides: list[Side], report: dict, path: str, rows: int = SHEET_ROWS) -> int:
+    """A PNG of the closest pairs (at most ``rows``), one a row: the two images (scaled to
+    128 px a side, small ones up), their splits, keys, bits. Returns the pairs drawn; 0
+    when the report lists none: nothing is written, and a sheet an earlier run left at
+    ``path`` is removed (it would show pairs this run did not find)."""
     from PIL import Image, ImageDraw, ImageFont
 
     pairs = report["closest"][:rows]
     if not pairs:
-        return False
+        if os.path.isfile(path):
+            os.remove(path)
+        return 0
     font = ImageFont.load_default(size=15)
     offsets = np.cumsum([0] + [len(s.keys) for s in sides])
     thumb, text_width = 128, 520
@@ -334,7 +339,7 @@ def contact_sheet(sides: list[Side], report: dict, path: str, rows: int = 12) ->
         sheet.save(path, "PNG")
     except OSError as e:
         raise StorageError(f"--sheet {path}: {e.strerror or e}") from None
-    return True
+    return len(pairs)
 
 
 def _thumbnail(image, size: int):
@@ -343,6 +348,8 @@ def _thumbnail(image, size: int):
     included, which Pillow warns about converting to RGB)."""
     from PIL import Image
 
+    if image.mode in near.WIDE_MODES:  # 16-bit and float: scaled to 8 bits, as hashed
+        image = near.composited(image)
     image = image.convert("RGBA")
     scale = size / max(image.size)
     new = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))

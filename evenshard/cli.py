@@ -169,7 +169,14 @@ def _leaks(args: argparse.Namespace, _) -> int:
         return 2
     print(leaks.to_json(report) if args.json else leaks.render(report))
     if args.sheet and not args.json:
-        shown = args.sheet if drawn else "no pairs to show: no contact sheet written"
+        listed = len(report["closest"])
+        if drawn:
+            of = f" (the closest {drawn} of the {listed} pairs listed)" if drawn < listed else ""
+            shown = f"{args.sheet}{of}"
+        elif args.top == 0:
+            shown = "--top 0 lists no pairs: no contact sheet written"
+        else:
+            shown = "no pairs to show: no contact sheet written"
         print(f"  contact sheet: {shown}")
     leaked = report["leaked_images"]
     if args.gate == "convert":  # the wider rule's own pairs are shown, not counted

@@ -63,7 +63,7 @@ FLAT_GRAY_APART = 3  # ... and thumbnails this close, their means left on (a fla
 GRAY_APART = 12  # thumbnails further apart (gray levels, mean) are two pictures
 COLOUR_APART = 16  # 2x2 colours further apart (levels, mean) are two pictures
 
-_WIDE_MODES = ("I", "I;16", "I;16B", "I;16L", "I;16N", "F")
+WIDE_MODES = ("I", "I;16", "I;16B", "I;16L", "I;16N", "F")
 
 
 def _dct_basis() -> np.ndarray:
@@ -90,7 +90,7 @@ def composited(image):
     what shows is the drawing)."""
     from PIL import Image
 
-    if image.mode in _WIDE_MODES:  # 16-bit and float: scaled to 8 bits first
+    if image.mode in WIDE_MODES:  # 16-bit and float: scaled to 8 bits first
         values = np.asarray(image.convert("F"), dtype=np.float64)
         top = float(values.max()) or 1.0
         image = Image.fromarray(np.clip(values * (255.0 / top), 0, 255).astype(np.uint8), "L")
