@@ -398,7 +398,7 @@ def _closeness(pair: dict) -> str:
     """How close a pair is, in its rule's terms: bits apart, or the cosine."""
     if "cosine" in pair:
         return f"cos {pair['cosine']:.3f}"
-    return f"{pair['bits']:>2} bits"
+    return f"{pair['bits']:>2} bit{' ' if pair['bits'] == 1 else 's'}"
 
 
 def to_json(report: dict) -> str:

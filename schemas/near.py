@@ -278,7 +278,8 @@ def describe(found: dict) -> str:
         else f"within {found['distance']} bits"
     )
     return (
-        f"near-duplicates ({rule}): {found['clusters']} clusters "
+        f"near-duplicates ({rule}): {found['clusters']} cluster"
+        f"{'' if found['clusters'] == 1 else 's'} "
         f"holding {found['inputs_in_clusters']} inputs{biggest}{kept}{across}{split}"
     )
 
