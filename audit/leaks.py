@@ -57,6 +57,9 @@ class Side:
         self.values: list[str] = []  # the fingerprints (schemas.near)
         self.splits: list[str] = []
         self.where: list[tuple[str, int]] = []  # (shard file, record index)
+        # records whose image does not decode (a dataset converted with --verify header
+        # can hold one): (split, key, why), left out of the audit and named in its report
+        self.undecoded: list[tuple[str, str, str]] = []
         self.stored = True
         for s in self.info.splits:
             for shard in s.shards:
@@ -65,6 +68,9 @@ class Side:
                     self.stored = False
                     found = self._computed(shard)
                 for index, (key, value) in enumerate(found):
+                    if isinstance(value, Exception):
+                        self.undecoded.append((name + s.name, key, value.detail))
+                        continue
                     self.keys.append(key)
                     self.values.append(value)
                     self.splits.append(name + s.name)
@@ -82,8 +88,9 @@ class Side:
         except (OSError, ValueError):
             return None
 
-    def _computed(self, shard: ShardInfo) -> list[tuple[str, str]]:
-        """(key, fingerprint) of each record of a shard, its image decoded here."""
+    def _computed(self, shard: ShardInfo) -> list[tuple[str, str | Exception]]:
+        """(key, fingerprint) of each record of a shard, its image decoded here; (key, the
+        ``Rejected``) where the image does not decode."""
         from schemas.images import Rejected, inspect_stream
 
         out = []
@@ -103,9 +110,8 @@ class Side:
                     pixels=pixels,
                 )
             except Rejected as e:
-                raise DatasetError(
-                    f"{path}: record {index} ({key}): the image does not decode: {e.detail}"
-                ) from e
+                out.append((key, e))
+                continue
             if pixels:  # the user's function, one image at a time
                 self._fn = self._fn or near_embedding.load(self.embedding)
                 if getattr(self._fn, "batched", False):
@@ -243,6 +249,11 @@ def find(
         "leaked": leaked,
         "leaked_images": int(leaked_images.sum()),
         "beyond_convert_rule": int((leaked_images & ~by_rule).sum()),
+        "undecoded": [
+            {"split": split, "key": key, "reason": why}
+            for side in sides
+            for split, key, why in side.undecoded
+        ],
         "closest": [
             {
                 **(
@@ -391,6 +402,12 @@ def render(report: dict) -> str:
             )
         if any(not p["grouped_by_convert_rule"] for p in report["closest"]):
             lines.append("    (*: convert's rule does not match the pair: only the audit's)")
+    if report["undecoded"]:
+        first = report["undecoded"][0]
+        lines.append(
+            f"  not audited, the image does not decode: {len(report['undecoded'])} (first: "
+            f"{first['split']}:{_shown(first['key'])}: {first['reason']})"
+        )
     return "\n".join(lines)
 
 

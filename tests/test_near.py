@@ -659,3 +659,26 @@ def test_a_sheet_path_that_is_no_png_is_a_usage_error_in_one_line(icons, where, 
     assert cli.main(["leaks", icons, f"--sheet={path}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("evenshard leaks: error: --sheet") and path in err[0]
+
+
+def test_leaks_names_the_images_that_do_not_decode_and_audits_the_rest(tmp_path, capsys):
+    """A dataset converted with --verify header can hold an image that does not decode:
+    the audit stopped at it (exit 2); it leaves it out, names it, and audits the rest."""
+    root = tmp_path / "images"
+    rng = np.random.default_rng(5)
+    photo = Image.open(io.BytesIO(photo_bytes(rng, 96, 128)))
+    for label in ("a", "b"):
+        (root / label).mkdir(parents=True)
+        photo.save(root / label / "same.png")  # one picture under both labels: a leak
+        photo.rotate(90, expand=True).save(root / label / "other.png")
+    whole = _encoded(photo.resize((64, 48)))
+    (root / "a" / "cut.jpg").write_bytes(whole[: len(whole) // 2])  # its header is whole
+    out = str(tmp_path / "out")
+    run_convert(str(root), out, "--verify=header", "--splits=x=0.5,y=0.5", validated=False)
+    assert cli.main(["leaks", out, "--json"]) in (0, 1)
+    report = json.loads(capsys.readouterr().out)
+    assert [u["key"] for u in report["undecoded"]] == ["a/cut.jpg"]
+    assert "truncated" in report["undecoded"][0]["reason"]
+    assert sum(report["images"].values()) == 4  # the rest audited
+    cli.main(["leaks", out])
+    assert "not audited, the image does not decode: 1 (first: x" in capsys.readouterr().out
