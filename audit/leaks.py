@@ -95,7 +95,7 @@ class Side:
 
         out = []
         path = layout.join(self.data_dir, shard.file)
-        for index, raw in enumerate(tfrecord.iter_records(path)):
+        for raw in tfrecord.iter_records(path):
             feature = parse_example(raw)
             key = feature[features.KEY].decode("utf-8", "surrogateescape")
             data = self.image_bytes(feature)
