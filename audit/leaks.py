@@ -113,7 +113,7 @@ class Side:
                 out.append((key, e))
                 continue
             if pixels:  # the user's function, one image at a time
-                self._fn = self._fn or near_embedding.load(self.embedding)
+                self._fn = self._fn or self._embedding_function()
                 if getattr(self._fn, "batched", False):
                     value = self._fn([value])[0]
                 else:
@@ -121,6 +121,17 @@ class Side:
                 value = near_embedding.quantised(value, self.embedding, key).tobytes().hex()
             out.append((key, value))
         return out
+
+    def _embedding_function(self):
+        """The --near_embedding function DATASET was converted with (its dataset_info.json
+        names it: leaks has no flag for it), to embed images with no stored vector."""
+        try:
+            return near_embedding.load(self.embedding)
+        except InvalidValueError as e:
+            raise InvalidValueError(
+                f"{e} (the model the dataset was converted with, named in its "
+                "dataset_info.json: leaks embeds this dataset's images with it)"
+            ) from None
 
     def image_bytes(self, feature: dict) -> bytes:
         if self.info.record_kind == "image":

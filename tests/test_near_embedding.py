@@ -15,6 +15,7 @@ import io
 import json
 import os
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -384,3 +385,21 @@ def test_the_bands_are_taken_from_the_runs_centre():
             found += ne.candidate_pairs(both, centred.bands, centre) == [(0, 1)]
             found -= 1000 * (ne.candidate_pairs(both, centred.bands, centre) != [(0, 1)])
     assert found > 20, found  # (a miss would weigh -1000)
+
+
+def test_leaks_says_the_model_it_cannot_import_comes_from_the_dataset(grouped, tmp_path, capsys):
+    """leaks has no --near_embedding flag: a model it cannot import is named as the one the
+    dataset was converted with (its dataset_info.json), in one line, exit 2."""
+    moved = tmp_path / "moved"
+    shutil.copytree(grouped[1], moved)
+    info = json.loads((moved / "dataset_info.json").read_text())
+    info["near_duplicates"]["embedding"] = "no_such_module_here:embed"
+    (moved / "dataset_info.json").write_text(json.dumps(info))
+    plain = tmp_path / "plain"
+    shutil.copytree(grouped[1], plain)
+    for near_file in plain.glob("*.near"):
+        near_file.unlink()  # no stored vectors: leaks embeds the images itself
+    assert cli.main(["leaks", str(moved), str(plain)]) == 2
+    said = capsys.readouterr().err
+    assert "no_such_module_here" in said and "dataset_info.json" in said
+    assert len(said.strip().splitlines()) == 1
