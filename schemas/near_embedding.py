@@ -258,6 +258,14 @@ class EmbeddingRule:
     def weights(c: np.ndarray) -> np.ndarray:
         return np.floor((1 - np.minimum(c, 1.0)) * WEIGHT_SCALE).astype(np.int64)
 
+    def pair_weights(self, a, b, vectors: np.ndarray) -> np.ndarray:
+        """The weights of pairs (a[k], b[k]) (row indices), as ``bucket_pairs`` weighs
+        them: exact dot products, one sqrt and division each, as :func:`cosines`."""
+        va, vb = vectors[a], vectors[b]
+        dots = np.einsum("ij,ij->i", va, vb)
+        norms = np.sqrt(np.einsum("ij,ij->i", va, va)) * np.sqrt(np.einsum("ij,ij->i", vb, vb))
+        return self.weights(dots / norms)
+
     def grid(self, rows, cols, vectors: np.ndarray) -> np.ndarray:
         """Whether each of ``rows`` x ``cols`` matches (an index matches itself)."""
         rows, cols = np.asarray(rows), np.asarray(cols)

@@ -265,3 +265,12 @@ class HashRule:
     def grid(self, rows, cols, parsed) -> np.ndarray:
         """:func:`match_grid` of ``rows`` x ``cols``."""
         return match_grid(rows, cols, *parsed, self.distance)
+
+    def pair_weights(self, a, b, parsed) -> np.ndarray:
+        """The weights of matching pairs (a[k], b[k]) (index arrays into ``parsed``): bits
+        apart * 256 + thumbnail levels apart, as :func:`near.matches` weighs them."""
+        values, weak, quality, thumbs = parsed
+        lo, hi = np.minimum(a, b), np.maximum(a, b)  # the thumbnails lower index first
+        bits = np.bitwise_count((values[lo] ^ values[hi]) & ~(weak[lo] | weak[hi]))
+        seen = thumbs_apart(thumbs[lo], thumbs[hi], quality[lo], quality[hi], bits)
+        return bits.astype(np.int64) * 256 + seen

@@ -403,3 +403,17 @@ def test_leaks_says_the_model_it_cannot_import_comes_from_the_dataset(grouped, t
     said = capsys.readouterr().err
     assert "no_such_module_here" in said and "dataset_info.json" in said
     assert len(said.strip().splitlines()) == 1
+
+
+def test_pair_weights_are_the_weights_of_the_pairs_cosines():
+    """The star clusters' nearest centre weighs a pair as the buckets do."""
+    from schemas import near_embedding
+
+    rng = np.random.default_rng(9)
+    vectors = near_embedding.parse_many(
+        [rng.integers(-127, 128, 48, dtype=np.int8).tobytes() for _ in range(30)]
+    )
+    a, b = rng.integers(0, 30, 200), rng.integers(0, 30, 200)
+    rule = near_embedding.EmbeddingRule(0.9)
+    whole = near_embedding.cosines(vectors, vectors)
+    assert (rule.pair_weights(a, b, vectors) == rule.weights(whole[a, b])).all()

@@ -151,3 +151,26 @@ def test_a_hub_with_thousands_of_copies_is_one_star_where_centres_are_sampled():
     assert near_stars.star_clusters(members, schema.DEFAULT_DISTANCE) == whole
     shuffled = [members[i] for i in np.random.default_rng(1).permutation(len(members))]
     assert near_stars.star_clusters(shuffled, schema.DEFAULT_DISTANCE) == whole
+
+
+def test_a_member_two_centres_match_goes_to_the_closer():
+    """Centres are taken most matched first; a member that a later centre matches more
+    closely goes to it (it went to the first centre that matched it: a cut copy of one
+    picture landed with another picture on the photo bench)."""
+    thumb = bytes(np.random.default_rng(2).integers(0, 256, 76, dtype=np.uint8))
+
+    def fp(value: int) -> bytes:
+        return value.to_bytes(8, "big") + bytes(8) + bytes([40]) + thumb  # no weak bits
+
+    def flipped(value: int, bits) -> int:
+        for b in bits:
+            value ^= 1 << b
+        return value
+
+    a = int(np.random.default_rng(3).integers(0, 2**62))
+    b = flipped(a, range(0, 24, 2))  # 12 bits from a: no match
+    m = flipped(b, range(0, 6, 2))  # 3 bits from b, 9 from a: both match it; a the most
+    members = [("a", fp(a)), ("b", fp(b)), ("m", fp(m))]
+    members += [(f"a{i}", fp(flipped(a, [40 + i, 50 + i]))) for i in range(3)]  # 11 from m
+    rule = schema.DEFAULT_DISTANCE
+    assert near_stars.star_clusters(members, rule) == [["a", "a0", "a1", "a2"], ["b", "m"]]
