@@ -90,6 +90,8 @@ CODE = (
     "schemas/near_pairs.py",
     "beam_jobs/near_duplicates.py",
     "beam_jobs/near_splits.py",
+    "beam_jobs/near_stars.py",
+    "beam_jobs/near_components.py",
     "schemas/images.py",
 )  # what is measured
 
