@@ -174,18 +174,8 @@ def _decodes_cleanly(f) -> bool:
     a clean decode is one Pillow's passes (the same library, without the warnings
     Pillow lets pass), and anything else takes Pillow's decode and its verdict.
     """
-    if not isinstance(f, io.BytesIO):
-        return False
-    import simplejpeg
-
-    with f.getbuffer() as data:
-        try:
-            simplejpeg.decode_jpeg(
-                data, colorspace="GRAY", min_height=1, min_width=1, min_factor=8, strict=True
-            )
-        except (ValueError, RuntimeError):
-            return False
-    return True
+    found = _clean_jpeg(f, colorspace="GRAY", min_height=1, min_width=1, min_factor=8)
+    return found is not None
 
 
 def _decoded_cleanly_at_draft(f, im):
@@ -198,26 +188,31 @@ def _decoded_cleanly_at_draft(f, im):
     photos alike, byte for byte; tests/test_near.py), in 108 us against Pillow's 250
     on 64-128 px crops. It is also the strict decode ``_decodes_cleanly`` checks.
     """
-    if not isinstance(f, io.BytesIO) or im.mode not in ("RGB", "L"):
+    if im.mode not in ("RGB", "L"):
         return None  # CMYK and YCCK: Pillow's conversion
-    import simplejpeg
     from PIL import Image as PILImage
 
     width, height = im.size
-    with f.getbuffer() as data:
-        try:
-            pixels = simplejpeg.decode_jpeg(
-                data,
-                colorspace="RGB" if im.mode == "RGB" else "GRAY",
-                min_width=width,
-                min_height=height,
-                strict=True,
-            )
-        except (ValueError, RuntimeError):
-            return None
-    if pixels.shape[:2] != (height, width):  # a scale Pillow did not choose
+    colorspace = "RGB" if im.mode == "RGB" else "GRAY"
+    pixels = _clean_jpeg(f, colorspace=colorspace, min_width=width, min_height=height)
+    if pixels is None or pixels.shape[:2] != (height, width):  # a scale Pillow did not choose
         return None
     return PILImage.fromarray(pixels if im.mode == "RGB" else pixels[:, :, 0])
+
+
+def _clean_jpeg(f, **scale):
+    """simplejpeg's strict decode of the JPEG in ``f`` (a BytesIO), ``scale`` its
+    colour space and size; None where ``f`` is another stream or the decode warns or
+    fails."""
+    if not isinstance(f, io.BytesIO):
+        return None
+    import simplejpeg
+
+    with f.getbuffer() as data:
+        try:
+            return simplejpeg.decode_jpeg(data, strict=True, **scale)
+        except (ValueError, RuntimeError):
+            return None
 
 
 # PNG colour type (IHDR byte 9) -> channels libpng gives: gray, RGB, palette
