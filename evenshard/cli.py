@@ -146,7 +146,7 @@ def _validate(args: argparse.Namespace, _) -> int:
 
 
 def _leaks(args: argparse.Namespace, _) -> int:
-    from audit import leaks
+    from audit import leaks, sheet
     from schemas.info import DatasetError
     from schemas.near import MAX_DISTANCE
 
@@ -158,12 +158,12 @@ def _leaks(args: argparse.Namespace, _) -> int:
         return 2
     try:
         if args.sheet:
-            leaks.check_sheet(args.sheet)
+            sheet.check_sheet(args.sheet)
         sides = [leaks.Side(args.data_dir, path_root=args.path_root)]
         if args.other:
             sides.append(leaks.Side(args.other, name="other:", like=sides[0]))
         report = leaks.find(sides, args.distance, args.top)
-        drawn = args.sheet and leaks.contact_sheet(sides, report, args.sheet)
+        drawn = args.sheet and sheet.contact_sheet(sides, report, args.sheet)
     except (DatasetError, OSError, ValueError) as e:  # 2, not 1: a CI gate tells them apart
         _error("leaks", str(e))
         return 2

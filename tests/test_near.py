@@ -22,6 +22,7 @@ from conftest import load_info, read_rejects, read_split, run_convert, write_man
 from PIL import Image, ImageEnhance
 
 from audit import leaks
+from audit import sheet as sheet_module
 from convert_core.options import ConvertOptions, UserError
 from evenshard import cli, convert_command
 from evenshard.synthetic import photo_bytes
@@ -631,7 +632,7 @@ def test_the_contact_sheet_shows_small_images_large_and_is_not_written_empty(
     with Image.open(sheet) as im:
         cell = im.convert("L").crop((10, 10, 138, 138))  # the first pair's first image
         left, top, right, bottom = Image.eval(cell, lambda v: 255 - v).getbbox()
-        assert im.size[1] == 10 + leaks.SHEET_ROWS * 138  # the closest 12 pairs
+        assert im.size[1] == 10 + sheet_module.SHEET_ROWS * 138  # the closest 12 pairs
     assert right - left > 100 and bottom - top > 100  # 16 px drawn at 128, not at 16
     said = capsys.readouterr().out
     assert f"contact sheet: {sheet} (the closest 12 of the 14 pairs listed)" in said
@@ -647,7 +648,7 @@ def test_a_sixteen_bit_image_is_drawn_on_the_sheet_as_it_is_hashed():
     """A 16-bit image was drawn white (Pillow's RGBA conversion saturates it); it is
     scaled to 8 bits first, as the fingerprint does."""
     ramp = np.tile(np.arange(1, 65, dtype=np.uint16) * 1000, (64, 1))  # all above 255
-    drawn = np.asarray(leaks._thumbnail(Image.fromarray(ramp), 128).convert("L"))
+    drawn = np.asarray(sheet_module._thumbnail(Image.fromarray(ramp), 128).convert("L"))
     assert drawn.min() < 20 and drawn.max() > 230  # the ramp, dark to light
 
 
