@@ -115,6 +115,14 @@ def _values_joined(argv: list[str]) -> list[str]:
     return out
 
 
+def _same_folder(a: str, b: str) -> bool:
+    """Whether two dataset paths are one folder (bucket paths: the same text)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # a bucket, or a folder that is not there (said later)
+        return a.rstrip("/") == b.rstrip("/")
+
+
 def _error(command: str, message: str) -> None:
     print(f"evenshard {command}: error: {message}", file=sys.stderr)
 
@@ -155,6 +163,13 @@ def _leaks(args: argparse.Namespace, _) -> int:
         return 2
     if args.top < 0 or args.max_leaked < 0:
         _error("leaks", "--top and --max_leaked must be >= 0")
+        return 2
+    if args.other and _same_folder(args.data_dir, args.other):
+        _error(
+            "leaks",
+            f"OTHER {args.other} is DATASET itself: every image would be its own leak; "
+            "name another converted dataset, or leave OTHER out to audit DATASET's splits",
+        )
         return 2
     try:
         if args.sheet:

@@ -401,6 +401,10 @@ def test_a_test_set_of_ones_own_against_a_training_set(corpus, grouped, tmp_path
     assert report["leaked_images"] == 2
     assert set(report["leaked"]) == {"other:test"}
     assert sum(report["leaked"]["other:test"].values()) >= 2
+    # a dataset against itself: every image its own leak; one line, exit 2
+    for itself in (grouped[1], grouped[1] + "/", os.path.relpath(grouped[1])):
+        assert cli.main(["leaks", grouped[1], itself]) == 2
+        assert "is DATASET itself" in capsys.readouterr().err
 
 
 def test_keep_one_rejects_the_rest_of_each_cluster(corpus, tmp_path):
