@@ -210,7 +210,14 @@ def matches(a: Parsed, b: Parsed, distance: int, slack: float = 1.0) -> int | No
     if bits > distance:
         return None
     seen = looks_alike(a, b, bits, slack)
-    return None if seen is None else bits * 256 + seen
+    return None if seen is None else edge_weight(bits, seen)
+
+
+def edge_weight(bits, levels):
+    """A matched pair's weight: its bits apart first, then its thumbnails' gray levels
+    apart (ints or int arrays); the buckets' forest, the stars' nearest centre and
+    :func:`matches` order pairs by it."""
+    return bits * 256 + levels
 
 
 def to_int(fp: str) -> int:

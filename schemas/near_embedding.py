@@ -128,9 +128,12 @@ def parse_many(fps: list[bytes]) -> np.ndarray:
 def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Cosine similarity of each row of ``a`` with each row of ``b`` (parse_many's rows):
     exact dot products, then one correctly rounded sqrt and division each."""
-    dots = a @ b.T
-    norms = np.sqrt(np.einsum("ij,ij->i", a, a))[:, None] * np.sqrt(np.einsum("ij,ij->i", b, b))
-    return dots / norms
+    return (a @ b.T) / (_norms(a)[:, None] * _norms(b))
+
+
+def _norms(rows: np.ndarray) -> np.ndarray:
+    """Each row's length: an exact sum of squares, one correctly rounded sqrt."""
+    return np.sqrt(np.einsum("ij,ij->i", rows, rows))
 
 
 def bands_for(threshold: float) -> int:
@@ -262,9 +265,7 @@ class EmbeddingRule:
         """The weights of pairs (a[k], b[k]) (row indices), as ``bucket_pairs`` weighs
         them: exact dot products, one sqrt and division each, as :func:`cosines`."""
         va, vb = vectors[a], vectors[b]
-        dots = np.einsum("ij,ij->i", va, vb)
-        norms = np.sqrt(np.einsum("ij,ij->i", va, va)) * np.sqrt(np.einsum("ij,ij->i", vb, vb))
-        return self.weights(dots / norms)
+        return self.weights(np.einsum("ij,ij->i", va, vb) / (_norms(va) * _norms(vb)))
 
     def grid(self, rows, cols, vectors: np.ndarray) -> np.ndarray:
         """Whether each of ``rows`` x ``cols`` matches (an index matches itself)."""

@@ -29,6 +29,7 @@ from schemas.near import (
     WEAK_A_BAND,
     Parsed,
     band_bits,
+    edge_weight,
     thumbs_apart,
     weak_by_band,
 )
@@ -260,7 +261,7 @@ class HashRule:
         # the second measure, for all of the bucket's candidates at once
         apart = thumbs_apart(thumbs[i], thumbs[j], quality[i], quality[j], bits)
         took = apart >= 0
-        return i[took], j[took], bits[took] * 256 + apart[took]
+        return i[took], j[took], edge_weight(bits[took], apart[took])
 
     def grid(self, rows, cols, parsed) -> np.ndarray:
         """:func:`match_grid` of ``rows`` x ``cols``."""
@@ -273,4 +274,4 @@ class HashRule:
         lo, hi = np.minimum(a, b), np.maximum(a, b)  # the thumbnails lower index first
         bits = np.bitwise_count((values[lo] ^ values[hi]) & ~(weak[lo] | weak[hi]))
         seen = thumbs_apart(thumbs[lo], thumbs[hi], quality[lo], quality[hi], bits)
-        return bits.astype(np.int64) * 256 + seen
+        return edge_weight(bits.astype(np.int64), seen)
