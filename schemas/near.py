@@ -18,8 +18,10 @@ second, independent measure before it counts (:func:`matches`): the 8x8 gray
 thumbnails (each one's mean taken off) and the 2x2 colours must agree; and an
 image too flat to trust (its *quality*, the mean step between neighbouring
 pixels, below ``QUALITY_GATE``) matches only within ``FLAT_DISTANCE`` bits and
-``FLAT_GRAY_APART`` levels, its brightness included. The
-fingerprint carries all three: ``FINGERPRINT_CHARS`` hex digits.
+``FLAT_GRAY_APART`` levels, its brightness included, unless both thumbnails show a
+shape (``FLAT_SHAPE``: a gentle gradient of a sky, not a plain square), whose
+brightness may differ as a brightened copy's does. The fingerprint carries all
+three: ``FINGERPRINT_CHARS`` hex digits.
 
 Integer arithmetic throughout (Pillow's 8-bit resize, an integer DCT basis; the
 products in float64, every value an integer under 2**38, so exact), so a
@@ -59,7 +61,9 @@ QUALITY_GATE = 4  # a mean step below 1 gray level: too flat for its bits to mea
 FLAT_DISTANCE = 4  # ... such an image matches only within this many bits ...
 FLAT_GRAY_APART = 3  # ... and thumbnails this close, their means left on (a flat
 # picture's brightness is most of what it shows: a plain square of another gray is
-# another picture)
+# another picture) ...
+FLAT_SHAPE = 6  # ... unless both thumbnails' grays lie this far from their mean (levels,
+# on average): a shape, which a brighter copy keeps (their means then left off)
 GRAY_APART = 12  # thumbnails further apart (gray levels, mean) are two pictures
 COLOUR_APART = 16  # 2x2 colours further apart (levels, mean) are two pictures
 
@@ -173,7 +177,8 @@ def thumbs_apart(ta, tb, qa, qb, bits, slack: float = 1.0) -> np.ndarray:
     colours of two coloured images: a gray copy of a colour picture is the picture;
     ``slack`` times the thresholds). Where either image is below the quality gate, its
     weakest bits and its thumbnail's small differences mean little: the pair must be
-    within ``FLAT_DISTANCE`` bits and ``FLAT_GRAY_APART`` levels, the means left on.
+    within ``FLAT_DISTANCE`` bits and ``FLAT_GRAY_APART`` levels, the means left on
+    (left off where both thumbnails show a shape: :func:`shape`, ``FLAT_SHAPE``).
 
     In int16 (a difference of two levels and its mean: within +-510), the colours and
     the flat rule only for the pairs whose gray is alike."""
@@ -190,10 +195,20 @@ def thumbs_apart(ta, tb, qa, qb, bits, slack: float = 1.0) -> np.ndarray:
     alike = ~((colour > COLOUR_APART * slack) & _coloured(a) & _coloured(b))
     flat = np.minimum(np.asarray(qa)[at], np.asarray(qb)[at]) < QUALITY_GATE
     level = np.abs(d[at]).sum(axis=1, dtype=np.int32) // 64  # the means left on
+    shaped = np.minimum(shape(a), shape(b)) >= FLAT_SHAPE
+    level = np.where(shaped, gray[at], level)
     close = (np.asarray(bits)[at] <= FLAT_DISTANCE * slack) & (level <= FLAT_GRAY_APART * slack)
     at = at[alike & (close | ~flat)]
     out[at] = gray[at]
     return out
+
+
+def shape(thumbs: np.ndarray) -> np.ndarray:
+    """How far each gray thumbnail's levels lie from their mean, on average (whole
+    levels, rounded down): 0 for a plain square, about a quarter of a gradient's span."""
+    g = np.asarray(thumbs)[:, : THUMB * THUMB].astype(np.int32)
+    cells = THUMB * THUMB
+    return np.abs(g * cells - g.sum(axis=1, keepdims=True)).sum(axis=1) // (cells * cells)
 
 
 def _coloured(thumbs: np.ndarray) -> np.ndarray:

@@ -263,8 +263,13 @@ def _thumbs_apart_by_the_rule(ta, tb, qa, qb, bits, slack) -> int:
     coloured = min(spans) > 2
     if gray > near.GRAY_APART * slack or (coloured and colour > near.COLOUR_APART * slack):
         return -1
-    if min(qa, qb) < near.QUALITY_GATE:  # flat: close in bits and in levels, means on
+    if min(qa, qb) < near.QUALITY_GATE:  # flat: close in bits and in levels, means on ...
         level = sum(abs(x) for x in d) // 64
+        shapes = [
+            sum(abs(64 * int(x) - sum(map(int, t[:64]))) for x in t[:64]) // 4096 for t in (ta, tb)
+        ]
+        if min(shapes) >= near.FLAT_SHAPE:  # ... off where both show a shape
+            level = gray
         if bits > near.FLAT_DISTANCE * slack or level > near.FLAT_GRAY_APART * slack:
             return -1
     return gray
@@ -283,6 +288,10 @@ def test_the_thumbnails_are_compared_as_the_rule_says():
     tb = tb.astype(np.int16)
     tb[: n // 4, 64:] = tb[: n // 4, 64:68].repeat(3, axis=1)[:, :12]  # gray colours
     ta[n // 8 : n // 4, 64:] = 100  # gray colours on both sides
+    low = slice(n // 2, 3 * n // 4)  # nearly plain thumbnails: shapes about FLAT_SHAPE
+    ta[low, :64] = 100 + rng.integers(-12, 13, (n // 4, 64))
+    tb[low, :64] = np.clip(ta[low, :64] + rng.integers(-8, 9, (n // 4, 1)), 0, 255)
+    tb[low, :64] += rng.integers(-2, 3, (n // 4, 64)).astype(np.int16)
     qa, qb = rng.integers(0, 12, n), rng.integers(0, 12, n)
     bits = rng.integers(0, 12, n)
     for slack in (1.0, near.AUDIT_SLACK):
@@ -292,6 +301,10 @@ def test_the_thumbnails_are_compared_as_the_rule_says():
         ]
         assert found.tolist() == expected
         assert 0.1 < (found >= 0).mean() < 0.9  # both verdicts are tested
+        shaped = np.minimum(near.shape(ta), near.shape(tb)) >= near.FLAT_SHAPE
+        flat = np.minimum(qa, qb) < near.QUALITY_GATE
+        for kind in (shaped & flat, ~shaped & flat):  # the flat rule's two ways
+            assert 0 < (found[kind] >= 0).mean() < 1
 
 
 @pytest.fixture(scope="module")

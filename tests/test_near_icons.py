@@ -142,10 +142,10 @@ def test_simple_pictures_that_differ_do_not_match():
         assert near.matches(found[name], again, near.DEFAULT_DISTANCE) is not None, name
 
 
-def soft(angle: int, low: int, size: int = 128) -> Image.Image:
-    """A gentle gray gradient (25 levels across) with a soft blob on it: a smooth crop of
-    a photo (a straight gradient alone has no hash: its bits are all noise)."""
-    ramp = np.asarray(gradient(angle, (low,) * 3, (low + 25,) * 3, size), dtype=np.float64)
+def soft(angle: int, low: int, size: int = 128, span: int = 25) -> Image.Image:
+    """A gentle gray gradient (``span`` levels across) with a soft blob on it: a smooth
+    crop of a photo (a straight gradient alone has no hash: its bits are all noise)."""
+    ramp = np.asarray(gradient(angle, (low,) * 3, (low + span,) * 3, size), dtype=np.float64)
     y, x = np.mgrid[0:size, 0:size] / size
     blob = 12 * np.exp(-((x - 0.3) ** 2 + (y - 0.6) ** 2) / 0.02)[..., None]
     return Image.fromarray((ramp + blob).round().astype(np.uint8), "RGB")
@@ -172,6 +172,23 @@ def test_a_flat_picture_matches_only_a_closer_copy():
     brighter, turned = soft(30, 112), soft(120, 100)
     for other in (brighter, turned):
         assert near.matches(base, parsed(other), near.DEFAULT_DISTANCE) is None
+
+
+@pytest.mark.fast
+def test_a_flat_picture_with_a_shape_matches_a_brighter_copy():
+    """A smooth picture whose thumbnail shows a shape (FLAT_SHAPE: a sky's gradient, 40
+    levels across) is the same picture 12 levels brighter (the photo bench's brightened
+    smooth crops); turned, it is not; one that is nearly plain (25 levels: above) and
+    a plain square keep their brightness."""
+    base = parsed(soft(30, 100, span=40))
+    assert base.quality < near.QUALITY_GATE
+    assert near.shape(base.thumb[None])[0] >= near.FLAT_SHAPE
+    brighter, turned = parsed(soft(30, 112, span=40)), parsed(soft(120, 100, span=40))
+    assert near.matches(base, brighter, near.DEFAULT_DISTANCE) is not None
+    assert near.matches(base, turned, near.DEFAULT_DISTANCE) is None
+    nearly_plain = parsed(soft(30, 100))
+    assert near.shape(nearly_plain.thumb[None])[0] < near.FLAT_SHAPE
+    assert near.shape(parsed(Image.new("RGB", (40, 40), (90, 90, 90))).thumb[None])[0] == 0
 
 
 def morph(step: int, steps: int, size: int = 64) -> Image.Image:
