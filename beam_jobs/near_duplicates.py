@@ -7,13 +7,20 @@ other split. Here each image's 64-bit fingerprint (``schemas.near``, taken
 while inspection decodes it) is compared with the others that share one of its
 bands:
 
-1. Image -> ((band, band value), (key, fingerprint, given split)), ``distance +
-   1`` a image: two fingerprints within ``distance`` bits share a band value.
-2. Per band value: the pairs that match (``schemas.near.matches``: hashes within
+1. Every image's (key, fingerprint, given split) -> one table, in key order (a side
+   input: 93 bytes and a key an image, about 150 MB at 1M images). Two
+   fingerprints within ``distance`` bits share one of the ``distance + 1`` band
+   values (``near_pairs``); the table's band values are found in arrays, and the
+   buckets (the values two or more share) are dealt to ``TABLE_PARTS`` parts, each
+   part a task that reads the table. (Until issue 55's last round each image sent
+   about 20 copies of itself through a shuffle, one a band value: the local runner
+   held them in its controller, 1.3 GB at 100,000 images. The user's embedding,
+   hundreds of bytes a vector, still goes that way.)
+2. Per bucket: the pairs that match (``schemas.near.matches``: hashes within
    ``distance`` bits, then the thumbnails alike: a second, independent measure;
    an image below the quality gate matches only a closer one),
    thinned to the bucket's minimum spanning forest, each edge weighted (bits
-   apart, then thumbnail levels apart). Memory: one band value's fingerprints.
+   apart, then thumbnail levels apart).
 3. All edges -> their minimum spanning forest (a CombineFn whose accumulators are
    thinned to their forest as they grow: about two edges a clustered key, never
    every edge) -> its connected components, whatever their size (a side input:
@@ -146,6 +153,37 @@ def _bucket_edges(element, rule, centre=None):
             joined += 1
             if joined == len(members) - 1:  # one tree: no edge joins more
                 return
+
+
+TABLE_PARTS = 16  # the buckets are dealt to this many parts, each one's work a task
+
+
+def _member(im: Image) -> tuple[str, bytes, str | None]:
+    return im.key, bytes.fromhex(im.near), im.split
+
+
+def _table(members: list) -> tuple[tuple, bytes, tuple]:
+    """[(key, fingerprint's bytes, given split)] -> (keys, the fingerprints joined, given
+    splits), in key order: every image's 93 bytes and key in one side input."""
+    members = sorted(members)
+    return (
+        tuple(m[0] for m in members),
+        b"".join(m[1] for m in members),
+        tuple(m[2] for m in members),
+    )
+
+
+def _part_edges(part: int, table, rule, parts: int):
+    """One part of the buckets (``rule.buckets``: the band values two or more
+    fingerprints share, found in the table's arrays) -> each bucket's edges
+    (:func:`_bucket_edges`)."""
+    keys, joined, splits = table
+    if len(keys) < 2:
+        return
+    width = len(joined) // len(keys)
+    for band, value, owners in rule.buckets(rule.parse_many(joined), part, parts):
+        members = [(keys[o], joined[o * width : (o + 1) * width], splits[o]) for o in owners]
+        yield from _bucket_edges(((band, value), members), rule)
 
 
 FOREST_SLACK = 1 << 16  # edges an accumulator takes in before it is thinned again
@@ -283,12 +321,27 @@ class NearDuplicates(beam.PTransform):
         if self._embedding is not None:
             centre = images | "VectorMean" >> beam.CombineGlobally(Centre())
             centred = (beam.pvalue.AsSingleton(centre),)
-        edges = (
-            images
-            | "InBands" >> beam.FlatMap(_in_bands, pair_rule, *centred)
-            | "GroupByBand" >> beam.GroupByKey()
-            | "PairsInBand" >> beam.FlatMap(_bucket_edges, pair_rule, *centred)
-        )
+        if self._embedding is None:  # the buckets found in a table of every fingerprint
+            table = (
+                images
+                | "Fingerprints" >> beam.Map(_member)
+                | "AllFingerprints" >> beam.combiners.ToList()
+                | "Table" >> beam.Map(_table)
+            )
+            edges = (
+                images.pipeline
+                | "Parts" >> beam.Create(range(TABLE_PARTS))
+                | "DealParts" >> beam.Reshuffle()
+                | "PairsInParts"
+                >> beam.FlatMap(_part_edges, beam.pvalue.AsSingleton(table), pair_rule, TABLE_PARTS)
+            )
+        else:  # the embedding's buckets shuffled: a vector is hundreds of bytes
+            edges = (
+                images
+                | "InBands" >> beam.FlatMap(_in_bands, pair_rule, *centred)
+                | "GroupByBand" >> beam.GroupByKey()
+                | "PairsInBand" >> beam.FlatMap(_bucket_edges, pair_rule, *centred)
+            )
         if self._groups and keep == "all":
             groups = images | "GroupEdges" >> beam.FlatMap(_group_edges)
             edges = (edges, groups) | "AllEdges" >> beam.Flatten()

@@ -25,6 +25,7 @@ import numpy as np
 
 from schemas.near import (
     BITS,
+    FINGERPRINT_CHARS,
     MAX_DISTANCE,
     WEAK_A_BAND,
     Parsed,
@@ -85,19 +86,24 @@ def candidate_pairs(fps: list[Parsed], distance: int):
     weak = weak_bits_many(np.array([fp.weak for fp in fps], dtype=np.uint64), distance)
     pairs = np.zeros(0, np.int64)  # i * n + j
     for bits in band_bits(distance):
-        band, owner = _band_settings(values, weak, bits)
-        order = np.lexsort((owner, band))
-        band, owner = band[order], owner[order]
-        starts = np.flatnonzero(np.r_[True, band[1:] != band[:-1]])
-        ends = np.r_[starts[1:], len(band)]
-        shared = ends - starts > 1
         found = [pairs]
-        for start, end in zip(starts[shared].tolist(), ends[shared].tolist()):
-            members = owner[start:end]  # ascending: each pair comes out as (i < j)
+        for _, members in shared_values(*_band_settings(values, weak, bits)):
             rows, cols, _ = close_pairs(values[members], distance, weak[members])
             found.append(members[rows] * n + members[cols])
         pairs = np.unique(np.concatenate(found))  # a band's found, joined: few objects held
     return list(zip((pairs // max(n, 1)).tolist(), (pairs % max(n, 1)).tolist()))
+
+
+def shared_values(value: np.ndarray, owner: np.ndarray):
+    """(band value, its owners ascending) of each value of a band two or more owners have
+    (``value``, ``owner``: one entry a fingerprint's value, :func:`_band_settings`)."""
+    order = np.lexsort((owner, value))
+    value, owner = value[order], owner[order]
+    starts = np.flatnonzero(np.r_[True, value[1:] != value[:-1]])
+    ends = np.r_[starts[1:], len(value)]
+    shared = ends - starts > 1
+    for start, end in zip(starts[shared].tolist(), ends[shared].tolist()):
+        yield int(value[start]), owner[start:end]
 
 
 def _band_settings(values: np.ndarray, weak: np.ndarray, bits: list[int]):
@@ -206,11 +212,13 @@ def match_grid(rows, cols, values, weak, quality, thumbs, distance: int) -> np.n
     return out
 
 
-def parse_many(fps: list[bytes], distance: int):
-    """:func:`parse` of many fingerprints at once (each ``bytes.fromhex`` of one) ->
+def parse_many(fps: list[bytes] | bytes, distance: int):
+    """:func:`parse` of many fingerprints at once (each ``bytes.fromhex`` of one, or all
+    of them joined) ->
     (hashes, their weak bits at ``distance`` (:func:`weak_bits`), qualities,
     thumbnails: one row each)."""
-    raw = np.frombuffer(b"".join(fps), np.uint8).reshape(len(fps), -1)
+    raw = np.frombuffer(fps if isinstance(fps, bytes) else b"".join(fps), np.uint8)
+    raw = raw.reshape(-1, FINGERPRINT_CHARS // 2)
     values = raw[:, :8].copy().view(">u8").ravel().astype(np.uint64)
     weak = weak_bits_many(raw[:, 8:16].copy().view(">u8").ravel().astype(np.uint64), distance)
     thumbs = raw[:, 17:].astype(np.int16)
@@ -246,6 +254,17 @@ class HashRule:
 
     def parse_many(self, fps: list[bytes]):
         return parse_many(fps, self.distance)
+
+    def buckets(self, parsed, part: int, parts: int):
+        """(band, band value, its owners ascending) of every band value two or more of
+        ``parsed``'s fingerprints share (:func:`bands`: each weak bit's settings), those
+        of one ``part`` of ``parts`` (by band and value): the buckets, in memory."""
+        values, weak = parsed[0], parsed[1]
+        for band, bits in enumerate(band_bits(self.distance)):
+            value, owner = _band_settings(values, weak, bits)
+            mine = (value + band) % parts == part
+            for found, owners in shared_values(value[mine], owner[mine]):
+                yield band, found, owners
 
     def bucket_pairs(self, parsed, band: int):
         """(i, j, weight) arrays of the pairs of one band value's distinct fingerprints

@@ -85,6 +85,36 @@ def test_candidate_pairs_are_every_pair_within_the_distance():
         assert distance < 10 or len(every) > len(fps)  # copies found: no empty agreement
 
 
+@pytest.mark.fast
+def test_the_tables_buckets_are_the_band_values_each_fingerprint_has():
+    """``HashRule.buckets`` (the buckets ``--dedupe near`` finds in its table of every
+    fingerprint, dealt to parts) are the groups of the band values :func:`bands` gives
+    each fingerprint, its weak bits' settings included: every part together, each
+    bucket in one part, the owners ascending."""
+    rng = np.random.default_rng(2)
+    raws = []
+    for _ in range(300):  # 100 pictures, 3 copies each, a few bits flipped
+        value = int(rng.integers(0, 2**64, dtype=np.uint64))
+        base = rng.integers(0, 256, 77).astype(np.uint8).tobytes()
+        for _ in range(3):
+            copy = value ^ sum(1 << int(b) for b in rng.choice(64, 3, replace=False))
+            weak = sum(1 << int(x) for x in rng.choice(63, size=near.WEAK, replace=False))
+            raws.append(copy.to_bytes(8, "big") + weak.to_bytes(8, "big") + base)
+    for distance in (4, 10):
+        rule = near_pairs.HashRule(distance)
+        expected: dict = {}
+        for owner, raw in enumerate(raws):
+            for band in rule.bands_of(raw):
+                expected.setdefault(band, []).append(owner)
+        expected = {k: v for k, v in expected.items() if len(v) > 1}
+        found = {}
+        for part in range(5):
+            for band, value, owners in rule.buckets(rule.parse_many(b"".join(raws)), part, 5):
+                assert (band, value) not in found  # in one part only
+                found[band, value] = owners.tolist()
+        assert found == expected and len(found) > 3 * distance
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     """The folder, and the truth: key -> the source it comes from."""
