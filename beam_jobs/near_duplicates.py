@@ -155,7 +155,8 @@ def _bucket_edges(element, rule, centre=None):
                 return
 
 
-TABLE_PARTS = 16  # the buckets are dealt to this many parts, each one's work a task
+TABLE_PARTS = 22  # the buckets are dealt to this many parts (2 a band at the default
+# distance), each one's work a task
 
 
 def _member(im: Image) -> tuple[str, bytes, str | None]:
@@ -181,8 +182,9 @@ def _part_edges(part: int, table, rule, parts: int):
     if len(keys) < 2:
         return
     width = len(joined) // len(keys)
+    fps = [joined[at : at + width] for at in range(0, len(joined), width)]
     for band, value, owners in rule.buckets(rule.parse_many(joined), part, parts):
-        members = [(keys[o], joined[o * width : (o + 1) * width], splits[o]) for o in owners]
+        members = [(keys[o], fps[o], splits[o]) for o in owners.tolist()]
         yield from _bucket_edges(((band, value), members), rule)
 
 

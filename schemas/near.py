@@ -193,12 +193,15 @@ def thumbs_apart(ta, tb, qa, qb, bits, slack: float = 1.0) -> np.ndarray:
     shift = (c.sum(axis=1, dtype=np.int32) // 12).astype(np.int16)
     colour = np.abs(c - shift[:, None]).sum(axis=1, dtype=np.int32) // 12
     alike = ~((colour > COLOUR_APART * slack) & _coloured(a) & _coloured(b))
-    flat = np.minimum(np.asarray(qa)[at], np.asarray(qb)[at]) < QUALITY_GATE
-    level = np.abs(d[at]).sum(axis=1, dtype=np.int32) // 64  # the means left on
-    shaped = np.minimum(shape(a), shape(b)) >= FLAT_SHAPE
-    level = np.where(shaped, gray[at], level)
-    close = (np.asarray(bits)[at] <= FLAT_DISTANCE * slack) & (level <= FLAT_GRAY_APART * slack)
-    at = at[alike & (close | ~flat)]
+    flat = np.flatnonzero(np.minimum(np.asarray(qa)[at], np.asarray(qb)[at]) < QUALITY_GATE)
+    close = np.ones(len(at), dtype=bool)  # the flat rule, for the flat pairs only
+    level = np.abs(d[at[flat]]).sum(axis=1, dtype=np.int32) // 64  # the means left on
+    shaped = np.minimum(shape(a[flat]), shape(b[flat])) >= FLAT_SHAPE
+    level = np.where(shaped, gray[at[flat]], level)
+    close[flat] = (np.asarray(bits)[at[flat]] <= FLAT_DISTANCE * slack) & (
+        level <= FLAT_GRAY_APART * slack
+    )
+    at = at[alike & close]
     out[at] = gray[at]
     return out
 

@@ -108,8 +108,9 @@ def test_the_tables_buckets_are_the_band_values_each_fingerprint_has():
                 expected.setdefault(band, []).append(owner)
         expected = {k: v for k, v in expected.items() if len(v) > 1}
         found = {}
-        for part in range(5):
-            for band, value, owners in rule.buckets(rule.parse_many(b"".join(raws)), part, 5):
+        for part in range(3 * (distance + 1) + 2):  # 3 a band, and parts with none
+            parsed = rule.parse_many(b"".join(raws))
+            for band, value, owners in rule.buckets(parsed, part, 3 * (distance + 1)):
                 assert (band, value) not in found  # in one part only
                 found[band, value] = owners.tolist()
         assert found == expected and len(found) > 3 * distance
