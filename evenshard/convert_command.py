@@ -115,6 +115,7 @@ def summary(info: DatasetInfo, output_dir: str, seconds: float, runner: str | No
     for s in info.splits:
         mb = f"{s.num_bytes / 1e6:,.1f} MB"
         lines.append(f"  {s.name:<12}{s.num_examples:>10}{len(s.shards):>8}{mb:>14}")
+    lines += _empty_splits(info)
     if rejects.total:
         reasons = ", ".join(f"{r} {n}" for r, n in rejects.by_reason.items())
         lines.append(f"  rejects: {reasons} (see {output_dir.rstrip('/')}/{rejects.file})")
@@ -133,6 +134,28 @@ def summary(info: DatasetInfo, output_dir: str, seconds: float, runner: str | No
     if runner:
         lines.append(f"  runner: {runner}")
     return "\n".join(lines)
+
+
+def _empty_splits(info: DatasetInfo) -> list[str]:
+    """A line for each split left with no example, saying why and what gives it some."""
+    options = info.to_dict().get("split_options") or {}
+    fractions, mode = options.get("splits") or {}, options.get("split_mode")
+    lines = []
+    for s in info.splits:
+        if s.num_examples or s.name not in fractions:
+            continue
+        share = f"its {fractions[s.name] * 100:g} %"
+        if info.inputs * fractions[s.name] < 1:
+            why = f"{share} of {info.inputs} inputs is under one"
+        elif mode == "hash":
+            why = (
+                f"each of {info.inputs} inputs goes where its key's hash falls "
+                "(--split_mode exact cuts each label at the fractions)"
+            )
+        else:
+            why = f"each label's share of {share} rounds to none"
+        lines.append(f"  ! {s.name} is empty: {why}; give more inputs or a larger fraction")
+    return lines
 
 
 # How long a convert stopped by Ctrl-C may take to unwind (release its output

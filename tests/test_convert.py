@@ -360,3 +360,32 @@ def test_inputs_are_counted_without_a_csv_header(tmp_path):
     for name in ("m.csv", "m.jsonl"):
         job = Job.of(ConvertOptions(input=str(tmp_path / name), output_dir=str(tmp_path / "o")))
         assert has_at_least(job, 3) and not has_at_least(job, 4), name
+
+
+def test_a_split_left_empty_is_said_with_what_to_do(tmp_path):
+    """Six inputs cut 80/10/10 leave a split empty: the summary says which, why (10 % of
+    6 is under one; with more inputs, where the keys' hashes fall, or the exact
+    mode's rounding) and what gives it examples; a split that got some is not named."""
+    from evenshard import convert_command
+    from evenshard.synthetic import make_image_folder
+    from schemas.dataset_info import DatasetInfo
+
+    root = str(tmp_path / "images")
+    make_image_folder(root, num_labels=2, per_label=3, formats=("png",), broken=False)
+    out = str(tmp_path / "out")
+    info = run_convert(root, out)
+    empty = [s for s, v in info["splits"].items() if v["num_examples"] == 0]
+    assert empty  # the seed's cut, fixed: a test of the summary, not of the hash
+    said = convert_command.summary(DatasetInfo.of(info), out, 1.0)
+    for name in empty:
+        assert f"! {name} is empty: its 10 % of 6 inputs is under one; give more" in said
+    assert "! train is empty" not in said
+    full = {**info, "splits": {k: v for k, v in info["splits"].items() if k not in empty}}
+    assert "is empty" not in convert_command.summary(DatasetInfo.of(full), out, 1.0)
+    more = {**info, "inputs": 40}
+    said = convert_command.summary(DatasetInfo.of(more), out, 1.0)
+    assert "each of 40 inputs goes where its key's hash falls (--split_mode exact" in said
+    options = {**info["split_options"], "split_mode": "exact"}
+    exact = {**more, "split_options": options}
+    said = convert_command.summary(DatasetInfo.of(exact), out, 1.0)
+    assert "each label's share of its 10 % rounds to none" in said
