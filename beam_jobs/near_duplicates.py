@@ -8,7 +8,8 @@ while inspection decodes it) is compared with the others that share one of its
 bands:
 
 1. Every image's (key, fingerprint, given split) -> one table, in key order (a side
-   input: 93 bytes and a key an image, about 150 MB at 1M images). Two
+   input: 93 bytes and a key an image; about 190 bytes an image held, and a part's
+   arrays about 410 more: 0.6 GB a running part at 1M images). Two
    fingerprints within ``distance`` bits share one of the ``distance + 1`` band
    values (``near_pairs``); the table's band values are found in arrays, and the
    buckets (the values two or more share) are dealt to ``TABLE_PARTS`` parts, each
@@ -101,6 +102,7 @@ from beam_jobs.near_vectors import Centre, Lengths, of_one_length, with_centre
 from convert_core import paths
 from convert_core.records import Image, make_reject
 from schemas import near_embedding, near_pairs
+from schemas.near import FINGERPRINT_CHARS
 
 
 def _in_bands(im: Image, rule, centre=None):
@@ -181,10 +183,13 @@ def _part_edges(part: int, table, rule, parts: int):
     keys, joined, splits = table
     if len(keys) < 2:
         return
-    width = len(joined) // len(keys)
-    fps = [joined[at : at + width] for at in range(0, len(joined), width)]
+    width = FINGERPRINT_CHARS // 2
+    if len(joined) != len(keys) * width:  # every hash fingerprint is one length
+        raise ValueError(f"a near-duplicate table of {len(keys)} keys holds {len(joined)} bytes")
     for band, value, owners in rule.buckets(rule.parse_many(joined), part, parts):
-        members = [(keys[o], fps[o], splits[o]) for o in owners.tolist()]
+        members = [
+            (keys[o], joined[o * width : (o + 1) * width], splits[o]) for o in owners.tolist()
+        ]
         yield from _bucket_edges(((band, value), members), rule)
 
 

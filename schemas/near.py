@@ -178,7 +178,8 @@ def thumbs_apart(ta, tb, qa, qb, bits, slack: float = 1.0) -> np.ndarray:
     ``slack`` times the thresholds). Where either image is below the quality gate, its
     weakest bits and its thumbnail's small differences mean little: the pair must be
     within ``FLAT_DISTANCE`` bits and ``FLAT_GRAY_APART`` levels, the means left on
-    (left off where both thumbnails show a shape: :func:`shape`, ``FLAT_SHAPE``).
+    (or off, whichever is closer, where both thumbnails show a shape: :func:`shape`,
+    ``FLAT_SHAPE``).
 
     In int16 (a difference of two levels and its mean: within +-510), the colours and
     the flat rule only for the pairs whose gray is alike."""
@@ -197,7 +198,7 @@ def thumbs_apart(ta, tb, qa, qb, bits, slack: float = 1.0) -> np.ndarray:
     close = np.ones(len(at), dtype=bool)  # the flat rule, for the flat pairs only
     level = np.abs(d[at[flat]]).sum(axis=1, dtype=np.int32) // 64  # the means left on
     shaped = np.minimum(shape(a[flat]), shape(b[flat])) >= FLAT_SHAPE
-    level = np.where(shaped, gray[at[flat]], level)
+    level = np.where(shaped, np.minimum(level, gray[at[flat]]), level)
     close[flat] = (np.asarray(bits)[at[flat]] <= FLAT_DISTANCE * slack) & (
         level <= FLAT_GRAY_APART * slack
     )

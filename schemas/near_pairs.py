@@ -258,18 +258,18 @@ class HashRule:
     def buckets(self, parsed, part: int, parts: int):
         """(band, band value, its owners ascending) of every band value two or more of
         ``parsed``'s fingerprints share (:func:`bands`: each weak bit's settings), those
-        of one ``part`` of ``parts``: the buckets, in memory. A part is one band's (so
-        its values are computed once), or a share of them by value: ``parts`` over the
-        bands a band, none where ``parts`` is not a multiple of the bands."""
+        of one ``part`` of ``parts``: the buckets, in memory. A part takes whole bands
+        (each band's values computed once: bands ``part``, ``part + parts``, ... where
+        ``parts`` is under the bands), or a share of one band's values (``parts`` over
+        the bands a band; the parts past a multiple of the bands take none)."""
         every = band_bits(self.distance)
         shares = max(1, parts // len(every))
-        band, share = divmod(part, shares)
-        if band >= len(every):
-            return
-        value, owner = _band_settings(parsed[0], parsed[1], every[band])
-        mine = value % shares == share
-        for found, owners in shared_values(value[mine], owner[mine]):
-            yield band, found, owners
+        first, share = divmod(part, shares)
+        for band in range(first, len(every), parts if shares == 1 else len(every)):
+            value, owner = _band_settings(parsed[0], parsed[1], every[band])
+            mine = value % shares == share
+            for found, owners in shared_values(value[mine], owner[mine]):
+                yield band, found, owners
 
     def bucket_pairs(self, parsed, band: int):
         """(i, j, weight) arrays of the pairs of one band value's distinct fingerprints
