@@ -102,6 +102,7 @@ from beam_jobs.near_vectors import Centre, Lengths, of_one_length, with_centre
 from convert_core import paths
 from convert_core.records import Image, make_reject
 from schemas import near_embedding, near_pairs
+from schemas.errors import InvalidValueError
 from schemas.near import FINGERPRINT_CHARS
 
 
@@ -185,7 +186,9 @@ def _part_edges(part: int, table, rule, parts: int):
         return
     width = FINGERPRINT_CHARS // 2
     if len(joined) != len(keys) * width:  # every hash fingerprint is one length
-        raise ValueError(f"a near-duplicate table of {len(keys)} keys holds {len(joined)} bytes")
+        raise InvalidValueError(
+            f"a near-duplicate table of {len(keys)} keys holds {len(joined)} bytes"
+        )
     for band, value, owners in rule.buckets(rule.parse_many(joined), part, parts):
         members = [
             (keys[o], joined[o * width : (o + 1) * width], splits[o]) for o in owners.tolist()
