@@ -116,45 +116,50 @@ def _in_bands(im: Image, rule, centre=None):
 
 def _bucket_edges(element, rule, centre=None):
     """((band, value), [(key, fingerprint's bytes, split)]) -> (weight, key, split, key, split)
-    edges: the pairs that match (``rule.bucket_pairs``: the hash's rule,
-    ``near.matches``, or the embedding's cosine) and share no value of an earlier band
-    (a pair is confirmed in the buckets of the first band it shares only, not in
-    each), thinned to the bucket's minimum spanning forest (the lightest edges that
-    join what its pairs join: the forest of all the buckets' forests is that of all
-    the pairs)."""
+    edges: :func:`_bucket_forest` of the bucket's members sorted by key, their distinct
+    fingerprints sorted as their hex sorts (``thumbs_apart`` is not symmetric)."""
     if centre is not None:
         rule = rule.centred(centre)
     (band, _), members = element
     if len(members) < 2:
         return
     members = sorted(members)
-    unique = sorted({m[1] for m in members})  # as the hex sorts: thumbs_apart is not symmetric
+    unique = sorted({m[1] for m in members})
     at = {fp: i for i, fp in enumerate(unique)}
-    first = [-1] * len(unique)  # the first member of each distinct fingerprint
-    pairs = [[], [], []]  # weight, member, member
-    for i, (_, fp, _) in enumerate(members):  # identical fingerprints: weight 0
-        if first[at[fp]] < 0:
-            first[at[fp]] = i
-        elif band == 0:  # they share every band
-            for column, value in zip(pairs, (0, first[at[fp]], i)):
-                column.append(value)
-    weight, a, b = (np.array(column, dtype=np.int64) for column in pairs)
-    i, j, weights = rule.bucket_pairs(rule.parse_many(unique), band)
+    ranks = np.array([at[m[1]] for m in members], dtype=np.int64)
+    for w, a, b in _bucket_forest(band, ranks, rule.parse_many(unique), rule):
+        x, y = members[a], members[b]
+        yield w, x[0], x[2], y[0], y[2]
+
+
+def _bucket_forest(band: int, ranks: np.ndarray, parsed, rule):
+    """One bucket's members (in key order; ``ranks``: each one's distinct fingerprint,
+    ``parsed``'s row) -> (weight, member, member) of its minimum spanning forest: the
+    pairs that match (``rule.bucket_pairs``: the hash's rule, ``near.matches``, or the
+    embedding's cosine) and share no value of an earlier band (a pair is confirmed in
+    the buckets of the first band it shares only, not in each), between the first
+    members of their fingerprints, and identical fingerprints at weight 0 (in band 0:
+    they share every band). The forest of all the buckets' forests is that of all the
+    pairs."""
+    count = len(ranks)
+    first = np.full(int(ranks.max()) + 1, count, dtype=np.int64)
+    np.minimum.at(first, ranks, np.arange(count))  # the first member of each fingerprint
+    later = np.flatnonzero(first[ranks] != np.arange(count)) if band == 0 else ranks[:0]
+    weight, a, b = np.zeros(len(later), np.int64), first[ranks[later]], later
+    i, j, weights = rule.bucket_pairs(parsed, band)
     if len(i):
-        first = np.array(first, dtype=np.int64)
         ends = np.sort(np.stack([first[i], first[j]]), axis=0)
         weight = np.concatenate([weight, weights])
         a, b = np.concatenate([a, ends[0]]), np.concatenate([b, ends[1]])
-    parent = list(range(len(members)))
+    parent = list(range(count))
     joined = 0
-    for n in np.lexsort((b, a, weight)).tolist():  # members sorted: indices order as keys
+    for n in np.lexsort((b, a, weight)).tolist():  # members in key order: indices order too
         ra, rb = find(parent, int(a[n])), find(parent, int(b[n]))
         if ra != rb:
             parent[max(ra, rb)] = min(ra, rb)
-            x, y = members[a[n]], members[b[n]]
-            yield int(weight[n]), x[0], x[2], y[0], y[2]
+            yield int(weight[n]), int(a[n]), int(b[n])
             joined += 1
-            if joined == len(members) - 1:  # one tree: no edge joins more
+            if joined == count - 1:  # one tree: no edge joins more
                 return
 
 
@@ -180,7 +185,7 @@ def _table(members: list) -> tuple[tuple, bytes, tuple]:
 def _part_edges(part: int, table, rule, parts: int):
     """One part of the buckets (``rule.buckets``: the band values two or more
     fingerprints share, found in the table's arrays) -> each bucket's edges
-    (:func:`_bucket_edges`)."""
+    (:func:`_bucket_forest` on the table's rows: no member copied)."""
     keys, joined, splits = table
     if len(keys) < 2:
         return
@@ -189,11 +194,18 @@ def _part_edges(part: int, table, rule, parts: int):
         raise InvalidValueError(
             f"a near-duplicate table of {len(keys)} keys holds {len(joined)} bytes"
         )
-    for band, value, owners in rule.buckets(rule.parse_many(joined), part, parts):
-        members = [
-            (keys[o], joined[o * width : (o + 1) * width], splits[o]) for o in owners.tolist()
-        ]
-        yield from _bucket_edges(((band, value), members), rule)
+    parsed = rule.parse_many(joined)
+    rows = np.frombuffer(joined, dtype=f"V{width}")  # byte order: as the hex sorts
+    rank = np.unique(rows, return_inverse=True)[1].ravel()
+    for band, _, owners in rule.buckets(parsed, part, parts):
+        distinct, ranks = np.unique(rank[owners], return_inverse=True)
+        ranks = ranks.ravel()
+        first = np.full(len(distinct), len(owners), dtype=np.int64)
+        np.minimum.at(first, ranks, np.arange(len(owners)))
+        rows_of = owners[first]  # a table row of each distinct fingerprint, in hex order
+        for w, a, b in _bucket_forest(band, ranks, tuple(c[rows_of] for c in parsed), rule):
+            x, y = int(owners[a]), int(owners[b])
+            yield w, keys[x], splits[x], keys[y], splits[y]
 
 
 FOREST_SLACK = 1 << 16  # edges an accumulator takes in before it is thinned again
