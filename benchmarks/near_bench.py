@@ -89,6 +89,7 @@ CODE = (
     "schemas/near.py",
     "schemas/near_pairs.py",
     "beam_jobs/near_duplicates.py",
+    "beam_jobs/near_buckets.py",
     "beam_jobs/near_splits.py",
     "beam_jobs/near_stars.py",
     "beam_jobs/near_components.py",

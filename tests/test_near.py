@@ -85,21 +85,53 @@ def test_candidate_pairs_are_every_pair_within_the_distance():
         assert distance < 10 or len(every) > len(fps)  # copies found: no empty agreement
 
 
+def _copies_of_pictures(rng, pictures: int = 100, copies: int = 3) -> list[bytes]:
+    """Fingerprints' bytes: each picture's copies a few bits apart, one thumbnail each."""
+    raws = []
+    for _ in range(pictures):
+        value = int(rng.integers(0, 2**64, dtype=np.uint64))
+        base = rng.integers(0, 256, 77).astype(np.uint8).tobytes()
+        for _ in range(copies):
+            copy = value ^ sum(1 << int(b) for b in rng.choice(64, 3, replace=False))
+            weak = sum(1 << int(x) for x in rng.choice(63, size=near.WEAK, replace=False))
+            raws.append(copy.to_bytes(8, "big") + weak.to_bytes(8, "big") + base)
+    return raws
+
+
+@pytest.mark.fast
+def test_the_table_and_the_shuffle_give_the_same_edges():
+    """``near_buckets``: the table's parts (the hash's way) and a grouping of each
+    image's band values (the shuffle, the embedding's way) give the same edges, with
+    identical fingerprints under two keys and given splits among them."""
+    from beam_jobs import near_buckets
+
+    raws = _copies_of_pictures(np.random.default_rng(4), pictures=60)
+    raws += raws[:20]  # the same fingerprints again, under other keys
+    members = [(f"k{n:04d}", raw, "val" if n % 17 == 0 else None) for n, raw in enumerate(raws)]
+    table = near_buckets.table_of(list(reversed(members)))
+    for distance in (2, 10):
+        rule = near_pairs.HashRule(distance)
+        grouped: dict = {}
+        for m in members:
+            for band in rule.bands_of(m[1]):
+                grouped.setdefault(band, []).append(m)
+        shuffled = sorted(
+            e for item in grouped.items() for e in near_buckets.bucket_edges(item, rule)
+        )
+        parts = near_buckets.TABLE_PARTS
+        tabled = sorted(
+            e for p in range(parts) for e in near_buckets.part_edges(p, table, rule, parts)
+        )
+        assert tabled == shuffled and len(tabled) > len(raws) // 3, distance
+
+
 @pytest.mark.fast
 def test_the_tables_buckets_are_the_band_values_each_fingerprint_has():
     """``HashRule.buckets`` (the buckets ``--dedupe near`` finds in its table of every
     fingerprint, dealt to parts) are the groups of the band values :func:`bands` gives
     each fingerprint, its weak bits' settings included: every part together, each
     bucket in one part, the owners ascending."""
-    rng = np.random.default_rng(2)
-    raws = []
-    for _ in range(300):  # 100 pictures, 3 copies each, a few bits flipped
-        value = int(rng.integers(0, 2**64, dtype=np.uint64))
-        base = rng.integers(0, 256, 77).astype(np.uint8).tobytes()
-        for _ in range(3):
-            copy = value ^ sum(1 << int(b) for b in rng.choice(64, 3, replace=False))
-            weak = sum(1 << int(x) for x in rng.choice(63, size=near.WEAK, replace=False))
-            raws.append(copy.to_bytes(8, "big") + weak.to_bytes(8, "big") + base)
+    raws = _copies_of_pictures(np.random.default_rng(2))
     for distance in (4, 10):
         rule = near_pairs.HashRule(distance)
         expected: dict = {}
