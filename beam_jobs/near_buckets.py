@@ -113,11 +113,9 @@ def part_edges(part: int, table, rule, parts: int):
     rows = np.frombuffer(joined, dtype=f"V{width}")  # byte order: as the hex sorts
     rank = np.unique(rows, return_inverse=True)[1].ravel()
     for band, _, owners in rule.buckets(parsed, part, parts):
-        distinct, ranks = np.unique(rank[owners], return_inverse=True)
-        ranks = ranks.ravel()
-        first = np.full(len(distinct), len(owners), dtype=np.int64)
-        np.minimum.at(first, ranks, np.arange(len(owners)))
+        _, first, ranks = np.unique(rank[owners], return_index=True, return_inverse=True)
         rows_of = owners[first]  # a table row of each distinct fingerprint, in hex order
+        ranks = ranks.ravel()
         for w, a, b in bucket_forest(band, ranks, tuple(c[rows_of] for c in parsed), rule):
             x, y = int(owners[a]), int(owners[b])
             yield w, keys[x], splits[x], keys[y], splits[y]

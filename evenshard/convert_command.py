@@ -138,7 +138,7 @@ def summary(info: DatasetInfo, output_dir: str, seconds: float, runner: str | No
 
 def _empty_splits(info: DatasetInfo) -> list[str]:
     """A line for each split left with no example, saying why and what gives it some."""
-    options = info.to_dict().get("split_options") or {}
+    options = info.split_options or {}
     fractions, mode = options.get("splits") or {}, options.get("split_mode")
     lines = []
     for s in info.splits:
